@@ -1,0 +1,195 @@
+// kvscope info TRACE [--check] [--json] | kvscope info --schema
+#include <nlohmann/json.hpp>
+
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "app/cli/command.h"
+#include "core/analysis/summary.h"
+#include "core/trace/reader.h"
+#include "core/trace/schema.h"
+#include "core/trace/validate.h"
+
+namespace kvscope::cli {
+
+namespace {
+
+struct InfoOptions {
+  std::string trace;
+  bool check = false;
+  bool json = false;
+  bool schema = false;
+};
+
+std::string human_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(u ? 1 : 0) << v << " " << units[u];
+  return out.str();
+}
+
+nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSummary& s) {
+  const trace::RunInfo& run = r.run();
+  nlohmann::json j;
+  j["trace"] = r.path();
+  j["file_bytes"] = r.file_bytes();
+  j["format"] = {{"name", trace::kFormatName},
+                 {"version", r.format_version()},
+                 {"minor_version", r.format_minor_version()},
+                 {"writer", r.writer()}};
+  j["complete"] = r.complete();
+  j["finish_reason"] = r.finish_reason();
+  j["model"] = {{"name", run.model.name},
+                {"path", run.model.path},
+                {"architecture", run.model.architecture},
+                {"n_layers", run.model.n_layers},
+                {"n_heads", run.model.n_heads},
+                {"n_kv_heads", run.model.n_kv_heads},
+                {"head_dim", run.model.head_dim},
+                {"dtype", run.model.dtype},
+                {"device", run.model.device}};
+  nlohmann::json params = nlohmann::json::parse(run.policy_params_json, nullptr, false);
+  j["policy"] = {{"spec", run.policy},
+                 {"name", run.policy_name},
+                 {"params", params.is_discarded() ? nlohmann::json(run.policy_params_json) : params},
+                 {"budget_kind", run.budget_kind},
+                 {"budget", run.budget}};
+  j["seed"] = run.seed;
+  j["capture_levels"] = run.capture_levels;
+  j["tiers"] = run.tier_names;
+  j["steps"] = {{"total", s.steps}, {"prefill", s.prefill_steps}, {"decode", s.decode_steps}};
+  nlohmann::json roles, kinds;
+  for (int i = 0; i < trace::kTokenRoleCount; ++i)
+    roles[trace::token_role_name(static_cast<trace::TokenRole>(i))] = s.tokens_by_role[size_t(i)];
+  for (int i = 0; i < trace::kEventKindCount; ++i)
+    kinds[trace::event_kind_name(static_cast<trace::EventKind>(i))] = s.events_by_kind[size_t(i)];
+  j["tokens"] = {{"total", s.tokens}, {"by_role", roles}};
+  j["events"] = {{"total", s.events}, {"by_kind", kinds}};
+  j["cache"] = {{"final_entries", s.final_entries},
+                {"final_kv_bytes", s.final_kv_bytes},
+                {"peak_kv_bytes", s.peak_kv_bytes}};
+  nlohmann::json gates = nlohmann::json::array();
+  for (const trace::GateSpec& g : r.layout().gates) gates.push_back(g.name);
+  j["gates"] = gates;
+  j["wall_s"] = s.wall_s;
+  if (!run.task_kind.empty())
+    j["task"] = {{"kind", run.task_kind},
+                 {"expected_answer", run.expected_answer},
+                 {"success", r.task_success()}};
+  return j;
+}
+
+void print_summary(const nlohmann::json& j, const std::string& generated) {
+  auto& o = std::cout;
+  const auto& m = j["model"];
+  const auto& p = j["policy"];
+  o << "trace     " << j["trace"].get<std::string>() << " (" << human_bytes(j["file_bytes"]) << ")\n";
+  o << "format    kvscope-trace v" << j["format"]["version"] << "." << j["format"]["minor_version"]
+    << ", written by " << j["format"]["writer"].get<std::string>() << "\n";
+  o << "complete  " << (j["complete"].get<bool>() ? "yes" : "no (capture running or interrupted)")
+    << ", finish reason: " << j["finish_reason"].get<std::string>() << "\n";
+  o << "model     " << m["name"].get<std::string>() << " (" << m["architecture"].get<std::string>()
+    << "): " << m["n_layers"] << " layers, " << m["n_heads"] << " heads, " << m["n_kv_heads"]
+    << " kv heads, head_dim " << m["head_dim"] << ", " << m["dtype"].get<std::string>() << " on "
+    << m["device"].get<std::string>() << "\n";
+  o << "policy    " << p["spec"].get<std::string>() << " (budget: " << p["budget_kind"].get<std::string>()
+    << " " << p["budget"] << ")\n";
+  o << "seed      " << j["seed"] << "\n";
+  o << "capture   " << j["capture_levels"].get<std::string>() << "; tiers:";
+  for (const auto& t : j["tiers"]) o << " " << t.get<std::string>();
+  o << "\n";
+  o << "steps     " << j["steps"]["total"] << " (prefill " << j["steps"]["prefill"] << ", decode "
+    << j["steps"]["decode"] << "), wall " << std::fixed << std::setprecision(3)
+    << j["wall_s"].get<double>() << " s\n";
+  o << "tokens    " << j["tokens"]["total"];
+  for (auto& [role, n] : j["tokens"]["by_role"].items())
+    if (n.get<int64_t>() > 0) o << ", " << role << " " << n;
+  o << "\nevents    " << j["events"]["total"];
+  for (auto& [kind, n] : j["events"]["by_kind"].items())
+    if (n.get<int64_t>() > 0) o << ", " << kind << " " << n;
+  o << "\ncache     " << j["cache"]["final_entries"] << " entries, "
+    << human_bytes(j["cache"]["final_kv_bytes"]) << " at the end; peak "
+    << human_bytes(j["cache"]["peak_kv_bytes"]) << "\n";
+  if (!j["gates"].empty()) {
+    o << "gates    ";
+    for (const auto& g : j["gates"]) o << " " << g.get<std::string>();
+    o << "\n";
+  }
+  if (j.contains("task"))
+    o << "task      " << j["task"]["kind"].get<std::string>() << ", expected \""
+      << j["task"]["expected_answer"].get<std::string>() << "\", success " << j["task"]["success"]
+      << "\n";
+  std::string text = generated.size() > 300 ? generated.substr(0, 300) + "..." : generated;
+  o << "generated " << nlohmann::json(text).dump() << "\n";
+}
+
+int run_check(const InfoOptions& opt) {
+  trace::ValidationReport report = trace::validate_trace(opt.trace);
+  if (opt.json) {
+    nlohmann::json j;
+    j["trace"] = opt.trace;
+    j["valid"] = report.ok();
+    j["complete"] = report.complete;
+    j["steps"] = report.n_steps;
+    j["tokens"] = report.n_tokens;
+    j["events"] = report.n_events;
+    j["violations"] = nlohmann::json::array();
+    for (const auto& v : report.violations)
+      j["violations"].push_back({{"field", v.field}, {"message", v.message}});
+    std::cout << j.dump(2) << "\n";
+  } else if (report.ok()) {
+    std::cout << "OK: " << opt.trace << " is a valid KVScope trace v" << trace::kFormatVersion
+              << " (" << (report.complete ? "complete" : "incomplete") << ", " << report.n_steps
+              << " steps, " << report.n_tokens << " tokens, " << report.n_events << " events)\n";
+  } else {
+    for (const auto& v : report.violations) std::cout << v.field << ": " << v.message << "\n";
+    std::cout << "INVALID: " << opt.trace << ": " << report.violations.size()
+              << " schema violation(s)\n";
+  }
+  return report.ok() ? kExitOk : kExitBadInput;
+}
+
+int run_info(const InfoOptions& opt) {
+  if (opt.schema) {
+    std::cout << trace::schema_markdown();
+    return kExitOk;
+  }
+  if (opt.trace.empty()) {
+    std::cerr << "kvscope info: a TRACE file is required (or --schema)\n";
+    return kExitBadInput;
+  }
+  if (opt.check) return run_check(opt);
+  auto reader = trace::TraceReader::open(opt.trace);
+  analysis::TraceSummary s = analysis::summarize(*reader);
+  nlohmann::json j = summary_json(*reader, s);
+  if (opt.json) {
+    j["generated_text"] = reader->generated_text();
+    std::cout << j.dump(2) << "\n";
+  } else {
+    print_summary(j, reader->generated_text());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_info_command(CLI::App& app) {
+  auto opt = std::make_shared<InfoOptions>();
+  CLI::App* sub = app.add_subcommand("info", "Summarise a trace; with --check validate it fully");
+  sub->add_option("TRACE", opt->trace, "trace file (.kvtrace.h5)");
+  sub->add_flag("--check", opt->check,
+                "validate every dataset against the v1 schema and list each violation by path");
+  sub->add_flag("--json", opt->json, "print JSON instead of text");
+  sub->add_flag("--schema", opt->schema, "print the trace format v1 schema as Markdown");
+  return {sub, [opt] { return run_info(*opt); }};
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,38 @@
+// kvscope: the command-line front end. Parses, dispatches to one subcommand
+// and maps failures to exit codes (0 ok, 1 runtime failure, 2 bad input).
+#include <iostream>
+#include <vector>
+
+#include "app/cli/command.h"
+#include "core/common/input_error.h"
+#include "kvscope_version.h"
+
+
+int main(int argc, char** argv) {
+  using namespace kvscope::cli;
+  CLI::App app{"KVScope: a microscope for LLM KV-cache policies", "kvscope"};
+  app.set_version_flag("--version", std::string("kvscope ") + KVSCOPE_VERSION_STRING);
+  app.require_subcommand(1);
+  std::vector<Command> commands = {
+      add_info_command(app),
+      add_synth_command(app),
+  };
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitBadInput;
+  }
+  try {
+    for (Command& command : commands)
+      if (command.sub->parsed()) return command.run();
+  } catch (const kvscope::InputError& e) {
+    std::cerr << "kvscope: error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "kvscope: error: " << e.what() << "\n";
+    return kExitFailure;
+  }
+  return kExitBadInput;
+}

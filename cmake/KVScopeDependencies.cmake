@@ -1,0 +1,59 @@
+# Every third-party dependency is found here, once, and wrapped in a target
+# whose name says what it is. scripts/setup-deps installs all of them.
+
+find_package(Threads REQUIRED)
+
+# HDF5 (C API; core/trace wraps it in RAII handles).
+find_package(HDF5 REQUIRED COMPONENTS C)
+add_library(kvscope_hdf5 INTERFACE)
+target_include_directories(kvscope_hdf5 SYSTEM INTERFACE ${HDF5_INCLUDE_DIRS})
+target_link_libraries(kvscope_hdf5 INTERFACE ${HDF5_C_LIBRARIES})
+target_compile_definitions(kvscope_hdf5 INTERFACE ${HDF5_DEFINITIONS} H5_USE_110_API)
+message(STATUS "HDF5 ${HDF5_VERSION}: ${HDF5_C_LIBRARIES}")
+
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+
+# LibTorch: Debian's libtorch-dev by default, or any other LibTorch through
+# -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)').
+find_package(Torch REQUIRED)
+add_library(kvscope_torch INTERFACE)
+target_link_libraries(kvscope_torch INTERFACE ${TORCH_LIBRARIES})
+separate_arguments(_kvscope_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+target_compile_options(kvscope_torch INTERFACE ${_kvscope_torch_flags})
+message(STATUS "LibTorch ${Torch_VERSION}: ${TORCH_INSTALL_PREFIX}")
+
+if(KVSCOPE_BUILD_GUI)
+  find_package(Qt6 6.2 REQUIRED COMPONENTS Core Gui Widgets Svg PrintSupport Concurrent)
+  if(KVSCOPE_BUILD_TESTS)
+    find_package(Qt6 6.2 REQUIRED COMPONENTS Test)
+  endif()
+endif()
+
+if(KVSCOPE_BUILD_TESTS)
+  find_package(Catch2 2.13 REQUIRED)
+  include(Catch)
+endif()
+
+# CUDA is optional: kernels/ compiles its .cu twins when nvcc is found.
+include(CheckLanguage)
+check_language(CUDA)
+if(CMAKE_CUDA_COMPILER)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    # No GPU to ask; sm_80 SASS plus compute_80 PTX runs on Ampere and newer.
+    set(CMAKE_CUDA_ARCHITECTURES 80)
+  endif()
+  enable_language(CUDA)
+  set(KVSCOPE_HAVE_CUDA ON)
+  message(STATUS "CUDA: ${CMAKE_CUDA_COMPILER} (${CMAKE_CUDA_COMPILER_VERSION}); kernels/cuda is built")
+else()
+  set(KVSCOPE_HAVE_CUDA OFF)
+  message(STATUS "CUDA: nvcc not found; kernels/cuda is skipped, CPU kernels only")
+endif()
+
+# Warnings for our own code only.
+add_library(kvscope_warnings INTERFACE)
+target_compile_options(kvscope_warnings INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)

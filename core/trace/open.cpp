@@ -1,0 +1,246 @@
+#include "core/trace/open.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+namespace kvscope::trace {
+
+namespace {
+
+void check_readable(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0)
+    throw TraceError(ErrorCode::Io, path, "", std::string("cannot open: ") + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw TraceError(ErrorCode::Io, path, "", "is a directory, not a trace");
+  std::ifstream probe(path, std::ios::binary);
+  if (!probe) throw TraceError(ErrorCode::Io, path, "", "cannot open for reading");
+  if (st.st_size == 0)
+    throw TraceError(ErrorCode::NotATrace, path, "", "empty file, not a KVScope trace");
+}
+
+}  // namespace
+
+OpenedTrace open_trace_file(const std::string& path) {
+  h5::silence_library_errors();
+  check_readable(path);
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    throw TraceError(ErrorCode::NotATrace, path, "",
+                     "not an HDF5 file (no HDF5 signature), so not a KVScope trace");
+  }
+  OpenedTrace out;
+  // SWMR read first: it opens files a writer still holds or left behind after
+  // a crash; plain read-only for files in older HDF5 formats.
+  out.file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT));
+  if (!out.file) {
+    H5Eclear2(H5E_DEFAULT);
+    out.file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  }
+  if (!out.file)
+    throw TraceError(ErrorCode::Io, path, "",
+                     "HDF5 file is damaged or truncated: " + h5::take_error_message());
+
+  hid_t f = out.file.get();
+  std::string format;
+  if (!h5::read_attr_string(f, "format", &format))
+    throw TraceError(ErrorCode::NotATrace, path, "/ attribute format",
+                     "missing; this HDF5 file is not a KVScope trace (expected format = \"" +
+                         std::string(kFormatName) + "\")");
+  if (format != kFormatName)
+    throw TraceError(ErrorCode::NotATrace, path, "/ attribute format",
+                     "is \"" + format + "\"; not a KVScope trace (expected \"" + kFormatName +
+                         "\")");
+  if (!h5::read_attr_i64(f, "version", &out.version))
+    throw TraceError(ErrorCode::Schema, path, "/ attribute version",
+                     "missing or not an integer (expected " + std::to_string(kFormatVersion) + ")");
+  if (out.version > kFormatVersion)
+    throw TraceError(ErrorCode::TooNew, path, "/ attribute version",
+                     "trace format version " + std::to_string(out.version) +
+                         " is too new: this KVScope reads versions " +
+                         std::to_string(kOldestReadableVersion) + " to " +
+                         std::to_string(kFormatVersion) + "; upgrade KVScope");
+  if (out.version < kOldestReadableVersion)
+    throw TraceError(ErrorCode::TooOld, path, "/ attribute version",
+                     "trace format version " + std::to_string(out.version) +
+                         " is too old: this KVScope reads versions " +
+                         std::to_string(kOldestReadableVersion) + " to " +
+                         std::to_string(kFormatVersion) + "; re-capture or convert it");
+  h5::read_attr_i64(f, "minor_version", &out.minor_version);
+  h5::read_attr_string(f, "writer", &out.writer);
+  return out;
+}
+
+namespace {
+
+struct RunAttrReader {
+  hid_t run;
+  std::vector<Problem>* problems;
+
+  void problem(ErrorCode code, const std::string& name, const std::string& message) {
+    problems->push_back({code, "/run attribute " + name, message});
+  }
+  void str(const char* name, std::string* out) {
+    if (!h5::read_attr_string(run, name, out)) problem(ErrorCode::Schema, name, "missing or not a string");
+  }
+  void strs(const char* name, std::vector<std::string>* out, int64_t max_count) {
+    if (!h5::read_attr_strings(run, name, out, static_cast<size_t>(max_count)))
+      problem(ErrorCode::Schema, name,
+              "missing, not strings, or more than " + std::to_string(max_count) + " of them");
+    else if (out->empty())
+      problem(ErrorCode::Schema, name, "is empty (expected at least one name)");
+  }
+  void i64(const char* name, int64_t* out) {
+    if (!h5::read_attr_i64(run, name, out)) problem(ErrorCode::Schema, name, "missing or not an integer");
+  }
+  void range(const char* name, int64_t value, int64_t lo, int64_t hi) {
+    if (value < lo || value > hi)
+      problem(value > hi ? ErrorCode::TooLarge : ErrorCode::Schema, name,
+              "is " + std::to_string(value) + " (expected " + std::to_string(lo) + ".." +
+                  std::to_string(hi) + ")");
+  }
+};
+
+void read_layout(hid_t file, const RunInfo& run, CaptureLayout* layout,
+                 std::vector<Problem>* problems) {
+  auto group_attr = [&](const char* group, const char* name, int64_t* out, int64_t lo, int64_t hi) {
+    if (!h5::link_exists(file, group)) return;
+    h5::Handle g = h5::group(H5Gopen2(file, group, H5P_DEFAULT));
+    if (!g || !h5::read_attr_i64(g.get(), name, out)) {
+      problems->push_back({ErrorCode::Schema, std::string(group) + " attribute " + name,
+                           "missing or not an integer"});
+      *out = 0;
+      return;
+    }
+    if (*out < lo || *out > hi) {
+      problems->push_back({*out > hi ? ErrorCode::TooLarge : ErrorCode::Schema,
+                           std::string(group) + " attribute " + name,
+                           "is " + std::to_string(*out) + " (expected " + std::to_string(lo) +
+                               ".." + std::to_string(hi) + ")"});
+      *out = 0;
+    }
+  };
+  layout->received = h5::link_exists(file, "/attention/received");
+  group_attr("/attention/pooled", "block", &layout->pooled_block, 1, kMaxTokens);
+  group_attr("/attention/topk", "k", &layout->topk, 1, kMaxTopK);
+  layout->oracle = h5::link_exists(file, "/oracle");
+  group_attr("/oracle", "recall_k", &layout->oracle_recall_k, 0, kMaxTokens);
+
+  if (h5::link_exists(file, "/attention/dense/heads")) {
+    h5::Handle d = h5::dataset(H5Dopen2(file, "/attention/dense/heads", H5P_DEFAULT));
+    std::vector<hsize_t> dims = d ? h5::extent(d.get()) : std::vector<hsize_t>{};
+    if (dims.size() != 2 || dims[1] != 2 || dims[0] > static_cast<hsize_t>(kMaxDenseHeads)) {
+      problems->push_back({ErrorCode::Schema, "/attention/dense/heads",
+                           "expected shape [D, 2] with D <= " + std::to_string(kMaxDenseHeads)});
+    } else {
+      std::vector<int32_t> pairs(dims[0] * 2);
+      if (!pairs.empty() &&
+          H5Dread(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, pairs.data()) < 0) {
+        problems->push_back({ErrorCode::Schema, "/attention/dense/heads", h5::take_error_message()});
+      } else {
+        for (size_t i = 0; i < dims[0]; ++i) {
+          int32_t l = pairs[2 * i], h = pairs[2 * i + 1];
+          if (l < 0 || l >= run.model.n_layers || h < 0 || h >= run.model.n_heads)
+            problems->push_back({ErrorCode::Schema, "/attention/dense/heads",
+                                 "row " + std::to_string(i) + " = (" + std::to_string(l) + ", " +
+                                     std::to_string(h) + ") is outside L x H"});
+          layout->dense_heads.emplace_back(l, h);
+        }
+      }
+    }
+  }
+
+  if (h5::link_exists(file, "/gates")) {
+    h5::Handle g = h5::group(H5Gopen2(file, "/gates", H5P_DEFAULT));
+    std::vector<std::string> names;
+    H5Literate(
+        g.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr,
+        [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+          auto* out = static_cast<std::vector<std::string>*>(data);
+          if (out->size() > static_cast<size_t>(kMaxGates)) return 1;
+          out->push_back(name);
+          return 0;
+        },
+        &names);
+    if (names.size() > static_cast<size_t>(kMaxGates))
+      problems->push_back({ErrorCode::TooLarge, "/gates",
+                           "more than " + std::to_string(kMaxGates) + " gates"});
+    for (const std::string& name : names) {
+      if (names.size() > static_cast<size_t>(kMaxGates)) break;
+      GateSpec spec;
+      spec.name = name;
+      h5::Handle gg = h5::group(H5Gopen2(g.get(), name.c_str(), H5P_DEFAULT));
+      if (!gg) {
+        H5Eclear2(H5E_DEFAULT);
+        problems->push_back({ErrorCode::Schema, "/gates/" + name, "is not a group"});
+        continue;
+      }
+      h5::read_attr_string(gg.get(), "meaning", &spec.meaning);
+      h5::read_attr_string(gg.get(), "units", &spec.units);
+      h5::read_attr_f64(gg.get(), "threshold", &spec.threshold);
+      int64_t tv = 0;
+      h5::read_attr_i64(gg.get(), "time_varying", &tv);
+      spec.time_varying = tv != 0;
+      layout->gates.push_back(spec);
+    }
+  }
+}
+
+}  // namespace
+
+void read_run_info(hid_t file, RunInfo* run, CaptureLayout* layout, std::vector<Problem>* problems) {
+  if (!h5::link_exists(file, "/run")) {
+    problems->push_back({ErrorCode::Schema, "/run", "group missing"});
+    return;
+  }
+  h5::Handle g = h5::group(H5Gopen2(file, "/run", H5P_DEFAULT));
+  size_t before = problems->size();
+  RunAttrReader r{g.get(), problems};
+  ModelInfo& m = run->model;
+  r.str("model_name", &m.name);
+  r.str("model_path", &m.path);
+  r.str("model_sha256", &m.sha256);
+  r.str("architecture", &m.architecture);
+  r.str("dtype", &m.dtype);
+  r.str("device", &m.device);
+  r.i64("n_layers", &m.n_layers);
+  r.i64("n_heads", &m.n_heads);
+  r.i64("n_kv_heads", &m.n_kv_heads);
+  r.i64("head_dim", &m.head_dim);
+  r.i64("vocab_size", &m.vocab_size);
+  r.i64("context_length", &m.context_length);
+  r.i64("max_tokens", &layout->max_tokens);
+  r.str("policy", &run->policy);
+  r.str("policy_name", &run->policy_name);
+  r.str("policy_params", &run->policy_params_json);
+  r.str("budget_kind", &run->budget_kind);
+  r.i64("budget", &run->budget);
+  int64_t seed = 0;
+  r.i64("seed", &seed);
+  run->seed = static_cast<uint64_t>(seed);
+  r.str("prompt", &run->prompt);
+  r.str("capture_levels", &run->capture_levels);
+  r.str("command_line", &run->command_line);
+  r.str("run_json", &run->run_json);
+  r.strs("tier_names", &run->tier_names, kMaxTiers);
+  r.strs("reason_names", &run->reason_names, kMaxReasons);
+  r.str("tool_version", &run->tool_version);
+  r.str("task_kind", &run->task_kind);
+  r.str("expected_answer", &run->expected_answer);
+  if (problems->size() != before) return;
+
+  r.range("n_layers", m.n_layers, 1, kMaxLayers);
+  r.range("n_heads", m.n_heads, 1, kMaxHeads);
+  r.range("n_kv_heads", m.n_kv_heads, 1, std::max<int64_t>(1, std::min(m.n_heads, kMaxHeads)));
+  if (m.n_kv_heads >= 1 && m.n_heads >= 1 && m.n_heads % m.n_kv_heads != 0)
+    r.problem(ErrorCode::Schema, "n_kv_heads",
+              "is " + std::to_string(m.n_kv_heads) + " (expected a divisor of n_heads = " +
+                  std::to_string(m.n_heads) + ")");
+  r.range("max_tokens", layout->max_tokens, 1, kMaxTokens);
+  if (problems->size() != before) return;
+  read_layout(file, *run, layout, problems);
+}
+
+}  // namespace kvscope::trace

@@ -1,0 +1,47 @@
+// Opening a trace file and reading its /run description: shared by the
+// reader (which throws the first problem) and the validator (which lists
+// them all). Internal to core/trace.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/trace/error.h"
+#include "core/trace/h5.h"
+#include "core/trace/types.h"
+
+namespace kvscope::trace {
+
+struct Problem {
+  ErrorCode code;
+  std::string field;
+  std::string message;
+};
+
+// Limits a reader enforces before trusting any size in a file.
+inline constexpr int64_t kMaxLayers = 4096;
+inline constexpr int64_t kMaxHeads = 4096;
+inline constexpr int64_t kMaxTokens = int64_t(1) << 26;
+inline constexpr int64_t kMaxTiers = 16;
+inline constexpr int64_t kMaxReasons = 65535;
+inline constexpr int64_t kMaxGates = 64;
+inline constexpr int64_t kMaxDenseHeads = 4096;
+inline constexpr int64_t kMaxTopK = 1024;
+
+struct OpenedTrace {
+  h5::Handle file;
+  int64_t version = 0;
+  int64_t minor_version = 0;
+  std::string writer;
+};
+
+// Opens read-only (SWMR read when the file allows it, so a capture in
+// progress or a crashed capture opens too) and checks format and version.
+// Throws TraceError: Io, NotATrace, TooNew, TooOld.
+OpenedTrace open_trace_file(const std::string& path);
+
+// Reads /run and the capture layout. Appends every problem found; the result
+// is only meaningful when no problem was added.
+void read_run_info(hid_t file, RunInfo* run, CaptureLayout* layout, std::vector<Problem>* problems);
+
+}  // namespace kvscope::trace

@@ -1,0 +1,541 @@
+#include "core/trace/reader.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+
+#include "core/trace/error.h"
+#include "core/trace/h5.h"
+#include "core/trace/half.h"
+#include "core/trace/open.h"
+#include "core/trace/schema.h"
+
+namespace kvscope::trace {
+
+namespace {
+
+template <typename T>
+struct ElemOf;
+template <> struct ElemOf<uint8_t> { static constexpr Elem value = Elem::U8; };
+template <> struct ElemOf<int8_t> { static constexpr Elem value = Elem::I8; };
+template <> struct ElemOf<uint16_t> { static constexpr Elem value = Elem::U16; };
+template <> struct ElemOf<int16_t> { static constexpr Elem value = Elem::I16; };
+template <> struct ElemOf<int32_t> { static constexpr Elem value = Elem::I32; };
+template <> struct ElemOf<int64_t> { static constexpr Elem value = Elem::I64; };
+template <> struct ElemOf<float> { static constexpr Elem value = Elem::F32; };
+template <> struct ElemOf<double> { static constexpr Elem value = Elem::F64; };
+
+const char* kStepColumns[] = {"/steps/kind",        "/steps/first_token", "/steps/n_tokens",
+                              "/steps/t_start_s",   "/steps/wall_s",      "/steps/entries",
+                              "/steps/kv_bytes",    "/steps/event_begin", "/steps/event_count"};
+const char* kTokenColumns[] = {"/tokens/id",         "/tokens/position",  "/tokens/role",
+                               "/tokens/step",       "/tokens/text_begin", "/tokens/text_len",
+                               "/tokens/prompt_offset"};
+const char* kEventColumns[] = {"/events/step",  "/events/layer",  "/events/kv_head",
+                               "/events/token", "/events/kind",   "/events/score",
+                               "/events/reason", "/events/from_tier", "/events/to_tier"};
+
+}  // namespace
+
+struct TraceReader::Impl {
+  std::string path;
+  OpenedTrace opened;
+  RunInfo run;
+  CaptureLayout layout;
+  std::map<std::string, h5::Handle> open_datasets;
+  std::map<std::string, Elem> expected_elem;  // from the schema
+  bool complete = false;
+  int64_t n_steps = 0, n_tokens = 0, n_events = 0;
+
+  [[noreturn]] void fail(ErrorCode code, const std::string& field, const std::string& what) const {
+    throw TraceError(code, path, field, what);
+  }
+
+  hid_t dataset(const std::string& p) {
+    auto it = open_datasets.find(p);
+    if (it != open_datasets.end()) return it->second.get();
+    if (!h5::link_exists(opened.file.get(), p)) fail(ErrorCode::Schema, p, "dataset missing");
+    h5::Handle d = h5::dataset(H5Dopen2(opened.file.get(), p.c_str(), H5P_DEFAULT));
+    if (!d) fail(ErrorCode::Schema, p, "is not a dataset: " + h5::take_error_message());
+    auto exp = expected_elem.find(p);
+    if (exp != expected_elem.end()) {
+      h5::Handle type = h5::datatype(H5Dget_type(d.get()));
+      Elem found;
+      if (!h5::classify_type(type.get(), &found) || found != exp->second)
+        fail(ErrorCode::Schema, p,
+             std::string("has the wrong element type (expected ") + h5::elem_name(exp->second) +
+                 ")");
+    }
+    hid_t id = d.get();
+    open_datasets.emplace(p, std::move(d));
+    return id;
+  }
+
+  bool has(const std::string& p) const { return h5::link_exists(opened.file.get(), p); }
+
+  std::vector<hsize_t> dims(const std::string& p) { return h5::extent(dataset(p)); }
+
+  // Reads the hyperslab [start, start + count) of dataset p into memory of
+  // type T, after checking rank, bounds and size.
+  template <typename T>
+  std::vector<T> read(const std::string& p, std::vector<hsize_t> start, std::vector<hsize_t> count,
+                      hid_t mem_type = -1) {
+    hid_t d = dataset(p);
+    std::vector<hsize_t> extent = h5::extent(d);
+    if (extent.size() != start.size())
+      fail(ErrorCode::Schema, p,
+           "has rank " + std::to_string(extent.size()) + " (expected " +
+               std::to_string(start.size()) + ")");
+    uint64_t total = 1;
+    for (size_t i = 0; i < extent.size(); ++i) {
+      if (start[i] > extent[i] || count[i] > extent[i] - start[i])
+        fail(ErrorCode::Usage, p,
+             "read of [" + std::to_string(start[i]) + ", " + std::to_string(start[i] + count[i]) +
+                 ") on axis " + std::to_string(i) + " outside extent " + std::to_string(extent[i]));
+      total *= count[i];
+      if (total * sizeof(T) > static_cast<uint64_t>(kMaxReadBytes))
+        fail(ErrorCode::TooLarge, p,
+             "a read of this size exceeds the reader's limit of " +
+                 std::to_string(kMaxReadBytes) + " bytes");
+    }
+    std::vector<T> out(static_cast<size_t>(total));
+    if (total == 0) return out;
+    h5::Handle fspace = h5::dataspace(H5Dget_space(d));
+    if (!extent.empty())
+      H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+    h5::Handle mspace = h5::dataspace(
+        extent.empty() ? H5Screate(H5S_SCALAR)
+                       : H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
+    hid_t mt = mem_type >= 0 ? mem_type : h5::memory_type(ElemOf<T>::value);
+    if (H5Dread(d, mt, mspace.get(), fspace.get(), H5P_DEFAULT, out.data()) < 0)
+      fail(ErrorCode::Schema, p, "read failed: " + h5::take_error_message());
+    return out;
+  }
+
+  template <typename T>
+  std::vector<T> read_1d(const std::string& p, int64_t begin, int64_t end) {
+    return read<T>(p, {hsize_t(begin)}, {hsize_t(end - begin)});
+  }
+
+  template <typename T>
+  T read_scalar(const std::string& p) {
+    return read<T>(p, {}, {})[0];
+  }
+
+  int64_t min_extent(const char* const* paths, size_t n) {
+    int64_t m = INT64_MAX;
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<hsize_t> e = dims(paths[i]);
+      if (e.size() != 1) fail(ErrorCode::Schema, paths[i], "expected a 1-D column");
+      m = std::min<int64_t>(m, static_cast<int64_t>(e[0]));
+    }
+    return m;
+  }
+
+  void refresh() {
+    for (auto& [p, d] : open_datasets) H5Drefresh(d.get());
+    complete = read_scalar<uint8_t>("/run/complete") == 1;
+    // /steps/kind is written last in every flush: it counts committed steps.
+    int64_t s = min_extent(kStepColumns, std::size(kStepColumns));
+    int64_t t = min_extent(kTokenColumns, std::size(kTokenColumns));
+    int64_t e = min_extent(kEventColumns, std::size(kEventColumns));
+    int64_t t_committed = 0, e_committed = 0;
+    if (s > 0) {
+      int32_t first = read_1d<int32_t>("/steps/first_token", s - 1, s)[0];
+      int32_t count = read_1d<int32_t>("/steps/n_tokens", s - 1, s)[0];
+      int64_t eb = read_1d<int64_t>("/steps/event_begin", s - 1, s)[0];
+      int64_t ec = read_1d<int64_t>("/steps/event_count", s - 1, s)[0];
+      t_committed = int64_t(first) + count;
+      e_committed = eb + ec;
+    }
+    if (t_committed > t || e_committed > e || t_committed < 0 || e_committed < 0)
+      fail(ErrorCode::Schema, "/steps",
+           "the last step refers to tokens or events beyond the end of /tokens or /events");
+    n_steps = s;
+    n_tokens = t_committed;
+    n_events = e_committed;
+  }
+
+  void check_range(const char* what, int64_t begin, int64_t end, int64_t limit) const {
+    if (begin < 0 || end < begin || end > limit)
+      fail(ErrorCode::Usage, what,
+           "range [" + std::to_string(begin) + ", " + std::to_string(end) + ") outside [0, " +
+               std::to_string(limit) + ")");
+  }
+
+  void check_head(int layer, int kv_head) const {
+    if (layer < 0 || layer >= run.model.n_layers || kv_head < 0 || kv_head >= run.model.n_kv_heads)
+      fail(ErrorCode::Usage, "head",
+           "(" + std::to_string(layer) + ", " + std::to_string(kv_head) + ") outside L x K");
+  }
+};
+
+std::unique_ptr<TraceReader> TraceReader::open(const std::string& path) {
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  impl->opened = open_trace_file(path);
+  std::vector<Problem> problems;
+  read_run_info(impl->opened.file.get(), &impl->run, &impl->layout, &problems);
+  if (!problems.empty())
+    throw TraceError(problems[0].code, path, problems[0].field, problems[0].message);
+  for (const DatasetSpec& spec :
+       datasets_for(impl->layout, static_cast<int64_t>(impl->run.tier_names.size())))
+    impl->expected_elem[spec.path] = spec.elem;
+  impl->refresh();
+  return std::unique_ptr<TraceReader>(new TraceReader(std::move(impl)));
+}
+
+TraceReader::TraceReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TraceReader::~TraceReader() = default;
+
+const std::string& TraceReader::path() const { return impl_->path; }
+int64_t TraceReader::format_version() const { return impl_->opened.version; }
+int64_t TraceReader::format_minor_version() const { return impl_->opened.minor_version; }
+std::string TraceReader::writer() const { return impl_->opened.writer; }
+const RunInfo& TraceReader::run() const { return impl_->run; }
+const CaptureLayout& TraceReader::layout() const { return impl_->layout; }
+void TraceReader::refresh() { impl_->refresh(); }
+bool TraceReader::complete() const { return impl_->complete; }
+int64_t TraceReader::n_steps() const { return impl_->n_steps; }
+int64_t TraceReader::n_tokens() const { return impl_->n_tokens; }
+int64_t TraceReader::n_events() const { return impl_->n_events; }
+
+std::string TraceReader::finish_reason() const {
+  static const char* names[] = {"unknown", "length", "eos", "stop", "error", "interrupted"};
+  uint8_t v = impl_->read_scalar<uint8_t>("/generation/finish_reason");
+  return v < 6 ? names[v] : "unknown";
+}
+
+int8_t TraceReader::task_success() const { return impl_->read_scalar<int8_t>("/generation/success"); }
+
+std::vector<StepRecord> TraceReader::steps(int64_t begin, int64_t end) const {
+  Impl& m = *impl_;
+  m.check_range("/steps", begin, end, m.n_steps);
+  auto kind = m.read_1d<uint8_t>("/steps/kind", begin, end);
+  auto first = m.read_1d<int32_t>("/steps/first_token", begin, end);
+  auto n = m.read_1d<int32_t>("/steps/n_tokens", begin, end);
+  auto t0 = m.read_1d<double>("/steps/t_start_s", begin, end);
+  auto wall = m.read_1d<double>("/steps/wall_s", begin, end);
+  auto entries = m.read_1d<int64_t>("/steps/entries", begin, end);
+  auto bytes = m.read_1d<int64_t>("/steps/kv_bytes", begin, end);
+  auto eb = m.read_1d<int64_t>("/steps/event_begin", begin, end);
+  auto ec = m.read_1d<int64_t>("/steps/event_count", begin, end);
+  std::vector<StepRecord> out(static_cast<size_t>(end - begin));
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].kind = kind[i] == 0 ? StepKind::Prefill : StepKind::Decode;
+    out[i].first_token = first[i];
+    out[i].n_tokens = n[i];
+    out[i].t_start_s = t0[i];
+    out[i].wall_s = wall[i];
+    out[i].entries = entries[i];
+    out[i].kv_bytes = bytes[i];
+    out[i].event_begin = eb[i];
+    out[i].event_count = ec[i];
+  }
+  return out;
+}
+
+std::vector<TokenRecord> TraceReader::tokens(int64_t begin, int64_t end) const {
+  Impl& m = *impl_;
+  m.check_range("/tokens", begin, end, m.n_tokens);
+  std::vector<TokenRecord> out(static_cast<size_t>(end - begin));
+  if (out.empty()) return out;
+  auto id = m.read_1d<int32_t>("/tokens/id", begin, end);
+  auto pos = m.read_1d<int32_t>("/tokens/position", begin, end);
+  auto role = m.read_1d<uint8_t>("/tokens/role", begin, end);
+  auto step = m.read_1d<int32_t>("/tokens/step", begin, end);
+  auto tb = m.read_1d<int64_t>("/tokens/text_begin", begin, end);
+  auto tl = m.read_1d<int32_t>("/tokens/text_len", begin, end);
+  auto po = m.read_1d<int64_t>("/tokens/prompt_offset", begin, end);
+  // One read for all the text of the range.
+  int64_t lo = INT64_MAX, hi = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (tb[i] < 0 || tl[i] < 0)
+      m.fail(ErrorCode::Schema, "/tokens/text_begin", "negative offset or length");
+    lo = std::min(lo, tb[i]);
+    hi = std::max(hi, tb[i] + tl[i]);
+  }
+  int64_t nbytes = static_cast<int64_t>(m.dims("/tokens/text_bytes")[0]);
+  if (hi > nbytes)
+    m.fail(ErrorCode::Schema, "/tokens/text_begin",
+           "points past the end of /tokens/text_bytes (" + std::to_string(nbytes) + " bytes)");
+  std::vector<uint8_t> text = hi > lo ? m.read_1d<uint8_t>("/tokens/text_bytes", lo, hi)
+                                      : std::vector<uint8_t>{};
+  for (size_t i = 0; i < out.size(); ++i) {
+    TokenRecord& t = out[i];
+    t.id = id[i];
+    t.position = pos[i];
+    t.role = role[i] < kTokenRoleCount ? static_cast<TokenRole>(role[i]) : TokenRole::Prompt;
+    t.step = step[i];
+    t.prompt_offset = po[i];
+    t.text.assign(reinterpret_cast<const char*>(text.data()) + (tb[i] - lo), size_t(tl[i]));
+  }
+  return out;
+}
+
+std::vector<Event> TraceReader::events(int64_t begin, int64_t end) const {
+  Impl& m = *impl_;
+  m.check_range("/events", begin, end, m.n_events);
+  std::vector<Event> out(static_cast<size_t>(end - begin));
+  if (out.empty()) return out;
+  auto step = m.read_1d<int32_t>("/events/step", begin, end);
+  auto layer = m.read_1d<int16_t>("/events/layer", begin, end);
+  auto head = m.read_1d<int16_t>("/events/kv_head", begin, end);
+  auto token = m.read_1d<int32_t>("/events/token", begin, end);
+  auto kind = m.read_1d<uint8_t>("/events/kind", begin, end);
+  auto score = m.read_1d<float>("/events/score", begin, end);
+  auto reason = m.read_1d<uint16_t>("/events/reason", begin, end);
+  auto from = m.read_1d<uint8_t>("/events/from_tier", begin, end);
+  auto to = m.read_1d<uint8_t>("/events/to_tier", begin, end);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (kind[i] >= kEventKindCount)
+      m.fail(ErrorCode::Schema, "/events/kind",
+             "row " + std::to_string(begin + int64_t(i)) + " has unknown kind " +
+                 std::to_string(kind[i]));
+    out[i] = Event{step[i], layer[i], head[i], token[i], static_cast<EventKind>(kind[i]),
+                   score[i], reason[i], from[i], to[i]};
+  }
+  return out;
+}
+
+std::vector<Event> TraceReader::step_events(int64_t step) const {
+  StepRecord s = steps(step, step + 1)[0];
+  return events(s.event_begin, s.event_begin + s.event_count);
+}
+
+std::vector<uint8_t> TraceReader::event_kinds(int64_t begin, int64_t end) const {
+  impl_->check_range("/events/kind", begin, end, impl_->n_events);
+  return impl_->read_1d<uint8_t>("/events/kind", begin, end);
+}
+
+std::vector<uint8_t> TraceReader::token_roles(int64_t begin, int64_t end) const {
+  impl_->check_range("/tokens/role", begin, end, impl_->n_tokens);
+  return impl_->read_1d<uint8_t>("/tokens/role", begin, end);
+}
+
+HeadLifetimes TraceReader::lifetimes(int layer, int kv_head, int64_t token_begin,
+                                     int64_t token_end) const {
+  Impl& m = *impl_;
+  m.check_head(layer, kv_head);
+  if (token_end < 0) token_end = m.n_tokens;
+  m.check_range("/lifetimes", token_begin, token_end, m.n_tokens);
+  HeadLifetimes out;
+  out.token_begin = token_begin;
+  std::vector<hsize_t> start{hsize_t(layer), hsize_t(kv_head), hsize_t(token_begin)};
+  std::vector<hsize_t> count{1, 1, hsize_t(token_end - token_begin)};
+  out.admit_step = m.read<int32_t>("/lifetimes/admit_step", start, count);
+  out.evict_step = m.read<int32_t>("/lifetimes/evict_step", start, count);
+  return out;
+}
+
+std::vector<TierInterval> TraceReader::intervals(int layer, int kv_head) const {
+  Impl& m = *impl_;
+  m.check_head(layer, kv_head);
+  if (n_tiers() <= 1) return {};
+  int64_t rows = static_cast<int64_t>(m.dims("/lifetimes/intervals/layer")[0]);
+  int64_t slot = int64_t(layer) * n_kv_heads() + kv_head;
+  int64_t begin = 0, end = rows;
+  if (m.complete) {  // sorted with an index: read only this head's rows
+    auto idx = m.read_1d<int64_t>("/lifetimes/interval_index", slot, slot + 2);
+    if (idx[0] < 0 || idx[1] < idx[0] || idx[1] > rows)
+      m.fail(ErrorCode::Schema, "/lifetimes/interval_index", "entries outside the interval table");
+    begin = idx[0];
+    end = idx[1];
+  }
+  std::vector<TierInterval> out;
+  const int64_t block = 1 << 16;
+  for (int64_t b = begin; b < end; b += block) {
+    int64_t e = std::min(end, b + block);
+    auto l = m.read_1d<int16_t>("/lifetimes/intervals/layer", b, e);
+    auto h = m.read_1d<int16_t>("/lifetimes/intervals/kv_head", b, e);
+    auto t = m.read_1d<int32_t>("/lifetimes/intervals/token", b, e);
+    auto tier = m.read_1d<uint8_t>("/lifetimes/intervals/tier", b, e);
+    auto s0 = m.read_1d<int32_t>("/lifetimes/intervals/begin_step", b, e);
+    auto s1 = m.read_1d<int32_t>("/lifetimes/intervals/end_step", b, e);
+    for (size_t i = 0; i < l.size(); ++i)
+      if (l[i] == layer && h[i] == kv_head) out.push_back({l[i], h[i], t[i], tier[i], s0[i], s1[i]});
+  }
+  return out;
+}
+
+std::vector<int32_t> TraceReader::occupancy(int64_t step) const {
+  Impl& m = *impl_;
+  m.check_range("/occupancy/entries", step, step + 1, m.n_steps);
+  hsize_t L = hsize_t(n_layers()), K = hsize_t(n_kv_heads()), R = hsize_t(n_tiers());
+  return m.read<int32_t>("/occupancy/entries", {hsize_t(step), 0, 0, 0}, {1, L, K, R});
+}
+
+std::vector<int32_t> TraceReader::occupancy_series(int layer, int kv_head, int64_t begin,
+                                                   int64_t end) const {
+  Impl& m = *impl_;
+  m.check_head(layer, kv_head);
+  m.check_range("/occupancy/entries", begin, end, m.n_steps);
+  hsize_t R = hsize_t(n_tiers());
+  return m.read<int32_t>("/occupancy/entries", {hsize_t(begin), hsize_t(layer), hsize_t(kv_head), 0},
+                         {hsize_t(end - begin), 1, 1, R});
+}
+
+std::vector<int64_t> TraceReader::tier_bytes(int64_t begin, int64_t end) const {
+  Impl& m = *impl_;
+  m.check_range("/occupancy/tier_bytes", begin, end, m.n_steps);
+  return m.read<int64_t>("/occupancy/tier_bytes", {hsize_t(begin), 0},
+                         {hsize_t(end - begin), hsize_t(n_tiers())});
+}
+
+ReceivedRow TraceReader::received(int64_t step, int layer, int kv_head) const {
+  Impl& m = *impl_;
+  if (!m.layout.received) m.fail(ErrorCode::Usage, "/attention/received", "not captured");
+  m.check_head(layer, kv_head);
+  m.check_range("/attention/received", step, step + 1, m.n_steps);
+  std::vector<hsize_t> at{hsize_t(step), hsize_t(layer), hsize_t(kv_head)};
+  int64_t offset = m.read<int64_t>("/attention/received/offset", at, {1, 1, 1})[0];
+  int32_t count = m.read<int32_t>("/attention/received/count", at, {1, 1, 1})[0];
+  ReceivedRow row;
+  row.layer = static_cast<int16_t>(layer);
+  row.kv_head = static_cast<int16_t>(kv_head);
+  if (count <= 0) return row;
+  if (offset < 0) m.fail(ErrorCode::Schema, "/attention/received/offset", "negative offset");
+  row.tokens = m.read_1d<int32_t>("/attention/received/token", offset, offset + count);
+  row.mass = m.read_1d<float>("/attention/received/mass", offset, offset + count);
+  return row;
+}
+
+int64_t TraceReader::pooled_query_blocks() const {
+  if (impl_->layout.pooled_block <= 0) return 0;
+  return static_cast<int64_t>(impl_->dims("/attention/pooled/max")[2]);
+}
+
+int64_t TraceReader::pooled_key_blocks() const {
+  if (impl_->layout.pooled_block <= 0) return 0;
+  return static_cast<int64_t>(impl_->dims("/attention/pooled/max")[3]);
+}
+
+PooledTile TraceReader::pooled(int layer, int head, int64_t qb_begin, int64_t qb_end,
+                               int64_t kb_begin, int64_t kb_end) const {
+  Impl& m = *impl_;
+  if (m.layout.pooled_block <= 0) m.fail(ErrorCode::Usage, "/attention/pooled", "not captured");
+  if (layer < 0 || layer >= n_layers() || head < 0 || head >= n_heads())
+    m.fail(ErrorCode::Usage, "/attention/pooled", "(layer, head) outside L x H");
+  std::vector<hsize_t> start{hsize_t(layer), hsize_t(head), hsize_t(qb_begin), hsize_t(kb_begin)};
+  std::vector<hsize_t> count{1, 1, hsize_t(qb_end - qb_begin), hsize_t(kb_end - kb_begin)};
+  if (qb_end < qb_begin || kb_end < kb_begin)
+    m.fail(ErrorCode::Usage, "/attention/pooled", "empty or inverted range");
+  PooledTile tile{qb_begin, qb_end, kb_begin, kb_end, {}, {}};
+  for (int which = 0; which < 2; ++which) {
+    std::vector<uint16_t> raw =
+        m.read<uint16_t>(which == 0 ? "/attention/pooled/max" : "/attention/pooled/mean", start,
+                         count, h5::memory_type(Elem::F16));
+    std::vector<float>& out = which == 0 ? tile.max : tile.mean;
+    out.resize(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) out[i] = half_to_float(raw[i]);
+  }
+  return tile;
+}
+
+std::vector<float> TraceReader::dense_rows(int head_index, int64_t token_begin,
+                                           int64_t token_end) const {
+  Impl& m = *impl_;
+  if (head_index < 0 || head_index >= static_cast<int>(m.layout.dense_heads.size()))
+    m.fail(ErrorCode::Usage, "/attention/dense/weight", "no such dense head");
+  std::vector<hsize_t> e = m.dims("/attention/dense/weight");
+  m.check_range("/attention/dense/weight", token_begin, token_end, static_cast<int64_t>(e[1]));
+  return m.read<float>("/attention/dense/weight", {hsize_t(head_index), hsize_t(token_begin), 0},
+                       {1, hsize_t(token_end - token_begin), e[2]});
+}
+
+TopkRow TraceReader::topk(int64_t token) const {
+  Impl& m = *impl_;
+  if (m.layout.topk <= 0) m.fail(ErrorCode::Usage, "/attention/topk", "not captured");
+  std::vector<hsize_t> e = m.dims("/attention/topk/index");
+  m.check_range("/attention/topk/index", token, token + 1, static_cast<int64_t>(e[0]));
+  hsize_t L = hsize_t(n_layers()), H = hsize_t(n_heads()), k = hsize_t(m.layout.topk);
+  TopkRow row;
+  row.token = static_cast<int32_t>(token);
+  row.index = m.read<int32_t>("/attention/topk/index", {hsize_t(token), 0, 0, 0}, {1, L, H, k});
+  row.weight = m.read<float>("/attention/topk/weight", {hsize_t(token), 0, 0, 0}, {1, L, H, k});
+  return row;
+}
+
+int TraceReader::gate_index(const std::string& name) const {
+  const auto& gates = impl_->layout.gates;
+  for (size_t i = 0; i < gates.size(); ++i)
+    if (gates[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+std::vector<float> TraceReader::gate_values(int gate, int layer, int kv_head, int64_t token_begin,
+                                            int64_t token_end) const {
+  Impl& m = *impl_;
+  if (gate < 0 || gate >= static_cast<int>(m.layout.gates.size()))
+    m.fail(ErrorCode::Usage, "/gates", "no such gate");
+  m.check_head(layer, kv_head);
+  if (token_end < 0) token_end = m.n_tokens;
+  m.check_range("/gates", token_begin, token_end, m.n_tokens);
+  return m.read<float>("/gates/" + m.layout.gates[size_t(gate)].name + "/value",
+                       {hsize_t(layer), hsize_t(kv_head), hsize_t(token_begin)},
+                       {1, 1, hsize_t(token_end - token_begin)});
+}
+
+int64_t TraceReader::gate_sample_count(int gate) const {
+  Impl& m = *impl_;
+  if (gate < 0 || gate >= static_cast<int>(m.layout.gates.size()) ||
+      !m.layout.gates[size_t(gate)].time_varying)
+    return 0;
+  return static_cast<int64_t>(
+      m.dims("/gates/" + m.layout.gates[size_t(gate)].name + "/samples/step")[0]);
+}
+
+std::vector<GateValue> TraceReader::gate_samples(int gate, int64_t begin, int64_t end,
+                                                 std::vector<int32_t>* steps_out) const {
+  Impl& m = *impl_;
+  m.check_range("/gates samples", begin, end, gate_sample_count(gate));
+  std::string base = "/gates/" + m.layout.gates[size_t(gate)].name + "/samples/";
+  auto step = m.read_1d<int32_t>(base + "step", begin, end);
+  auto layer = m.read_1d<int16_t>(base + "layer", begin, end);
+  auto head = m.read_1d<int16_t>(base + "kv_head", begin, end);
+  auto token = m.read_1d<int32_t>(base + "token", begin, end);
+  auto value = m.read_1d<float>(base + "value", begin, end);
+  std::vector<GateValue> out(step.size());
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = GateValue{gate, layer[i], head[i], token[i], value[i], true};
+  if (steps_out) *steps_out = step;
+  return out;
+}
+
+std::vector<float> TraceReader::oracle_kl(int64_t begin, int64_t end) const {
+  Impl& m = *impl_;
+  if (!m.layout.oracle) m.fail(ErrorCode::Usage, "/oracle", "not captured");
+  m.check_range("/oracle/kl", begin, end, m.n_steps);
+  return m.read_1d<float>("/oracle/kl", begin, end);
+}
+
+std::vector<float> TraceReader::oracle_lost_mass(int64_t step) const {
+  Impl& m = *impl_;
+  if (!m.layout.oracle) m.fail(ErrorCode::Usage, "/oracle", "not captured");
+  m.check_range("/oracle/lost_mass", step, step + 1, m.n_steps);
+  return m.read<float>("/oracle/lost_mass", {hsize_t(step), 0, 0},
+                       {1, hsize_t(n_layers()), hsize_t(n_heads())});
+}
+
+std::vector<float> TraceReader::oracle_recall(int64_t step) const {
+  Impl& m = *impl_;
+  if (!m.layout.oracle) m.fail(ErrorCode::Usage, "/oracle", "not captured");
+  m.check_range("/oracle/recall", step, step + 1, m.n_steps);
+  return m.read<float>("/oracle/recall", {hsize_t(step), 0, 0},
+                       {1, hsize_t(n_layers()), hsize_t(n_kv_heads())});
+}
+
+std::string TraceReader::generated_text() const {
+  Impl& m = *impl_;
+  int64_t n = static_cast<int64_t>(m.dims("/generation/text_bytes")[0]);
+  std::vector<uint8_t> bytes = m.read_1d<uint8_t>("/generation/text_bytes", 0, n);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+int64_t TraceReader::file_bytes() const {
+  struct stat st {};
+  return stat(impl_->path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+}
+
+}  // namespace kvscope::trace

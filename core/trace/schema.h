@@ -1,0 +1,95 @@
+// The trace format v1 as data: every dataset's path, element type, axes,
+// chunking, units and meaning. The writer creates datasets from this table,
+// the validator checks files against it and `kvscope info --schema` prints
+// it, so docs/trace-format.md, the writer and the checker cannot drift apart.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/trace/types.h"
+
+namespace kvscope::trace {
+
+enum class Elem : uint8_t { U8, I8, U16, I16, I32, I64, F16, F32, F64 };
+
+// Symbolic axis lengths. Growth axes follow the capture; fixed axes come from
+// /run attributes and the capture layout.
+enum class Axis : uint8_t {
+  Steps,          // S: forward steps (rows of /steps)
+  Events,         // E: decisions (rows of /events)
+  Tokens,         // T: tokens fed to the model (rows of /tokens)
+  TextBytes,      // bytes of all token pieces
+  Intervals,      // tier intervals (rows of /lifetimes/intervals)
+  ReceivedRows,   // N: (token, mass) pairs of /attention/received
+  QueryBlocks,    // ceil(T / pooled_block)
+  GateSamples,    // rows of /gates/<name>/samples
+  GenBytes,       // bytes of generated text
+  Layers,         // L
+  Heads,          // H: query heads
+  KvHeads,        // K: key/value heads
+  Tiers,          // R: memory tiers (/run tier_names)
+  HeadSlots1,     // L * K + 1
+  KeyBlocks,      // ceil(max_tokens / pooled_block)
+  DenseHeads,     // D: heads with dense rows
+  Two,            // 2
+  KeyTokens,      // max_tokens
+  TopK,           // k of /attention/topk
+};
+inline constexpr int kAxisCount = 19;
+const char* axis_symbol(Axis axis);
+bool axis_grows(Axis axis);
+
+enum class Feature : uint8_t { Always, Tiered, Received, Pooled, Dense, TopK, Oracle, Gate };
+const char* feature_name(Feature feature);
+
+struct DatasetSpec {
+  std::string path;  // may contain "{gate}", replaced per gate
+  Elem elem;
+  std::vector<Axis> dims;  // empty: scalar dataset
+  int append_axis;         // axis that grows during capture; -1: fixed shape
+  std::vector<int64_t> chunk;  // per axis: >0 fixed, 0 full extent, -1 fill to ~256 KiB
+  std::string units;
+  std::string meaning;
+  Feature feature;
+  double fill = 0;  // fill value of unwritten elements
+};
+
+// The whole catalogue with "{gate}" placeholders.
+const std::vector<DatasetSpec>& dataset_catalogue();
+
+// The datasets a trace with this layout holds (gates expanded, optional
+// groups filtered).
+std::vector<DatasetSpec> datasets_for(const CaptureLayout& layout, int64_t n_tiers);
+
+// Groups and their meaning (for attributes and documentation).
+struct GroupSpec {
+  std::string path;
+  std::string meaning;
+};
+const std::vector<GroupSpec>& group_catalogue();
+
+// Root and /run attributes a reader requires.
+struct AttributeSpec {
+  std::string object;  // "/" or "/run"
+  std::string name;
+  std::string type;    // "string", "int64", "float64", "string[]"
+  std::string meaning;
+};
+const std::vector<AttributeSpec>& attribute_catalogue();
+
+// Sizes of the axes of one trace.
+struct AxisSizes {
+  int64_t size[kAxisCount] = {};
+  int64_t& operator[](Axis a) { return size[static_cast<int>(a)]; }
+  int64_t operator[](Axis a) const { return size[static_cast<int>(a)]; }
+};
+
+// Fixed axes from the run and layout; growth axes zero.
+AxisSizes fixed_axis_sizes(const ModelInfo& model, const CaptureLayout& layout, int64_t n_tiers);
+
+// The schema as Markdown tables (for docs/trace-format.md and `info --schema`).
+std::string schema_markdown();
+
+}  // namespace kvscope::trace

@@ -1,0 +1,551 @@
+#include "core/trace/validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include "core/trace/h5.h"
+#include "core/trace/half.h"
+#include "core/trace/open.h"
+#include "core/trace/schema.h"
+
+namespace kvscope::trace {
+
+namespace {
+
+constexpr hsize_t kScanBlockBytes = 8u << 20;  // values are checked 8 MiB at a time
+
+std::string range_text(int64_t lo, int64_t hi) {
+  return "[" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
+}
+
+class Validator {
+ public:
+  explicit Validator(std::string path) : path_(std::move(path)) {}
+
+  ValidationReport run() {
+    try {
+      opened_ = open_trace_file(path_);
+    } catch (const TraceError& e) {
+      report_.violations.push_back({e.field().empty() ? "/" : e.field(), strip_prefix(e)});
+      return report_;
+    }
+    report_.opened = true;
+    file_ = opened_.file.get();
+    std::vector<Problem> problems;
+    read_run_info(file_, &run_, &layout_, &problems);
+    for (const Problem& p : problems) add(p.field, p.message);
+    if (!problems.empty()) return report_;
+    check_root_attributes();
+    R_ = static_cast<int64_t>(run_.tier_names.size());
+    specs_ = datasets_for(layout_, R_);
+    check_complete_flag();
+    measure_growth_axes();
+    for (const DatasetSpec& spec : specs_) check_dataset(spec);
+    if (report_.violations.empty()) check_values();
+    return report_;
+  }
+
+ private:
+  std::string path_;
+  OpenedTrace opened_;
+  hid_t file_ = -1;
+  RunInfo run_;
+  CaptureLayout layout_;
+  int64_t R_ = 1;
+  std::vector<DatasetSpec> specs_;
+  AxisSizes sizes_;  // the sizes every dataset must have (complete) or reach (incomplete)
+  std::map<std::string, AxisSizes> gate_sizes_;
+  bool complete_ = false;
+  ValidationReport report_;
+  std::map<std::string, h5::Handle> handles_;
+
+  std::string strip_prefix(const TraceError& e) const {
+    std::string m = e.what();
+    std::string prefix = e.file() + (e.field().empty() ? "" : ": " + e.field()) + ": ";
+    return m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m;
+  }
+
+  void add(const std::string& field, const std::string& message) {
+    report_.violations.push_back({field, message});
+  }
+
+  hid_t open(const std::string& p) {
+    auto it = handles_.find(p);
+    if (it != handles_.end()) return it->second.get();
+    if (!h5::link_exists(file_, p)) return -1;
+    h5::Handle d = h5::dataset(H5Dopen2(file_, p.c_str(), H5P_DEFAULT));
+    if (!d) {
+      H5Eclear2(H5E_DEFAULT);
+      return -1;
+    }
+    hid_t id = d.get();
+    handles_.emplace(p, std::move(d));
+    return id;
+  }
+
+  int64_t extent0(const std::string& p) {
+    hid_t d = open(p);
+    if (d < 0) return 0;
+    std::vector<hsize_t> e = h5::extent(d);
+    return e.empty() ? 0 : static_cast<int64_t>(e[0]);
+  }
+
+  template <typename T>
+  std::vector<T> read_rows(const std::string& p, hsize_t begin, hsize_t end, hid_t mem = -1) {
+    hid_t d = open(p);
+    std::vector<hsize_t> e = h5::extent(d);
+    std::vector<hsize_t> start(e.size(), 0), count = e;
+    start[0] = begin;
+    count[0] = end - begin;
+    size_t n = 1;
+    for (hsize_t c : count) n *= static_cast<size_t>(c);
+    std::vector<T> out(n);
+    if (n == 0) return out;
+    h5::Handle fs = h5::dataspace(H5Dget_space(d));
+    H5Sselect_hyperslab(fs.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+    h5::Handle ms = h5::dataspace(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
+    hid_t mt = mem;
+    if (mt < 0) {
+      if (std::is_same<T, float>::value) mt = H5T_NATIVE_FLOAT;
+      else if (std::is_same<T, double>::value) mt = H5T_NATIVE_DOUBLE;
+      else mt = H5T_NATIVE_INT64;
+    }
+    if (H5Dread(d, mt, ms.get(), fs.get(), H5P_DEFAULT, out.data()) < 0) {
+      add(p, "read failed: " + h5::take_error_message());
+      return {};
+    }
+    return out;
+  }
+
+  template <typename T>
+  T read_scalar(const std::string& p) {
+    hid_t d = open(p);
+    T v{};
+    hid_t mt = std::is_same<T, int64_t>::value ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE;
+    if (d < 0 || H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v) < 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return T{-1};
+    }
+    return v;
+  }
+
+  // Calls fn(first_row, rows) over axis 0 of p in blocks of about 8 MiB.
+  template <typename T>
+  void scan(const std::string& p, int64_t rows,
+            const std::function<void(int64_t, const std::vector<T>&)>& fn, hid_t mem = -1) {
+    hid_t d = open(p);
+    if (d < 0 || rows <= 0) return;
+    std::vector<hsize_t> e = h5::extent(d);
+    hsize_t row_elems = 1;
+    for (size_t i = 1; i < e.size(); ++i) row_elems *= e[i];
+    hsize_t block = std::max<hsize_t>(1, kScanBlockBytes / (sizeof(T) * std::max<hsize_t>(1, row_elems)));
+    for (hsize_t b = 0; b < static_cast<hsize_t>(rows); b += block) {
+      hsize_t end = std::min<hsize_t>(static_cast<hsize_t>(rows), b + block);
+      std::vector<T> values = read_rows<T>(p, b, end, mem);
+      if (values.empty() && end > b) return;
+      fn(static_cast<int64_t>(b), values);
+    }
+  }
+
+  void check_root_attributes() {
+    hid_t root = file_;
+    std::string s;
+    int64_t v;
+    if (!h5::read_attr_i64(root, "minor_version", &v)) add("/ attribute minor_version", "missing or not an integer");
+    if (!h5::read_attr_string(root, "writer", &s)) add("/ attribute writer", "missing or not a string");
+    if (!h5::read_attr_string(root, "created_utc", &s)) add("/ attribute created_utc", "missing or not a string");
+  }
+
+  void check_complete_flag() {
+    hid_t d = open("/run/complete");
+    if (d < 0) return;  // reported with the datasets
+    int64_t v = read_scalar<int64_t>("/run/complete");
+    if (v != 0 && v != 1) add("/run/complete", "is " + std::to_string(v) + " (expected 0 or 1)");
+    complete_ = v == 1;
+    report_.complete = complete_;
+  }
+
+  // Growth axes: owner datasets define the lengths every other dataset on the
+  // same axis must have. In an incomplete trace only committed rows (those of
+  // steps on disk) must be present.
+  void measure_growth_axes() {
+    sizes_ = fixed_axis_sizes(run_.model, layout_, R_);
+    int64_t S = extent0("/steps/kind");
+    int64_t T = extent0("/tokens/id");
+    int64_t E = extent0("/events/step");
+    if (!complete_ && S > 0 && open("/steps/first_token") >= 0 && open("/steps/n_tokens") >= 0 &&
+        open("/steps/event_begin") >= 0 && open("/steps/event_count") >= 0 &&
+        extent0("/steps/first_token") >= S && extent0("/steps/event_count") >= S) {
+      T = read_rows<int64_t>("/steps/first_token", S - 1, S)[0] +
+          read_rows<int64_t>("/steps/n_tokens", S - 1, S)[0];
+      E = read_rows<int64_t>("/steps/event_begin", S - 1, S)[0] +
+          read_rows<int64_t>("/steps/event_count", S - 1, S)[0];
+    }
+    sizes_[Axis::Steps] = S;
+    sizes_[Axis::Tokens] = T;
+    sizes_[Axis::Events] = E;
+    sizes_[Axis::TextBytes] = extent0("/tokens/text_bytes");
+    sizes_[Axis::Intervals] = extent0("/lifetimes/intervals/layer");
+    sizes_[Axis::ReceivedRows] = extent0("/attention/received/token");
+    sizes_[Axis::GenBytes] = extent0("/generation/text_bytes");
+    int64_t b = layout_.pooled_block;
+    sizes_[Axis::QueryBlocks] = b > 0 ? (T + b - 1) / b : 0;
+    for (const GateSpec& g : layout_.gates) {
+      AxisSizes s = sizes_;
+      s[Axis::GateSamples] = extent0("/gates/" + g.name + "/samples/step");
+      gate_sizes_[g.name] = s;
+    }
+    report_.n_steps = S;
+    report_.n_tokens = T;
+    report_.n_events = E;
+  }
+
+  const AxisSizes& sizes_for(const std::string& p) {
+    if (p.rfind("/gates/", 0) == 0) {
+      std::string name = p.substr(7, p.find('/', 7) - 7);
+      auto it = gate_sizes_.find(name);
+      if (it != gate_sizes_.end()) return it->second;
+    }
+    return sizes_;
+  }
+
+  void check_dataset(const DatasetSpec& spec) {
+    const std::string& p = spec.path;
+    if (!h5::link_exists(file_, p)) {
+      add(p, "dataset missing");
+      return;
+    }
+    H5O_info_t info;
+    if (H5Oget_info_by_name(file_, p.c_str(), &info, H5P_DEFAULT) < 0 ||
+        info.type != H5O_TYPE_DATASET) {
+      H5Eclear2(H5E_DEFAULT);
+      add(p, "is not a dataset");
+      return;
+    }
+    hid_t d = open(p);
+    if (d < 0) {
+      add(p, "cannot be opened");
+      return;
+    }
+    h5::Handle type = h5::datatype(H5Dget_type(d));
+    Elem found;
+    if (!h5::classify_type(type.get(), &found) || found != spec.elem) {
+      add(p, std::string("element type is ") +
+                 (h5::classify_type(type.get(), &found) ? h5::elem_name(found) : "not a number") +
+                 " (expected " + h5::elem_name(spec.elem) + ")");
+      return;
+    }
+    h5::Handle space = h5::dataspace(H5Dget_space(d));
+    int rank = H5Sget_simple_extent_ndims(space.get());
+    if (rank != static_cast<int>(spec.dims.size())) {
+      add(p, "has rank " + std::to_string(rank) + " (expected " + std::to_string(spec.dims.size()) +
+                 ", axes " + axes_text(spec) + ")");
+      return;
+    }
+    std::vector<hsize_t> dims(static_cast<size_t>(rank)), maxdims(static_cast<size_t>(rank));
+    if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), maxdims.data());
+    const AxisSizes& sizes = sizes_for(p);
+    for (int i = 0; i < rank; ++i) {
+      Axis a = spec.dims[static_cast<size_t>(i)];
+      int64_t want = sizes[a];
+      int64_t have = static_cast<int64_t>(dims[static_cast<size_t>(i)]);
+      bool grows = axis_grows(a);
+      bool ok = (grows && !complete_) ? have >= want : have == want;
+      if (!ok) {
+        add(p, "axis " + std::to_string(i) + " (" + axis_symbol(a) + ") has length " +
+                   std::to_string(have) + " (expected " + (grows && !complete_ ? "at least " : "") +
+                   std::to_string(want) + ")");
+      }
+      if (grows && maxdims[static_cast<size_t>(i)] != H5S_UNLIMITED)
+        add(p, "axis " + std::to_string(i) + " (" + axis_symbol(a) +
+                   ") is not extendible (expected unlimited max dimension)");
+    }
+    if (rank > 0) {
+      h5::Handle dcpl = h5::plist(H5Dget_create_plist(d));
+      if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) add(p, "is not chunked (expected chunked layout)");
+    }
+    std::string s;
+    if (!h5::read_attr_string(d, "units", &s)) add(p + " attribute units", "missing or not a string");
+    if (!h5::read_attr_string(d, "meaning", &s)) add(p + " attribute meaning", "missing or not a string");
+  }
+
+  static std::string axes_text(const DatasetSpec& spec) {
+    std::string out = "[";
+    for (size_t i = 0; i < spec.dims.size(); ++i)
+      out += std::string(i ? ", " : "") + axis_symbol(spec.dims[i]);
+    return out + "]";
+  }
+
+  // ---- values ---------------------------------------------------------------
+
+  // Checks lo <= v < hi (or v == allowed) for every row of a 1-D integer column.
+  void check_int_column(const std::string& p, int64_t rows, int64_t lo, int64_t hi,
+                        int64_t also_allowed = INT64_MIN) {
+    int64_t bad = 0, first_row = -1, first_value = 0;
+    scan<int64_t>(p, rows, [&](int64_t off, const std::vector<int64_t>& v) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        if ((v[i] >= lo && v[i] < hi) || v[i] == also_allowed) continue;
+        if (bad++ == 0) {
+          first_row = off + static_cast<int64_t>(i);
+          first_value = v[i];
+        }
+      }
+    });
+    if (bad > 0) {
+      std::string allowed = range_text(lo, hi);
+      if (also_allowed != INT64_MIN) allowed += " or " + std::to_string(also_allowed);
+      add(p, std::to_string(bad) + " value(s) outside " + allowed + "; first at row " +
+                 std::to_string(first_row) + " = " + std::to_string(first_value));
+    }
+  }
+
+  void check_float_column(const std::string& p, int64_t rows, double lo, double hi, bool allow_nan,
+                          hid_t mem = -1) {
+    int64_t bad = 0, first_row = -1;
+    double first_value = 0;
+    auto check = [&](int64_t off, const std::vector<float>& v) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        float x = v[i];
+        if (std::isnan(x) ? allow_nan : (x >= lo && x <= hi)) continue;
+        if (bad++ == 0) {
+          first_row = off;
+          first_value = x;
+        }
+      }
+    };
+    scan<float>(p, rows, check, mem);
+    if (bad > 0)
+      add(p, std::to_string(bad) + " value(s) outside [" + fmt(lo) + ", " + fmt(hi) + "]" +
+                 (allow_nan ? " (NaN allowed)" : "") + "; first in the block from row " +
+                 std::to_string(first_row) + " = " + fmt(first_value));
+  }
+
+  static std::string fmt(double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+  }
+
+  void check_values() {
+    const int64_t S = sizes_[Axis::Steps], T = sizes_[Axis::Tokens], E = sizes_[Axis::Events];
+    const int64_t L = run_.model.n_layers, K = run_.model.n_kv_heads;
+    check_steps(S, T, E);
+    check_int_column("/tokens/role", T, 0, kTokenRoleCount);
+    check_int_column("/tokens/step", T, 0, std::max<int64_t>(S, 1));
+    check_int_column("/tokens/position", T, 0, kMaxTokens);
+    check_int_column("/tokens/text_len", T, 0, INT32_MAX);
+    check_text_ranges(T);
+    check_int_column("/events/step", E, 0, S);
+    check_int_column("/events/layer", E, 0, L);
+    check_int_column("/events/kv_head", E, 0, K);
+    check_int_column("/events/token", E, 0, T);
+    check_int_column("/events/kind", E, 0, kEventKindCount);
+    check_int_column("/events/reason", E, 0, static_cast<int64_t>(run_.reason_names.size()));
+    check_int_column("/events/from_tier", E, 0, R_, kNoTier);
+    check_int_column("/events/to_tier", E, 0, R_, kNoTier);
+    check_lifetimes(S);
+    check_occupancy(S);
+    if (R_ > 1) check_intervals(S, T, L, K);
+    if (layout_.received) check_received(S, T);
+    if (layout_.pooled_block > 0) check_pooled();
+    if (layout_.topk > 0) check_int_column("/attention/topk/index", T, -1, T);
+    if (layout_.oracle) {
+      check_float_column("/oracle/lost_mass", S, 0.0, 1.0001, true);
+      check_float_column("/oracle/recall", S, 0.0, 1.0, true);
+      check_float_column("/oracle/kl", S, -1e-4, 1e9, true);
+    }
+    int64_t reason = read_scalar<int64_t>("/generation/finish_reason");
+    if (reason < 0 || reason > 5) add("/generation/finish_reason", "is " + std::to_string(reason) + " (expected 0..5)");
+    int64_t success = read_scalar<int64_t>("/generation/success");
+    if (success < -1 || success > 1) add("/generation/success", "is " + std::to_string(success) + " (expected -1, 0 or 1)");
+  }
+
+  void check_steps(int64_t S, int64_t T, int64_t E) {
+    check_int_column("/steps/kind", S, 0, 2);
+    int64_t expect_token = 0, expect_event = 0;
+    bool reported_tokens = false, reported_events = false;
+    for (int64_t b = 0; b < S; b += 65536) {
+      int64_t e = std::min(S, b + 65536);
+      auto first = read_rows<int64_t>("/steps/first_token", b, e);
+      auto n = read_rows<int64_t>("/steps/n_tokens", b, e);
+      auto eb = read_rows<int64_t>("/steps/event_begin", b, e);
+      auto ec = read_rows<int64_t>("/steps/event_count", b, e);
+      if (first.size() != size_t(e - b) || eb.size() != size_t(e - b)) return;
+      for (int64_t i = 0; i < e - b; ++i) {
+        if (!reported_tokens && (n[i] < 0 || (n[i] > 0 && first[i] != expect_token))) {
+          add("/steps/first_token", "step " + std::to_string(b + i) + " starts at token " +
+                                        std::to_string(first[i]) + " (expected " +
+                                        std::to_string(expect_token) + ", steps feed tokens in order)");
+          reported_tokens = true;
+        }
+        if (!reported_events && (ec[i] < 0 || eb[i] != expect_event)) {
+          add("/steps/event_begin", "step " + std::to_string(b + i) + " begins at event " +
+                                        std::to_string(eb[i]) + " (expected " +
+                                        std::to_string(expect_event) + ")");
+          reported_events = true;
+        }
+        expect_token = first[i] + n[i];
+        expect_event = eb[i] + ec[i];
+      }
+    }
+    if (!reported_tokens && expect_token != T)
+      add("/steps/n_tokens", "steps feed " + std::to_string(expect_token) + " tokens but /tokens holds " +
+                                 std::to_string(T) + " (expected equal)");
+    if (!reported_events && expect_event != E)
+      add("/steps/event_count", "steps account for " + std::to_string(expect_event) +
+                                    " events but /events holds " + std::to_string(E) + " (expected equal)");
+  }
+
+  void check_text_ranges(int64_t T) {
+    int64_t bytes = sizes_[Axis::TextBytes];
+    int64_t bad = 0, first = -1;
+    for (int64_t b = 0; b < T; b += 65536) {
+      int64_t e = std::min(T, b + 65536);
+      auto begin = read_rows<int64_t>("/tokens/text_begin", b, e);
+      auto len = read_rows<int64_t>("/tokens/text_len", b, e);
+      if (begin.size() != size_t(e - b)) return;
+      for (int64_t i = 0; i < e - b; ++i)
+        if (begin[i] < 0 || len[i] < 0 || begin[i] + len[i] > bytes)
+          if (bad++ == 0) first = b + i;
+    }
+    if (bad > 0)
+      add("/tokens/text_begin", std::to_string(bad) + " token piece(s) outside /tokens/text_bytes (" +
+                                    std::to_string(bytes) + " bytes); first at token " +
+                                    std::to_string(first));
+  }
+
+  void check_lifetimes(int64_t S) {
+    const int64_t L = run_.model.n_layers, K = run_.model.n_kv_heads;
+    int64_t T = static_cast<int64_t>(h5::extent(open("/lifetimes/admit_step"))[2]);
+    int64_t bad_range = 0, bad_order = 0;
+    std::string first_bad;
+    for (int64_t l = 0; l < L; ++l) {
+      hid_t da = open("/lifetimes/admit_step"), de = open("/lifetimes/evict_step");
+      std::vector<int32_t> a(static_cast<size_t>(K * T)), e(static_cast<size_t>(K * T));
+      if (T == 0) return;
+      hsize_t start[3] = {hsize_t(l), 0, 0}, count[3] = {1, hsize_t(K), hsize_t(T)};
+      for (int which = 0; which < 2; ++which) {
+        hid_t d = which ? de : da;
+        h5::Handle fs = h5::dataspace(H5Dget_space(d));
+        H5Sselect_hyperslab(fs.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+        h5::Handle ms = h5::dataspace(H5Screate_simple(3, count, nullptr));
+        if (H5Dread(d, H5T_NATIVE_INT32, ms.get(), fs.get(), H5P_DEFAULT, which ? e.data() : a.data()) < 0) {
+          add("/lifetimes", "read failed: " + h5::take_error_message());
+          return;
+        }
+      }
+      for (size_t i = 0; i < a.size(); ++i) {
+        bool range_ok = a[i] >= -1 && a[i] < S && e[i] >= -1 && e[i] < S;
+        bool order_ok = e[i] < 0 || (a[i] >= 0 && e[i] >= a[i]);
+        if (!range_ok && bad_range++ == 0)
+          first_bad = "layer " + std::to_string(l) + ", kv head " + std::to_string(int64_t(i) / T) +
+                      ", token " + std::to_string(int64_t(i) % T);
+        if (range_ok && !order_ok) ++bad_order;
+      }
+    }
+    if (bad_range > 0)
+      add("/lifetimes/admit_step", std::to_string(bad_range) + " step value(s) outside [-1, " +
+                                       std::to_string(S) + "); first at " + first_bad);
+    if (bad_order > 0)
+      add("/lifetimes/evict_step", std::to_string(bad_order) +
+                                       " token(s) evicted before they were admitted (expected "
+                                       "evict_step >= admit_step >= 0)");
+  }
+
+  void check_occupancy(int64_t S) {
+    const int64_t per_step = run_.model.n_layers * run_.model.n_kv_heads * R_;
+    int64_t negative = 0, mismatch = 0, first_mismatch = -1;
+    for (int64_t b = 0; b < S; b += 4096) {
+      int64_t e = std::min(S, b + 4096);
+      auto occ = read_rows<int64_t>("/occupancy/entries", b, e);
+      auto entries = read_rows<int64_t>("/steps/entries", b, e);
+      if (occ.size() != size_t((e - b) * per_step) || entries.size() != size_t(e - b)) return;
+      for (int64_t s = 0; s < e - b; ++s) {
+        int64_t sum = 0;
+        for (int64_t i = 0; i < per_step; ++i) {
+          int64_t v = occ[size_t(s * per_step + i)];
+          if (v < 0) ++negative;
+          sum += v;
+        }
+        if (sum != entries[size_t(s)] && mismatch++ == 0) first_mismatch = b + s;
+      }
+    }
+    if (negative > 0) add("/occupancy/entries", std::to_string(negative) + " negative count(s) (expected >= 0)");
+    if (mismatch > 0)
+      add("/steps/entries", std::to_string(mismatch) +
+                                " step(s) whose entries differ from the sum of /occupancy/entries; first "
+                                "at step " + std::to_string(first_mismatch));
+  }
+
+  void check_intervals(int64_t S, int64_t T, int64_t L, int64_t K) {
+    int64_t I = sizes_[Axis::Intervals];
+    check_int_column("/lifetimes/intervals/layer", I, 0, L);
+    check_int_column("/lifetimes/intervals/kv_head", I, 0, K);
+    check_int_column("/lifetimes/intervals/token", I, 0, T);
+    check_int_column("/lifetimes/intervals/tier", I, 0, R_);
+    check_int_column("/lifetimes/intervals/begin_step", I, 0, S);
+    check_int_column("/lifetimes/intervals/end_step", I, 0, S + 1, -1);
+    if (complete_) {
+      auto index = read_rows<int64_t>("/lifetimes/interval_index", 0, L * K + 1);
+      bool ok = !index.empty() && index.front() == 0 && index.back() == I;
+      for (size_t i = 1; ok && i < index.size(); ++i) ok = index[i] >= index[i - 1];
+      if (!ok)
+        add("/lifetimes/interval_index",
+            "is not a non-decreasing index from 0 to the interval count " + std::to_string(I));
+    }
+  }
+
+  void check_received(int64_t S, int64_t T) {
+    int64_t N = sizes_[Axis::ReceivedRows];
+    int64_t bad = 0, first = -1;
+    for (int64_t b = 0; b < S; b += 4096) {
+      int64_t e = std::min(S, b + 4096);
+      auto off = read_rows<int64_t>("/attention/received/offset", b, e);
+      auto cnt = read_rows<int64_t>("/attention/received/count", b, e);
+      if (off.size() != cnt.size()) return;
+      for (size_t i = 0; i < off.size(); ++i)
+        if (cnt[i] < 0 || (cnt[i] > 0 && (off[i] < 0 || off[i] + cnt[i] > N)))
+          if (bad++ == 0) first = b + int64_t(i) / (run_.model.n_layers * run_.model.n_kv_heads);
+    }
+    if (bad > 0)
+      add("/attention/received/offset", std::to_string(bad) + " (offset, count) pair(s) outside the " +
+                                            std::to_string(N) + " rows of token/mass; first at step " +
+                                            std::to_string(first));
+    check_int_column("/attention/received/token", N, 0, T);
+    check_float_column("/attention/received/mass", N, 0.0, 1.0001, false);
+  }
+
+  void check_pooled() {
+    for (const char* p : {"/attention/pooled/max", "/attention/pooled/mean"}) {
+      hid_t d = open(p);
+      std::vector<hsize_t> e = h5::extent(d);
+      // Scan per (layer, head) plane to keep reads chunk-aligned and bounded.
+      int64_t bad = 0;
+      for (hsize_t l = 0; l < e[0]; ++l) {
+        hsize_t start[4] = {l, 0, 0, 0}, count[4] = {1, e[1], e[2], e[3]};
+        std::vector<uint16_t> raw(static_cast<size_t>(e[1] * e[2] * e[3]));
+        if (raw.empty()) continue;
+        h5::Handle fs = h5::dataspace(H5Dget_space(d));
+        H5Sselect_hyperslab(fs.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+        h5::Handle ms = h5::dataspace(H5Screate_simple(4, count, nullptr));
+        if (H5Dread(d, h5::memory_type(Elem::F16), ms.get(), fs.get(), H5P_DEFAULT, raw.data()) < 0) {
+          add(p, "read failed: " + h5::take_error_message());
+          return;
+        }
+        for (uint16_t h : raw) {
+          float v = half_to_float(h);
+          if (!(v >= 0.0f && v <= 1.001f)) ++bad;
+        }
+      }
+      if (bad > 0) add(p, std::to_string(bad) + " value(s) outside [0, 1] (attention weights)");
+    }
+  }
+};
+
+}  // namespace
+
+ValidationReport validate_trace(const std::string& path) { return Validator(path).run(); }
+
+}  // namespace kvscope::trace
