@@ -1,10 +1,12 @@
-// Subcommands of the `kvscope` command line. Each file under app/cli adds one
-// subcommand to the CLI11 parser and returns the function that runs it.
+// Subcommands of the `kvscope` command line. Each file under app/cli defines
+// one subcommand and registers it with KVSCOPE_REGISTER_COMMAND; main() parses,
+// runs the chosen one and maps failures to exit codes.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace kvscope::cli {
 
@@ -20,7 +22,18 @@ struct Command {
   Runner run;               // runs it once parsing succeeded
 };
 
-Command add_info_command(CLI::App& app);
-Command add_synth_command(CLI::App& app);
+using CommandFactory = Command (*)(CLI::App&);
+
+// Registered factories, in registration order (sorted by name in --help).
+std::vector<std::pair<std::string, CommandFactory>>& command_registry();
+
+struct CommandRegistrar {
+  CommandRegistrar(const char* name, CommandFactory factory) {
+    command_registry().emplace_back(name, factory);
+  }
+};
+
+#define KVSCOPE_REGISTER_COMMAND(name, factory) \
+  static const ::kvscope::cli::CommandRegistrar kvscope_command_registrar_##factory(name, factory)
 
 }  // namespace kvscope::cli

@@ -181,6 +181,7 @@ int run_info(const InfoOptions& opt) {
 
 }  // namespace
 
+namespace {
 Command add_info_command(CLI::App& app) {
   auto opt = std::make_shared<InfoOptions>();
   CLI::App* sub = app.add_subcommand("info", "Summarise a trace; with --check validate it fully");
@@ -191,5 +192,8 @@ Command add_info_command(CLI::App& app) {
   sub->add_flag("--schema", opt->schema, "print the trace format v1 schema as Markdown");
   return {sub, [opt] { return run_info(*opt); }};
 }
+}  // namespace
+
+KVSCOPE_REGISTER_COMMAND("info", add_info_command);
 
 }  // namespace kvscope::cli

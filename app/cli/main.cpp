@@ -1,5 +1,6 @@
 // kvscope: the command-line front end. Parses, dispatches to one subcommand
 // and maps failures to exit codes (0 ok, 1 runtime failure, 2 bad input).
+#include <algorithm>
 #include <iostream>
 #include <vector>
 
@@ -7,16 +8,22 @@
 #include "core/common/input_error.h"
 #include "kvscope_version.h"
 
+namespace kvscope::cli {
+std::vector<std::pair<std::string, CommandFactory>>& command_registry() {
+  static std::vector<std::pair<std::string, CommandFactory>> registry;
+  return registry;
+}
+}  // namespace kvscope::cli
 
 int main(int argc, char** argv) {
   using namespace kvscope::cli;
   CLI::App app{"KVScope: a microscope for LLM KV-cache policies", "kvscope"};
   app.set_version_flag("--version", std::string("kvscope ") + KVSCOPE_VERSION_STRING);
   app.require_subcommand(1);
-  std::vector<Command> commands = {
-      add_info_command(app),
-      add_synth_command(app),
-  };
+  auto registry = command_registry();
+  std::sort(registry.begin(), registry.end());
+  std::vector<Command> commands;
+  for (auto& [name, factory] : registry) commands.push_back(factory(app));
 
   try {
     app.parse(argc, argv);

@@ -27,6 +27,7 @@ int run_synth(const SynthOptions& opt) {
 
 }  // namespace
 
+namespace {
 Command add_synth_command(CLI::App& app) {
   auto opt = std::make_shared<SynthOptions>();
   trace::SyntheticSpec& s = opt->spec;
@@ -57,5 +58,8 @@ Command add_synth_command(CLI::App& app) {
             return run_synth(*opt);
           }};
 }
+}  // namespace
+
+KVSCOPE_REGISTER_COMMAND("synth", add_synth_command);
 
 }  // namespace kvscope::cli

@@ -1,0 +1,17 @@
+# Shared by the scripts in scripts/: logging and paths. Source, don't run.
+KVSCOPE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+KVSCOPE_BUILD_DIR="${KVSCOPE_BUILD_DIR:-$KVSCOPE_ROOT/build}"
+KVSCOPE_MODELS_DIR="${KVSCOPE_MODELS_DIR:-$KVSCOPE_ROOT/models}"
+KVSCOPE_SHARED_DIR="${KVSCOPE_SHARED_DIR:-$(cd "$KVSCOPE_ROOT/.." && pwd)/shared}"
+export KVSCOPE_SHARED_DIR
+
+log() { printf '\033[1m[kvscope]\033[0m %s\n' "$*" >&2; }
+die() { printf '\033[1;31m[kvscope] error:\033[0m %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# ccache settings that make precompiled headers cacheable.
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
+export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
