@@ -254,6 +254,7 @@ bool read_attr_strings(hid_t obj, const char* name, std::vector<std::string>* ou
   out->clear();
   if (H5Tis_variable_str(type.get()) > 0) {
     Handle mem = vlen_string_type();
+    H5Tset_cset(mem.get(), H5Tget_cset(type.get()));  // HDF5 does not convert between charsets
     std::vector<char*> data(static_cast<size_t>(n), nullptr);
     if (n > 0 && H5Aread(attr.get(), mem.get(), data.data()) < 0) return false;
     for (char* s : data) out->push_back(s ? s : "");
@@ -264,6 +265,7 @@ bool read_attr_strings(hid_t obj, const char* name, std::vector<std::string>* ou
   if (len > (1u << 24)) return false;
   Handle mem = datatype(H5Tcopy(H5T_C_S1));
   H5Tset_size(mem.get(), len);
+  H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
   std::vector<char> buf(static_cast<size_t>(n) * len);
   if (n > 0 && H5Aread(attr.get(), mem.get(), buf.data()) < 0) return false;
   for (int64_t i = 0; i < n; ++i) {

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -167,6 +168,23 @@ void read_layout(hid_t file, const RunInfo& run, CaptureLayout* layout,
     if (names.size() > static_cast<size_t>(kMaxGates))
       problems->push_back({ErrorCode::TooLarge, "/gates",
                            "more than " + std::to_string(kMaxGates) + " gates"});
+    // Gate indices follow the writer's order (attribute "order"), not name order.
+    std::vector<std::string> order;
+    if (names.size() <= static_cast<size_t>(kMaxGates)) {
+      if (!h5::read_attr_strings(g.get(), "order", &order, static_cast<size_t>(kMaxGates))) {
+        problems->push_back({ErrorCode::Schema, "/gates attribute order",
+                             "missing or not a list of gate names"});
+      } else {
+        std::vector<std::string> a = order, b = names;
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        if (a != b)
+          problems->push_back({ErrorCode::Schema, "/gates attribute order",
+                               "does not list exactly the groups under /gates"});
+        else
+          names = order;
+      }
+    }
     for (const std::string& name : names) {
       if (names.size() > static_cast<size_t>(kMaxGates)) break;
       GateSpec spec;

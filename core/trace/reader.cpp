@@ -62,10 +62,11 @@ struct TraceReader::Impl {
     if (exp != expected_elem.end()) {
       h5::Handle type = h5::datatype(H5Dget_type(d.get()));
       Elem found;
-      if (!h5::classify_type(type.get(), &found) || found != exp->second)
+      bool known = h5::classify_type(type.get(), &found);
+      if (!known || found != exp->second)
         fail(ErrorCode::Schema, p,
-             std::string("has the wrong element type (expected ") + h5::elem_name(exp->second) +
-                 ")");
+             std::string("element type is ") + (known ? h5::elem_name(found) : "not a number") +
+                 " (expected " + h5::elem_name(exp->second) + ")");
     }
     hid_t id = d.get();
     open_datasets.emplace(p, std::move(d));

@@ -322,6 +322,13 @@ const std::vector<AttributeSpec>& attribute_catalogue() {
       {"/run", "tool_version", "string", "KVScope version"},
       {"/run", "task_kind", "string", "task of the run (e.g. needle), or empty"},
       {"/run", "expected_answer", "string", "answer a successful generation contains"},
+      {"/gates", "order", "string[]", "gate names in index order (GateValue::gate)"},
+      {"/gates/<name>", "meaning, units", "string", "what the score is and its units"},
+      {"/gates/<name>", "threshold", "float64", "decision threshold, NaN when none"},
+      {"/gates/<name>", "time_varying", "int64", "1 when samples/ holds per-step values"},
+      {"/attention/pooled", "block, key_blocks", "int64", "tokens per block; KB"},
+      {"/attention/topk", "k", "int64", "entries per query and head"},
+      {"/oracle", "recall_k", "int64", "k of the oracle top-k recall"},
   };
   return attrs;
 }

@@ -335,6 +335,13 @@ struct TraceWriter::Impl {
       H5Dwrite(datasets.at("/attention/dense/heads").get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL,
                H5P_DEFAULT, pairs.data());
     }
+    {
+      // Gate indices (GateValue::gate) follow this order, not HDF5's name order.
+      std::vector<std::string> names;
+      for (const GateSpec& gate : layout.gates) names.push_back(gate.name);
+      h5::Handle g = h5::group(H5Gopen2(file.get(), "/gates", H5P_DEFAULT));
+      h5::write_attr_strings(g.get(), "order", names);
+    }
     for (const GateSpec& gate : layout.gates) {
       h5::Handle g = h5::group(H5Gopen2(file.get(), ("/gates/" + gate.name).c_str(), H5P_DEFAULT));
       h5::write_attr_string(g.get(), "meaning", gate.meaning);

@@ -1,0 +1,35 @@
+#include "tests/core/trace_test_util.h"
+
+#include <filesystem>
+
+namespace kvscope::test {
+
+trace::SyntheticSpec small_spec(int64_t tiers, int64_t prefill_chunk) {
+  trace::SyntheticSpec spec;
+  spec.layers = 3;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.prompt_tokens = 40;
+  spec.decode_steps = 24;
+  spec.prefill_chunk = prefill_chunk;
+  spec.sinks = 2;
+  spec.window = 8;
+  spec.tiers = tiers;
+  spec.pooled_block = 8;
+  spec.topk = 3;
+  spec.seed = 42;
+  return spec;
+}
+
+std::string write_small_trace(const std::string& dir, const std::string& name, int64_t tiers,
+                              int64_t prefill_chunk) {
+  std::string path = dir + "/" + name;
+  trace::write_synthetic_trace(path, small_spec(tiers, prefill_chunk));
+  return path;
+}
+
+void copy_file(const std::string& from, const std::string& to) {
+  std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing);
+}
+
+}  // namespace kvscope::test
