@@ -2,6 +2,8 @@
 
 namespace kvscope::views {
 
-const char* qt_version() { return qVersion(); }
+const char* qt_version() {
+  return qVersion();
+}
 
 }  // namespace kvscope::views

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <climits>
 
 #include <algorithm>
 #include <cerrno>
@@ -103,9 +104,12 @@ bool dir_writable(const std::string& file) {
 
 const char* head_metric_name(HeadMetric metric) {
   switch (metric) {
-    case HeadMetric::SinkMass: return "sink mass";
-    case HeadMetric::LocalMass: return "local mass";
-    case HeadMetric::Entropy: return "entropy";
+    case HeadMetric::SinkMass:
+      return "sink mass";
+    case HeadMetric::LocalMass:
+      return "local mass";
+    case HeadMetric::Entropy:
+      return "entropy";
   }
   return "?";
 }
@@ -277,12 +281,12 @@ std::unique_ptr<AttentionLod> AttentionLod::build(const trace::TraceReader& read
         }
         std::vector<float> m;
         AttentionGrid grid =
-            h.n_levels > 0 ? build_level1(reader, layer, head, h, &m)
-                           : AttentionGrid{};
+            h.n_levels > 0 ? build_level1(reader, layer, head, h, &m) : AttentionGrid{};
         if (h.n_levels == 0) {
           AttentionGrid all = read_level0(reader, layer, head, 0, h.rows0, 0, h.cols0);
           MetricSums sums;
-          for (int64_t q = 0; q < h.rows0; ++q) sums.add_row(all.mean.data() + q * h.cols0, q, h.cols0);
+          for (int64_t q = 0; q < h.rows0; ++q)
+            sums.add_row(all.mean.data() + q * h.cols0, q, h.cols0);
           m = sums.values();
         }
         std::copy(m.begin(), m.end(), metrics.begin() + (layer * h.heads + head) * kMetricCount);
@@ -292,8 +296,8 @@ std::unique_ptr<AttentionLod> AttentionLod::build(const trace::TraceReader& read
           for (int stat = 0; stat < 2; ++stat) {
             store_half(stat == 0 ? grid.max : grid.mean, &half);
             int64_t index = (int64_t(stat) * h.layers + layer) * h.heads + head;
-            pwrite_all(fd, half.data(), half.size() * 2, h.level_offset[level - 1] + index * cells * 2,
-                       tmp);
+            pwrite_all(fd, half.data(), half.size() * 2,
+                       h.level_offset[level - 1] + index * cells * 2, tmp);
           }
         }
         if (progress) progress(layer * h.heads + head + 1, total);
@@ -325,11 +329,21 @@ std::unique_ptr<AttentionLod> AttentionLod::open_or_build(const trace::TraceRead
   return build(reader, cache_path, progress, cancel);
 }
 
-const std::string& AttentionLod::path() const { return impl_->path; }
-int64_t AttentionLod::layers() const { return impl_->header.layers; }
-int64_t AttentionLod::heads() const { return impl_->header.heads; }
-int64_t AttentionLod::pooled_block() const { return impl_->header.pooled_block; }
-int AttentionLod::n_levels() const { return static_cast<int>(impl_->header.n_levels); }
+const std::string& AttentionLod::path() const {
+  return impl_->path;
+}
+int64_t AttentionLod::layers() const {
+  return impl_->header.layers;
+}
+int64_t AttentionLod::heads() const {
+  return impl_->header.heads;
+}
+int64_t AttentionLod::pooled_block() const {
+  return impl_->header.pooled_block;
+}
+int AttentionLod::n_levels() const {
+  return static_cast<int>(impl_->header.n_levels);
+}
 int64_t AttentionLod::level_rows(int level) const {
   return level == 0 ? impl_->header.rows0 : impl_->header.level_rows[level - 1];
 }
@@ -360,7 +374,8 @@ AttentionGrid AttentionLod::window(int layer, int head, int level, int64_t row_b
     out.resize(size_t(g.rows() * g.cols()));
     float* dst = out.data();
     for (int64_t r = g.row_begin; r < g.row_end; ++r)
-      for (int64_t c = g.col_begin; c < g.col_end; ++c) *dst++ = trace::half_to_float(src[r * cols + c]);
+      for (int64_t c = g.col_begin; c < g.col_end; ++c)
+        *dst++ = trace::half_to_float(src[r * cols + c]);
   }
   return g;
 }
@@ -431,8 +446,8 @@ AttentionGrid downsample(const AttentionGrid& in) {
 }
 
 int level_for_pixels(int64_t rows, int64_t cols, double pixels_w, double pixels_h) {
-  double ratio = std::max(double(rows) / std::max(1.0, pixels_h),
-                          double(cols) / std::max(1.0, pixels_w));
+  double ratio =
+      std::max(double(rows) / std::max(1.0, pixels_h), double(cols) / std::max(1.0, pixels_w));
   int level = 0;
   while (ratio > 1.0 && level < kMaxLevels) {
     ratio /= 2;

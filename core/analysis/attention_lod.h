@@ -44,7 +44,7 @@ const char* head_metric_name(HeadMetric metric);
 struct AttentionGrid {
   int level = 0;
   int64_t row_begin = 0, row_end = 0, col_begin = 0, col_end = 0;  // in cells of this level
-  int64_t cell_tokens = 0;  // tokens per cell edge: pooled_block << level
+  int64_t cell_tokens = 0;       // tokens per cell edge: pooled_block << level
   std::vector<float> max, mean;  // (row_end - row_begin) x (col_end - col_begin)
   int64_t rows() const { return row_end - row_begin; }
   int64_t cols() const { return col_end - col_begin; }

@@ -45,10 +45,10 @@ std::vector<uint16_t> layer_head_counts(const AllLifetimes& all, int64_t step);
 struct HeadTimeline {
   int layer = 0, kv_head = 0;
   int64_t n_steps = 0, n_tiers = 1;
-  trace::HeadLifetimes lifetimes;      // tokens [0, n_tokens)
-  std::vector<int32_t> fed_step;       // step that fed token t
+  trace::HeadLifetimes lifetimes;              // tokens [0, n_tokens)
+  std::vector<int32_t> fed_step;               // step that fed token t
   std::vector<trace::TierInterval> intervals;  // sorted by token (tiered traces)
-  std::vector<int64_t> interval_begin;  // per token: first interval row; size n_tokens + 1
+  std::vector<int64_t> interval_begin;         // per token: first interval row; size n_tokens + 1
 
   static HeadTimeline read(const trace::TraceReader& reader, int layer, int kv_head);
   int64_t n_tokens() const { return static_cast<int64_t>(fed_step.size()); }

@@ -35,7 +35,10 @@ struct LastAttended {
   int64_t layers = 0, kv_heads = 0, tokens = 0;
   std::vector<int32_t> position;
 
-  static LastAttended read(const trace::TraceReader& reader, double mass_share = 0.9);
+  // All heads, or only (layer, kv_head) when given (received rows are read
+  // per step and head, so one head is much cheaper).
+  static LastAttended read(const trace::TraceReader& reader, double mass_share = 0.9,
+                           int layer = -1, int kv_head = -1);
   const int32_t* head(int64_t layer, int64_t kv_head) const {
     return position.empty() ? nullptr : position.data() + (layer * kv_heads + kv_head) * tokens;
   }

@@ -1,0 +1,69 @@
+#include "core/analysis/trace_diff.h"
+
+#include <algorithm>
+
+#include "core/common/input_error.h"
+
+namespace kvscope::analysis {
+
+void check_comparable(const trace::TraceReader& a, const trace::TraceReader& b) {
+  auto shape = [](const trace::TraceReader& r) {
+    return std::to_string(r.n_layers()) + " layers x " + std::to_string(r.n_kv_heads()) +
+           " kv heads";
+  };
+  if (a.n_layers() != b.n_layers() || a.n_kv_heads() != b.n_kv_heads())
+    throw InputError(b.path(), "/run model",
+                     "has " + shape(b) + "; the compared trace " + a.path() + " has " + shape(a) +
+                         " (expected the same model)");
+  std::vector<trace::TokenRecord> ta = a.tokens(0, a.n_tokens()), tb = b.tokens(0, b.n_tokens());
+  for (size_t i = 0; i < std::min(ta.size(), tb.size()); ++i) {
+    bool prompt_a = ta[i].role != trace::TokenRole::Generated;
+    bool prompt_b = tb[i].role != trace::TokenRole::Generated;
+    if (!prompt_a || !prompt_b) break;
+    if (ta[i].id != tb[i].id)
+      throw InputError(b.path(), "/tokens/id",
+                       "token " + std::to_string(i) + " is " + std::to_string(tb[i].id) + " but " +
+                           std::to_string(ta[i].id) + " in " + a.path() +
+                           " (expected two traces of the same prompt)");
+  }
+}
+
+int64_t aligned_step(const std::vector<int32_t>& to_fed_step, const trace::TraceReader& from,
+                     int64_t step) {
+  if (from.n_steps() == 0 || to_fed_step.empty()) return 0;
+  step = std::clamp<int64_t>(step, 0, from.n_steps() - 1);
+  trace::StepRecord s = from.steps(step, step + 1)[0];
+  int64_t last =
+      std::min<int64_t>(int64_t(s.first_token) + s.n_tokens - 1, int64_t(to_fed_step.size()) - 1);
+  return last < 0 ? 0 : to_fed_step[size_t(last)];
+}
+
+std::vector<HeadDiffCounts> diff_heads(const AllLifetimes& a, const AllLifetimes& b, int64_t step_a,
+                                       int64_t step_b) {
+  std::vector<HeadDiffCounts> out(size_t(a.layers * a.kv_heads));
+  int64_t t0 = std::max(a.token_begin, b.token_begin), t1 = std::min(a.token_end, b.token_end);
+  for (int64_t l = 0; l < a.layers; ++l)
+    for (int64_t k = 0; k < a.kv_heads; ++k) {
+      HeadDiffCounts& c = out[size_t(l * a.kv_heads + k)];
+      for (int64_t t = t0; t < t1; ++t) {
+        bool ha = a.held(l, k, t, step_a), hb = b.held(l, k, t, step_b);
+        c.only_a += ha && !hb;
+        c.only_b += hb && !ha;
+        c.both += ha && hb;
+      }
+    }
+  return out;
+}
+
+std::vector<uint8_t> diff_tokens(const AllLifetimes& a, const AllLifetimes& b, int64_t layer,
+                                 int64_t kv_head, int64_t step_a, int64_t step_b) {
+  int64_t t0 = std::max(a.token_begin, b.token_begin), t1 = std::min(a.token_end, b.token_end);
+  std::vector<uint8_t> out(size_t(std::max<int64_t>(0, t1)), kHeldByNeither);
+  for (int64_t t = t0; t < t1; ++t) {
+    bool ha = a.held(layer, kv_head, t, step_a), hb = b.held(layer, kv_head, t, step_b);
+    out[size_t(t)] = uint8_t((ha ? kOnlyA : 0) | (hb ? kOnlyB : 0));
+  }
+  return out;
+}
+
+}  // namespace kvscope::analysis

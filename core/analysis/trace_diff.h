@@ -1,0 +1,35 @@
+// Comparing two traces of the same prompt: which tokens each head kept under
+// policy A and not under policy B, and the reverse.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/analysis/lifetimes.h"
+#include "core/trace/reader.h"
+
+namespace kvscope::analysis {
+
+// Throws InputError (naming the file and field) unless both traces have the
+// same model shape and feed the same prompt token ids.
+void check_comparable(const trace::TraceReader& a, const trace::TraceReader& b);
+
+// The step of `to` that fed the same last token as `step` of `from`; traces
+// with other prefill chunking still line up by position.
+int64_t aligned_step(const std::vector<int32_t>& to_fed_step, const trace::TraceReader& from,
+                     int64_t step);
+
+enum TokenDiff : uint8_t { kHeldByNeither = 0, kOnlyA = 1, kOnlyB = 2, kHeldByBoth = 3 };
+
+struct HeadDiffCounts {
+  int32_t only_a = 0, only_b = 0, both = 0;
+};
+
+// Per (layer, kv head): counts over the tokens both traces have.
+std::vector<HeadDiffCounts> diff_heads(const AllLifetimes& a, const AllLifetimes& b, int64_t step_a,
+                                       int64_t step_b);
+// Per token of one head.
+std::vector<uint8_t> diff_tokens(const AllLifetimes& a, const AllLifetimes& b, int64_t layer,
+                                 int64_t kv_head, int64_t step_a, int64_t step_b);
+
+}  // namespace kvscope::analysis

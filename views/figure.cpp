@@ -1,0 +1,257 @@
+#include "views/figure.h"
+
+#include <QFile>
+#include <QFileInfo>
+#include <QImage>
+#include <QPageSize>
+#include <QPdfWriter>
+#include <QSaveFile>
+#include <QSvgGenerator>
+#include <cmath>
+#include <stdexcept>
+
+#include "core/common/input_error.h"
+
+namespace kvscope::views {
+
+ExportFormat export_format_for(const QString& path) {
+  QString ext = QFileInfo(path).suffix().toLower();
+  if (ext == "png") return ExportFormat::Png;
+  if (ext == "svg") return ExportFormat::Svg;
+  if (ext == "pdf") return ExportFormat::Pdf;
+  if (ext == "csv") return ExportFormat::Csv;
+  throw InputError(
+      path.toStdString(), "output",
+      "unknown extension '." + ext.toStdString() + "' (expected .png, .svg, .pdf or .csv)");
+}
+
+namespace {
+
+// Paints in logical pixels (96 per inch) so text and lines keep their size
+// relative to the page at any DPI.
+void paint_scaled(const Figure& figure, QPainter& p, const ExportOptions& o) {
+  double scale = o.dpi / 96.0;
+  p.setRenderHint(QPainter::Antialiasing);
+  p.setRenderHint(QPainter::TextAntialiasing);
+  p.scale(scale, scale);
+  QRectF area(0, 0, o.width / scale, o.height / scale);
+  p.fillRect(area, Qt::white);
+  figure.paint(p, area);
+}
+
+[[noreturn]] void fail(const QString& path, const QString& what) {
+  throw std::runtime_error(path.toStdString() + ": " + what.toStdString());
+}
+
+}  // namespace
+
+void export_figure(const Figure& figure, const QString& path, const ExportOptions& o) {
+  if (o.width < 16 || o.height < 16 || o.width > 20000 || o.height > 20000)
+    throw InputError(path.toStdString(), "size",
+                     "width and height must be within 16..20000 pixels");
+  if (!(o.dpi >= 10 && o.dpi <= 2400))
+    throw InputError(path.toStdString(), "dpi", "must be within 10..2400");
+  ExportFormat format = export_format_for(path);
+  // Everything goes to a temporary file renamed on success: no half figure
+  // is ever left under the requested name.
+  QSaveFile out(path);
+  if (!out.open(QIODevice::WriteOnly)) fail(path, "cannot open for writing: " + out.errorString());
+  if (format == ExportFormat::Csv) {
+    QTextStream text(&out);
+    figure.write_csv(text);
+    text.flush();
+  } else if (format == ExportFormat::Png) {
+    QImage img(o.width, o.height, QImage::Format_ARGB32);
+    img.setDotsPerMeterX(int(std::lround(o.dpi / 0.0254)));
+    img.setDotsPerMeterY(int(std::lround(o.dpi / 0.0254)));
+    img.fill(Qt::white);
+    {
+      QPainter p(&img);
+      paint_scaled(figure, p, o);
+    }
+    if (!img.save(&out, "PNG")) fail(path, "PNG encoding failed");
+  } else if (format == ExportFormat::Svg) {
+    QSvgGenerator svg;
+    svg.setOutputDevice(&out);
+    svg.setSize(QSize(o.width, o.height));
+    svg.setViewBox(QRect(0, 0, o.width, o.height));
+    svg.setResolution(int(std::lround(o.dpi)));
+    svg.setTitle(figure.title());
+    svg.setDescription("KVScope figure");
+    QPainter p(&svg);
+    paint_scaled(figure, p, o);
+  } else {
+    QPdfWriter pdf(&out);
+    pdf.setResolution(int(std::lround(o.dpi)));
+    pdf.setPageSize(QPageSize(QSizeF(o.width / o.dpi, o.height / o.dpi), QPageSize::Inch,
+                              figure.title(), QPageSize::ExactMatch));
+    pdf.setPageMargins(QMarginsF(0, 0, 0, 0));
+    pdf.setTitle(figure.title());
+    pdf.setCreator("KVScope");
+    QPainter p(&pdf);
+    paint_scaled(figure, p, o);
+  }
+  if (!out.commit()) fail(path, "cannot write: " + out.errorString());
+}
+
+namespace plot {
+
+QFont font(double points, bool bold) {
+  QFont f("DejaVu Sans");
+  f.setPointSizeF(points);
+  f.setBold(bold);
+  return f;
+}
+
+Frame frame(const QRectF& a, bool with_colorbar, double left, double bottom) {
+  Frame f;
+  f.title = QRectF(a.left(), a.top(), a.width(), 30);
+  double right = with_colorbar ? 86 : 16;
+  f.plot = QRectF(a.left() + left, a.top() + 34, std::max(10.0, a.width() - left - right),
+                  std::max(10.0, a.height() - 34 - bottom));
+  if (with_colorbar) f.colorbar = QRectF(f.plot.right() + 14, f.plot.top(), 14, f.plot.height());
+  return f;
+}
+
+std::vector<double> ticks(double lo, double hi, int target) {
+  std::vector<double> out;
+  if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return {lo};
+  double raw = (hi - lo) / std::max(1, target);
+  double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+    if (m * mag >= raw) {
+      step = m * mag;
+      break;
+    }
+  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step)
+    out.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
+  return out;
+}
+
+QString tick_label(double v) {
+  if (v != 0 && (std::abs(v) >= 1e5 || std::abs(v) < 1e-3)) return QString::number(v, 'g', 3);
+  return QString::number(v, 'g', 6);
+}
+
+void axes(QPainter& p, const QRectF& plot, double x0, double x1, double y0, double y1,
+          const QString& xlabel, const QString& ylabel, bool y_down) {
+  p.save();
+  p.setPen(QPen(Qt::black, 1));
+  p.setBrush(Qt::NoBrush);
+  p.drawRect(plot);
+  p.setFont(font(8));
+  QFontMetricsF fm(p.font());
+  Map mx{x0, x1, plot.left(), plot.right()};
+  Map my{y0, y1, y_down ? plot.top() : plot.bottom(), y_down ? plot.bottom() : plot.top()};
+  for (double v : ticks(x0, x1, std::max(2, int(plot.width() / 90)))) {
+    double x = mx(v);
+    if (x < plot.left() - 0.5 || x > plot.right() + 0.5) continue;
+    p.drawLine(QPointF(x, plot.bottom()), QPointF(x, plot.bottom() + 4));
+    QString s = tick_label(v);
+    p.drawText(QPointF(x - fm.horizontalAdvance(s) / 2, plot.bottom() + 5 + fm.ascent()), s);
+  }
+  for (double v : ticks(y0, y1, std::max(2, int(plot.height() / 60)))) {
+    double y = my(v);
+    if (y < plot.top() - 0.5 || y > plot.bottom() + 0.5) continue;
+    p.drawLine(QPointF(plot.left() - 4, y), QPointF(plot.left(), y));
+    QString s = tick_label(v);
+    p.drawText(QPointF(plot.left() - 6 - fm.horizontalAdvance(s), y + fm.ascent() / 2 - 1), s);
+  }
+  p.restore();
+  axis_labels(p, plot, xlabel, ylabel);
+}
+
+void axis_labels(QPainter& p, const QRectF& plot, const QString& xlabel, const QString& ylabel) {
+  p.save();
+  p.setPen(Qt::black);
+  p.setFont(font(9));
+  QFontMetricsF fm(p.font());
+  p.drawText(QRectF(plot.left(), plot.bottom() + 20, plot.width(), fm.height() + 2),
+             Qt::AlignHCenter | Qt::AlignTop, xlabel);
+  p.translate(plot.left() - 48, plot.center().y());
+  p.rotate(-90);
+  p.drawText(QRectF(-plot.height() / 2, -fm.height(), plot.height(), fm.height() + 2),
+             Qt::AlignHCenter | Qt::AlignBottom, ylabel);
+  p.restore();
+}
+
+void title(QPainter& p, const QRectF& rect, const QString& text, const QString& subtitle) {
+  p.save();
+  p.setPen(Qt::black);
+  p.setFont(font(10, true));
+  QFontMetricsF fm(p.font());
+  double w = fm.horizontalAdvance(text);
+  p.drawText(QRectF(rect.left() + 8, rect.top() + 4, rect.width() - 16, rect.height() - 4),
+             Qt::AlignLeft | Qt::AlignVCenter, text);
+  if (!subtitle.isEmpty()) {
+    p.setFont(font(8));
+    p.setPen(QColor(80, 80, 80));
+    p.drawText(
+        QRectF(rect.left() + 20 + w, rect.top() + 4, rect.width() - 28 - w, rect.height() - 4),
+        Qt::AlignLeft | Qt::AlignVCenter, subtitle);
+  }
+  p.restore();
+}
+
+void colorbar(QPainter& p, const QRectF& r, const ColorScale& scale, const QString& label) {
+  if (r.isEmpty()) return;
+  p.save();
+  const auto& lut = color_map(scale.map);
+  QImage bar(1, 256, QImage::Format_RGB32);
+  for (int i = 0; i < 256; ++i) bar.setPixel(0, 255 - i, lut[size_t(i)]);
+  p.drawImage(r, bar);
+  p.setPen(QPen(Qt::black, 1));
+  p.drawRect(r);
+  p.setFont(font(7));
+  QFontMetricsF fm(p.font());
+  auto at = [&](float pos, const QString& text) {
+    double y = r.bottom() - pos * r.height();
+    p.drawLine(QPointF(r.right(), y), QPointF(r.right() + 3, y));
+    p.drawText(QPointF(r.right() + 5, y + fm.ascent() / 2 - 1), text);
+  };
+  if (scale.log) {
+    int a = int(std::ceil(std::log10(std::max(scale.lo, 1e-12f))));
+    int b = int(std::floor(std::log10(std::max(scale.hi, 1e-12f))));
+    for (int e = a; e <= b; ++e)
+      at(scale.position(float(std::pow(10.0, e))), QString("1e%1").arg(e));
+  } else {
+    for (double v : ticks(scale.lo, scale.hi, 5)) at(scale.position(float(v)), tick_label(v));
+  }
+  p.setFont(font(8));
+  p.translate(r.right() + 50, r.center().y());
+  p.rotate(90);
+  p.drawText(QRectF(-r.height() / 2, -fm.height(), r.height(), fm.height() + 4), Qt::AlignCenter,
+             label + (scale.log ? " (log)" : ""));
+  p.restore();
+}
+
+void message(QPainter& p, const QRectF& area, const QString& text) {
+  p.save();
+  p.setPen(QColor(90, 90, 90));
+  p.setFont(font(10));
+  p.drawText(area, Qt::AlignCenter | Qt::TextWordWrap, text);
+  p.restore();
+}
+
+void legend(QPainter& p, const QPointF& at, const std::vector<std::pair<QColor, QString>>& items,
+            bool dashed_second) {
+  p.save();
+  p.setFont(font(8));
+  QFontMetricsF fm(p.font());
+  double y = at.y();
+  for (size_t i = 0; i < items.size(); ++i) {
+    QPen pen(items[i].first, 2.5);
+    if (dashed_second && i % 2 == 1) pen.setStyle(Qt::DashLine);
+    p.setPen(pen);
+    p.drawLine(QPointF(at.x(), y + fm.height() / 2), QPointF(at.x() + 18, y + fm.height() / 2));
+    p.setPen(Qt::black);
+    p.drawText(QPointF(at.x() + 24, y + fm.ascent()), items[i].second);
+    y += fm.height() + 2;
+  }
+  p.restore();
+}
+
+}  // namespace plot
+
+}  // namespace kvscope::views

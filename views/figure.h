@@ -1,0 +1,78 @@
+// A Figure is what a view shows, independent of any widget: it paints itself
+// (axes, labels, colour bar included) into any QPainter — a widget, a PNG, an
+// SVG or a PDF — and writes its data as CSV. Widgets and `kvscope export`
+// run the same painting code.
+#pragma once
+
+#include <QPainter>
+#include <QRectF>
+#include <QString>
+#include <QTextStream>
+#include <memory>
+
+#include "views/colormap.h"
+
+namespace kvscope::views {
+
+class Figure {
+ public:
+  virtual ~Figure() = default;
+  virtual QString title() const = 0;
+  // Paints the whole figure into `area` (logical pixels, 96 per inch).
+  virtual void paint(QPainter& p, const QRectF& area) const = 0;
+  virtual void write_csv(QTextStream& out) const = 0;
+};
+
+// Page geometry of an export: `width` x `height` pixels at `dpi`; PDF and
+// SVG get the same physical size (width / dpi inches) as vector output.
+struct ExportOptions {
+  int width = 1600;
+  int height = 1000;
+  double dpi = 150;
+};
+
+enum class ExportFormat { Png, Svg, Pdf, Csv };
+// From the file name's extension; throws InputError naming the file otherwise.
+ExportFormat export_format_for(const QString& path);
+// Writes the figure (or its CSV data); throws InputError / std::runtime_error
+// with the path on failure. Never leaves a partial file behind.
+void export_figure(const Figure& figure, const QString& path, const ExportOptions& options);
+
+// Plot helpers shared by the figures.
+namespace plot {
+
+QFont font(double points, bool bold = false);
+
+// Splits a figure area into title, plot and (optional) colour bar regions.
+struct Frame {
+  QRectF title, plot, colorbar;
+};
+Frame frame(const QRectF& area, bool with_colorbar, double left_margin = 64,
+            double bottom_margin = 44);
+
+// "Nice" tick values covering [lo, hi], about `target` of them.
+std::vector<double> ticks(double lo, double hi, int target = 6);
+QString tick_label(double v);
+
+// Axes box, ticks and labels for data ranges x [x0, x1], y [y0, y1] drawn
+// into `plot` (y grows downwards when `y_down`).
+void axes(QPainter& p, const QRectF& plot, double x0, double x1, double y0, double y1,
+          const QString& xlabel, const QString& ylabel, bool y_down = false);
+// Axis labels only where the caller draws its own tick texts.
+void axis_labels(QPainter& p, const QRectF& plot, const QString& xlabel, const QString& ylabel);
+void title(QPainter& p, const QRectF& rect, const QString& text, const QString& subtitle = {});
+void colorbar(QPainter& p, const QRectF& rect, const ColorScale& scale, const QString& label);
+// A placeholder message centred in `area`.
+void message(QPainter& p, const QRectF& area, const QString& text);
+// Data <-> pixel mapping of one axis.
+struct Map {
+  double d0, d1, p0, p1;
+  double operator()(double d) const { return p0 + (d - d0) * (p1 - p0) / (d1 - d0); }
+  double inverse(double px) const { return d0 + (px - p0) * (d1 - d0) / (p1 - p0); }
+};
+void legend(QPainter& p, const QPointF& top_left,
+            const std::vector<std::pair<QColor, QString>>& items, bool dashed_second = false);
+
+}  // namespace plot
+
+}  // namespace kvscope::views

@@ -1,0 +1,305 @@
+#include "views/heatmap_figure.h"
+
+#include <QPainterPath>
+#include <algorithm>
+#include <cmath>
+
+namespace kvscope::views {
+
+namespace {
+
+// The coarse grid: the whole map in at most this many cells per side.
+constexpr double kCoarseCells = 768;
+
+QRectF grid_tokens(const analysis::AttentionGrid& g) {
+  double c = double(g.cell_tokens);
+  return QRectF(g.col_begin * c, g.row_begin * c, g.cols() * c, g.rows() * c);
+}
+
+std::shared_ptr<const std::vector<QString>> texts_of(TraceData& data) {
+  auto out = std::make_shared<std::vector<QString>>();
+  for (const trace::TokenRecord& t : data.basics().tokens)
+    out->push_back(QString::fromUtf8(t.text.data(), int(t.text.size())));
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<HeatmapFigure> HeatmapFigure::load(TraceData& data, const Selection& sel,
+                                                   const HeatmapOptions& options, QSizeF pixels) {
+  const trace::TraceReader& r = data.reader();
+  auto f = std::make_shared<HeatmapFigure>();
+  f->layer = sel.layer;
+  f->head = sel.head;
+  f->kv_head = sel.kv_head();
+  f->options_ = options;
+  const TraceBasics& b = data.basics();
+  f->n_tokens = b.n_tokens;
+  f->step = std::clamp<int64_t>(sel.step, 0, std::max<int64_t>(0, b.n_steps - 1));
+  if (!b.steps.empty()) {
+    const trace::StepRecord& s = b.steps[size_t(f->step)];
+    f->step_token_begin = s.first_token;
+    f->step_token_end = s.first_token + s.n_tokens;
+  }
+  f->token_text = texts_of(data);
+  trace::HeadLifetimes lt = r.lifetimes(f->layer, f->kv_head);
+  f->key_held.resize(size_t(f->n_tokens));
+  f->not_held_prefix_.assign(size_t(f->n_tokens + 1), 0);
+  for (int64_t t = 0; t < f->n_tokens; ++t) {
+    bool held = analysis::held_at(lt.admit_step[size_t(t)], lt.evict_step[size_t(t)], f->step);
+    f->key_held[size_t(t)] = held;
+    // Only keys that exist at the step can be "no longer held".
+    bool gone = !held && b.fed_step[size_t(t)] <= f->step;
+    f->not_held_prefix_[size_t(t + 1)] = f->not_held_prefix_[size_t(t)] + (gone ? 1 : 0);
+  }
+  f->available = r.layout().pooled_block > 0 && r.pooled_query_blocks() > 0;
+  f->block = std::max<int64_t>(1, r.layout().pooled_block);
+  if (!f->available) {
+    f->source_note = "no pooled attention in this trace (capture level 'pooled')";
+    f->viewport_ =
+        QRectF(0, 0, std::max<int64_t>(1, f->n_tokens), std::max<int64_t>(1, f->n_tokens));
+    return f;
+  }
+  int64_t rows = r.pooled_query_blocks(), cols = r.pooled_key_blocks();
+  auto lod = data.lod();
+  f->coarse_ = analysis::attention_view(r, lod.get(), f->layer, f->head, 0, rows, 0, cols,
+                                        kCoarseCells, kCoarseCells);
+  f->source_note = lod ? "level-of-detail cache" : "read from the trace";
+  f->viewport_ = QRectF(0, 0, double(std::min(cols * f->block, std::max<int64_t>(f->n_tokens, 1))),
+                        double(std::min(rows * f->block, std::max<int64_t>(f->n_tokens, 1))));
+  if (f->wants_detail(pixels))
+    f->set_detail(load_detail(data, f->layer, f->head, f->viewport_, pixels, f->block));
+  return f;
+}
+
+analysis::AttentionGrid HeatmapFigure::load_detail(TraceData& data, int layer, int head,
+                                                   const QRectF& v, QSizeF pixels, int64_t block) {
+  const trace::TraceReader& r = data.reader();
+  auto lod = data.lod();
+  int64_t r0 = int64_t(std::floor(v.top() / block)), r1 = int64_t(std::ceil(v.bottom() / block));
+  int64_t c0 = int64_t(std::floor(v.left() / block)), c1 = int64_t(std::ceil(v.right() / block));
+  r0 = std::max<int64_t>(0, r0);
+  c0 = std::max<int64_t>(0, c0);
+  r1 = std::min(r.pooled_query_blocks(), std::max(r0 + 1, r1));
+  c1 = std::min(r.pooled_key_blocks(), std::max(c0 + 1, c1));
+  return analysis::attention_view(r, lod.get(), layer, head, r0, r1, c0, c1, pixels.width(),
+                                  pixels.height());
+}
+
+QRectF HeatmapFigure::extent() const {
+  if (!available) return viewport_;
+  QRectF g = grid_tokens(coarse_);
+  return QRectF(0, 0, std::min(g.width(), double(std::max<int64_t>(1, n_tokens))),
+                std::min(g.height(), double(std::max<int64_t>(1, n_tokens))));
+}
+
+void HeatmapFigure::set_viewport(const QRectF& v) {
+  QRectF e = extent();
+  double w = std::clamp(v.width(), 1.0, e.width()), h = std::clamp(v.height(), 1.0, e.height());
+  double x = std::clamp(v.left(), e.left(), e.right() - w);
+  double y = std::clamp(v.top(), e.top(), e.bottom() - h);
+  viewport_ = QRectF(x, y, w, h);
+}
+
+void HeatmapFigure::set_options(const HeatmapOptions& o) {
+  options_ = o;
+  coarse_image_ = QImage();
+  detail_image_ = QImage();
+}
+
+void HeatmapFigure::set_detail(analysis::AttentionGrid grid) {
+  detail_ = std::move(grid);
+  detail_image_ = QImage();
+}
+
+bool HeatmapFigure::wants_detail(QSizeF pixels) const {
+  if (!available) return false;
+  int want = analysis::level_for_pixels(int64_t(std::ceil(viewport_.height() / block)),
+                                        int64_t(std::ceil(viewport_.width() / block)),
+                                        pixels.width(), pixels.height());
+  const analysis::AttentionGrid* have = detail_ ? &*detail_ : nullptr;
+  if (want >= coarse_.level) return false;  // the coarse grid is fine enough
+  if (!have || have->level != want) return true;
+  QRectF covered = grid_tokens(*have);
+  return !covered.adjusted(-0.5, -0.5, 0.5, 0.5).contains(viewport_);
+}
+
+QRectF HeatmapFigure::plot_rect(const QRectF& area) {
+  return plot::frame(area, true, 70, 48).plot;
+}
+
+ColorScale HeatmapFigure::scale() const {
+  if (!options_.auto_range) {
+    ColorScale s;
+    s.map = options_.map;
+    s.log = options_.log;
+    s.lo = options_.lo;
+    s.hi = options_.hi;
+    return s;
+  }
+  return ColorScale::fit(options_.use_max ? coarse_.max : coarse_.mean, options_.map, options_.log);
+}
+
+float HeatmapFigure::value_at(double key, double query) const {
+  for (const analysis::AttentionGrid* g : {detail_ ? &*detail_ : nullptr, &coarse_}) {
+    if (!g || g->rows() == 0) continue;
+    int64_t r = int64_t(std::floor(query / double(g->cell_tokens))) - g->row_begin;
+    int64_t c = int64_t(std::floor(key / double(g->cell_tokens))) - g->col_begin;
+    if (r < 0 || c < 0 || r >= g->rows() || c >= g->cols()) continue;
+    return (options_.use_max ? g->max : g->mean)[size_t(r * g->cols() + c)];
+  }
+  return NAN;
+}
+
+QString HeatmapFigure::title() const {
+  return QString("Attention · layer %1 · head %2 (kv %3) · step %4")
+      .arg(layer)
+      .arg(head)
+      .arg(kv_head)
+      .arg(step);
+}
+
+void HeatmapFigure::paint_grid(QPainter& p, const QRectF& plot, const analysis::AttentionGrid& g,
+                               QImage& cache) const {
+  if (g.rows() == 0 || g.cols() == 0) return;
+  if (cache.isNull())
+    cache = colorize(options_.use_max ? g.max : g.mean, int(g.rows()), int(g.cols()), scale());
+  QRectF data = grid_tokens(g).intersected(viewport_);
+  if (data.isEmpty()) return;
+  double c = double(g.cell_tokens);
+  QRectF source((data.left() - g.col_begin * c) / c, (data.top() - g.row_begin * c) / c,
+                data.width() / c, data.height() / c);
+  plot::Map mx{viewport_.left(), viewport_.right(), plot.left(), plot.right()};
+  plot::Map my{viewport_.top(), viewport_.bottom(), plot.top(), plot.bottom()};
+  QRectF target(QPointF(mx(data.left()), my(data.top())),
+                QPointF(mx(data.right()), my(data.bottom())));
+  // Nearest-neighbour: a cell is a cell; cost follows the target's pixels.
+  p.setRenderHint(QPainter::SmoothPixmapTransform, false);
+  p.drawImage(target, cache, source);
+}
+
+void HeatmapFigure::paint_evicted(QPainter& p, const QRectF& plot) const {
+  if (!options_.show_evicted || n_tokens == 0) return;
+  plot::Map mx{viewport_.left(), viewport_.right(), plot.left(), plot.right()};
+  // One pass over pixel columns: the share of each column's keys not held.
+  const int cols = std::max(1, int(plot.width()));
+  auto share_at = [&](int x) {
+    double a = mx.inverse(plot.left() + x), b = mx.inverse(plot.left() + x + 1);
+    int64_t ta = std::clamp<int64_t>(int64_t(std::floor(a)), 0, n_tokens);
+    int64_t tb = std::clamp<int64_t>(std::max<int64_t>(int64_t(std::ceil(b)), ta + 1), 0, n_tokens);
+    if (tb <= ta) return 0.0;
+    return double(not_held_prefix_[size_t(tb)] - not_held_prefix_[size_t(ta)]) / double(tb - ta);
+  };
+  // Runs of equal (quantised) share become one rectangle: few draw calls,
+  // small SVG/PDF output.
+  int run_start = 0, run_level = -1;
+  auto flush = [&](int end) {
+    if (run_level <= 0) return;
+    QRectF r(plot.left() + run_start, plot.top(), end - run_start, plot.height());
+    p.fillRect(r, QColor(255, 255, 255, 30 + run_level * 16));
+    p.fillRect(QRectF(r.left(), plot.top() - 6, r.width(), 5),
+               QColor(palette::kVermillion.red(), palette::kVermillion.green(),
+                      palette::kVermillion.blue(), 60 + run_level * 24));
+  };
+  for (int x = 0; x <= cols; ++x) {
+    int level = x < cols ? int(std::lround(share_at(x) * 8)) : -2;
+    if (level != run_level) {
+      flush(x);
+      run_start = x;
+      run_level = level;
+    }
+  }
+}
+
+void HeatmapFigure::paint_token_labels(QPainter& p, const QRectF& plot) const {
+  plot::Map mx{viewport_.left(), viewport_.right(), plot.left(), plot.right()};
+  plot::Map my{viewport_.top(), viewport_.bottom(), plot.top(), plot.bottom()};
+  double px_x = plot.width() / viewport_.width(), px_y = plot.height() / viewport_.height();
+  p.save();
+  p.setFont(plot::font(std::clamp(std::min(px_x, px_y) * 0.55, 5.0, 8.0)));
+  p.setPen(Qt::black);
+  QFontMetricsF fm(p.font());
+  auto label = [&](int64_t t) {
+    QString s =
+        token_text && t < int64_t(token_text->size()) ? (*token_text)[size_t(t)] : QString();
+    return fm.elidedText(QString::number(t) + " " + s.simplified(), Qt::ElideRight, 60);
+  };
+  int64_t k0 = std::max<int64_t>(0, int64_t(std::floor(viewport_.left())));
+  int64_t k1 = std::min<int64_t>(n_tokens, int64_t(std::ceil(viewport_.right())));
+  int64_t q0 = std::max<int64_t>(0, int64_t(std::floor(viewport_.top())));
+  int64_t q1 = std::min<int64_t>(n_tokens, int64_t(std::ceil(viewport_.bottom())));
+  for (int64_t t = k0; t < k1 && px_x >= 9; ++t) {
+    double x = mx(t + 0.5);
+    p.save();
+    p.translate(x + fm.ascent() / 2 - 1, plot.bottom() + 4);
+    p.rotate(90);
+    p.drawText(QPointF(0, 0), label(t));
+    p.restore();
+  }
+  for (int64_t t = q0; t < q1 && px_y >= 9; ++t) {
+    QString s = label(t);
+    p.drawText(
+        QPointF(plot.left() - 4 - fm.horizontalAdvance(s), my(t + 0.5) + fm.ascent() / 2 - 1), s);
+  }
+  p.restore();
+}
+
+void HeatmapFigure::paint(QPainter& p, const QRectF& area) const {
+  plot::Frame fr = plot::frame(area, true, 70, 48);
+  plot::title(p, fr.title, title(),
+              QString("%1, %2-token blocks, %3")
+                  .arg(options_.use_max ? "pooled max" : "pooled mean")
+                  .arg(block)
+                  .arg(source_note));
+  if (!available) {
+    plot::message(p, fr.plot, source_note);
+    return;
+  }
+  p.save();
+  p.setClipRect(fr.plot);
+  p.fillRect(fr.plot, QColor(248, 248, 248));
+  paint_grid(p, fr.plot, coarse_, coarse_image_);
+  if (detail_ && detail_->level < coarse_.level) paint_grid(p, fr.plot, *detail_, detail_image_);
+  p.setClipRect(fr.plot.adjusted(0, -8, 0, 0));
+  paint_evicted(p, fr.plot);
+  plot::Map my{viewport_.top(), viewport_.bottom(), fr.plot.top(), fr.plot.bottom()};
+  if (step_token_end > step_token_begin) {
+    QPen pen(palette::kVermillion, 1.5, Qt::DashLine);
+    p.setPen(pen);
+    p.setBrush(Qt::NoBrush);
+    p.drawRect(QRectF(QPointF(fr.plot.left(), my(double(step_token_begin))),
+                      QPointF(fr.plot.right(), my(double(step_token_end)))));
+  }
+  p.restore();
+  bool zoomed =
+      fr.plot.width() / viewport_.width() >= 9 || fr.plot.height() / viewport_.height() >= 9;
+  if (zoomed) {
+    p.setPen(Qt::black);
+    p.drawRect(fr.plot);
+    paint_token_labels(p, fr.plot);
+    plot::axis_labels(p, fr.plot, "", "");
+  } else {
+    plot::axes(p, fr.plot, viewport_.left(), viewport_.right(), viewport_.top(), viewport_.bottom(),
+               "key token", "query token", true);
+  }
+  plot::colorbar(p, fr.colorbar, scale(), options_.use_max ? "max attention" : "mean attention");
+}
+
+void HeatmapFigure::write_csv(QTextStream& out) const {
+  out << "# " << title() << "\n";
+  out << "query_token_begin,query_token_end,key_token_begin,key_token_end,max,mean,key_held_at_"
+         "step\n";
+  const analysis::AttentionGrid& g = detail_ ? *detail_ : coarse_;
+  for (int64_t r = 0; r < g.rows(); ++r)
+    for (int64_t c = 0; c < g.cols(); ++c) {
+      int64_t q0 = (g.row_begin + r) * g.cell_tokens, k0 = (g.col_begin + c) * g.cell_tokens;
+      int64_t k1 = std::min(k0 + g.cell_tokens, n_tokens);
+      int64_t held = 0;
+      for (int64_t t = k0; t < k1; ++t) held += key_held[size_t(t)];
+      size_t i = size_t(r * g.cols() + c);
+      out << q0 << ',' << q0 + g.cell_tokens << ',' << k0 << ',' << k0 + g.cell_tokens << ','
+          << g.max[i] << ',' << g.mean[i] << ',' << held << '\n';
+    }
+}
+
+}  // namespace kvscope::views

@@ -1,0 +1,173 @@
+#include "views/overview_figure.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace kvscope::views {
+
+QStringList overview_metric_names() {
+  return {"head index", "sink mass", "local mass", "entropy", "entries held", "lost mass (oracle)"};
+}
+
+std::shared_ptr<OverviewFigure> OverviewFigure::load(TraceData& data, const Selection& sel,
+                                                     OverviewMetric metric) {
+  const trace::TraceReader& r = data.reader();
+  auto f = std::make_shared<OverviewFigure>();
+  f->metric = metric;
+  f->layer = sel.layer;
+  f->head = sel.head;
+  f->layers = r.n_layers();
+  f->heads = r.n_heads();
+  f->step = std::clamp<int64_t>(sel.step, 0, std::max<int64_t>(0, r.n_steps() - 1));
+  const int64_t L = f->layers, H = f->heads, K = r.n_kv_heads();
+  const int64_t group = std::max<int64_t>(1, H / std::max<int64_t>(1, K));
+  f->thumbs.resize(size_t(L * H));
+  f->values.assign(size_t(L * H), 0.f);
+  auto lod = data.lod();
+  if (lod) {
+    int level = lod->level_for_side(24);
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h) {
+        analysis::AttentionGrid g = lod->whole(l, h, level);
+        f->thumbs[size_t(l * H + h)] = colorize(g.mean, int(g.rows()), int(g.cols()),
+                                                ColorScale::fit(g.mean, ColorMapId::Viridis, true));
+      }
+    f->thumbnails = true;
+  } else if (r.layout().pooled_block <= 0) {
+    f->note = "no pooled attention: thumbnails need capture level 'pooled'";
+  } else if (!r.complete()) {
+    f->note = "trace still being written: thumbnails appear once it is complete";
+  } else {
+    f->note = "building the level-of-detail cache…";
+  }
+  std::vector<int32_t> occ;
+  std::vector<float> lost;
+  if (metric == OverviewMetric::Occupancy && r.n_steps() > 0) occ = r.occupancy(f->step);
+  if (metric == OverviewMetric::LostMass && r.layout().oracle && r.n_steps() > 0)
+    lost = r.oracle_lost_mass(f->step);
+  for (int l = 0; l < L; ++l)
+    for (int h = 0; h < H; ++h) {
+      float v = 0;
+      switch (metric) {
+        case OverviewMetric::Head:
+          v = -float(h);
+          break;
+        case OverviewMetric::SinkMass:
+          v = lod ? lod->metric(l, h, analysis::HeadMetric::SinkMass) : 0;
+          break;
+        case OverviewMetric::LocalMass:
+          v = lod ? lod->metric(l, h, analysis::HeadMetric::LocalMass) : 0;
+          break;
+        case OverviewMetric::Entropy:
+          v = lod ? lod->metric(l, h, analysis::HeadMetric::Entropy) : 0;
+          break;
+        case OverviewMetric::Occupancy: {
+          int64_t k = h / group, R = r.n_tiers();
+          for (int64_t t = 0; t < R && !occ.empty(); ++t)
+            v += float(occ[size_t((l * K + k) * R + t)]);
+          break;
+        }
+        case OverviewMetric::LostMass:
+          v = lost.empty() ? 0 : lost[size_t(l * H + h)];
+          break;
+      }
+      f->values[size_t(l * H + h)] = v;
+    }
+  f->order.resize(size_t(L));
+  for (int l = 0; l < L; ++l) {
+    std::vector<int>& o = f->order[size_t(l)];
+    o.resize(size_t(H));
+    std::iota(o.begin(), o.end(), 0);
+    std::stable_sort(o.begin(), o.end(), [&](int a, int b) {
+      return f->values[size_t(l * H + a)] > f->values[size_t(l * H + b)];
+    });
+  }
+  return f;
+}
+
+QString OverviewFigure::title() const {
+  return QString("Layers x heads · sorted by %1").arg(overview_metric_names()[int(metric)]);
+}
+
+QRectF OverviewFigure::cell(const QRectF& plot, int l, int column) const {
+  double cw = plot.width() / std::max<int64_t>(1, heads),
+         ch = plot.height() / std::max<int64_t>(1, layers);
+  return QRectF(plot.left() + column * cw, plot.top() + l * ch, cw, ch);
+}
+
+int OverviewFigure::column_of(int l, int h) const {
+  const auto& o = order[size_t(l)];
+  return int(std::find(o.begin(), o.end(), h) - o.begin());
+}
+
+std::pair<int, int> OverviewFigure::head_at(const QRectF& area, const QPointF& pt) const {
+  QRectF plot = area.adjusted(56, 36, -8, -30);
+  if (!plot.contains(pt) || layers == 0 || heads == 0) return {-1, -1};
+  int l = int((pt.y() - plot.top()) / plot.height() * layers);
+  int c = int((pt.x() - plot.left()) / plot.width() * heads);
+  l = std::clamp<int>(l, 0, int(layers) - 1);
+  c = std::clamp<int>(c, 0, int(heads) - 1);
+  return {l, order[size_t(l)][size_t(c)]};
+}
+
+void OverviewFigure::paint(QPainter& p, const QRectF& area) const {
+  plot::title(p, QRectF(area.left(), area.top(), area.width(), 30), title(), note);
+  QRectF plot = area.adjusted(56, 36, -8, -30);
+  p.save();
+  p.setFont(plot::font(6.5));
+  float vmax = -INFINITY, vmin = INFINITY;
+  for (float v : values) vmax = std::max(vmax, v), vmin = std::min(vmin, v);
+  for (int l = 0; l < layers; ++l) {
+    for (int c = 0; c < heads; ++c) {
+      int h = order[size_t(l)][size_t(c)];
+      QRectF r = cell(plot, l, c).adjusted(1, 1, -1, -1);
+      const QImage& img = thumbs[size_t(l * heads + h)];
+      if (!img.isNull()) {
+        p.setRenderHint(QPainter::SmoothPixmapTransform, false);
+        p.drawImage(r, img);
+      } else {
+        // No thumbnail: the metric itself as the cell colour.
+        ColorScale cs;
+        cs.lo = vmin;
+        cs.hi = vmax > vmin ? vmax : vmin + 1;
+        p.fillRect(r, metric == OverviewMetric::Head
+                          ? QColor(235, 235, 235)
+                          : QColor(cs.color(values[size_t(l * heads + h)])));
+      }
+      if (r.width() >= 18 && r.height() >= 12) {
+        p.setPen(Qt::white);
+        p.drawText(r.adjusted(2, 1, -1, -1), Qt::AlignLeft | Qt::AlignTop, QString::number(h));
+      }
+    }
+    p.setPen(Qt::black);
+    QRectF row = cell(plot, l, 0);
+    if (row.height() >= 8)
+      p.drawText(QRectF(area.left(), row.top(), 50, row.height()),
+                 Qt::AlignRight | Qt::AlignVCenter, QString("L%1").arg(l));
+  }
+  if (layer < layers && head < heads) {
+    p.setPen(QPen(palette::kVermillion, 2.5));
+    p.setBrush(Qt::NoBrush);
+    p.drawRect(cell(plot, layer, column_of(layer, head)));
+  }
+  p.restore();
+  p.setFont(plot::font(8));
+  p.setPen(Qt::black);
+  p.drawText(
+      QRectF(plot.left(), plot.bottom() + 4, plot.width(), 20), Qt::AlignCenter,
+      metric == OverviewMetric::Head
+          ? "query head"
+          : "heads ranked by " + overview_metric_names()[int(metric)] + " (number: head index)");
+}
+
+void OverviewFigure::write_csv(QTextStream& out) const {
+  out << "# " << title() << "\n";
+  out << "layer,head,rank," << overview_metric_names()[int(metric)].replace(' ', '_') << "\n";
+  for (int l = 0; l < layers; ++l)
+    for (int c = 0; c < heads; ++c) {
+      int h = order[size_t(l)][size_t(c)];
+      out << l << ',' << h << ',' << c << ',' << values[size_t(l * heads + h)] << '\n';
+    }
+}
+
+}  // namespace kvscope::views

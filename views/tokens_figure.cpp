@@ -1,0 +1,348 @@
+#include "views/tokens_figure.h"
+
+#include <QFontMetricsF>
+#include <algorithm>
+#include <cmath>
+
+#include "core/analysis/lifetimes.h"
+
+namespace kvscope::views {
+
+namespace {
+constexpr double kLine = 18, kPad = 8;
+QFont token_font() {
+  return plot::font(9);
+}
+
+QString display(const QString& s) {
+  QString out = s;
+  out.replace('\n', QString::fromUtf8("⏎"));
+  out.replace('\t', ' ');
+  return out.isEmpty() ? QString::fromUtf8("∅") : out;
+}
+}  // namespace
+
+std::shared_ptr<TokensFigure> TokensFigure::load(TraceData& data, const Selection& sel,
+                                                 TokenColoring coloring) {
+  const trace::TraceReader& r = data.reader();
+  auto f = std::make_shared<TokensFigure>();
+  f->coloring = coloring;
+  f->layer = sel.layer;
+  f->kv_head = sel.kv_head();
+  f->layers = r.n_layers();
+  f->kv_heads = r.n_kv_heads();
+  f->selected = sel.tokens;
+  const TraceBasics& b = data.basics();
+  f->step = std::clamp<int64_t>(sel.step, 0, std::max<int64_t>(0, b.n_steps - 1));
+  for (const trace::TokenRecord& t : b.tokens) {
+    f->text.push_back(QString::fromUtf8(t.text.data(), int(t.text.size())));
+    f->role.push_back(uint8_t(t.role));
+  }
+  f->fed_step = b.fed_step;
+  const analysis::AllLifetimes& all = data.all_lifetimes();
+  int64_t T = all.n_tokens();
+  f->held.resize(size_t(f->layers * f->kv_heads * T));
+  for (size_t i = 0; i < f->held.size(); ++i)
+    f->held[i] = analysis::held_at(all.admit[i], all.evict[i], f->step);
+  if (!r.layout().gates.empty()) {
+    f->gate_name = QString::fromStdString(r.layout().gates[0].name);
+    f->score = r.gate_values(0, f->layer, f->kv_head);
+  }
+  return f;
+}
+
+QString TokensFigure::title() const {
+  static const char* modes[] = {"heads holding (all layers)", "heads holding (layer)",
+                                "held by the current head", "gate score"};
+  return QString("Tokens · step %1 · colour: %2").arg(step).arg(modes[int(coloring)]);
+}
+
+double TokensFigure::value(int64_t t) const {
+  int64_t T = int64_t(text.size());
+  if (t < 0 || t >= T) return NAN;
+  if (fed_step[size_t(t)] > step) return NAN;  // not fed yet at this step
+  auto count = [&](int64_t l0, int64_t l1, int64_t k0, int64_t k1) {
+    int64_t n = 0;
+    for (int64_t l = l0; l < l1; ++l)
+      for (int64_t k = k0; k < k1; ++k) n += held[size_t((l * kv_heads + k) * T + t)];
+    return double(n) / double(std::max<int64_t>(1, (l1 - l0) * (k1 - k0)));
+  };
+  switch (coloring) {
+    case TokenColoring::AllHeads:
+      return count(0, layers, 0, kv_heads);
+    case TokenColoring::Layer:
+      return count(layer, layer + 1, 0, kv_heads);
+    case TokenColoring::Head:
+      return count(layer, layer + 1, kv_head, kv_head + 1);
+    case TokenColoring::Score: {
+      if (score.empty()) return NAN;
+      float lo = INFINITY, hi = -INFINITY;
+      for (float v : score)
+        if (v == v) lo = std::min(lo, v), hi = std::max(hi, v);
+      float v = score[size_t(t)];
+      return v == v && hi > lo ? double((v - lo) / (hi - lo)) : NAN;
+    }
+  }
+  return NAN;
+}
+
+void TokensFigure::layout(double width) const {
+  if (width == layout_width_) return;
+  layout_width_ = width;
+  QFontMetricsF fm(token_font());
+  boxes_.resize(text.size());
+  double x = kPad, y = kPad;
+  for (size_t t = 0; t < text.size(); ++t) {
+    QString s = display(text[t]);
+    double w = fm.horizontalAdvance(s) + 2;
+    if (x + w > width - kPad && x > kPad) {
+      x = kPad;
+      y += kLine;
+    }
+    boxes_[t] = QRectF(x, y, w, kLine - 2);
+    x += w;
+    if (text[t].contains('\n')) {  // honour line breaks of the text
+      x = kPad;
+      y += kLine;
+    }
+  }
+  height_ = y + kLine + kPad;
+}
+
+double TokensFigure::content_height(double width) const {
+  layout(width);
+  return height_;
+}
+
+int64_t TokensFigure::token_at(const QRectF& area, const QPointF& point) const {
+  QRectF body = area.adjusted(0, 34, 0, 0);
+  layout(body.width());
+  QPointF c(point.x() - body.left(), point.y() - body.top() + scroll);
+  auto it = std::lower_bound(boxes_.begin(), boxes_.end(), c.y(),
+                             [](const QRectF& b, double y) { return b.bottom() < y; });
+  for (; it != boxes_.end() && it->top() <= c.y(); ++it)
+    if (it->contains(c)) return int64_t(it - boxes_.begin());
+  return -1;
+}
+
+QString TokensFigure::tooltip(int64_t t) const {
+  int64_t T = int64_t(text.size());
+  if (t < 0 || t >= T) return {};
+  static const char* roles[] = {"prompt", "generated", "needle", "template", "question"};
+  QString s = QString("token %1 \"%2\" (%3, fed at step %4)\n")
+                  .arg(t)
+                  .arg(display(text[size_t(t)]))
+                  .arg(roles[std::min<int>(role[size_t(t)], 4)])
+                  .arg(fed_step[size_t(t)]);
+  // Per-head status at the step: one line per layer, one mark per kv head.
+  int64_t shown = std::min<int64_t>(layers, 48);
+  for (int64_t l = 0; l < shown; ++l) {
+    QString marks;
+    int n = 0;
+    for (int64_t k = 0; k < kv_heads; ++k) {
+      bool h = held[size_t((l * kv_heads + k) * T + t)];
+      n += h;
+      marks += h ? QString::fromUtf8("●") : QString::fromUtf8("·");
+    }
+    s += QString("layer %1: %2 %3/%4\n").arg(l, 2).arg(marks).arg(n).arg(kv_heads);
+  }
+  if (shown < layers) s += QString("… %1 more layers\n").arg(layers - shown);
+  if (!score.empty())
+    s += QString("%1 at current head: %2").arg(gate_name).arg(double(score[size_t(t)]));
+  return s.trimmed();
+}
+
+void TokensFigure::paint(QPainter& p, const QRectF& area) const {
+  plot::title(p, QRectF(area.left(), area.top(), area.width(), 30), title(),
+              coloring == TokenColoring::Score ? gate_name : QString());
+  QRectF body = area.adjusted(0, 34, 0, 0);
+  layout(body.width());
+  ColorScale cs;
+  cs.map = ColorMapId::Viridis;
+  p.save();
+  p.setClipRect(body);
+  p.setFont(token_font());
+  QFontMetricsF fm(p.font());
+  auto first = std::lower_bound(boxes_.begin(), boxes_.end(), scroll,
+                                [](const QRectF& b, double y) { return b.bottom() < y; });
+  for (auto it = first; it != boxes_.end() && it->top() < scroll + body.height(); ++it) {
+    int64_t t = int64_t(it - boxes_.begin());
+    QRectF box = it->translated(body.left(), body.top() - scroll);
+    double v = value(t);
+    QColor bg = std::isnan(v) ? QColor(240, 240, 240) : QColor(cs.color(float(v)));
+    p.fillRect(box, bg);
+    bool dark = !std::isnan(v) && v < 0.55;
+    p.setPen(dark ? Qt::white : Qt::black);
+    QFont font = token_font();
+    font.setItalic(role[size_t(t)] == uint8_t(trace::TokenRole::Generated));
+    font.setBold(role[size_t(t)] == uint8_t(trace::TokenRole::Needle));
+    p.setFont(font);
+    p.drawText(box, Qt::AlignCenter, display(text[size_t(t)]));
+    if (std::binary_search(selected.begin(), selected.end(), t)) {
+      p.setPen(QPen(palette::kVermillion, 2));
+      p.setBrush(Qt::NoBrush);
+      p.drawRect(box.adjusted(0.5, 0.5, -0.5, -0.5));
+    }
+  }
+  p.restore();
+  QRectF bar(area.right() - 14, body.top() + 4, 8, std::min(140.0, body.height() - 8));
+  Q_UNUSED(fm);
+  Q_UNUSED(bar);
+}
+
+void TokensFigure::write_csv(QTextStream& out) const {
+  out << "# " << title() << "\n";
+  out << "token,text,role,fed_step,value\n";
+  for (size_t t = 0; t < text.size(); ++t) {
+    QString s = text[t];
+    s.replace('"', "\"\"");
+    double v = value(int64_t(t));
+    out << t << ",\"" << s << "\"," << int(role[t]) << ',' << fed_step[t] << ','
+        << (std::isnan(v) ? QString() : QString::number(v)) << '\n';
+  }
+}
+
+std::shared_ptr<TokenHistoryFigure> TokenHistoryFigure::load(TraceData& data,
+                                                             const Selection& sel) {
+  const trace::TraceReader& r = data.reader();
+  auto f = std::make_shared<TokenHistoryFigure>();
+  f->layers = r.n_layers();
+  f->kv_heads = r.n_kv_heads();
+  f->n_steps = r.n_steps();
+  f->layer = sel.layer;
+  f->kv_head = sel.kv_head();
+  f->step = sel.step;
+  f->token = sel.token();
+  for (const std::string& n : r.run().tier_names)
+    f->tier_names.push_back(QString::fromStdString(n));
+  const TraceBasics& b = data.basics();
+  if (f->token < 0 || f->token >= b.n_tokens) return f;
+  const trace::TokenRecord& tr = b.tokens[size_t(f->token)];
+  f->token_text = QString::fromUtf8(tr.text.data(), int(tr.text.size()));
+  f->fed_step = tr.step;
+  const analysis::AllLifetimes& all = data.all_lifetimes();
+  for (int64_t l = 0; l < f->layers; ++l)
+    for (int64_t k = 0; k < f->kv_heads; ++k) {
+      size_t i = all.index(l, k, f->token);
+      f->admit.push_back(all.admit[i]);
+      f->evict.push_back(all.evict[i]);
+    }
+  if (r.n_tiers() > 1) {
+    for (int64_t l = 0; l < f->layers; ++l)
+      for (int64_t k = 0; k < f->kv_heads; ++k) {
+        std::vector<trace::TierInterval> mine;
+        for (const trace::TierInterval& iv : r.intervals(int(l), int(k)))
+          if (iv.token == f->token) mine.push_back(iv);
+        f->tiers.push_back(std::move(mine));
+      }
+  }
+  if (!r.layout().gates.empty()) {
+    f->gate_name = QString::fromStdString(r.layout().gates[0].name);
+    for (int64_t l = 0; l < f->layers; ++l)
+      for (int64_t k = 0; k < f->kv_heads; ++k)
+        f->gate_value.push_back(r.gate_values(0, int(l), int(k), f->token, f->token + 1)[0]);
+  }
+  // Score over time: the first time-varying gate's samples of this token at
+  // the current head (a bounded scan of the samples table).
+  for (size_t g = 0; g < r.layout().gates.size(); ++g) {
+    if (!r.layout().gates[g].time_varying) continue;
+    f->sample_gate = QString::fromStdString(r.layout().gates[g].name);
+    int64_t n = r.gate_sample_count(int(g));
+    const int64_t block = 1 << 18;
+    for (int64_t a = 0; a < n && a < (int64_t(1) << 26); a += block) {
+      std::vector<int32_t> steps;
+      std::vector<trace::GateValue> rows =
+          r.gate_samples(int(g), a, std::min(n, a + block), &steps);
+      for (size_t i = 0; i < rows.size(); ++i)
+        if (rows[i].token == f->token && rows[i].layer == f->layer && rows[i].kv_head == f->kv_head)
+          f->samples.push_back({steps[i], rows[i].value});
+    }
+    break;
+  }
+  return f;
+}
+
+QString TokenHistoryFigure::title() const {
+  if (token < 0) return "Token history";
+  return QString("Token history · token %1 \"%2\"").arg(token).arg(display(token_text));
+}
+
+void TokenHistoryFigure::paint(QPainter& p, const QRectF& area) const {
+  plot::title(p, QRectF(area.left(), area.top(), area.width(), 30), title(),
+              token >= 0 ? QString("fed at step %1").arg(fed_step) : QString());
+  QRectF inner = area.adjusted(70, 40, -24, -50);
+  if (token < 0)
+    return plot::message(p, inner, "click a token (token text view) to see its history");
+  bool with_samples = !samples.empty();
+  QRectF bars(inner.left(), inner.top(), inner.width(),
+              with_samples ? inner.height() * 0.68 : inner.height());
+  plot::Map mx{0, double(std::max<int64_t>(1, n_steps)), bars.left(), bars.right()};
+  int64_t rows = layers * kv_heads;
+  double rh = bars.height() / std::max<int64_t>(1, rows);
+  p.save();
+  p.setClipRect(bars);
+  for (int64_t i = 0; i < rows; ++i) {
+    double y = bars.top() + i * rh;
+    int32_t a = admit[size_t(i)], e = evict[size_t(i)];
+    if (a < 0) {
+      p.fillRect(QRectF(mx(fed_step), y, bars.right() - mx(fed_step), std::max(rh - 0.5, 0.5)),
+                 QColor(110, 110, 110));
+      continue;
+    }
+    double end = e < 0 ? double(n_steps) : double(e);
+    if (!tiers.empty() && !tiers[size_t(i)].empty()) {
+      for (const trace::TierInterval& iv : tiers[size_t(i)]) {
+        double ie = iv.end_step < 0 ? end : double(iv.end_step);
+        p.fillRect(
+            QRectF(QPointF(mx(iv.begin_step), y), QPointF(mx(ie), y + std::max(rh - 0.5, 0.5))),
+            palette::tier(iv.tier));
+      }
+    } else {
+      p.fillRect(QRectF(QPointF(mx(a), y), QPointF(mx(end), y + std::max(rh - 0.5, 0.5))),
+                 palette::tier(0));
+    }
+    if (e >= 0)
+      p.fillRect(QRectF(QPointF(mx(e), y), QPointF(bars.right(), y + std::max(rh - 0.5, 0.5))),
+                 QColor(240, 190, 160));
+  }
+  int64_t cur = int64_t(layer) * kv_heads + kv_head;
+  p.setPen(QPen(Qt::black, 1.5));
+  p.setBrush(Qt::NoBrush);
+  p.drawRect(QRectF(bars.left(), bars.top() + cur * rh, bars.width(), rh));
+  p.setPen(QPen(palette::kVermillion, 1.5));
+  p.drawLine(QPointF(mx(step + 0.5), bars.top()), QPointF(mx(step + 0.5), bars.bottom()));
+  p.restore();
+  plot::axes(p, bars, 0, double(n_steps), 0, double(layers), with_samples ? "" : "step",
+             "layer (kv heads within)", true);
+  if (with_samples) {
+    QRectF sr(inner.left(), bars.bottom() + 30, inner.width(), inner.height() - bars.height() - 30);
+    float lo = INFINITY, hi = -INFINITY;
+    for (auto [s, v] : samples) lo = std::min(lo, v), hi = std::max(hi, v);
+    if (hi <= lo) hi = lo + 1;
+    plot::Map my{lo, hi, sr.bottom(), sr.top()};
+    QPolygonF line;
+    for (auto [s, v] : samples) line << QPointF(mx(s + 0.5), my(v));
+    p.setPen(QPen(palette::kOrange, 2));
+    p.drawPolyline(line);
+    for (const QPointF& pt : line) p.drawEllipse(pt, 2, 2);
+    plot::axes(p, sr, 0, double(n_steps), lo, hi, "step", sample_gate);
+  }
+}
+
+void TokenHistoryFigure::write_csv(QTextStream& out) const {
+  out << "# " << title() << "\n";
+  out << "layer,kv_head,admit_step,evict_step,tier_moves,"
+      << (gate_name.isEmpty() ? "gate" : gate_name) << "\n";
+  for (int64_t l = 0; l < layers && token >= 0; ++l)
+    for (int64_t k = 0; k < kv_heads; ++k) {
+      size_t i = size_t(l * kv_heads + k);
+      out << l << ',' << k << ',' << admit[i] << ',' << evict[i] << ",\"";
+      if (!tiers.empty())
+        for (const trace::TierInterval& iv : tiers[i])
+          out << int(iv.tier) << ':' << iv.begin_step << '-' << iv.end_step << ';';
+      out << "\"," << (gate_value.empty() ? QString() : QString::number(gate_value[i])) << '\n';
+    }
+  for (auto [s, v] : samples) out << "# sample," << s << ',' << v << '\n';
+}
+
+}  // namespace kvscope::views

@@ -1,0 +1,65 @@
+#include "views/trace_data.h"
+
+namespace kvscope::views {
+
+TraceData::TraceData(std::unique_ptr<trace::TraceReader> reader)
+    : owned_(std::move(reader)), reader_(owned_.get()) {}
+
+TraceData::TraceData(const trace::TraceReader& reader) : reader_(&reader) {}
+
+bool TraceData::refresh() {
+  if (!owned_) return false;
+  int64_t steps = owned_->n_steps();
+  bool was_complete = owned_->complete();
+  owned_->refresh();
+  bool grew = owned_->n_steps() != steps || owned_->complete() != was_complete;
+  if (grew) drop_caches();
+  return grew;
+}
+
+void TraceData::drop_caches() {
+  basics_.reset();
+  all_.reset();
+  last_attended_.clear();
+}
+
+const TraceBasics& TraceData::basics() {
+  if (!basics_) {
+    auto b = std::make_unique<TraceBasics>();
+    b->n_steps = reader_->n_steps();
+    b->n_tokens = reader_->n_tokens();
+    b->tokens = reader_->tokens(0, b->n_tokens);
+    b->steps = reader_->steps(0, b->n_steps);
+    b->fed_step.assign(size_t(b->n_tokens), 0);
+    for (size_t t = 0; t < b->tokens.size(); ++t) b->fed_step[t] = b->tokens[t].step;
+    basics_ = std::move(b);
+  }
+  return *basics_;
+}
+
+const analysis::AllLifetimes& TraceData::all_lifetimes() {
+  if (!all_)
+    all_ = std::make_unique<analysis::AllLifetimes>(analysis::AllLifetimes::read(*reader_));
+  return *all_;
+}
+
+const analysis::LastAttended& TraceData::last_attended(int layer, int kv_head) {
+  auto key = std::make_pair(layer, kv_head);
+  auto it = last_attended_.find(key);
+  if (it == last_attended_.end())
+    it = last_attended_.emplace(key, analysis::LastAttended::read(*reader_, 0.9, layer, kv_head))
+             .first;
+  return it->second;
+}
+
+std::shared_ptr<const analysis::AttentionLod> TraceData::lod() const {
+  std::lock_guard<std::mutex> lock(lod_mutex_);
+  return lod_;
+}
+
+void TraceData::set_lod(std::shared_ptr<const analysis::AttentionLod> lod) {
+  std::lock_guard<std::mutex> lock(lod_mutex_);
+  lod_ = std::move(lod);
+}
+
+}  // namespace kvscope::views
