@@ -15,6 +15,8 @@ find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# ICU (uc): Unicode normalization and character classes for the tokenizers.
+find_package(ICU REQUIRED COMPONENTS uc)
 
 # LibTorch: Debian's libtorch-dev by default, or any other LibTorch through
 # -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)').

@@ -1,0 +1,171 @@
+// Bad input: each a clear InputError naming the file and the field.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "capture/formats/gguf.h"
+#include "capture/tokenizer/tokenizer.h"
+#include "core/common/input_error.h"
+#include "tests/support/paths.h"
+#include "tokenizer_fixtures.h"
+
+using kvscope::InputError;
+using kvscope::test::temp_dir;
+using kvscope::test::write_binary;
+using kvscope::tokenizer::Tokenizer;
+
+namespace {
+
+// The message of the InputError that loading `json_text` as tokenizer.json throws.
+std::string json_error(const std::string& json_text, std::string* path_out = nullptr) {
+  static int counter = 0;
+  std::string path = temp_dir() + "/bad" + std::to_string(counter++) + ".json";
+  write_binary(path, json_text);
+  if (path_out) *path_out = path;
+  try {
+    Tokenizer::from_tokenizer_json(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  FAIL("no InputError for " << json_text);
+  return {};
+}
+
+const char* const kSmallModel =
+    R"("model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": [%MERGES%]})";
+
+std::string small_json(const std::string& merges, const std::string& extra = "") {
+  std::string m = kSmallModel;
+  m.replace(m.find("%MERGES%"), 8, merges);
+  return "{" + extra + m + "}";
+}
+
+}  // namespace
+
+TEST_CASE("tokenizer.json with an unknown model type names model.type", "[tokenizer][errors]") {
+  std::string path;
+  std::string msg = json_error(R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})", &path);
+  CHECK_THAT(msg, Catch::Contains(path));
+  CHECK_THAT(msg, Catch::Contains("model.type"));
+  CHECK_THAT(msg, Catch::Contains("WordPiece"));
+  CHECK_THAT(msg, Catch::Contains("supported: BPE"));
+}
+
+TEST_CASE("malformed tokenizer.json is an InputError naming the file", "[tokenizer][errors]") {
+  std::string path;
+  std::string msg = json_error(R"({"model": {"type": "BPE", "vocab": {"a": 0},)", &path);
+  CHECK_THAT(msg, Catch::Contains(path));
+  CHECK_THAT(msg, Catch::Contains("malformed JSON"));
+  CHECK_THAT(json_error("[1, 2]"), Catch::Contains("object"));
+  CHECK_THAT(json_error(R"({"model": null})"), Catch::Contains("model"));
+  CHECK_THROWS_AS(Tokenizer::from_tokenizer_json(temp_dir() + "/missing.json"), InputError);
+}
+
+TEST_CASE("merges referencing unknown tokens name the merge", "[tokenizer][errors]") {
+  // Sanity: the small model loads and merges when its merges are right.
+  std::string ok = temp_dir() + "/ok.json";
+  write_binary(ok, small_json(R"("a b")"));
+  CHECK(Tokenizer::from_tokenizer_json(ok)->encode("ab", false) == std::vector<int32_t>{2});
+
+  std::string msg = json_error(small_json(R"("a b", "a c")"));
+  CHECK_THAT(msg, Catch::Contains("model.merges[1]"));
+  CHECK_THAT(msg, Catch::Contains("\"c\""));
+  CHECK_THAT(json_error(small_json(R"(["b", "b"])")), Catch::Contains("\"bb\""));
+  CHECK_THAT(json_error(small_json(R"("a b c")")), Catch::Contains("model.merges[0]"));
+  CHECK_THAT(json_error(small_json(R"(7)")), Catch::Contains("model.merges[0]"));
+}
+
+TEST_CASE("unknown pipeline components name their field", "[tokenizer][errors]") {
+  CHECK_THAT(
+      json_error(small_json(
+          "", R"("pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Bogus"}]},)")),
+      Catch::Contains("pre_tokenizer.pretokenizers[0].type"));
+  CHECK_THAT(json_error(small_json("", R"("normalizer": {"type": "Precompiled"},)")),
+             Catch::Contains("normalizer.type"));
+  CHECK_THAT(json_error(small_json("", R"("decoder": {"type": "WordPiece"},)")),
+             Catch::Contains("decoder.type"));
+  CHECK_THAT(
+      json_error(small_json(
+          "",
+          R"("pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(("}, "behavior": "Isolated"},)")),
+      Catch::Contains("pre_tokenizer.pattern.Regex"));
+  CHECK_THAT(json_error(small_json("", R"("added_tokens": [{"content": "x"}],)")),
+             Catch::Contains("added_tokens[0].id"));
+}
+
+TEST_CASE("truncated or malformed tokenizer.bin is an InputError", "[tokenizer][errors]") {
+  const std::string full =
+      kvscope::test::read_binary(kvscope::test::shared_dir() + "/models/stories260K/tok512.bin");
+  std::string path = temp_dir() + "/truncated.bin";
+  write_binary(path, full.substr(0, full.size() / 2));
+  try {
+    Tokenizer::from_llama2c(path, 512);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(path));
+    CHECK_THAT(e.what(), Catch::Contains("truncated"));
+    CHECK_THAT(e.field(), Catch::StartsWith("token "));
+  }
+  // Reading to the end of the file needs the file to end after a whole entry.
+  write_binary(path, full.substr(0, full.size() - 1));
+  CHECK_THROWS_AS(Tokenizer::from_llama2c(path, 0), InputError);
+  write_binary(path, full.substr(0, 2));
+  CHECK_THROWS_AS(Tokenizer::from_llama2c(path, 512), InputError);
+  // A negative length.
+  std::string bad = full;
+  int32_t neg = -5;
+  std::memcpy(&bad[8], &neg, 4);
+  write_binary(path, bad);
+  CHECK_THROWS_WITH(Tokenizer::from_llama2c(path, 512), Catch::Contains("token 0 length"));
+}
+
+TEST_CASE("text that is not UTF-8 is rejected by encode", "[tokenizer][errors]") {
+  auto tok = kvscope::test::load_fixture_tokenizer("smollm2");
+  auto bin =
+      Tokenizer::from_llama2c(kvscope::test::shared_dir() + "/models/stories260K/tok512.bin", 512);
+  for (const std::string& bad :
+       {std::string("\xC3\x28"), std::string("ok \xED\xA0\x80 surrogate"),
+        std::string("\xC0\xAF overlong"), std::string("\xF8\x88\x80\x80\x80"),
+        std::string("cut \xE2\x82"), std::string("\xFF"), std::string("\xF4\x90\x80\x80")}) {
+    INFO("bytes: " << bad);
+    CHECK_THROWS_AS(tok->encode(bad), InputError);
+    CHECK_THROWS_AS(bin->encode(bad), InputError);
+    try {
+      tok->encode(bad);
+    } catch (const InputError& e) {
+      CHECK(e.field() == "text");
+      CHECK_THAT(e.what(), Catch::Contains("invalid UTF-8 at byte"));
+    }
+  }
+}
+
+TEST_CASE("GGUF without a supported tokenizer names the key", "[tokenizer][errors]") {
+  kvscope::test::GgufMetadataWriter w;
+  w.add_string("general.architecture", "bert");
+  w.add_string("tokenizer.ggml.model", "bert");
+  std::string path = temp_dir() + "/bert.gguf";
+  w.write(path);
+  kvscope::formats::GgufFile gguf(path);
+  CHECK_THROWS_WITH(Tokenizer::from_gguf(gguf),
+                    Catch::Contains("tokenizer.ggml.model") && Catch::Contains("gpt2, llama"));
+
+  kvscope::test::GgufMetadataWriter w2;
+  w2.add_string("tokenizer.ggml.model", "gpt2");
+  w2.add_string("tokenizer.ggml.pre", "mystery");
+  w2.add_strings("tokenizer.ggml.tokens", {"a", "b", "ab"});
+  w2.add_strings("tokenizer.ggml.merges", {"a b"});
+  std::string path2 = temp_dir() + "/mystery.gguf";
+  w2.write(path2);
+  kvscope::formats::GgufFile gguf2(path2);
+  CHECK_THROWS_WITH(Tokenizer::from_gguf(gguf2),
+                    Catch::Contains("tokenizer.ggml.pre") && Catch::Contains("mystery"));
+
+  kvscope::test::GgufMetadataWriter w3;
+  w3.add_string("tokenizer.ggml.model", "gpt2");
+  w3.add_strings("tokenizer.ggml.tokens", {"a", "b"});
+  w3.add_strings("tokenizer.ggml.merges", {"a b"});
+  std::string path3 = temp_dir() + "/badmerge.gguf";
+  w3.write(path3);
+  kvscope::formats::GgufFile gguf3(path3);
+  CHECK_THROWS_WITH(Tokenizer::from_gguf(gguf3), Catch::Contains("tokenizer.ggml.merges[0]"));
+}
