@@ -108,7 +108,12 @@ QImage colorize(const std::vector<float>& values, int rows, int cols, const Colo
     for (int c = 0; c < cols; ++c) {
       float x = v[c];
       if (x != x) continue;
-      if (log) x = std::log10(std::max(x, 1e-12f));
+      // Log scale: zero means "no attention here" (e.g. above the causal
+      // diagonal) and stays transparent instead of the darkest colour.
+      if (log) {
+        if (x <= 0.f) continue;
+        x = std::log10(x);
+      }
       float p = std::clamp((x - a) * inv, 0.f, 255.f);
       line[c] = lut[size_t(p + 0.5f)];
     }

@@ -106,7 +106,7 @@ QFont font(double points, bool bold) {
 Frame frame(const QRectF& a, bool with_colorbar, double left, double bottom) {
   Frame f;
   f.title = QRectF(a.left(), a.top(), a.width(), 30);
-  double right = with_colorbar ? 86 : 16;
+  double right = with_colorbar ? 100 : 16;
   f.plot = QRectF(a.left() + left, a.top() + 34, std::max(10.0, a.width() - left - right),
                   std::max(10.0, a.height() - 34 - bottom));
   if (with_colorbar) f.colorbar = QRectF(f.plot.right() + 14, f.plot.top(), 14, f.plot.height());
@@ -219,7 +219,7 @@ void colorbar(QPainter& p, const QRectF& r, const ColorScale& scale, const QStri
     for (double v : ticks(scale.lo, scale.hi, 5)) at(scale.position(float(v)), tick_label(v));
   }
   p.setFont(font(8));
-  p.translate(r.right() + 50, r.center().y());
+  p.translate(r.right() + 42, r.center().y());
   p.rotate(90);
   p.drawText(QRectF(-r.height() / 2, -fm.height(), r.height(), fm.height() + 4), Qt::AlignCenter,
              label + (scale.log ? " (log)" : ""));

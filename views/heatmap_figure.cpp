@@ -196,7 +196,7 @@ void HeatmapFigure::paint_evicted(QPainter& p, const QRectF& plot) const {
   auto flush = [&](int end) {
     if (run_level <= 0) return;
     QRectF r(plot.left() + run_start, plot.top(), end - run_start, plot.height());
-    p.fillRect(r, QColor(255, 255, 255, 30 + run_level * 16));
+    p.fillRect(r, QColor(255, 255, 255, 20 + run_level * 12));
     p.fillRect(QRectF(r.left(), plot.top() - 6, r.width(), 5),
                QColor(palette::kVermillion.red(), palette::kVermillion.green(),
                       palette::kVermillion.blue(), 60 + run_level * 24));

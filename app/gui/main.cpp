@@ -1,0 +1,104 @@
+// kvscope-gui [TRACE...] [--compare B] [--layer L --head H --step S --token T]
+//             [--screenshot-dir DIR [--wait-lod] [--quit]] [--print-timing]
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QTimer>
+#include <cstdio>
+
+#include "app/gui/main_window.h"
+#include "kvscope_version.h"
+
+namespace {
+
+struct Script {
+  QString compare, shots;
+  int layer = -1, head = -1;
+  qint64 step = -1, token = -1;
+  bool wait_lod = false, quit = false, timing = false;
+};
+
+// Applies the requested selection once the first trace is open, then (for
+// screenshots) waits until every view has loaded before grabbing them.
+void run_script(kvscope::gui::MainWindow& w, const Script& s) {
+  auto lod_ready = std::make_shared<bool>(!s.wait_lod);
+  QObject::connect(&w.service(), &kvscope::views::TraceService::lodReady, &w,
+                   [lod_ready] { *lod_ready = true; });
+  QObject::connect(&w.service(), &kvscope::views::TraceService::lodFailed, &w,
+                   [lod_ready] { *lod_ready = true; });
+  QObject::connect(&w, &kvscope::gui::MainWindow::firstViewShown, &w, [s](QString path, double ms) {
+    if (s.timing)
+      std::printf("first view of %s: %.1f ms\n", qPrintable(path), ms), std::fflush(stdout);
+  });
+  QObject::connect(&w, &kvscope::gui::MainWindow::openFailed, &w, [s](QString path, QString e) {
+    std::fprintf(stderr, "kvscope-gui: %s\n", qPrintable(e));
+    if (s.quit) QApplication::exit(2);
+  });
+  auto applied = std::make_shared<bool>(false);
+  QObject::connect(&w, &kvscope::gui::MainWindow::traceOpened, &w, [&w, s, applied] {
+    if (*applied) return;
+    *applied = true;
+    if (!s.compare.isEmpty()) w.open_trace(s.compare);
+    const auto& sel = w.state().selection();
+    w.state().set_head(s.layer >= 0 ? s.layer : sel.layer, s.head >= 0 ? s.head : sel.head);
+    if (s.step >= 0) w.state().set_step(s.step);
+    if (s.token >= 0) w.state().set_tokens({s.token});
+    if (s.shots.isEmpty()) return;
+    auto* poll = new QTimer(&w);
+    poll->setInterval(200);
+    QObject::connect(poll, &QTimer::timeout, &w,
+                     [&w, s, poll, lod = std::shared_ptr<bool>()]() mutable {
+                       if (!s.compare.isEmpty() && w.open_traces().size() < 2) return;
+                       if (!s.compare.isEmpty() && w.state().selection().compare.empty())
+                         w.set_compare(w.open_traces().last());
+                       for (auto* v : w.all_views())
+                         if (v->loading()) return;
+                       poll->stop();
+                       QStringList files = w.save_screenshots(s.shots);
+                       for (const QString& f : files) std::printf("screenshot %s\n", qPrintable(f));
+                       std::fflush(stdout);
+                       if (s.quit) QApplication::exit(files.isEmpty() ? 1 : 0);
+                     });
+    QTimer::singleShot(0, &w, [poll] { poll->start(); });
+  });
+  Q_UNUSED(lod_ready);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  QApplication app(argc, argv);
+  QApplication::setApplicationName("kvscope-gui");
+  QApplication::setOrganizationName("KVScope");
+  QApplication::setApplicationVersion(KVSCOPE_VERSION_STRING);
+  QCommandLineParser p;
+  p.setApplicationDescription("KVScope: replay KV-cache policy traces");
+  p.addHelpOption();
+  p.addVersionOption();
+  p.addPositionalArgument("traces", "trace files to open");
+  QCommandLineOption compare("compare", "second trace to compare with", "trace");
+  QCommandLineOption layer("layer", "layer", "n"), head("head", "query head", "n");
+  QCommandLineOption step("step", "step", "n"), token("token", "selected token", "n");
+  QCommandLineOption shots("screenshot-dir", "save the window and every view as PNG", "dir");
+  QCommandLineOption wait_lod("wait-lod", "wait for the level-of-detail cache before screenshots");
+  QCommandLineOption quit("quit", "quit after the screenshots");
+  QCommandLineOption timing("print-timing", "print the time to the first view");
+  for (const auto& o : {compare, layer, head, step, token, shots, wait_lod, quit, timing})
+    p.addOption(o);
+  p.process(app);
+  kvscope::gui::MainWindow w;
+  Script s;
+  s.compare = p.value(compare);
+  s.layer = p.isSet(layer) ? p.value(layer).toInt() : -1;
+  s.head = p.isSet(head) ? p.value(head).toInt() : -1;
+  s.step = p.isSet(step) ? p.value(step).toLongLong() : -1;
+  s.token = p.isSet(token) ? p.value(token).toLongLong() : -1;
+  s.shots = p.value(shots);
+  s.wait_lod = p.isSet(wait_lod);
+  s.quit = p.isSet(quit);
+  s.timing = p.isSet(timing);
+  run_script(w, s);
+  w.show();
+  const QStringList traces = p.positionalArguments();
+  if (!traces.isEmpty()) w.open_trace(traces.front());
+  return app.exec();
+}

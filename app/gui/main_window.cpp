@@ -1,0 +1,386 @@
+#include "app/gui/main_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QDir>
+#include <QDragEnterEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QScreen>
+#include <QSettings>
+#include <QStatusBar>
+#include <QToolBar>
+#include <QWindow>
+
+#include "app/gui/capture_dialog.h"
+#include "app/gui/view_panels.h"
+#include "views/heatmap_view.h"
+#include "views/timeline_view.h"
+#include "views/view_widgets.h"
+
+namespace kvscope::gui {
+
+MainWindow::MainWindow(QWidget* parent)
+    : QMainWindow(parent), service_(new views::TraceService(this)) {
+  setWindowTitle("KVScope");
+  setObjectName("mainWindow");
+  setAcceptDrops(true);
+  setDockNestingEnabled(true);
+  resize(1560, 960);
+  build_docks();
+  build_toolbar();
+  build_menus();
+  build_shortcuts();
+  state_.attach(this);
+  lod_label_ = new QLabel(this);
+  statusBar()->addPermanentWidget(lod_label_);
+  statusBar()->showMessage("Open a trace: File ▸ Open (Ctrl+O), or drop a .h5 file on the window");
+  live_timer_.setInterval(500);
+  connect(&live_timer_, &QTimer::timeout, this, &MainWindow::poll_live);
+  live_timer_.start();
+  connect(service_, &views::TraceService::lodProgress, this,
+          [this](QString t, qint64 done, qint64 total) {
+            lod_label_->setText(QString("building level-of-detail cache of %1: %2/%3 heads")
+                                    .arg(QFileInfo(t).fileName())
+                                    .arg(done)
+                                    .arg(total));
+          });
+  connect(service_, &views::TraceService::lodReady, this, [this](QString t, QString cache) {
+    lod_label_->setText("level-of-detail cache: " + cache);
+    info_->set_lod_status(cache);
+    if (t.toStdString() == state_.selection().trace) {
+      view("overview")->reload();
+      view("heatmap")->reload();
+    }
+  });
+  connect(service_, &views::TraceService::lodFailed, this, [this](QString t, QString e) {
+    lod_label_->setText("level-of-detail cache failed: " + e);
+    info_->set_lod_status("failed: " + e);
+  });
+  // First-view timing: from open_trace() to the heatmap's first painted figure.
+  connect(view("heatmap"), &views::FigureWidget::figureLoaded, this, [this] {
+    if (timing_trace_.isEmpty() || timing_trace_.toStdString() != state_.selection().trace) return;
+    view("heatmap")->repaint();
+    first_view_ms_ = double(open_clock_.nsecsElapsed()) / 1e6;
+    QString t = timing_trace_;
+    timing_trace_.clear();
+    emit firstViewShown(t, first_view_ms_);
+  });
+}
+
+MainWindow::~MainWindow() {
+  state_.detach(this);
+  // Views detach from the state in their destructors; delete them while the
+  // state still exists.
+  for (QDockWidget* d : docks_) delete d;
+  delete centralWidget();
+}
+
+QDockWidget* MainWindow::add_dock(const QString& name, const QString& title, QWidget* content,
+                                  Qt::DockWidgetArea where) {
+  auto* d = new QDockWidget(title, this);
+  d->setObjectName("dock-" + name);
+  d->setWidget(content);
+  addDockWidget(where, d);
+  docks_[name] = d;
+  return d;
+}
+
+void MainWindow::build_docks() {
+  auto* heat = new views::HeatmapView(&state_, service_);
+  auto* overview = new views::OverviewView(&state_, service_);
+  auto* timeline = new views::TimelineView(views::TimelineMode::Head, &state_, service_);
+  auto* layers = new views::TimelineView(views::TimelineMode::Layers, &state_, service_);
+  auto* budget = new views::BudgetView(&state_, service_);
+  auto* survival = new views::SurvivalView(&state_, service_);
+  auto* gates = new views::GatesView(&state_, service_);
+  auto* tokens = new views::TokensView(&state_, service_);
+  auto* history = new views::HistoryView(&state_, service_);
+  auto* compare = new views::CompareView(&state_, service_);
+  for (views::FigureWidget* v : std::initializer_list<views::FigureWidget*>{
+           heat, overview, timeline, layers, budget, survival, gates, tokens, history, compare})
+    views_[v->view_name()] = v;
+  setCentralWidget(panel(heatmap_controls(heat), heat));
+  info_ = new TraceInfoPanel(&state_, service_);
+  add_dock("overview", "Layers × heads", panel(overview_controls(overview), overview),
+           Qt::LeftDockWidgetArea);
+  add_dock("info", "Trace info", info_, Qt::LeftDockWidgetArea);
+  tabifyDockWidget(docks_["overview"], docks_["info"]);
+  add_dock("timeline", "Eviction timeline", timeline, Qt::RightDockWidgetArea);
+  add_dock("layers", "Heads holding tokens", layers, Qt::RightDockWidgetArea);
+  add_dock("budget", "Head budgets", budget, Qt::RightDockWidgetArea);
+  add_dock("survival", "Survival", panel(survival_controls(survival), survival),
+           Qt::RightDockWidgetArea);
+  tabifyDockWidget(docks_["timeline"], docks_["layers"]);
+  tabifyDockWidget(docks_["budget"], docks_["survival"]);
+  add_dock("tokens", "Token text", panel(tokens_controls(tokens), tokens),
+           Qt::BottomDockWidgetArea);
+  add_dock("history", "Token history", history, Qt::BottomDockWidgetArea);
+  add_dock("gates", "Gate scores", panel(gates_controls(gates, {}), gates),
+           Qt::BottomDockWidgetArea);
+  add_dock("compare", "Compare", compare, Qt::BottomDockWidgetArea);
+  tabifyDockWidget(docks_["tokens"], docks_["gates"]);
+  tabifyDockWidget(docks_["history"], docks_["compare"]);
+  for (const char* first : {"overview", "timeline", "budget", "tokens", "history"})
+    docks_[first]->raise();
+  resizeDocks({docks_["overview"], docks_["timeline"]}, {420, 560}, Qt::Horizontal);
+  resizeDocks({docks_["tokens"]}, {260}, Qt::Vertical);
+}
+
+void MainWindow::build_toolbar() {
+  QToolBar* tb = addToolBar("Navigation");
+  tb->setObjectName("navigation");
+  tb->setMovable(false);
+  trace_combo_ = new QComboBox;
+  trace_combo_->setObjectName("traceCombo");
+  trace_combo_->setMinimumWidth(180);
+  trace_combo_->setToolTip("Open traces: the current one");
+  connect(trace_combo_, qOverload<int>(&QComboBox::activated), this,
+          [this](int i) { open_trace(trace_combo_->itemData(i).toString()); });
+  compare_combo_ = new QComboBox;
+  compare_combo_->setObjectName("compareCombo");
+  compare_combo_->setMinimumWidth(160);
+  compare_combo_->addItem("(none)", QString());
+  connect(compare_combo_, qOverload<int>(&QComboBox::activated), this,
+          [this](int i) { set_compare(compare_combo_->itemData(i).toString()); });
+  layer_spin_ = new QSpinBox;
+  layer_spin_->setObjectName("layerSpin");
+  layer_spin_->setPrefix("layer ");
+  head_spin_ = new QSpinBox;
+  head_spin_->setObjectName("headSpin");
+  head_spin_->setPrefix("head ");
+  auto pick = [this] {
+    if (!syncing_) state_.set_head(layer_spin_->value(), head_spin_->value());
+  };
+  connect(layer_spin_, qOverload<int>(&QSpinBox::valueChanged), this, pick);
+  connect(head_spin_, qOverload<int>(&QSpinBox::valueChanged), this, pick);
+  step_bar_ = new StepBar(&state_);
+  tb->addWidget(new QLabel(" trace "));
+  tb->addWidget(trace_combo_);
+  tb->addWidget(new QLabel(" compare with "));
+  tb->addWidget(compare_combo_);
+  tb->addSeparator();
+  tb->addWidget(layer_spin_);
+  tb->addWidget(head_spin_);
+  tb->addSeparator();
+  tb->addWidget(step_bar_);
+}
+
+void MainWindow::build_menus() {
+  QMenu* file = menuBar()->addMenu("&File");
+  file->addAction("&Open…", QKeySequence::Open, this, [this] {
+    QStringList paths = QFileDialog::getOpenFileNames(
+        this, "Open traces", QString(), "KVScope traces (*.h5 *.hdf5);;All files (*)");
+    for (const QString& p : paths) open_trace(p);
+  });
+  recent_menu_ = file->addMenu("Open &recent");
+  refresh_recent_menu();
+  QAction* capture = file->addAction("&Capture…", this, [this] {
+    auto* d = new CaptureDialog(this);
+    d->setAttribute(Qt::WA_DeleteOnClose);
+    connect(d, &CaptureDialog::traceStarted, this, &MainWindow::open_trace);
+    d->show();
+  });
+  QString why;
+  if (!capture_available(&why)) {
+    capture->setEnabled(false);
+    capture->setText("&Capture… (unavailable)");
+    capture->setToolTip(why);
+    capture->setStatusTip(why);
+  }
+  file->addSeparator();
+  file->addAction("&Quit", QKeySequence::Quit, this, &QWidget::close);
+  QMenu* view = menuBar()->addMenu("&View");
+  for (QDockWidget* d : docks_) view->addAction(d->toggleViewAction());
+}
+
+void MainWindow::build_shortcuts() {
+  auto add = [this](const QKeySequence& key, std::function<void()> fn) {
+    auto* a = new QAction(this);
+    a->setShortcut(key);
+    a->setShortcutContext(Qt::WindowShortcut);
+    connect(a, &QAction::triggered, this, fn);
+    addAction(a);
+  };
+  add(Qt::Key_Right, [this] { step_bar_->step_by(1); });
+  add(Qt::Key_Left, [this] { step_bar_->step_by(-1); });
+  add(Qt::SHIFT | Qt::Key_Right, [this] { step_bar_->step_by(10); });
+  add(Qt::SHIFT | Qt::Key_Left, [this] { step_bar_->step_by(-10); });
+  add(Qt::Key_Home, [this] { state_.set_step(0); });
+  add(Qt::Key_End, [this] { state_.set_step(state_.selection().n_steps - 1); });
+  add(Qt::Key_Space, [this] { step_bar_->set_playing(!step_bar_->playing()); });
+  add(Qt::Key_Down,
+      [this] { state_.set_head(state_.selection().layer, state_.selection().head + 1); });
+  add(Qt::Key_Up,
+      [this] { state_.set_head(state_.selection().layer, state_.selection().head - 1); });
+  add(Qt::Key_PageDown,
+      [this] { state_.set_head(state_.selection().layer + 1, state_.selection().head); });
+  add(Qt::Key_PageUp,
+      [this] { state_.set_head(state_.selection().layer - 1, state_.selection().head); });
+}
+
+void MainWindow::open_trace(const QString& given) {
+  QString path = QFileInfo(given).absoluteFilePath();
+  open_clock_.start();
+  timing_trace_ = path;
+  statusBar()->showMessage("opening " + path + " …");
+  // The header is read on the worker like everything else; the UI never waits.
+  service_->request<Header>(
+      path.toStdString(), "open:" + path,
+      [](views::TraceData& d) {
+        const trace::TraceReader& r = d.reader();
+        Header h;
+        h.path = r.path();
+        h.layers = r.n_layers();
+        h.heads = r.n_heads();
+        h.kv_heads = r.n_kv_heads();
+        h.steps = r.n_steps();
+        h.tokens = r.n_tokens();
+        h.complete = r.complete();
+        for (const trace::GateSpec& g : r.layout().gates) h.gates << QString::fromStdString(g.name);
+        return h;
+      },
+      [this](Header h) { activate(h); }, this,
+      [this, path](QString error) {
+        statusBar()->showMessage("cannot open " + path);
+        timing_trace_.clear();
+        emit openFailed(path, error);
+        auto* box = new QMessageBox(QMessageBox::Warning, "Cannot open trace", error,
+                                    QMessageBox::Ok, this);
+        box->setAttribute(Qt::WA_DeleteOnClose);
+        box->open();
+      });
+}
+
+void MainWindow::activate(const Header& h) {
+  QString path = QString::fromStdString(h.path);
+  if (!traces_.contains(path)) {
+    traces_ << path;
+    trace_combo_->addItem(QFileInfo(path).fileName(), path);
+    compare_combo_->addItem(QFileInfo(path).fileName(), path);
+  }
+  complete_[path] = h.complete;
+  trace_combo_->setCurrentIndex(trace_combo_->findData(path));
+  remember_recent(path);
+  if (auto* gates = findChild<QComboBox*>("gateCombo")) {
+    gates->blockSignals(true);
+    gates->clear();
+    gates->addItems(h.gates);
+    gates->blockSignals(false);
+  }
+  setWindowTitle("KVScope — " + QFileInfo(path).fileName());
+  state_.set_trace(h.path, h.layers, h.heads, h.kv_heads, h.steps, h.tokens);
+  if (h.complete) service_->ensure_lod(h.path);
+  statusBar()->showMessage(QString("%1: %2 layers, %3 heads, %4 steps, %5 tokens%6")
+                               .arg(path)
+                               .arg(h.layers)
+                               .arg(h.heads)
+                               .arg(h.steps)
+                               .arg(h.tokens)
+                               .arg(h.complete ? "" : " — still being written: following"));
+  emit traceOpened(path);
+}
+
+void MainWindow::set_compare(const QString& path) {
+  compare_combo_->setCurrentIndex(std::max(0, compare_combo_->findData(path)));
+  state_.set_compare(path.toStdString());
+  if (!path.isEmpty()) docks_["compare"]->raise();
+}
+
+void MainWindow::state_changed(const views::Selection& sel, uint32_t) {
+  sync_pickers(sel);
+}
+
+void MainWindow::sync_pickers(const views::Selection& sel) {
+  syncing_ = true;
+  layer_spin_->setRange(0, int(std::max<int64_t>(0, sel.n_layers - 1)));
+  head_spin_->setRange(0, int(std::max<int64_t>(0, sel.n_heads - 1)));
+  layer_spin_->setValue(sel.layer);
+  head_spin_->setValue(sel.head);
+  syncing_ = false;
+}
+
+void MainWindow::poll_live() {
+  // Every trace still being written is refreshed on the worker; the current
+  // one's new extent is announced to all views.
+  for (const QString& path : traces_) {
+    if (complete_.value(path, true)) continue;
+    service_->request<std::tuple<int64_t, int64_t, bool>>(
+        path.toStdString(), "refresh:" + path,
+        [](views::TraceData& d) {
+          d.refresh();
+          return std::make_tuple(d.reader().n_steps(), d.reader().n_tokens(),
+                                 d.reader().complete());
+        },
+        [this, path](std::tuple<int64_t, int64_t, bool> r) {
+          auto [steps, tokens, complete] = r;
+          complete_[path] = complete;
+          if (path.toStdString() != state_.selection().trace) return;
+          state_.set_extent(steps, tokens);
+          if (complete) {
+            statusBar()->showMessage(path + ": capture finished");
+            service_->ensure_lod(path.toStdString());
+          }
+        },
+        this);
+  }
+}
+
+QStringList MainWindow::recent_files() const {
+  return QSettings("KVScope", "kvscope-gui").value("recent").toStringList();
+}
+
+void MainWindow::remember_recent(const QString& path) {
+  QStringList r = recent_files();
+  r.removeAll(path);
+  r.prepend(path);
+  while (r.size() > 10) r.removeLast();
+  QSettings("KVScope", "kvscope-gui").setValue("recent", r);
+  refresh_recent_menu();
+}
+
+void MainWindow::refresh_recent_menu() {
+  recent_menu_->clear();
+  for (const QString& p : recent_files())
+    recent_menu_->addAction(p, this, [this, p] { open_trace(p); });
+  recent_menu_->setEnabled(!recent_menu_->isEmpty());
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* e) {
+  if (e->mimeData()->hasUrls()) e->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* e) {
+  for (const QUrl& url : e->mimeData()->urls())
+    if (url.isLocalFile()) open_trace(url.toLocalFile());
+  e->acceptProposedAction();
+}
+
+QStringList MainWindow::save_screenshots(const QString& dir) {
+  QDir().mkpath(dir);
+  QStringList written;
+  QApplication::processEvents();
+  // The whole window as the X server shows it (a real window under Xvfb);
+  // offscreen platforms have no server to ask, so fall back to grab().
+  QPixmap win;
+  if (QScreen* screen = windowHandle() ? windowHandle()->screen() : nullptr;
+      screen && QGuiApplication::platformName() == "xcb")
+    win = screen->grabWindow(winId());
+  if (win.isNull()) win = grab();
+  if (win.save(dir + "/main-window.png")) written << dir + "/main-window.png";
+  for (auto it = docks_.begin(); it != docks_.end(); ++it) {
+    it.value()->raise();
+    QApplication::processEvents();
+    QPixmap pix = it.value()->widget()->grab();
+    QString file = dir + "/view-" + it.key() + ".png";
+    if (pix.save(file)) written << file;
+  }
+  QPixmap heat = centralWidget()->grab();
+  if (heat.save(dir + "/view-heatmap.png")) written << dir + "/view-heatmap.png";
+  return written;
+}
+
+}  // namespace kvscope::gui

@@ -1,0 +1,98 @@
+// kvscope-gui's main window: dockable views around the attention heatmap,
+// one CurrentState they all follow, a step scrubber, layer/head pickers,
+// several open traces (combo, recent files, drag and drop), live follow of
+// traces still being written, and the capture dialog.
+#pragma once
+
+#include <QComboBox>
+#include <QDockWidget>
+#include <QElapsedTimer>
+#include <QLabel>
+#include <QMainWindow>
+#include <QMap>
+#include <QSpinBox>
+#include <QTimer>
+
+#include "app/gui/step_bar.h"
+#include "app/gui/trace_info.h"
+#include "views/current_state.h"
+#include "views/figure_widget.h"
+#include "views/trace_service.h"
+
+namespace kvscope::gui {
+
+class MainWindow : public QMainWindow, public views::StateObserver {
+  Q_OBJECT
+ public:
+  explicit MainWindow(QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  // Opens (or switches to) a trace; reads happen on the worker.
+  void open_trace(const QString& path);
+  void set_compare(const QString& path);
+  void state_changed(const views::Selection& sel, uint32_t changes) override;
+
+  views::CurrentState& state() { return state_; }
+  views::TraceService& service() { return *service_; }
+  StepBar* step_bar() const { return step_bar_; }
+  QStringList open_traces() const { return traces_; }
+  views::FigureWidget* view(const QString& name) const { return views_.value(name); }
+  QList<views::FigureWidget*> all_views() const { return views_.values(); }
+  QDockWidget* dock(const QString& name) const { return docks_.value(name); }
+  QStringList recent_files() const;
+  // Milliseconds from open_trace() to the first painted heatmap (-1 before).
+  double first_view_ms() const { return first_view_ms_; }
+  // Grabs the window (from the X server when there is one) and each view
+  // into `dir`; returns the files written.
+  QStringList save_screenshots(const QString& dir);
+
+ signals:
+  void traceOpened(QString path);
+  void openFailed(QString path, QString error);
+  void firstViewShown(QString path, double ms);
+
+ protected:
+  void dragEnterEvent(QDragEnterEvent* event) override;
+  void dropEvent(QDropEvent* event) override;
+
+ private:
+  struct Header {
+    std::string path;
+    int64_t layers = 0, heads = 0, kv_heads = 0, steps = 0, tokens = 0;
+    bool complete = false;
+    QStringList gates;
+  };
+  void build_docks();
+  void build_toolbar();
+  void build_menus();
+  void build_shortcuts();
+  QDockWidget* add_dock(const QString& name, const QString& title, QWidget* content,
+                        Qt::DockWidgetArea where);
+  void activate(const Header& h);
+  void poll_live();
+  void remember_recent(const QString& path);
+  void refresh_recent_menu();
+  void sync_pickers(const views::Selection& sel);
+
+  views::CurrentState state_;
+  views::TraceService* service_;
+  StepBar* step_bar_ = nullptr;
+  TraceInfoPanel* info_ = nullptr;
+  QComboBox* trace_combo_ = nullptr;
+  QComboBox* compare_combo_ = nullptr;
+  QSpinBox* layer_spin_ = nullptr;
+  QSpinBox* head_spin_ = nullptr;
+  QLabel* lod_label_ = nullptr;
+  QMenu* recent_menu_ = nullptr;
+  QMap<QString, views::FigureWidget*> views_;
+  QMap<QString, QDockWidget*> docks_;
+  QStringList traces_;
+  QMap<QString, bool> complete_;
+  QTimer live_timer_;
+  QElapsedTimer open_clock_;
+  QString timing_trace_;
+  double first_view_ms_ = -1;
+  bool syncing_ = false;
+};
+
+}  // namespace kvscope::gui

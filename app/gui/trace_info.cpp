@@ -1,0 +1,92 @@
+#include "app/gui/trace_info.h"
+
+#include <QFileInfo>
+
+#include "core/analysis/summary.h"
+
+namespace kvscope::gui {
+
+TraceInfoPanel::TraceInfoPanel(views::CurrentState* state, views::TraceService* service,
+                               QWidget* parent)
+    : QTextBrowser(parent), state_(state), service_(service) {
+  setObjectName("info");
+  state_->attach(this);
+}
+
+TraceInfoPanel::~TraceInfoPanel() {
+  state_->detach(this);
+}
+
+void TraceInfoPanel::state_changed(const views::Selection&, uint32_t changes) {
+  if (changes & (views::kTraceChanged | views::kTraceGrew)) reload();
+}
+
+void TraceInfoPanel::set_lod_status(const QString& s) {
+  lod_status_ = s;
+  setHtml(body_ + "<p><b>level-of-detail cache</b>: " + lod_status_.toHtmlEscaped() + "</p>");
+}
+
+void TraceInfoPanel::reload() {
+  const views::Selection& sel = state_->selection();
+  if (sel.trace.empty()) return;
+  service_->request<QString>(
+      sel.trace, "info", [](views::TraceData& d) { return describe(d); },
+      [this](QString html) {
+        body_ = html;
+        set_lod_status(lod_status_);
+      },
+      this, [this](QString e) { setPlainText(e); });
+}
+
+QString TraceInfoPanel::describe(views::TraceData& data) {
+  const trace::TraceReader& r = data.reader();
+  const trace::RunInfo& run = r.run();
+  analysis::TraceSummary s = analysis::summarize(r);
+  auto q = [](const std::string& v) { return QString::fromStdString(v).toHtmlEscaped(); };
+  auto row = [](const QString& k, const QString& v) {
+    return "<tr><td><b>" + k + "</b></td><td>" + v + "</td></tr>";
+  };
+  QString tiers;
+  for (const std::string& t : run.tier_names) tiers += q(t) + " ";
+  QString gates;
+  for (const trace::GateSpec& g : r.layout().gates) gates += q(g.name) + " ";
+  QString html = "<h3>" + QFileInfo(QString::fromStdString(r.path())).fileName().toHtmlEscaped() +
+                 "</h3><table>";
+  html += row("file", q(r.path()) +
+                          QString(" (%1 MiB)").arg(double(r.file_bytes()) / 1048576.0, 0, 'f', 1));
+  html += row("complete", r.complete() ? "yes" : "no — capture running or interrupted");
+  html += row("model", q(run.model.name) + " (" + q(run.model.architecture) +
+                           QString("): %1 layers, %2 heads, %3 kv heads, head dim %4, %5 on %6")
+                               .arg(run.model.n_layers)
+                               .arg(run.model.n_heads)
+                               .arg(run.model.n_kv_heads)
+                               .arg(run.model.head_dim)
+                               .arg(q(run.model.dtype))
+                               .arg(q(run.model.device)));
+  html += row("policy", q(run.policy));
+  html += row("parameters", "<code>" + q(run.policy_params_json) + "</code>");
+  html += row("budget", q(run.budget_kind) + " " + QString::number(run.budget));
+  html += row("seed", QString::number(run.seed));
+  html += row("capture", q(run.capture_levels));
+  html += row("tiers", tiers);
+  html += row("gates", gates.isEmpty() ? "none" : gates);
+  html += row(
+      "steps",
+      QString("%1 (prefill %2, decode %3)").arg(s.steps).arg(s.prefill_steps).arg(s.decode_steps));
+  html += row("tokens", QString::number(s.tokens));
+  html += row("events", QString::number(s.events));
+  html += row("format", QString("kvscope-trace v%1.%2, written by %3")
+                            .arg(r.format_version())
+                            .arg(r.format_minor_version())
+                            .arg(q(r.writer())));
+  html += row("tool", q(run.tool_version) + ", created " + q(run.created_utc));
+  html += row("finish", q(r.finish_reason()));
+  if (!run.task_kind.empty())
+    html += row("task", q(run.task_kind) + ", expected: " + q(run.expected_answer));
+  html += row("command", "<code>" + q(run.command_line) + "</code>");
+  html += "</table><p><b>prompt</b>: " + q(run.prompt.substr(0, 2000)) +
+          (run.prompt.size() > 2000 ? "…" : "") + "</p>";
+  return html;
+}
+
+}  // namespace kvscope::gui

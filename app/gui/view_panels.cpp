@@ -1,0 +1,142 @@
+#include "app/gui/view_panels.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+namespace kvscope::gui {
+
+QWidget* panel(QWidget* controls, QWidget* view) {
+  auto* w = new QWidget;
+  auto* col = new QVBoxLayout(w);
+  col->setContentsMargins(0, 0, 0, 0);
+  col->setSpacing(2);
+  if (controls) col->addWidget(controls);
+  col->addWidget(view, 1);
+  return w;
+}
+
+namespace {
+QWidget* row(QHBoxLayout** layout) {
+  auto* w = new QWidget;
+  *layout = new QHBoxLayout(w);
+  (*layout)->setContentsMargins(6, 2, 6, 2);
+  return w;
+}
+}  // namespace
+
+QWidget* heatmap_controls(views::HeatmapView* view) {
+  QHBoxLayout* l;
+  QWidget* w = row(&l);
+  auto* map = new QComboBox;
+  map->addItems(views::color_map_names());
+  auto* log = new QCheckBox("log");
+  log->setChecked(true);
+  auto* max = new QCheckBox("max");
+  max->setToolTip("pooled max instead of mean");
+  auto* evicted = new QCheckBox("mark evicted keys");
+  evicted->setChecked(true);
+  auto* autorange = new QCheckBox("auto range");
+  autorange->setChecked(true);
+  auto* lo = new QDoubleSpinBox;
+  auto* hi = new QDoubleSpinBox;
+  for (QDoubleSpinBox* s : {lo, hi}) {
+    s->setDecimals(5);
+    s->setRange(0, 1);
+    s->setSingleStep(0.01);
+    s->setEnabled(false);
+  }
+  lo->setValue(0.0001);
+  hi->setValue(1.0);
+  auto apply = [=] {
+    views::HeatmapOptions o = view->options();
+    o.map = views::color_map_from_name(map->currentText());
+    o.log = log->isChecked();
+    o.use_max = max->isChecked();
+    o.show_evicted = evicted->isChecked();
+    o.auto_range = autorange->isChecked();
+    o.lo = float(lo->value());
+    o.hi = float(hi->value());
+    lo->setEnabled(!o.auto_range);
+    hi->setEnabled(!o.auto_range);
+    view->set_options(o);
+  };
+  QObject::connect(map, &QComboBox::currentTextChanged, view, apply);
+  for (QCheckBox* c : {log, max, evicted, autorange})
+    QObject::connect(c, &QCheckBox::toggled, view, apply);
+  for (QDoubleSpinBox* s : {lo, hi})
+    QObject::connect(s, &QDoubleSpinBox::valueChanged, view, apply);
+  l->addWidget(new QLabel("colours"));
+  l->addWidget(map);
+  for (QWidget* c : std::initializer_list<QWidget*>{log, max, evicted, autorange}) l->addWidget(c);
+  l->addWidget(new QLabel("range"));
+  l->addWidget(lo);
+  l->addWidget(hi);
+  l->addStretch();
+  l->addWidget(new QLabel("wheel: zoom · drag: pan · double-click: reset"));
+  return w;
+}
+
+QWidget* overview_controls(views::OverviewView* view) {
+  QHBoxLayout* l;
+  QWidget* w = row(&l);
+  auto* metric = new QComboBox;
+  metric->setObjectName("overviewMetric");
+  metric->addItems(views::overview_metric_names());
+  QObject::connect(metric, qOverload<int>(&QComboBox::currentIndexChanged), view,
+                   [view](int i) { view->set_metric(views::OverviewMetric(i)); });
+  l->addWidget(new QLabel("sort heads by"));
+  l->addWidget(metric);
+  l->addStretch();
+  return w;
+}
+
+QWidget* tokens_controls(views::TokensView* view) {
+  QHBoxLayout* l;
+  QWidget* w = row(&l);
+  auto* c = new QComboBox;
+  c->addItems({"heads holding (all layers)", "heads holding (layer)", "held by current head",
+               "gate score"});
+  QObject::connect(c, qOverload<int>(&QComboBox::currentIndexChanged), view,
+                   [view](int i) { view->set_coloring(views::TokenColoring(i)); });
+  l->addWidget(new QLabel("colour by"));
+  l->addWidget(c);
+  l->addStretch();
+  l->addWidget(new QLabel("hover: per-head status · click: select"));
+  return w;
+}
+
+QWidget* survival_controls(views::SurvivalView* view) {
+  QHBoxLayout* l;
+  QWidget* w = row(&l);
+  auto* h = new QSpinBox;
+  h->setRange(-1, 1 << 24);
+  h->setValue(-1);
+  h->setSpecialValueText("auto");
+  QObject::connect(h, qOverload<int>(&QSpinBox::valueChanged), view,
+                   [view](int v) { view->set_horizon(v); });
+  l->addWidget(new QLabel("horizon h for the per-head map"));
+  l->addWidget(h);
+  l->addStretch();
+  return w;
+}
+
+QWidget* gates_controls(views::GatesView* view, const QStringList& gates) {
+  QHBoxLayout* l;
+  QWidget* w = row(&l);
+  auto* c = new QComboBox;
+  c->setObjectName("gateCombo");
+  c->addItems(gates);
+  QObject::connect(c, qOverload<int>(&QComboBox::currentIndexChanged), view,
+                   [view](int i) { view->set_gate(std::max(0, i)); });
+  l->addWidget(new QLabel("gate"));
+  l->addWidget(c);
+  l->addStretch();
+  return w;
+}
+
+}  // namespace kvscope::gui

@@ -1,0 +1,21 @@
+// Each dock's content: a row of the view's own options above the view.
+#pragma once
+
+#include <QWidget>
+
+#include "views/heatmap_view.h"
+#include "views/timeline_view.h"
+#include "views/view_widgets.h"
+
+namespace kvscope::gui {
+
+// Wraps `view` with `controls` (may be null) in one widget.
+QWidget* panel(QWidget* controls, QWidget* view);
+
+QWidget* heatmap_controls(views::HeatmapView* view);
+QWidget* overview_controls(views::OverviewView* view);
+QWidget* tokens_controls(views::TokensView* view);
+QWidget* survival_controls(views::SurvivalView* view);
+QWidget* gates_controls(views::GatesView* view, const QStringList& gates);
+
+}  // namespace kvscope::gui

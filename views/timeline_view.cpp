@@ -1,0 +1,101 @@
+#include "views/timeline_view.h"
+
+#include <QMouseEvent>
+#include <QWheelEvent>
+#include <cmath>
+
+namespace kvscope::views {
+
+TimelineView::TimelineView(TimelineMode mode, CurrentState* state, TraceService* service,
+                           QWidget* parent)
+    : FigureWidget(mode == TimelineMode::Head ? "timeline" : "layers", state, service, parent),
+      mode_(mode) {}
+
+uint32_t TimelineView::reload_on() const {
+  // The head raster shows every step at once: a new step only moves a line.
+  uint32_t base = kTraceChanged | kHeadChanged | kTraceGrew | kTokensChanged;
+  return mode_ == TimelineMode::Layers ? base | kStepChanged : base | kStepChanged;
+}
+
+std::function<std::shared_ptr<Figure>(TraceData&)> TimelineView::loader(const Selection& sel) {
+  TimelineMode mode = mode_;
+  return [sel, mode](TraceData& data) -> std::shared_ptr<Figure> {
+    return TimelineFigure::load(data, sel, mode);
+  };
+}
+
+void TimelineView::adopt(std::shared_ptr<Figure> previous) {
+  auto* old = dynamic_cast<TimelineFigure*>(previous.get());
+  if (old && timeline() && old->extent() == timeline()->extent())
+    timeline()->set_viewport(old->viewport());
+}
+
+void TimelineView::zoom_at(const QPointF& point, double fx, double fy) {
+  TimelineFigure* f = timeline();
+  if (!f) return;
+  QRectF plot = TimelineFigure::plot_rect(area()), v = f->viewport();
+  double ax = v.left() + std::clamp((point.x() - plot.left()) / plot.width(), 0.0, 1.0) * v.width();
+  double ay = v.top() + std::clamp((point.y() - plot.top()) / plot.height(), 0.0, 1.0) * v.height();
+  double w = v.width() * fx, h = v.height() * fy;
+  f->set_viewport(QRectF(ax - (ax - v.left()) * fx, ay - (ay - v.top()) * fy, w, h));
+  update();
+}
+
+void TimelineView::pan_by(const QPointF& d) {
+  TimelineFigure* f = timeline();
+  if (!f) return;
+  QRectF plot = TimelineFigure::plot_rect(area()), v = f->viewport();
+  f->set_viewport(
+      v.translated(-d.x() * v.width() / plot.width(), -d.y() * v.height() / plot.height()));
+  update();
+}
+
+void TimelineView::wheelEvent(QWheelEvent* e) {
+  double f = std::pow(0.8, e->angleDelta().y() / 120.0);
+  bool tokens_only = e->modifiers() & Qt::ControlModifier;
+  if (mode_ == TimelineMode::Layers) return zoom_at(e->position(), f, 1.0);
+  zoom_at(e->position(), tokens_only ? 1.0 : f, f);
+}
+
+void TimelineView::mousePressEvent(QMouseEvent* e) {
+  if (e->button() != Qt::LeftButton) return;
+  dragging_ = true;
+  moved_ = false;
+  press_ = last_ = e->position();
+}
+
+void TimelineView::mouseMoveEvent(QMouseEvent* e) {
+  if (!dragging_) return;
+  if ((e->position() - press_).manhattanLength() > 4) moved_ = true;
+  if (moved_) pan_by(e->position() - last_);
+  last_ = e->position();
+}
+
+void TimelineView::mouseReleaseEvent(QMouseEvent* e) {
+  dragging_ = false;
+  TimelineFigure* f = timeline();
+  QRectF plot = TimelineFigure::plot_rect(area());
+  if (moved_ || !f || !plot.contains(e->position())) return;
+  QRectF v = f->viewport();
+  double x = v.left() + (e->position().x() - plot.left()) / plot.width() * v.width();
+  double y = v.top() + (e->position().y() - plot.top()) / plot.height() * v.height();
+  // The change is applied here first and announced to every other view.
+  if (mode_ == TimelineMode::Head) {
+    f->step = std::clamp<int64_t>(int64_t(x), 0, std::max<int64_t>(0, f->n_steps - 1));
+    f->selected_token = std::clamp<int64_t>(int64_t(y), 0, std::max<int64_t>(0, f->n_tokens - 1));
+    state_->set_step(f->step, this);
+    state_->set_tokens({f->selected_token}, this);
+  } else {
+    state_->set_tokens({int64_t(x)}, this);
+    state_->set_head(int(y), state_->selection().head, this);
+  }
+  update();
+}
+
+void TimelineView::mouseDoubleClickEvent(QMouseEvent*) {
+  if (!timeline()) return;
+  timeline()->set_viewport(timeline()->extent());
+  update();
+}
+
+}  // namespace kvscope::views

@@ -1,0 +1,115 @@
+// The smaller view widgets: each follows the current state through
+// FigureWidget and adds its own interaction (clicks select heads or tokens).
+#pragma once
+
+#include "views/budget_figure.h"
+#include "views/compare_figure.h"
+#include "views/figure_widget.h"
+#include "views/gates_figure.h"
+#include "views/overview_figure.h"
+#include "views/survival_figure.h"
+#include "views/tokens_figure.h"
+
+namespace kvscope::views {
+
+class BudgetView : public FigureWidget {
+  Q_OBJECT
+ public:
+  BudgetView(CurrentState* state, TraceService* service, QWidget* parent = nullptr);
+
+ protected:
+  std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) override;
+  void mouseReleaseEvent(QMouseEvent* event) override;
+};
+
+class SurvivalView : public FigureWidget {
+  Q_OBJECT
+ public:
+  SurvivalView(CurrentState* state, TraceService* service, QWidget* parent = nullptr);
+  void set_horizon(int64_t h);
+
+ protected:
+  uint32_t reload_on() const override { return kTraceChanged | kHeadChanged | kTraceGrew; }
+  std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) override;
+
+ private:
+  int64_t horizon_ = -1;
+};
+
+class GatesView : public FigureWidget {
+  Q_OBJECT
+ public:
+  GatesView(CurrentState* state, TraceService* service, QWidget* parent = nullptr);
+  void set_gate(int gate);
+
+ protected:
+  uint32_t reload_on() const override { return FigureWidget::reload_on() | kTokensChanged; }
+  std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) override;
+
+ private:
+  int gate_ = 0;
+};
+
+class TokensView : public FigureWidget {
+  Q_OBJECT
+ public:
+  TokensView(CurrentState* state, TraceService* service, QWidget* parent = nullptr);
+  TokensFigure* tokens() const { return static_cast<TokensFigure*>(figure_.get()); }
+  void set_coloring(TokenColoring coloring);
+  void scroll_to_token(int64_t token);
+
+ protected:
+  uint32_t reload_on() const override { return FigureWidget::reload_on(); }
+  void state_changed(const Selection& selection, uint32_t changes) override;
+  std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) override;
+  void adopt(std::shared_ptr<Figure> previous) override;
+  void wheelEvent(QWheelEvent* event) override;
+  void mouseMoveEvent(QMouseEvent* event) override;
+  void mouseReleaseEvent(QMouseEvent* event) override;
+
+ private:
+  TokenColoring coloring_ = TokenColoring::AllHeads;
+};
+
+class HistoryView : public FigureWidget {
+  Q_OBJECT
+ public:
+  HistoryView(CurrentState* state, TraceService* service, QWidget* parent = nullptr);
+
+ protected:
+  uint32_t reload_on() const override { return FigureWidget::reload_on() | kTokensChanged; }
+  std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) override;
+};
+
+class CompareView : public FigureWidget {
+  Q_OBJECT
+ public:
+  CompareView(CurrentState* state, TraceService* service, QWidget* parent = nullptr);
+
+ protected:
+  uint32_t reload_on() const override { return FigureWidget::reload_on() | kCompareChanged; }
+  void state_changed(const Selection& selection, uint32_t changes) override;
+  std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) override;
+  void paintEvent(QPaintEvent* event) override;
+};
+
+class OverviewView : public FigureWidget {
+  Q_OBJECT
+ public:
+  OverviewView(CurrentState* state, TraceService* service, QWidget* parent = nullptr);
+  OverviewFigure* overview() const { return static_cast<OverviewFigure*>(figure_.get()); }
+  void set_metric(OverviewMetric metric);
+  // Selects the head under a widget point, as a click does.
+  void click_at(const QPointF& point);
+
+ protected:
+  uint32_t reload_on() const override;
+  void state_changed(const Selection& selection, uint32_t changes) override;
+  std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) override;
+  void mouseReleaseEvent(QMouseEvent* event) override;
+
+ private:
+  OverviewMetric metric_ = OverviewMetric::Head;
+};
+
+}  // namespace kvscope::views
