@@ -121,3 +121,70 @@ TEST_CASE("GGUF llama vocabulary (Llama 2) matches SentencePiece ids and HF deco
     CHECK(tok->decode(ids_of(d["ids"]), false) == d["text"].get<std::string>());
   }
 }
+
+namespace {
+
+// A GGUF `gpt2` vocabulary made from a committed tokenizer.json: tokens by
+// id, merges as "a b", added tokens as CONTROL (special) or USER_DEFINED.
+std::string gguf_from_tokenizer_json(const std::string& name, const std::string& pre,
+                                     bool add_bos) {
+  auto j = nlohmann::json::parse(kvscope::test::read_binary(kvscope::test::tokenizer_fixture_dir() +
+                                                            "/" + name + "/tokenizer.json"));
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  auto put = [&](size_t id, const std::string& text, int32_t type) {
+    if (tokens.size() <= id) tokens.resize(id + 1), types.resize(id + 1, 1);
+    tokens[id] = text;
+    types[id] = type;
+  };
+  for (auto it = j["model"]["vocab"].begin(); it != j["model"]["vocab"].end(); ++it)
+    put(it.value().get<size_t>(), it.key(), 1);
+  for (const auto& a : j["added_tokens"])
+    put(a["id"].get<size_t>(), a["content"], a["special"].get<bool>() ? 3 : 4);
+  std::vector<std::string> merges;
+  for (const auto& m : j["model"]["merges"])
+    merges.push_back(m.is_string() ? m.get<std::string>()
+                                   : m[0].get<std::string>() + " " + m[1].get<std::string>());
+  kvscope::test::GgufMetadataWriter w;
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", pre);
+  w.add_strings("tokenizer.ggml.tokens", tokens);
+  w.add_i32s("tokenizer.ggml.token_type", types);
+  w.add_strings("tokenizer.ggml.merges", merges);
+  w.add_u32("tokenizer.ggml.bos_token_id", 0);
+  w.add_u32("tokenizer.ggml.eos_token_id", 1);
+  w.add_bool("tokenizer.ggml.add_bos_token", add_bos);
+  std::string path = kvscope::test::temp_dir() + "/" + name + ".gguf";
+  w.write(path);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("GGUF gpt2 vocabularies with pre llama-bpe and qwen2 give the HF ids",
+          "[tokenizer][gguf]") {
+  struct Case {
+    const char* name;
+    const char* pre;
+    bool add_bos;
+  };
+  for (const Case& c : {Case{"llama3_bpe", "llama-bpe", true}, Case{"qwen2_bpe", "qwen2", false}}) {
+    GgufFile gguf(gguf_from_tokenizer_json(c.name, c.pre, c.add_bos));
+    auto tok = Tokenizer::from_gguf(gguf);
+    size_t compared = 0;
+    for (const auto& e : tokenizer_expected()["tokenizers"][c.name]["encode"]) {
+      const std::string text = e["text"];
+      // GGUF carries no lstrip/rstrip/single_word/normalized flags: skip the
+      // texts written to exercise them.
+      bool flagged = false;
+      for (const char* t : {"<mask>", "[sw]", "hello world", "caf", "CAF", "<pad>"})
+        flagged = flagged || text.find(t) != std::string::npos;
+      if (flagged) continue;
+      INFO(c.name << " text: " << text);
+      CHECK(tok->encode(text, true) == ids_of(e["ids_special"]));
+      CHECK(tok->decode(ids_of(e["ids_special"]), false) == e["decoded"].get<std::string>());
+      ++compared;
+    }
+    CHECK(compared >= 50);
+  }
+}
