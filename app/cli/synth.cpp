@@ -13,7 +13,7 @@ namespace {
 struct SynthOptions {
   std::string out;
   trace::SyntheticSpec spec;
-  int compression = 4;
+  int compression = 1;
 };
 
 int run_synth(const SynthOptions& opt) {

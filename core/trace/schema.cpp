@@ -125,11 +125,11 @@ std::vector<DatasetSpec> build_catalogue() {
   c.push_back({"/lifetimes/admit_step", Elem::I32, {A::Layers, A::KvHeads, A::Tokens}, 2,
                {1, 1, 4096}, "step",
                "step at which token t entered head (l, k)'s cache, -1 if it never did",
-               Feature::Always, -1});
+               Feature::Always, -1, false});
   c.push_back({"/lifetimes/evict_step", Elem::I32, {A::Layers, A::KvHeads, A::Tokens}, 2,
                {1, 1, 4096}, "step",
                "step at which token t left head (l, k)'s cache for good, -1 if it never left",
-               Feature::Always, -1});
+               Feature::Always, -1, false});
   col("/lifetimes/intervals/layer", Elem::I16, A::Intervals, 16384, "layer", "layer index",
       Feature::Tiered);
   col("/lifetimes/intervals/kv_head", Elem::I16, A::Intervals, 16384, "kv head",
@@ -156,7 +156,7 @@ std::vector<DatasetSpec> build_catalogue() {
   c.push_back({"/gates/{gate}/value", Elem::F32, {A::Layers, A::KvHeads, A::Tokens}, 2,
                {1, 1, 4096}, "gate units",
                "latest score of token t at head (l, k); NaN where none was given",
-               Feature::Gate, kNaN});
+               Feature::Gate, kNaN, false});
   col("/gates/{gate}/samples/step", Elem::I32, A::GateSamples, 16384, "step",
       "step the sample was taken", Feature::Gate);
   col("/gates/{gate}/samples/layer", Elem::I16, A::GateSamples, 16384, "layer", "layer",
@@ -183,12 +183,12 @@ std::vector<DatasetSpec> build_catalogue() {
   c.push_back({"/attention/pooled/max", Elem::F16, {A::Layers, A::Heads, A::QueryBlocks,
                 A::KeyBlocks}, 2, {1, 1, 64, 64}, "probability",
                "max attention weight over query block x key block (causal pairs only)",
-               Feature::Pooled, 0});
+               Feature::Pooled, 0, false});
   c.push_back({"/attention/pooled/mean", Elem::F16, {A::Layers, A::Heads, A::QueryBlocks,
                 A::KeyBlocks}, 2, {1, 1, 64, 64}, "probability",
                "mean attention weight over the causal pairs of query block x key block; "
                "keys not held count as 0",
-               Feature::Pooled, 0});
+               Feature::Pooled, 0, false});
   c.push_back({"/attention/dense/heads", Elem::I32, {A::DenseHeads, A::Two}, -1, {0, 0},
                "index", "(layer, query head) of each dense head", Feature::Dense, 0});
   c.push_back({"/attention/dense/weight", Elem::F32, {A::DenseHeads, A::Tokens, A::KeyTokens}, 1,
@@ -375,8 +375,8 @@ std::string schema_markdown() {
   for (const AttributeSpec& a : attribute_catalogue())
     md << "| `" << a.object << "` | `" << a.name << "` | " << a.type << " | " << a.meaning
        << " |\n";
-  md << "\n| dataset | type | shape | grows along | units | present | meaning |\n"
-        "|---|---|---|---|---|---|---|\n";
+  md << "\n| dataset | type | shape | grows along | storage | units | present | meaning |\n"
+        "|---|---|---|---|---|---|---|---|\n";
   for (const DatasetSpec& d : dataset_catalogue()) {
     std::string shape = "[";
     for (size_t i = 0; i < d.dims.size(); ++i)
@@ -384,8 +384,9 @@ std::string schema_markdown() {
     shape += "]";
     if (d.dims.empty()) shape = "scalar";
     std::string grows = d.append_axis >= 0 ? axis_symbol(d.dims[d.append_axis]) : "—";
+    std::string storage = d.dims.empty() ? "scalar" : d.compress ? "deflate" : "raw, rewritten in place";
     md << "| `" << d.path << "` | " << elem_label(d.elem) << " | " << shape << " | " << grows
-       << " | " << d.units << " | " << feature_name(d.feature) << " | " << d.meaning << " |\n";
+       << " | " << storage << " | " << d.units << " | " << feature_name(d.feature) << " | " << d.meaning << " |\n";
   }
   return md.str();
 }

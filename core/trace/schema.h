@@ -54,6 +54,10 @@ struct DatasetSpec {
   std::string meaning;
   Feature feature;
   double fill = 0;  // fill value of unwritten elements
+  // Deflate + shuffle. Off for datasets rewritten in place during a capture:
+  // while SWMR-writing, HDF5 cannot reuse the file space of a rewritten
+  // compressed chunk, so rewrites would grow the file without bound.
+  bool compress = true;
 };
 
 // The whole catalogue with "{gate}" placeholders.

@@ -120,6 +120,11 @@ struct TraceWriter::Impl {
   std::map<std::string, h5::Handle> datasets;  // fixed-shape and scalar datasets
   std::unordered_map<std::string, AppendColumn> columns;
 
+  // The event columns, resolved once: events are the hot path of a capture.
+  struct EventColumns {
+    AppendColumn *step, *layer, *kv_head, *token, *kind, *score, *reason, *from_tier, *to_tier;
+  } ev{};
+
   HeadTokenArray<int32_t> admit, evict;
   std::vector<HeadTokenArray<float>> gate_values;
 
@@ -220,7 +225,7 @@ struct TraceWriter::Impl {
     if (!spec.dims.empty()) {
       std::vector<hsize_t> chunk = chunk_shape(spec, dims);
       H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
-      if (options.compression_level > 0) {
+      if (options.compression_level > 0 && spec.compress) {
         H5Pset_shuffle(dcpl.get());
         H5Pset_deflate(dcpl.get(), static_cast<unsigned>(options.compression_level));
       }
@@ -228,8 +233,18 @@ struct TraceWriter::Impl {
     set_fill(dcpl.get(), spec);
     h5::Handle lcpl = h5::plist(H5Pcreate(H5P_LINK_CREATE));
     H5Pset_create_intermediate_group(lcpl.get(), 1);
+    h5::Handle dapl = h5::plist(H5Pcreate(H5P_DATASET_ACCESS));
+    if (!spec.compress && !spec.dims.empty()) {
+      // Rewritten in place every flush across all heads: keep every chunk a
+      // flush touches in the chunk cache instead of re-reading it from disk.
+      size_t bytes = h5::elem_size(spec.elem);
+      for (size_t i = 0; i < spec.dims.size(); ++i)
+        if (!axis_grows(spec.dims[i])) bytes *= std::max<hsize_t>(1, dims[i]);
+      bytes *= static_cast<size_t>(spec.chunk[static_cast<size_t>(spec.append_axis >= 0 ? spec.append_axis : 0)]);
+      H5Pset_chunk_cache(dapl.get(), 12421, std::min<size_t>(bytes * 2, size_t(256) << 20), 1.0);
+    }
     h5::Handle d = h5::dataset(H5Dcreate2(file.get(), spec.path.c_str(), h5::file_type(spec.elem),
-                                          space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT));
+                                          space.get(), lcpl.get(), dcpl.get(), dapl.get()));
     if (!d) throw TraceError(ErrorCode::Io, path, spec.path, h5::take_error_message());
     h5::write_attr_string(d.get(), "units", spec.units);
     h5::write_attr_string(d.get(), "meaning", spec.meaning);
@@ -390,6 +405,9 @@ struct TraceWriter::Impl {
     H5Dwrite(datasets.at("/generation/success").get(), H5T_NATIVE_INT8, H5S_ALL, H5S_ALL,
              H5P_DEFAULT, &no_success);
 
+    ev = {&col("/events/step"),  &col("/events/layer"),  &col("/events/kv_head"),
+          &col("/events/token"), &col("/events/kind"),   &col("/events/score"),
+          &col("/events/reason"), &col("/events/from_tier"), &col("/events/to_tier")};
     admit.init(take_dataset("/lifetimes/admit_step"), Elem::I32, L * K, -1);
     evict.init(take_dataset("/lifetimes/evict_step"), Elem::I32, L * K, -1);
     for (const GateSpec& g : layout.gates) {
@@ -498,15 +516,15 @@ struct TraceWriter::Impl {
       if (e.reason >= run.reason_names.size()) fail("/events/reason", "outside reason_names");
       if ((e.from_tier != kNoTier && e.from_tier >= R) || (e.to_tier != kNoTier && e.to_tier >= R))
         fail("/events/from_tier", "tier outside tier_names");
-      col("/events/step").push1(e.step);
-      col("/events/layer").push1(e.layer);
-      col("/events/kv_head").push1(e.kv_head);
-      col("/events/token").push1(e.token);
-      col("/events/kind").push1(static_cast<uint8_t>(e.kind));
-      col("/events/score").push1(e.score);
-      col("/events/reason").push1(e.reason);
-      col("/events/from_tier").push1(e.from_tier);
-      col("/events/to_tier").push1(e.to_tier);
+      ev.step->push1(e.step);
+      ev.layer->push1(e.layer);
+      ev.kv_head->push1(e.kv_head);
+      ev.token->push1(e.token);
+      ev.kind->push1(static_cast<uint8_t>(e.kind));
+      ev.score->push1(e.score);
+      ev.reason->push1(e.reason);
+      ev.from_tier->push1(e.from_tier);
+      ev.to_tier->push1(e.to_tier);
       ++events_appended;
       track_lifetime(e);
     }
@@ -725,14 +743,19 @@ struct TraceWriter::Impl {
         io_fail("/attention/pooled");
       pooled_blocks_on_disk = need;
     }
-    std::vector<uint16_t> half(static_cast<size_t>(H * kb));
+    std::vector<uint16_t> half;
     for (auto& [key, row] : pending_pooled) {
+      // Keys never come after the queries of the block: write key blocks
+      // 0..qb only, so chunks above the diagonal are never allocated.
+      hsize_t nk = std::min<hsize_t>(kb, hsize_t(key.second) + 1);
       hsize_t start[4] = {hsize_t(key.first), 0, hsize_t(key.second), 0};
-      hsize_t count[4] = {1, hsize_t(H), 1, kb};
+      hsize_t count[4] = {1, hsize_t(H), 1, nk};
+      half.resize(static_cast<size_t>(H * nk));
       for (int which = 0; which < 2; ++which) {
         const std::vector<float>& src = which == 0 ? row.max : row.mean;
         h5::Handle& d = which == 0 ? dmax : dmean;
-        for (size_t i = 0; i < half.size(); ++i) half[i] = float_to_half(src[i]);
+        for (hsize_t h = 0; h < hsize_t(H); ++h)
+          for (hsize_t k = 0; k < nk; ++k) half[h * nk + k] = float_to_half(src[h * kb + k]);
         h5::Handle fspace = h5::dataspace(H5Dget_space(d.get()));
         H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
         h5::Handle mspace = h5::dataspace(H5Screate_simple(4, count, nullptr));

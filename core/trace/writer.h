@@ -22,7 +22,7 @@ class TraceWriter {
   struct Options {
     int64_t flush_every_steps = 16;
     double flush_every_seconds = 2.0;
-    int compression_level = 4;  // deflate level with shuffle; 0 stores raw chunks
+    int compression_level = 1;  // deflate level with shuffle; 0 stores raw chunks (see docs/performance.md)
     bool swmr = true;           // readers may follow the capture
     // Called after every flush with the number of steps now on disk.
     std::function<void(int64_t)> on_flush;
