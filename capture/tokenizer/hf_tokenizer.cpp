@@ -7,13 +7,6 @@
 
 namespace kvscope::tokenizer {
 
-void require_valid_utf8(const std::string& text) {
-  size_t bad = unicode::find_invalid(text);
-  if (bad != std::string::npos)
-    throw InputError("", "text",
-                     "invalid UTF-8 at byte " + std::to_string(bad) + " (expected UTF-8 text)");
-}
-
 HfTokenizer::HfTokenizer(HfComponents parts, std::string kind) : parts_(std::move(parts)) {
   kind_ = std::move(kind);
   // Added tokens that are already in the model keep the model's id, as in
@@ -30,7 +23,7 @@ HfTokenizer::HfTokenizer(HfComponents parts, std::string kind) : parts_(std::mov
 }
 
 std::vector<int32_t> HfTokenizer::encode(const std::string& text, bool add_special) const {
-  require_valid_utf8(text);
+  unicode::require_valid(text);
   // 1. Non-normalized added tokens on the raw text; 2. normalize each piece
   // on its own, then the normalized added tokens (formats.md 4.2).
   std::vector<Piece> pieces = added_.split_raw(text);

@@ -12,8 +12,6 @@
 
 namespace kvscope::tokenizer {
 
-void require_valid_utf8(const std::string& text);  // hf_tokenizer.cpp
-
 namespace {
 
 // run.c's sscanf(piece, "<0x%02hhX>"): the byte a piece stands for, or -1.
@@ -87,7 +85,7 @@ Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int64_t vocab_size) 
 }
 
 std::vector<int32_t> Llama2cTokenizer::encode(const std::string& text, bool add_special) const {
-  require_valid_utf8(text);
+  unicode::require_valid(text);
   std::vector<int32_t> ids;
   if (add_special) ids.push_back(1);
   if (!text.empty()) {

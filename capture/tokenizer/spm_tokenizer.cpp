@@ -8,8 +8,6 @@
 
 namespace kvscope::tokenizer {
 
-void require_valid_utf8(const std::string& text);  // hf_tokenizer.cpp
-
 namespace {
 
 const char* const kSpace = "\xE2\x96\x81";  // U+2581
@@ -130,7 +128,7 @@ void SpmTokenizer::tokenize_fragment(const std::string& text, std::vector<int32_
 // llama.cpp's SPM path: special tokens split out, a space prefix for the
 // first fragment and every fragment after a special token, spaces as U+2581.
 std::vector<int32_t> SpmTokenizer::encode(const std::string& text, bool add_special) const {
-  require_valid_utf8(text);
+  unicode::require_valid(text);
   std::vector<int32_t> ids;
   if (add_special && v_.add_bos) ids.push_back(v_.bos);
   bool prev_special = true;

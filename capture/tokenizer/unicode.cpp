@@ -2,6 +2,8 @@
 
 #include <unicode/uchar.h>
 
+#include "core/common/input_error.h"
+
 namespace kvscope::tokenizer::unicode {
 
 namespace {
@@ -96,6 +98,13 @@ size_t find_invalid(const std::string& str) {
     i += p.needed;
   }
   return std::string::npos;
+}
+
+void require_valid(const std::string& text) {
+  size_t bad = find_invalid(text);
+  if (bad != std::string::npos)
+    throw InputError("", "text",
+                     "invalid UTF-8 at byte " + std::to_string(bad) + " (expected UTF-8 text)");
 }
 
 std::string to_valid_lossy(const std::string& str) {

@@ -22,6 +22,8 @@ inline int char_length(unsigned char b) {
 void append(std::string* out, uint32_t cp);
 // Offset of the first byte that is not part of well-formed UTF-8, or npos.
 size_t find_invalid(const std::string& s);
+// Throws InputError (field "text") naming the offset of the first bad byte.
+void require_valid(const std::string& text);
 // Replaces every maximal ill-formed subsequence by one U+FFFD.
 std::string to_valid_lossy(const std::string& bytes);
 // True when the last bytes of `s` are the start of a character that more

@@ -57,6 +57,16 @@ TEST_CASE("SmolLM2 GGUF vocabulary gives the ids of the HF tokenizer.json", "[to
     CHECK(tok->decode(ids, false) == plain[i]["decoded"].get<std::string>());
   }
   CHECK(same_as_transformers + 1 == plain.size());
+  for (const auto& l : tokenizer_expected()["tokenizers"]["smollm2_digits"]["long"]) {
+    std::string text;
+    for (int64_t r = 0; r < l["repeat"].get<int64_t>(); ++r) text += l["unit"].get<std::string>();
+    INFO("long input: " << l["repeat"].get<int64_t>() << " x " << l["unit"].dump().substr(0, 20));
+    const auto ids = tok->encode(text, false);
+    uint64_t sum = 0;
+    for (int32_t id : ids) sum = sum * 1000003u + static_cast<uint32_t>(id);
+    CHECK(ids.size() == l["count"].get<size_t>());
+    CHECK(std::to_string(sum) == l["checksum"].get<std::string>());
+  }
   CHECK(differing == 1);
   for (const auto& d : tokenizer_expected()["tokenizers"]["smollm2"]["decode"]) {
     INFO("random ids: " << d["ids"].dump());

@@ -38,6 +38,21 @@ void check_parity(const std::string& name) {
   }
   CHECK(nonempty + 1 >= exp["encode"].size());  // the corpus was really encoded
 
+  // Long inputs: deep backtracking over whitespace runs, one huge BPE word,
+  // many tiny ones; the id count and checksum must match.
+  REQUIRE(exp["long"].size() >= 9);
+  for (const auto& l : exp["long"]) {
+    std::string text;
+    const std::string unit = l["unit"];
+    for (int64_t r = 0; r < l["repeat"].get<int64_t>(); ++r) text += unit;
+    INFO(name << " long input: " << l["repeat"].get<int64_t>() << " x " << unit.substr(0, 20));
+    const auto ids = tok->encode(text, false);
+    uint64_t sum = 0;
+    for (int32_t id : ids) sum = sum * 1000003u + static_cast<uint32_t>(id);
+    CHECK(ids.size() == l["count"].get<size_t>());
+    CHECK(std::to_string(sum) == l["checksum"].get<std::string>());
+  }
+
   for (const auto& d : exp["decode"]) {
     const auto ids = ids_of(d["ids"]);
     INFO(name << " random ids: " << d["ids"].dump());
