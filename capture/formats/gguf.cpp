@@ -20,27 +20,48 @@ struct TypeInfo {
 
 TypeInfo type_info(uint32_t t) {
   switch (t) {
-    case 0: return {"F32", 1, 4};
-    case 1: return {"F16", 1, 2};
-    case 2: return {"Q4_0", 32, 18};
-    case 3: return {"Q4_1", 32, 20};
-    case 6: return {"Q5_0", 32, 22};
-    case 7: return {"Q5_1", 32, 24};
-    case 8: return {"Q8_0", 32, 34};
-    case 9: return {"Q8_1", 32, 36};
-    case 10: return {"Q2_K", 256, 84};
-    case 11: return {"Q3_K", 256, 110};
-    case 12: return {"Q4_K", 256, 144};
-    case 13: return {"Q5_K", 256, 176};
-    case 14: return {"Q6_K", 256, 210};
-    case 15: return {"Q8_K", 256, 292};
-    case 24: return {"I8", 1, 1};
-    case 25: return {"I16", 1, 2};
-    case 26: return {"I32", 1, 4};
-    case 27: return {"I64", 1, 8};
-    case 28: return {"F64", 1, 8};
-    case 30: return {"BF16", 1, 2};
-    default: return {"unknown", 0, 0};
+    case 0:
+      return {"F32", 1, 4};
+    case 1:
+      return {"F16", 1, 2};
+    case 2:
+      return {"Q4_0", 32, 18};
+    case 3:
+      return {"Q4_1", 32, 20};
+    case 6:
+      return {"Q5_0", 32, 22};
+    case 7:
+      return {"Q5_1", 32, 24};
+    case 8:
+      return {"Q8_0", 32, 34};
+    case 9:
+      return {"Q8_1", 32, 36};
+    case 10:
+      return {"Q2_K", 256, 84};
+    case 11:
+      return {"Q3_K", 256, 110};
+    case 12:
+      return {"Q4_K", 256, 144};
+    case 13:
+      return {"Q5_K", 256, 176};
+    case 14:
+      return {"Q6_K", 256, 210};
+    case 15:
+      return {"Q8_K", 256, 292};
+    case 24:
+      return {"I8", 1, 1};
+    case 25:
+      return {"I16", 1, 2};
+    case 26:
+      return {"I32", 1, 4};
+    case 27:
+      return {"I64", 1, 8};
+    case 28:
+      return {"F64", 1, 8};
+    case 30:
+      return {"BF16", 1, 2};
+    default:
+      return {"unknown", 0, 0};
   }
 }
 
@@ -70,7 +91,8 @@ class Cursor {
   void need(uint64_t n, const std::string& field) const {
     if (n > f_.size() || pos_ > f_.size() - n)
       fail(field, "file ends at byte " + std::to_string(f_.size()) + " but " + std::to_string(n) +
-                      " more bytes are needed at offset " + std::to_string(pos_) + " (truncated GGUF?)");
+                      " more bytes are needed at offset " + std::to_string(pos_) +
+                      " (truncated GGUF?)");
   }
   uint64_t remaining() const { return f_.size() - pos_; }
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
@@ -86,39 +108,67 @@ uint64_t scalar_size(GgufValueType t) {
   switch (t) {
     case GgufValueType::U8:
     case GgufValueType::I8:
-    case GgufValueType::Bool: return 1;
+    case GgufValueType::Bool:
+      return 1;
     case GgufValueType::U16:
-    case GgufValueType::I16: return 2;
+    case GgufValueType::I16:
+      return 2;
     case GgufValueType::U32:
     case GgufValueType::I32:
-    case GgufValueType::F32: return 4;
+    case GgufValueType::F32:
+      return 4;
     case GgufValueType::U64:
     case GgufValueType::I64:
-    case GgufValueType::F64: return 8;
-    default: return 0;
+    case GgufValueType::F64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 // Reads one scalar into v (integer and float views).
 void read_scalar(Cursor& c, GgufValueType t, const std::string& key, GgufValue* v) {
   switch (t) {
-    case GgufValueType::U8: v->i = c.read<uint8_t>(key); break;
-    case GgufValueType::I8: v->i = c.read<int8_t>(key); break;
-    case GgufValueType::U16: v->i = c.read<uint16_t>(key); break;
-    case GgufValueType::I16: v->i = c.read<int16_t>(key); break;
-    case GgufValueType::U32: v->i = c.read<uint32_t>(key); break;
-    case GgufValueType::I32: v->i = c.read<int32_t>(key); break;
-    case GgufValueType::U64: v->i = static_cast<int64_t>(c.read<uint64_t>(key)); break;
-    case GgufValueType::I64: v->i = c.read<int64_t>(key); break;
-    case GgufValueType::F32: v->f = c.read<float>(key); v->i = static_cast<int64_t>(v->f); return;
-    case GgufValueType::F64: v->f = c.read<double>(key); v->i = static_cast<int64_t>(v->f); return;
+    case GgufValueType::U8:
+      v->i = c.read<uint8_t>(key);
+      break;
+    case GgufValueType::I8:
+      v->i = c.read<int8_t>(key);
+      break;
+    case GgufValueType::U16:
+      v->i = c.read<uint16_t>(key);
+      break;
+    case GgufValueType::I16:
+      v->i = c.read<int16_t>(key);
+      break;
+    case GgufValueType::U32:
+      v->i = c.read<uint32_t>(key);
+      break;
+    case GgufValueType::I32:
+      v->i = c.read<int32_t>(key);
+      break;
+    case GgufValueType::U64:
+      v->i = static_cast<int64_t>(c.read<uint64_t>(key));
+      break;
+    case GgufValueType::I64:
+      v->i = c.read<int64_t>(key);
+      break;
+    case GgufValueType::F32:
+      v->f = c.read<float>(key);
+      v->i = static_cast<int64_t>(v->f);
+      return;
+    case GgufValueType::F64:
+      v->f = c.read<double>(key);
+      v->i = static_cast<int64_t>(v->f);
+      return;
     case GgufValueType::Bool: {
       uint8_t b = c.read<uint8_t>(key);
       if (b > 1) c.fail(key, "boolean value " + std::to_string(b) + " (expected 0 or 1)");
       v->i = b;
       break;
     }
-    default: c.fail(key, "not a scalar type");
+    default:
+      c.fail(key, "not a scalar type");
   }
   v->f = static_cast<double>(v->i);
 }
@@ -126,7 +176,8 @@ void read_scalar(Cursor& c, GgufValueType t, const std::string& key, GgufValue* 
 void read_value(Cursor& c, GgufValueType t, const std::string& key, GgufValue* v, int depth);
 
 void read_array(Cursor& c, const std::string& key, GgufValue* v, int depth) {
-  if (depth > kMaxArrayDepth) c.fail(key, "arrays nested deeper than " + std::to_string(kMaxArrayDepth));
+  if (depth > kMaxArrayDepth)
+    c.fail(key, "arrays nested deeper than " + std::to_string(kMaxArrayDepth));
   uint32_t et = c.read<uint32_t>(key);
   if (et > 12) c.fail(key, "unknown array element type " + std::to_string(et));
   v->elem_type = static_cast<GgufValueType>(et);
@@ -177,12 +228,16 @@ bool GgufValue::is_integer() const {
     case GgufValueType::U32:
     case GgufValueType::I32:
     case GgufValueType::U64:
-    case GgufValueType::I64: return true;
-    default: return false;
+    case GgufValueType::I64:
+      return true;
+    default:
+      return false;
   }
 }
 
-const char* ggml_type_name(uint32_t type) { return type_info(type).name; }
+const char* ggml_type_name(uint32_t type) {
+  return type_info(type).name;
+}
 
 bool ggml_type_supported(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
@@ -191,8 +246,10 @@ bool ggml_type_supported(uint32_t type) {
     case GgmlType::BF16:
     case GgmlType::Q8_0:
     case GgmlType::Q4_0:
-    case GgmlType::Q4_1: return true;
-    default: return false;
+    case GgmlType::Q4_1:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -202,19 +259,26 @@ int64_t GgufTensor::elements() const {
   return n;
 }
 
-std::vector<int64_t> GgufTensor::shape() const { return std::vector<int64_t>(ne.rbegin(), ne.rend()); }
+std::vector<int64_t> GgufTensor::shape() const {
+  return std::vector<int64_t>(ne.rbegin(), ne.rend());
+}
 
 GgufFile::GgufFile(const std::string& path) : file_(path) {
   Cursor c(file_);
   uint32_t magic = c.read<uint32_t>("magic");
   if (magic != kMagic) c.fail("magic", "not a GGUF file (expected the bytes 'GGUF')");
   version_ = c.read<uint32_t>("version");
+  if (version_ != 0 && (version_ & 0xFFFFu) == 0)
+    c.fail("version", "the file is big-endian (byte-swapped version " + std::to_string(version_) +
+                          "); only little-endian GGUF is supported");
   if (version_ != 2 && version_ != 3)
     c.fail("version", "GGUF version " + std::to_string(version_) + " (expected 2 or 3)");
   uint64_t n_tensors = c.read<uint64_t>("tensor_count");
   uint64_t n_kv = c.read<uint64_t>("metadata_kv_count");
-  if (n_kv > c.remaining() / 12) c.fail("metadata_kv_count", std::to_string(n_kv) + " is absurd for the file size");
-  if (n_tensors > c.remaining() / 24) c.fail("tensor_count", std::to_string(n_tensors) + " is absurd for the file size");
+  if (n_kv > c.remaining() / 12)
+    c.fail("metadata_kv_count", std::to_string(n_kv) + " is absurd for the file size");
+  if (n_tensors > c.remaining() / 24)
+    c.fail("tensor_count", std::to_string(n_tensors) + " is absurd for the file size");
 
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = c.string("metadata key " + std::to_string(i));
@@ -236,10 +300,12 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
     GgufTensor t;
     t.name = c.string("tensor " + std::to_string(i) + " name");
     uint32_t n_dims = c.read<uint32_t>(t.name);
-    if (n_dims == 0 || n_dims > 4) c.fail(t.name, "n_dims " + std::to_string(n_dims) + " (expected 1..4)");
+    if (n_dims == 0 || n_dims > 4)
+      c.fail(t.name, "n_dims " + std::to_string(n_dims) + " (expected 1..4)");
     for (uint32_t d = 0; d < n_dims; ++d) {
       uint64_t ne = c.read<uint64_t>(t.name);
-      if (ne == 0 || ne > (uint64_t(1) << 40)) c.fail(t.name, "dimension " + std::to_string(ne) + " is absurd");
+      if (ne == 0 || ne > (uint64_t(1) << 40))
+        c.fail(t.name, "dimension " + std::to_string(ne) + " is absurd");
       t.ne.push_back(static_cast<int64_t>(ne));
     }
     t.type = c.read<uint32_t>(t.name);
@@ -249,19 +315,29 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
     if (t.ne[0] % info.block != 0)
       c.fail(t.name, "row length " + std::to_string(t.ne[0]) + " is not a multiple of the " +
                          info.name + " block size " + std::to_string(info.block));
+    // Element counts are bounded so the byte size below cannot overflow.
     uint64_t rows = 1;
-    for (size_t d = 1; d < t.ne.size(); ++d) rows *= static_cast<uint64_t>(t.ne[d]);
-    t.nbytes = static_cast<uint64_t>(t.ne[0] / info.block) * static_cast<uint64_t>(info.bytes) * rows;
-    if (t.offset % alignment != 0) c.fail(t.name, "data offset is not a multiple of the alignment " + std::to_string(alignment));
-    if (!tensor_index_.emplace(t.name, tensors_.size()).second) c.fail(t.name, "duplicate tensor name");
+    for (size_t d = 1; d < t.ne.size(); ++d) {
+      rows *= static_cast<uint64_t>(t.ne[d]);
+      if (rows > (uint64_t(1) << 40)) c.fail(t.name, "element count is absurd");
+    }
+    if (rows * static_cast<uint64_t>(t.ne[0]) > (uint64_t(1) << 40))
+      c.fail(t.name, "element count is absurd");
+    t.nbytes =
+        static_cast<uint64_t>(t.ne[0] / info.block) * static_cast<uint64_t>(info.bytes) * rows;
+    if (t.offset % alignment != 0)
+      c.fail(t.name, "data offset is not a multiple of the alignment " + std::to_string(alignment));
+    if (!tensor_index_.emplace(t.name, tensors_.size()).second)
+      c.fail(t.name, "duplicate tensor name");
     tensors_.push_back(std::move(t));
   }
   uint64_t data_start = (c.pos() + alignment - 1) / alignment * alignment;
   for (GgufTensor& t : tensors_) {
     if (t.offset > file_.size() || data_start > file_.size() - t.offset ||
         t.nbytes > file_.size() - data_start - t.offset)
-      c.fail(t.name, "data [" + std::to_string(data_start + t.offset) + ", +" + std::to_string(t.nbytes) +
-                         ") lies past the end of the file (" + std::to_string(file_.size()) + " bytes)");
+      c.fail(t.name, "data [" + std::to_string(data_start + t.offset) + ", +" +
+                         std::to_string(t.nbytes) + ") lies past the end of the file (" +
+                         std::to_string(file_.size()) + " bytes)");
     t.offset += data_start;
   }
 }
@@ -376,7 +452,9 @@ void GgufFile::dequantize(const GgufTensor& t, float* out) const {
     return fp16_to_fp32(h);
   };
   switch (static_cast<GgmlType>(t.type)) {
-    case GgmlType::F32: std::memcpy(out, p, static_cast<size_t>(n) * 4); return;
+    case GgmlType::F32:
+      std::memcpy(out, p, static_cast<size_t>(n) * 4);
+      return;
     case GgmlType::F16:
       for (int64_t i = 0; i < n; ++i) out[i] = f16(p + 2 * i);
       return;
@@ -391,7 +469,8 @@ void GgufFile::dequantize(const GgufTensor& t, float* out) const {
       for (int64_t b = 0; b < n / 32; ++b) {
         const uint8_t* blk = p + b * 34;
         float d = f16(blk);
-        for (int j = 0; j < 32; ++j) out[b * 32 + j] = d * static_cast<float>(static_cast<int8_t>(blk[2 + j]));
+        for (int j = 0; j < 32; ++j)
+          out[b * 32 + j] = d * static_cast<float>(static_cast<int8_t>(blk[2 + j]));
       }
       return;
     case GgmlType::Q4_0:  // d, qs[16]: low nibbles first 16, high nibbles last 16, minus 8
@@ -415,9 +494,10 @@ void GgufFile::dequantize(const GgufTensor& t, float* out) const {
       }
       return;
     default:
-      throw InputError(path(), t.name,
-                       std::string("tensor type ") + ggml_type_name(t.type) +
-                           " is not supported (KVScope dequantises F32, F16, BF16, Q8_0, Q4_0, Q4_1)");
+      throw InputError(
+          path(), t.name,
+          std::string("tensor type ") + ggml_type_name(t.type) +
+              " is not supported (KVScope dequantises F32, F16, BF16, Q8_0, Q4_0, Q4_1)");
   }
 }
 

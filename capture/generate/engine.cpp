@@ -1,0 +1,141 @@
+#include "capture/generate/engine.h"
+
+#include <dlfcn.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "capture/formats/gguf.h"
+#include "core/common/input_error.h"
+
+namespace kvscope::generate {
+
+namespace fs = std::filesystem;
+
+torch::Device parse_device(const std::string& device) {
+  if (device == "cpu") return torch::kCPU;
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+    if (!torch::cuda::is_available())
+      throw InputError(
+          "", "--device",
+          "\"" + device +
+              "\" requested but CUDA is not available to this LibTorch "
+              "build (Debian's libtorch is CPU-only; use --device cpu or build against a "
+              "CUDA LibTorch)");
+    return torch::Device(device);
+  }
+  throw InputError("", "--device", "\"" + device + "\" (expected cpu or cuda)");
+}
+
+const char* dtype_name(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat32:
+      return "fp32";
+    case torch::kBFloat16:
+      return "bf16";
+    case torch::kFloat16:
+      return "fp16";
+    default:
+      return "?";
+  }
+}
+
+torch::ScalarType parse_dtype(const std::string& dtype, torch::Device device) {
+  torch::ScalarType t;
+  if (dtype == "fp32" || dtype == "float32")
+    t = torch::kFloat32;
+  else if (dtype == "bf16" || dtype == "bfloat16")
+    t = torch::kBFloat16;
+  else if (dtype == "fp16" || dtype == "float16")
+    t = torch::kFloat16;
+  else
+    throw InputError("", "--dtype", "\"" + dtype + "\" (expected fp32, bf16 or fp16)");
+  if (t == torch::kFloat32) return t;
+  // Ask the build rather than guess: LibTorch 1.13 has no fp16 matmul on CPU.
+  try {
+    torch::NoGradGuard no_grad;
+    auto o = torch::TensorOptions().dtype(t).device(device);
+    torch::Tensor a = torch::ones({2, 2}, o);
+    (void)torch::mm(a, a).sum().item<float>();
+    (void)torch::softmax(a.to(torch::kFloat32), -1).to(t).sum().item<float>();
+  } catch (const c10::Error&) {
+    throw InputError("", "--dtype",
+                     std::string(dtype_name(t)) + " is not supported on " + device.str() +
+                         " by this LibTorch build (matrix multiply unavailable); use fp32" +
+                         (device.is_cpu() && t == torch::kFloat16 ? " or bf16" : ""));
+  }
+  return t;
+}
+
+void set_threads(int threads) {
+  if (threads < 0) throw InputError("", "--threads", "must be positive (0 keeps the default)");
+  if (threads == 0) return;
+  torch::set_num_threads(threads);
+  // Debian's LibTorch calls OpenBLAS (pthreads build), whose pool LibTorch
+  // does not size; set it too when the library is loaded.
+  using SetThreads = void (*)(int);
+  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    f(threads);
+}
+
+std::unique_ptr<tokenizer::Tokenizer> open_tokenizer(const std::string& model_path,
+                                                     model::ModelFormat format,
+                                                     const std::string& explicit_path,
+                                                     int64_t vocab_size, std::string* source) {
+  if (!explicit_path.empty()) {
+    if (!fs::exists(explicit_path))
+      throw InputError(explicit_path, "--tokenizer", "file does not exist");
+    *source = explicit_path;
+    return tokenizer::Tokenizer::load(explicit_path, vocab_size);
+  }
+  const std::string root = model::model_root(model_path, format);
+  switch (format) {
+    case model::ModelFormat::HfDirectory: {
+      const fs::path json = fs::path(root) / "tokenizer.json";
+      if (fs::is_regular_file(json)) {
+        *source = json.string();
+        return tokenizer::Tokenizer::from_tokenizer_json(json.string());
+      }
+      *source = "none (no tokenizer.json in " + root + ")";
+      return nullptr;
+    }
+    case model::ModelFormat::Gguf: {
+      formats::GgufFile gguf(model_path);
+      if (gguf.has("tokenizer.ggml.tokens")) {
+        *source =
+            model_path + " (embedded " + gguf.get_string_or("tokenizer.ggml.model", "?") + ")";
+        return tokenizer::Tokenizer::from_gguf(gguf);
+      }
+      *source = "none (the GGUF holds no tokenizer.ggml.tokens)";
+      return nullptr;
+    }
+    case model::ModelFormat::Llama2c: {
+      const fs::path bin = fs::path(model_path).parent_path() / "tokenizer.bin";
+      if (fs::is_regular_file(bin)) {
+        *source = bin.string();
+        return tokenizer::Tokenizer::from_llama2c(bin.string(), vocab_size);
+      }
+      *source = "none (no tokenizer.bin beside the checkpoint; pass --tokenizer)";
+      return nullptr;
+    }
+  }
+  return nullptr;
+}
+
+Engine open_engine(const ModelOptions& o) {
+  if (o.model.empty()) throw InputError("", "--model", "a model path is required");
+  Engine e;
+  e.device = parse_device(o.device);
+  e.dtype = parse_dtype(o.dtype, e.device);
+  set_threads(o.threads);
+  e.format = model::detect_model_format(o.model);
+  const auto start = std::chrono::steady_clock::now();
+  e.model = model::load_model(o.model, torch::TensorOptions().dtype(e.dtype).device(e.device));
+  e.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  e.tokenizer = open_tokenizer(o.model, e.format, o.tokenizer, e.model->config().vocab_size,
+                               &e.tokenizer_source);
+  return e;
+}
+
+}  // namespace kvscope::generate

@@ -1,0 +1,108 @@
+// Command-line options shared by every command that runs a model
+// (`kvscope generate`, `kvscope capture`): the model options and the
+// generation options, registered on a CLI11 subcommand and turned into the
+// engine's structs. Header-only so capture/ itself does not link CLI11.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "capture/generate/engine.h"
+#include "capture/generate/generator.h"
+#include "core/common/input_error.h"
+
+namespace kvscope::generate {
+
+inline void add_model_options(CLI::App* app, ModelOptions* o) {
+  app->add_option("--model", o->model,
+                  "model: Hugging Face directory, .gguf file or llama2.c .bin checkpoint")
+      ->required();
+  app->add_option("--tokenizer", o->tokenizer,
+                  "tokenizer.json, llama2.c tokenizer.bin or .gguf (default: the model's own)");
+  app->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
+  app->add_option("--dtype", o->dtype, "fp32, bf16 or fp16")->capture_default_str();
+  app->add_option("--threads", o->threads, "compute threads (0: LibTorch default)")
+      ->capture_default_str();
+}
+
+// The prompt and sampling as typed on the command line.
+struct PromptCliOptions {
+  std::string prompt;
+  std::string prompt_file;
+  std::string system;
+  bool chat = false;
+  bool greedy = false;
+  double temperature = 0;  // 0: not given
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  int64_t max_new = 256;
+  int64_t prefill_chunk = 512;
+  std::vector<std::string> stop;
+};
+
+inline void add_prompt_options(CLI::App* app, PromptCliOptions* o) {
+  auto* prompt = app->add_option("--prompt", o->prompt, "prompt text");
+  auto* file = app->add_option("--prompt-file", o->prompt_file, "read the prompt from a file");
+  prompt->excludes(file);
+  app->add_flag("--chat", o->chat, "wrap the prompt in the model's chat template (ChatML)");
+  app->add_option("--system", o->system, "system message for --chat");
+  auto* greedy = app->add_flag("--greedy", o->greedy, "argmax decoding (the default)");
+  auto* temp = app->add_option("--temperature", o->temperature, "sample at this temperature");
+  auto* top_k = app->add_option("--top-k", o->top_k, "sample among the k most likely tokens");
+  auto* top_p = app->add_option("--top-p", o->top_p, "sample from the nucleus of mass p");
+  greedy->excludes(temp)->excludes(top_k)->excludes(top_p);
+  app->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+  app->add_option("--max-new", o->max_new, "most tokens to generate")->capture_default_str();
+  app->add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens per forward pass")
+      ->capture_default_str();
+  app->add_option("--stop", o->stop, "stop before this text (repeatable)");
+}
+
+// The prompt text (from --prompt or --prompt-file); throws InputError.
+inline std::string prompt_text(const PromptCliOptions& o) {
+  if (!o.prompt_file.empty()) {
+    std::ifstream in(o.prompt_file, std::ios::binary);
+    if (!in) throw InputError(o.prompt_file, "--prompt-file", "cannot open");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  if (o.prompt.empty())
+    throw InputError("", "--prompt", "a prompt is required (--prompt or --prompt-file)");
+  return o.prompt;
+}
+
+inline GenerationOptions generation_options(const PromptCliOptions& o) {
+  GenerationOptions g;
+  g.max_new_tokens = o.max_new;
+  g.prefill_chunk = o.prefill_chunk;
+  g.stop_strings = o.stop;
+  const bool sampling = o.temperature != 0 || o.top_k != 0 || o.top_p != 1.0;
+  g.sampling.greedy = o.greedy || !sampling;
+  g.sampling.temperature = o.temperature != 0 ? o.temperature : 1.0;
+  g.sampling.top_k = o.top_k;
+  g.sampling.top_p = o.top_p;
+  g.sampling.seed = o.seed;
+  return g;
+}
+
+// Prompt ids: the text as is, or wrapped in the chat template with --chat.
+inline std::vector<int32_t> prompt_ids(const tokenizer::Tokenizer& tok, const PromptCliOptions& o) {
+  std::string text = prompt_text(o);
+  if (o.chat) {
+    std::vector<tokenizer::ChatMessage> messages;
+    if (!o.system.empty()) messages.push_back({"system", o.system});
+    messages.push_back({"user", text});
+    text = tok.apply_chat_template(messages);
+  } else if (!o.system.empty()) {
+    throw InputError("", "--system", "only applies with --chat");
+  }
+  return tok.encode(text, /*add_special=*/true);
+}
+
+}  // namespace kvscope::generate

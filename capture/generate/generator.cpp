@@ -1,0 +1,167 @@
+#include "capture/generate/generator.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/common/input_error.h"
+
+namespace kvscope::generate {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Holds back text that might be the start of a stop string, and finds the
+// first complete one.
+class StopFilter {
+ public:
+  explicit StopFilter(const std::vector<std::string>& stops) : stops_(stops) {}
+
+  // Adds text; returns what is safe to emit. *stopped when a stop string
+  // completed (the returned text ends right before it).
+  std::string push(const std::string& text, bool* stopped) {
+    held_ += text;
+    size_t first = std::string::npos;
+    for (const std::string& s : stops_)
+      if (!s.empty()) first = std::min(first, held_.find(s));
+    if (first != std::string::npos) {
+      *stopped = true;
+      std::string out = held_.substr(0, first);
+      held_.clear();
+      return out;
+    }
+    size_t keep = 0;  // longest suffix of held_ that is a proper prefix of a stop string
+    for (const std::string& s : stops_)
+      for (size_t len = std::min(s.size() - 1, held_.size()); len > keep; --len)
+        if (held_.compare(held_.size() - len, len, s, 0, len) == 0) {
+          keep = len;
+          break;
+        }
+    std::string out = held_.substr(0, held_.size() - keep);
+    held_.erase(0, held_.size() - keep);
+    return out;
+  }
+  std::string flush() {
+    std::string out;
+    out.swap(held_);
+    return out;
+  }
+
+ private:
+  const std::vector<std::string>& stops_;
+  std::string held_;
+};
+
+}  // namespace
+
+double GenerationResult::prefill_tokens_per_second() const {
+  return prefill_seconds > 0 ? static_cast<double>(prefill_tokens) / prefill_seconds : 0;
+}
+double GenerationResult::decode_tokens_per_second() const {
+  return decode_seconds > 0 ? static_cast<double>(decode_steps) / decode_seconds : 0;
+}
+
+std::vector<int32_t> end_of_sequence_ids(const model::ModelConfig& config,
+                                         const tokenizer::Tokenizer* tokenizer) {
+  std::vector<int32_t> ids = config.eos_token_ids;
+  if (tokenizer)
+    for (int32_t id : tokenizer->eos_ids())
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  return ids;
+}
+
+Generator::Generator(model::Transformer& model, model::AttentionBackend& backend,
+                     const tokenizer::Tokenizer* tokenizer)
+    : model_(model), backend_(backend), tokenizer_(tokenizer) {}
+
+GenerationResult Generator::run(const std::vector<int32_t>& prompt, const GenerationOptions& o,
+                                const TextCallback& on_text, const StepCallback& on_step) {
+  const int64_t max_positions =
+      o.max_positions > 0 ? o.max_positions : model_.config().context_length;
+  if (prompt.empty()) throw InputError("", "prompt", "is empty (no tokens to start from)");
+  if (static_cast<int64_t>(prompt.size()) >= max_positions)
+    throw InputError("", "prompt",
+                     "has " + std::to_string(prompt.size()) + " tokens; the context holds " +
+                         std::to_string(max_positions) + " positions, leaving no room to generate");
+  if (!o.stop_strings.empty() && !tokenizer_)
+    throw InputError("", "--stop", "stop strings need a tokenizer");
+  if (o.max_new_tokens <= 0) throw InputError("", "--max-new", "must be positive");
+  if (o.prefill_chunk <= 0) throw InputError("", "--prefill-chunk", "must be positive");
+
+  Sampler sampler(o.sampling);
+  const std::vector<int32_t> eos =
+      o.stop_at_eos ? end_of_sequence_ids(model_.config(), tokenizer_) : std::vector<int32_t>{};
+  GenerationResult r;
+  r.prompt_ids = prompt;
+  r.prefill_tokens = static_cast<int64_t>(prompt.size());
+  std::unique_ptr<tokenizer::StreamDecoder> decoder;
+  if (tokenizer_) decoder = std::make_unique<tokenizer::StreamDecoder>(*tokenizer_);
+  StopFilter stops(o.stop_strings);
+  auto emit = [&](const std::string& text) {
+    if (text.empty()) return;
+    r.text += text;
+    if (on_text) on_text(text);
+  };
+
+  // Prefill in chunks; only the last token's logits are needed.
+  const auto start = Clock::now();
+  torch::Tensor ids =
+      torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), torch::kInt64);
+  model_.announce_sequence_length(r.prefill_tokens);
+  torch::Tensor logits;
+  for (int64_t p = 0; p < r.prefill_tokens; p += o.prefill_chunk) {
+    const int64_t n = std::min(o.prefill_chunk, r.prefill_tokens - p);
+    logits = model_.forward(ids.narrow(0, p, n), p, backend_);
+  }
+  int32_t token = sampler.next(logits[0]);
+  r.prefill_seconds = seconds_since(start);
+  if (on_step) on_step({0, r.prefill_tokens, true, &logits, token});
+
+  int64_t pos = r.prefill_tokens;
+  torch::Tensor next = torch::empty({1}, torch::kInt64);
+  while (true) {
+    r.output_ids.push_back(token);
+    if (std::find(eos.begin(), eos.end(), token) != eos.end()) {
+      r.finish_reason = "eos";
+      break;
+    }
+    if (decoder) {
+      bool stopped = false;
+      emit(stops.push(decoder->push(token), &stopped));
+      if (stopped) {
+        r.finish_reason = "stop";
+        break;
+      }
+    }
+    if (static_cast<int64_t>(r.output_ids.size()) >= o.max_new_tokens) {
+      r.finish_reason = "length";
+      break;
+    }
+    if (pos >= max_positions) {
+      r.finish_reason = "context";
+      break;
+    }
+    const auto step_start = Clock::now();
+    next.data_ptr<int64_t>()[0] = token;
+    logits = model_.forward(next, pos, backend_);
+    token = sampler.next(logits[0]);
+    r.decode_seconds += seconds_since(step_start);
+    ++r.decode_steps;
+    if (on_step) on_step({pos, 1, false, &logits, token});
+    ++pos;
+  }
+  if (decoder && r.finish_reason != "stop") {
+    bool stopped = false;
+    emit(stops.push(decoder->finish(), &stopped));
+    emit(stops.flush());
+  }
+  return r;
+}
+
+}  // namespace kvscope::generate

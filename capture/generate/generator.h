@@ -1,0 +1,76 @@
+// The generation loop: chunked prefill of the prompt, then one token per
+// forward pass through the attention backend, with a sampler, EOS ids and
+// stop strings, streaming text as it becomes complete. Timing is measured
+// here so every front end reports the same prefill and decode rates.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "capture/generate/sampler.h"
+#include "capture/model/attention_backend.h"
+#include "capture/model/transformer.h"
+#include "capture/tokenizer/tokenizer.h"
+
+namespace kvscope::generate {
+
+struct GenerationOptions {
+  int64_t max_new_tokens = 256;
+  SamplingOptions sampling;
+  std::vector<std::string> stop_strings;  // generation ends before the first match
+  int64_t prefill_chunk = 512;            // prompt tokens per forward pass
+  int64_t max_positions = 0;              // 0: the model's context length
+  bool stop_at_eos = true;
+};
+
+struct GenerationResult {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> output_ids;  // generated ids, an EOS id included when it ended the run
+  std::string text;                 // decoded output (no EOS, cut before a stop string)
+  std::string finish_reason;        // "eos", "stop", "length" or "context"
+  int64_t prefill_tokens = 0;
+  int64_t decode_steps = 0;  // forward passes after the prefill
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  double prefill_tokens_per_second() const;
+  double decode_tokens_per_second() const;
+};
+
+// What a step produced, for observers (the capture recorder, tests).
+struct StepEvent {
+  int64_t pos0 = 0;
+  int64_t n = 0;
+  bool prefill = false;
+  const torch::Tensor* logits = nullptr;  // [1, V] float32 of the step's last token
+  int32_t token = -1;                     // the token chosen from those logits
+};
+
+using TextCallback = std::function<void(const std::string&)>;
+using StepCallback = std::function<void(const StepEvent&)>;
+
+class Generator {
+ public:
+  // tokenizer may be null: ids only, no text and no stop strings.
+  Generator(model::Transformer& model, model::AttentionBackend& backend,
+            const tokenizer::Tokenizer* tokenizer);
+
+  // Throws InputError for an empty prompt, a prompt that leaves no room in
+  // the context, or stop strings without a tokenizer.
+  GenerationResult run(const std::vector<int32_t>& prompt, const GenerationOptions& options,
+                       const TextCallback& on_text = {}, const StepCallback& on_step = {});
+
+ private:
+  model::Transformer& model_;
+  model::AttentionBackend& backend_;
+  const tokenizer::Tokenizer* tokenizer_;
+};
+
+// The ids that end a sequence: the model config's and the tokenizer's.
+std::vector<int32_t> end_of_sequence_ids(const model::ModelConfig& config,
+                                         const tokenizer::Tokenizer* tokenizer);
+
+}  // namespace kvscope::generate

@@ -1,0 +1,263 @@
+#include "capture/model/hf_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "core/common/input_error.h"
+
+namespace kvscope::model {
+
+namespace {
+
+using nlohmann::json;
+
+class Fields {
+ public:
+  Fields(const json& j, std::string file) : j_(j), file_(std::move(file)) {}
+
+  bool has_key(const char* key) const { return j_.contains(key); }
+  bool present(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  int64_t integer(const char* key) const {
+    if (!present(key)) throw InputError(file_, key, "required field is missing");
+    return integer_value(key, j_[key]);
+  }
+  int64_t integer_or(const char* key, int64_t fallback) const {
+    return present(key) ? integer_value(key, j_[key]) : fallback;
+  }
+  double number_or(const char* key, double fallback) const {
+    if (!present(key)) return fallback;
+    if (!j_[key].is_number()) throw InputError(file_, key, "must be a number");
+    return j_[key].get<double>();
+  }
+  bool boolean_or(const char* key, bool fallback) const {
+    if (!present(key)) return fallback;
+    if (!j_[key].is_boolean()) throw InputError(file_, key, "must be true or false");
+    return j_[key].get<bool>();
+  }
+  std::string string_or(const char* key, const std::string& fallback) const {
+    if (!present(key)) return fallback;
+    if (!j_[key].is_string()) throw InputError(file_, key, "must be a string");
+    return j_[key].get<std::string>();
+  }
+  const json& raw(const char* key) const { return j_[key]; }
+  const std::string& file() const { return file_; }
+
+ private:
+  int64_t integer_value(const std::string& key, const json& v) const {
+    if (!v.is_number_integer()) throw InputError(file_, key, "must be an integer");
+    return v.get<int64_t>();
+  }
+  const json& j_;
+  std::string file_;
+};
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path, "", "cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    json j = json::parse(ss.str());
+    if (!j.is_object()) throw InputError(path, "", "must be a JSON object");
+    return j;
+  } catch (const json::exception& e) {
+    throw InputError(path, "", std::string("invalid JSON: ") + e.what());
+  }
+}
+
+Architecture architecture_of(const json& j, const std::string& file) {
+  std::string type;
+  if (j.contains("model_type") && j["model_type"].is_string()) {
+    type = j["model_type"].get<std::string>();
+  } else if (j.contains("architectures") && j["architectures"].is_array() &&
+             !j["architectures"].empty() && j["architectures"][0].is_string()) {
+    const std::string a = j["architectures"][0].get<std::string>();
+    if (a == "LlamaForCausalLM")
+      type = "llama";
+    else if (a == "MistralForCausalLM")
+      type = "mistral";
+    else if (a == "Qwen2ForCausalLM")
+      type = "qwen2";
+    else if (a == "Qwen3ForCausalLM")
+      type = "qwen3";
+    else if (a == "GPT2LMHeadModel")
+      type = "gpt2";
+    else
+      type = a;
+  } else {
+    throw InputError(file, "model_type", "missing (and no architectures list to infer it from)");
+  }
+  if (type == "llama") return Architecture::Llama;
+  if (type == "mistral") return Architecture::Mistral;
+  if (type == "qwen2") return Architecture::Qwen2;
+  if (type == "qwen3") return Architecture::Qwen3;
+  if (type == "gpt2") return Architecture::Gpt2;
+  throw InputError(
+      file, "model_type",
+      "unknown architecture \"" + type + "\" (KVScope runs llama, mistral, qwen2, qwen3 and gpt2)");
+}
+
+std::vector<int32_t> token_ids(const json& v, const std::string& file, const char* key) {
+  std::vector<int32_t> ids;
+  if (v.is_null()) return ids;
+  if (v.is_number_integer()) return {v.get<int32_t>()};
+  if (!v.is_array()) throw InputError(file, key, "must be an integer or a list of integers");
+  for (const auto& e : v) {
+    if (!e.is_number_integer())
+      throw InputError(file, key, "must be an integer or a list of integers");
+    ids.push_back(e.get<int32_t>());
+  }
+  return ids;
+}
+
+// rope_parameters (transformers v5) or rope_scaling + rope_theta (legacy).
+void parse_rope(const Fields& f, ModelConfig* c) {
+  RopeConfig& r = c->rope;
+  r.dim = c->head_dim;
+  r.theta = f.number_or("rope_theta", 10000.0);
+  if (f.present("partial_rotary_factor")) {
+    double p = f.number_or("partial_rotary_factor", 1.0);
+    r.dim = static_cast<int64_t>(std::llround(static_cast<double>(c->head_dim) * p));
+  }
+  const char* key = f.present("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (!f.present(key)) return;
+  const json& s = f.raw(key);
+  if (!s.is_object()) throw InputError(f.file(), key, "must be an object or null");
+  const std::string k = key;
+  Fields sf(s, f.file());
+  if (sf.present("rope_theta")) r.theta = sf.number_or("rope_theta", r.theta);
+  std::string type = sf.string_or("rope_type", sf.string_or("type", "default"));
+  if (type == "default") return;
+  r.factor = sf.number_or("factor", 0.0);
+  if (!(r.factor > 0)) throw InputError(f.file(), k + ".factor", "required and must be positive");
+  if (type == "linear") {
+    r.scaling = RopeConfig::Scaling::Linear;
+  } else if (type == "dynamic") {
+    r.scaling = RopeConfig::Scaling::Dynamic;
+    r.original_max_positions = c->context_length;
+  } else if (type == "llama3") {
+    r.scaling = RopeConfig::Scaling::Llama3;
+    r.low_freq_factor = sf.number_or("low_freq_factor", 0.0);
+    r.high_freq_factor = sf.number_or("high_freq_factor", 0.0);
+    if (!sf.present("original_max_position_embeddings"))
+      throw InputError(f.file(), k + ".original_max_position_embeddings", "required for llama3");
+    r.original_max_positions = sf.integer("original_max_position_embeddings");
+    if (!(r.low_freq_factor > 0))
+      throw InputError(f.file(), k + ".low_freq_factor", "required and must be positive");
+  } else {
+    throw InputError(
+        f.file(), k + ".rope_type",
+        "RoPE scaling \"" + type +
+            "\" is not supported (KVScope implements default, linear, dynamic, llama3)");
+  }
+}
+
+void parse_llama_family(const Fields& f, ModelConfig* c) {
+  const Architecture a = c->arch;
+  c->vocab_size = f.integer("vocab_size");
+  c->hidden_size = f.integer("hidden_size");
+  c->intermediate_size = f.integer("intermediate_size");
+  c->n_layers = f.integer("num_hidden_layers");
+  c->n_heads = f.integer("num_attention_heads");
+  const int64_t kv_default = a == Architecture::Llama     ? c->n_heads
+                             : a == Architecture::Mistral ? 8
+                                                          : 32;
+  c->n_kv_heads = f.integer_or("num_key_value_heads", kv_default);
+  if (c->n_heads <= 0) throw InputError(f.file(), "num_attention_heads", "must be positive");
+  const int64_t hd_default = a == Architecture::Qwen3 ? 128 : c->hidden_size / c->n_heads;
+  c->head_dim = f.integer_or("head_dim", hd_default);
+  const int64_t ctx_default = a == Architecture::Llama     ? 2048
+                              : a == Architecture::Mistral ? 131072
+                                                           : 32768;
+  c->context_length = f.integer_or("max_position_embeddings", ctx_default);
+  c->norm = NormKind::RmsNorm;
+  c->norm_eps = f.number_or("rms_norm_eps", 1e-6);
+  c->mlp = MlpKind::SwiGlu;
+  const std::string act = f.string_or("hidden_act", "silu");
+  if (act != "silu")
+    throw InputError(f.file(), "hidden_act", "\"" + act + "\" is not supported (expected silu)");
+  c->tied_embeddings = f.boolean_or("tie_word_embeddings", false);
+  // Qwen2 hard-codes q/k/v biases; the others follow attention_bias.
+  const bool attention_bias = f.boolean_or("attention_bias", false);
+  c->qkv_bias = a == Architecture::Qwen2 || attention_bias;
+  c->o_bias = a != Architecture::Qwen2 && attention_bias;
+  c->mlp_bias = a == Architecture::Llama && f.boolean_or("mlp_bias", false);
+  c->qk_norm = a == Architecture::Qwen3;
+  parse_rope(f, c);
+
+  c->sliding_window.assign(static_cast<size_t>(c->n_layers), 0);
+  if (a == Architecture::Mistral) {
+    // MistralConfig defaults to 4096 when the key is absent; null disables it.
+    const int64_t w = !f.has_key("sliding_window") ? 4096 : f.integer_or("sliding_window", 0);
+    c->sliding_window.assign(static_cast<size_t>(c->n_layers), w);
+  } else if (a == Architecture::Qwen2 || a == Architecture::Qwen3) {
+    const bool use = f.boolean_or("use_sliding_window", false);
+    const int64_t w = use ? f.integer_or("sliding_window", 4096) : 0;
+    if (f.present("layer_types") && w > 0) {
+      const json& types = f.raw("layer_types");
+      if (!types.is_array() || static_cast<int64_t>(types.size()) != c->n_layers)
+        throw InputError(f.file(), "layer_types", "must list one type per layer");
+      for (size_t i = 0; i < types.size(); ++i)
+        if (types[i] == "sliding_attention") c->sliding_window[i] = w;
+    } else if (w > 0) {
+      const int64_t first = f.integer_or("max_window_layers", 28);
+      for (int64_t i = first; i < c->n_layers; ++i) c->sliding_window[static_cast<size_t>(i)] = w;
+    }
+  }
+  c->bos_token_id =
+      f.present("bos_token_id") ? static_cast<int32_t>(f.integer("bos_token_id")) : -1;
+  if (f.present("eos_token_id"))
+    c->eos_token_ids = token_ids(f.raw("eos_token_id"), f.file(), "eos_token_id");
+}
+
+void parse_gpt2(const Fields& f, ModelConfig* c) {
+  c->vocab_size = f.integer_or("vocab_size", 50257);
+  c->hidden_size = f.integer_or("n_embd", 768);
+  c->n_layers = f.integer_or("n_layer", 12);
+  c->n_heads = f.integer_or("n_head", 12);
+  c->n_kv_heads = c->n_heads;
+  if (c->n_heads <= 0 || c->hidden_size % c->n_heads != 0)
+    throw InputError(f.file(), "n_head", "must divide n_embd=" + std::to_string(c->hidden_size));
+  c->head_dim = c->hidden_size / c->n_heads;
+  c->intermediate_size = f.integer_or("n_inner", 4 * c->hidden_size);
+  c->context_length = f.integer_or("n_positions", 1024);
+  c->norm = NormKind::LayerNorm;
+  c->norm_eps = f.number_or("layer_norm_epsilon", 1e-5);
+  c->mlp = MlpKind::GeluTanh;
+  const std::string act = f.string_or("activation_function", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    throw InputError(f.file(), "activation_function",
+                     "\"" + act + "\" is not supported (expected gelu_new)");
+  c->qkv_bias = c->o_bias = c->mlp_bias = true;
+  c->learned_positions = true;
+  c->tied_embeddings = true;
+  c->rope.enabled = false;
+  c->scale_attn_weights = f.boolean_or("scale_attn_weights", true);
+  c->scale_attn_by_inverse_layer_idx = f.boolean_or("scale_attn_by_inverse_layer_idx", false);
+  c->sliding_window.assign(static_cast<size_t>(c->n_layers), 0);
+  c->bos_token_id = static_cast<int32_t>(f.integer_or("bos_token_id", 50256));
+  c->eos_token_ids = f.present("eos_token_id")
+                         ? token_ids(f.raw("eos_token_id"), f.file(), "eos_token_id")
+                         : std::vector<int32_t>{50256};
+}
+
+}  // namespace
+
+ModelConfig parse_hf_config(const std::string& path) {
+  const json j = read_json(path);
+  ModelConfig c;
+  c.arch = architecture_of(j, path);
+  c.source_format = "hf";
+  Fields f(j, path);
+  if (c.arch == Architecture::Gpt2)
+    parse_gpt2(f, &c);
+  else
+    parse_llama_family(f, &c);
+  c.validate(path);
+  return c;
+}
+
+}  // namespace kvscope::model

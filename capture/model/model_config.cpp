@@ -1,0 +1,121 @@
+#include "capture/model/model_config.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "core/common/input_error.h"
+
+namespace kvscope::model {
+
+const char* architecture_name(Architecture a) {
+  switch (a) {
+    case Architecture::Llama:
+      return "llama";
+    case Architecture::Mistral:
+      return "mistral";
+    case Architecture::Qwen2:
+      return "qwen2";
+    case Architecture::Qwen3:
+      return "qwen3";
+    case Architecture::Gpt2:
+      return "gpt2";
+  }
+  return "?";
+}
+
+const char* rope_scaling_name(RopeConfig::Scaling s) {
+  switch (s) {
+    case RopeConfig::Scaling::None:
+      return "none";
+    case RopeConfig::Scaling::Linear:
+      return "linear";
+    case RopeConfig::Scaling::Dynamic:
+      return "dynamic";
+    case RopeConfig::Scaling::Llama3:
+      return "llama3";
+  }
+  return "?";
+}
+
+double ModelConfig::attention_scale(int64_t layer) const {
+  double s = scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(head_dim)) : 1.0;
+  if (scale_attn_by_inverse_layer_idx) s /= static_cast<double>(layer + 1);
+  return s;
+}
+
+void ModelConfig::validate(const std::string& file) const {
+  auto positive = [&](const char* field, int64_t v) {
+    if (v <= 0) throw InputError(file, field, "must be positive, got " + std::to_string(v));
+  };
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("intermediate_size", intermediate_size);
+  positive("num_hidden_layers", n_layers);
+  positive("num_attention_heads", n_heads);
+  positive("num_key_value_heads", n_kv_heads);
+  positive("head_dim", head_dim);
+  positive("max_position_embeddings", context_length);
+  if (n_heads % n_kv_heads != 0)
+    throw InputError(file, "num_key_value_heads",
+                     std::to_string(n_kv_heads) +
+                         " does not divide num_attention_heads=" + std::to_string(n_heads));
+  if (rope.enabled) {
+    if (head_dim % 2 != 0)
+      throw InputError(file, "head_dim",
+                       "RoPE needs an even head_dim, got " + std::to_string(head_dim));
+    if (rope.dim != head_dim)
+      throw InputError(file, "rope dimension",
+                       "partial rotary embeddings are not supported (rotary dim " +
+                           std::to_string(rope.dim) + ", head_dim " + std::to_string(head_dim) +
+                           ")");
+    if (!(rope.theta > 0)) throw InputError(file, "rope_theta", "must be positive");
+    if (rope.scaling != RopeConfig::Scaling::None && !(rope.factor > 0))
+      throw InputError(file, "rope_scaling.factor", "must be positive");
+    if ((rope.scaling == RopeConfig::Scaling::Llama3 ||
+         rope.scaling == RopeConfig::Scaling::Dynamic) &&
+        rope.original_max_positions <= 0)
+      throw InputError(file, "rope_scaling.original_max_position_embeddings", "must be positive");
+    if (rope.scaling == RopeConfig::Scaling::Llama3 &&
+        !(rope.high_freq_factor > rope.low_freq_factor))
+      throw InputError(file, "rope_scaling.high_freq_factor", "must exceed low_freq_factor");
+    if (!rope.freq_divisors.empty() &&
+        static_cast<int64_t>(rope.freq_divisors.size()) != head_dim / 2)
+      throw InputError(file, "rope_freqs.weight",
+                       "has " + std::to_string(rope.freq_divisors.size()) +
+                           " entries, expected head_dim/2 = " + std::to_string(head_dim / 2));
+  }
+  if (static_cast<int64_t>(sliding_window.size()) != n_layers)
+    throw InputError(file, "sliding_window", "internal: one entry per layer expected");
+  if (!(norm_eps > 0)) throw InputError(file, "norm epsilon", "must be positive");
+}
+
+std::string ModelConfig::describe() const {
+  std::ostringstream o;
+  o << "architecture   " << architecture_name(arch) << " (from " << source_format << ")\n";
+  o << "layers         " << n_layers << "\n";
+  o << "hidden size    " << hidden_size << ", MLP " << intermediate_size << " ("
+    << (mlp == MlpKind::SwiGlu ? "SwiGLU" : "GELU tanh") << ")\n";
+  o << "attention      " << n_heads << " heads, " << n_kv_heads << " kv heads, head_dim "
+    << head_dim << (qk_norm ? ", q/k RMSNorm" : "") << (qkv_bias ? ", qkv bias" : "") << "\n";
+  o << "norm           " << (norm == NormKind::RmsNorm ? "RMSNorm" : "LayerNorm") << " eps "
+    << norm_eps << "\n";
+  if (rope.enabled) {
+    o << "positions      RoPE theta " << rope.theta << ", scaling "
+      << rope_scaling_name(rope.scaling);
+    if (rope.scaling != RopeConfig::Scaling::None) o << " x" << rope.factor;
+    if (!rope.freq_divisors.empty()) o << " (rope_freqs tensor)";
+    o << "\n";
+  } else {
+    o << "positions      learned (" << context_length << ")\n";
+  }
+  int64_t windowed = 0, window = 0;
+  for (int64_t w : sliding_window)
+    if (w > 0) ++windowed, window = w;
+  if (windowed)
+    o << "sliding window " << window << " on " << windowed << " of " << n_layers << " layers\n";
+  o << "vocabulary     " << vocab_size << (tied_embeddings ? " (tied embeddings)" : "") << "\n";
+  o << "context length " << context_length << "\n";
+  return o.str();
+}
+
+}  // namespace kvscope::model

@@ -1,0 +1,79 @@
+// What the forward pass needs to know about a model, whatever file it came
+// from. The loaders (HF directory, GGUF, llama2.c) fill it; the per-
+// architecture differences of formats.md §2.3 are reduced to a few switches
+// (norm kind, MLP kind, biases, q/k norm, learned positions, RoPE).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvscope::model {
+
+enum class Architecture { Llama, Mistral, Qwen2, Qwen3, Gpt2 };
+const char* architecture_name(Architecture a);
+
+enum class NormKind { RmsNorm, LayerNorm };
+enum class MlpKind { SwiGlu, GeluTanh };
+
+// RoPE frequencies (formats.md §2.2). Weights are always brought into the HF
+// "rotate-half" row order at load, so one rotation serves every source.
+struct RopeConfig {
+  enum class Scaling { None, Linear, Dynamic, Llama3 };
+  bool enabled = true;
+  double theta = 10000.0;
+  int64_t dim = 0;  // rotary dimension (= head_dim)
+  Scaling scaling = Scaling::None;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;        // llama3
+  double high_freq_factor = 4.0;       // llama3
+  int64_t original_max_positions = 0;  // llama3: original_max_position_embeddings; dynamic: M
+  // GGUF rope_freqs.weight: per-frequency divisors (llama3 scaling baked in).
+  std::vector<float> freq_divisors;
+};
+const char* rope_scaling_name(RopeConfig::Scaling s);
+
+struct ModelConfig {
+  Architecture arch = Architecture::Llama;
+  std::string source_format;  // "hf", "gguf", "llama2.c"
+  std::string name;           // a display name (file or general.name)
+
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t context_length = 0;  // trained context (max_position_embeddings)
+
+  NormKind norm = NormKind::RmsNorm;
+  double norm_eps = 1e-5;
+  MlpKind mlp = MlpKind::SwiGlu;
+  bool qkv_bias = false;
+  bool o_bias = false;
+  bool mlp_bias = false;
+  bool qk_norm = false;            // Qwen3: per-head RMSNorm on q and k before RoPE
+  bool learned_positions = false;  // GPT-2 wpe
+  bool tied_embeddings = false;
+  RopeConfig rope;
+
+  // Softmax scale = attn_scale / sqrt(head_dim) (GPT-2 options fold in here).
+  bool scale_attn_weights = true;
+  bool scale_attn_by_inverse_layer_idx = false;
+  // Per-layer sliding window (0 = full attention); size n_layers.
+  std::vector<int64_t> sliding_window;
+
+  int32_t bos_token_id = -1;
+  std::vector<int32_t> eos_token_ids;
+
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  double attention_scale(int64_t layer) const;
+  // Checks the numbers are coherent (positive, heads divisible, ...); throws
+  // InputError naming `file` and the offending field.
+  void validate(const std::string& file) const;
+  std::string describe() const;  // one line per fact, for model-info
+};
+
+}  // namespace kvscope::model

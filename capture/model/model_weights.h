@@ -1,0 +1,32 @@
+// The weights of a decoder-only transformer in the layout the forward pass
+// uses: every linear weight as [out, in] (PyTorch Linear), q and k rows in the
+// HF rotate-half order, q/k/v fused into one matrix and gate/up fused into
+// one, so a decode step runs one GEMV for each. Undefined tensors mean
+// "absent" (no bias, no q/k norm, ...).
+#pragma once
+
+#include <torch/types.h>
+
+#include <vector>
+
+namespace kvscope::model {
+
+struct LayerWeights {
+  torch::Tensor attn_norm, attn_norm_bias;  // [D] (bias: LayerNorm only)
+  torch::Tensor wqkv, bqkv;                 // [(H + 2K) * hd, D], [(H + 2K) * hd]
+  torch::Tensor q_norm, k_norm;             // [hd] (Qwen3)
+  torch::Tensor wo, bo;                     // [D, H * hd], [D]
+  torch::Tensor ffn_norm, ffn_norm_bias;    // [D]
+  torch::Tensor w_up, b_up;                 // SwiGLU: [2I, D] gate rows then up rows; GELU: [I, D]
+  torch::Tensor w_down, b_down;             // [D, I], [D]
+};
+
+struct ModelWeights {
+  torch::Tensor embed;      // [V, D]
+  torch::Tensor pos_embed;  // [P, D] (GPT-2)
+  std::vector<LayerWeights> layers;
+  torch::Tensor final_norm, final_norm_bias;  // [D]
+  torch::Tensor lm_head;                      // [V, D]; the same tensor as embed when tied
+};
+
+}  // namespace kvscope::model

@@ -1,0 +1,169 @@
+#include "capture/model/transformer.h"
+
+#include <torch/torch.h>
+
+#include <unordered_set>
+
+#include "core/common/input_error.h"
+
+namespace kvscope::model {
+
+namespace {
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  return b.defined() ? torch::addmm(b, x, w.t()) : torch::mm(x, w.t());
+}
+
+// RMSNorm over the last dimension as transformers computes it: normalise in
+// float32, cast back, then scale.
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  torch::Tensor xf = x.to(torch::kFloat32);
+  torch::Tensor inv = torch::rsqrt(xf.square().mean(-1, /*keepdim=*/true) + eps);
+  return w * (xf * inv).to(x.scalar_type());
+}
+
+}  // namespace
+
+Transformer::Transformer(ModelConfig config, ModelWeights weights)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      rope_(config_.rope, weights_.embed.device()) {}
+
+int64_t Transformer::parameter_count() const {
+  int64_t n = 0;
+  std::unordered_set<const void*> seen;
+  auto add = [&](const torch::Tensor& t) {
+    if (t.defined() && seen.insert(t.data_ptr()).second) n += t.numel();
+  };
+  add(weights_.embed);
+  add(weights_.pos_embed);
+  for (const LayerWeights& w : weights_.layers)
+    for (const torch::Tensor* t :
+         {&w.attn_norm, &w.attn_norm_bias, &w.wqkv, &w.bqkv, &w.q_norm, &w.k_norm, &w.wo, &w.bo,
+          &w.ffn_norm, &w.ffn_norm_bias, &w.w_up, &w.b_up, &w.w_down, &w.b_down})
+      add(*t);
+  add(weights_.final_norm);
+  add(weights_.final_norm_bias);
+  add(weights_.lm_head);
+  return n;
+}
+
+int64_t Transformer::weight_bytes() const {
+  return parameter_count() * static_cast<int64_t>(torch::elementSize(dtype()));
+}
+
+torch::Tensor Transformer::embed(const torch::Tensor& tokens, int64_t pos0) const {
+  const int64_t n = tokens.size(0);
+  if (tokens.dim() != 1 || n == 0)
+    throw InputError("", "tokens", "forward needs a non-empty 1-D tensor of token ids");
+  const int64_t lo = tokens.min().item<int64_t>(), hi = tokens.max().item<int64_t>();
+  if (lo < 0 || hi >= config_.vocab_size)
+    throw InputError("", "tokens",
+                     "token id " + std::to_string(lo < 0 ? lo : hi) +
+                         " is outside the vocabulary [0, " + std::to_string(config_.vocab_size) +
+                         ")");
+  torch::Tensor x = weights_.embed.index_select(0, tokens.to(device()));
+  if (config_.learned_positions) {
+    if (pos0 + n > config_.context_length)
+      throw InputError("", "positions",
+                       "position " + std::to_string(pos0 + n - 1) +
+                           " is past the learned position table (n_positions=" +
+                           std::to_string(config_.context_length) + ")");
+    x = x + weights_.pos_embed.narrow(0, pos0, n);
+  }
+  return x;
+}
+
+torch::Tensor Transformer::norm(const torch::Tensor& x, const torch::Tensor& w,
+                                const torch::Tensor& b) const {
+  if (config_.norm == NormKind::LayerNorm)
+    return torch::layer_norm(x, {x.size(-1)}, w, b, config_.norm_eps);
+  return rms_norm(x, w, config_.norm_eps);
+}
+
+torch::Tensor Transformer::attention_block(const torch::Tensor& h, int64_t layer, int64_t pos0,
+                                           const torch::Tensor& cos, const torch::Tensor& sin,
+                                           AttentionBackend& backend) const {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  const int64_t n = h.size(0), H = config_.n_heads, K = config_.n_kv_heads, hd = config_.head_dim;
+  torch::Tensor qkv = linear(h, w.wqkv, w.bqkv);
+  torch::Tensor q = qkv.narrow(1, 0, H * hd).view({n, H, hd});
+  torch::Tensor k = qkv.narrow(1, H * hd, K * hd).view({n, K, hd});
+  torch::Tensor v = qkv.narrow(1, (H + K) * hd, K * hd).view({n, K, hd});
+  if (config_.qk_norm) {
+    q = rms_norm(q, w.q_norm, config_.norm_eps);
+    k = rms_norm(k, w.k_norm, config_.norm_eps);
+  }
+  AttentionInputs in;
+  in.layer = layer;
+  in.pos0 = pos0;
+  in.hidden = h;
+  in.k_pre_rope = k;
+  if (config_.rope.enabled) {
+    in.q = Rope::apply(q, cos, sin);
+    in.k = Rope::apply(k, cos, sin);
+  } else {
+    in.q = q;
+    in.k = k;
+  }
+  in.v = v;
+  in.scale = config_.attention_scale(layer);
+  in.sliding_window = config_.sliding_window[static_cast<size_t>(layer)];
+  torch::Tensor out = backend.attend(in);
+  return linear(out.reshape({n, H * hd}), w.wo, w.bo);
+}
+
+torch::Tensor Transformer::mlp_block(const torch::Tensor& h, int64_t layer) const {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  torch::Tensor up = linear(h, w.w_up, w.b_up);
+  torch::Tensor m;
+  if (config_.mlp == MlpKind::SwiGlu) {
+    const int64_t I = config_.intermediate_size;
+    m = torch::silu(up.narrow(1, 0, I)) * up.narrow(1, I, I);
+  } else {
+    m = torch::gelu(up, "tanh");
+  }
+  return linear(m, w.w_down, w.b_down);
+}
+
+torch::Tensor Transformer::run_layers(const torch::Tensor& tokens, int64_t pos0,
+                                      AttentionBackend& backend) {
+  const int64_t n = tokens.size(0);
+  torch::Tensor x = embed(tokens, pos0);
+  if (pos0 == 0 && !announced_) rope_len_ = 0;
+  announced_ = false;
+  rope_len_ = std::max(rope_len_, pos0 + n);
+  torch::Tensor cos, sin;
+  if (config_.rope.enabled) std::tie(cos, sin) = rope_.tables(pos0, n, rope_len_);
+
+  backend.begin_step(pos0, n);
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+    x = x + attention_block(norm(x, w.attn_norm, w.attn_norm_bias), l, pos0, cos, sin, backend);
+    x = x + mlp_block(norm(x, w.ffn_norm, w.ffn_norm_bias), l);
+  }
+  return x;
+}
+
+torch::Tensor Transformer::forward_hidden(const torch::Tensor& tokens, int64_t pos0,
+                                          AttentionBackend& backend) {
+  torch::Tensor x = run_layers(tokens, pos0, backend);
+  torch::Tensor hidden = norm(x, weights_.final_norm, weights_.final_norm_bias);
+  backend.end_step();
+  return hidden;
+}
+
+torch::Tensor Transformer::logits(const torch::Tensor& hidden) const {
+  return torch::mm(hidden, weights_.lm_head.t()).to(torch::kFloat32);
+}
+
+torch::Tensor Transformer::forward(const torch::Tensor& tokens, int64_t pos0,
+                                   AttentionBackend& backend, bool all_logits) {
+  torch::Tensor x = run_layers(tokens, pos0, backend);
+  if (!all_logits) x = x.narrow(0, x.size(0) - 1, 1);
+  torch::Tensor out = logits(norm(x, weights_.final_norm, weights_.final_norm_bias));
+  backend.end_step();
+  return out;
+}
+
+}  // namespace kvscope::model
