@@ -8,9 +8,6 @@ namespace kvscope::views {
 
 namespace {
 
-// The coarse grid: the whole map in at most this many cells per side.
-constexpr double kCoarseCells = 768;
-
 QRectF grid_tokens(const analysis::AttentionGrid& g) {
   double c = double(g.cell_tokens);
   return QRectF(g.col_begin * c, g.row_begin * c, g.cols() * c, g.rows() * c);
@@ -63,7 +60,7 @@ std::shared_ptr<HeatmapFigure> HeatmapFigure::load(TraceData& data, const Select
   int64_t rows = r.pooled_query_blocks(), cols = r.pooled_key_blocks();
   auto lod = data.lod();
   f->coarse_ = analysis::attention_view(r, lod.get(), f->layer, f->head, 0, rows, 0, cols,
-                                        kCoarseCells, kCoarseCells);
+                                        options.coarse_cells, options.coarse_cells);
   f->source_note = lod ? "level-of-detail cache" : "read from the trace";
   f->viewport_ = QRectF(0, 0, double(std::min(cols * f->block, std::max<int64_t>(f->n_tokens, 1))),
                         double(std::min(rows * f->block, std::max<int64_t>(f->n_tokens, 1))));

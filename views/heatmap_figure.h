@@ -27,6 +27,9 @@ struct HeatmapOptions {
   bool auto_range = true;
   float lo = 1e-4f, hi = 1.f;  // when !auto_range
   bool show_evicted = true;
+  // The coarse grid covers the whole map in at most this many cells per
+  // side; finer detail is read per viewport.
+  double coarse_cells = 768;
 };
 
 class HeatmapFigure : public Figure {

@@ -1,0 +1,37 @@
+// Synthetic traces with known content for the view tests, written once per
+// test into a fresh temporary directory.
+#pragma once
+
+#include <string>
+
+#include "core/trace/synthetic.h"
+#include "tests/support/paths.h"
+
+namespace kvscope::test {
+
+inline trace::SyntheticSpec small_spec() {
+  trace::SyntheticSpec s;  // 4 layers, 8 heads, 4 kv heads, 48 + 32 tokens, window 16
+  return s;
+}
+
+// 256 tokens in 4-token pooled blocks: a 64 x 64 map, three cached levels.
+inline trace::SyntheticSpec lod_spec() {
+  trace::SyntheticSpec s;
+  s.layers = 2;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.prompt_tokens = 200;
+  s.decode_steps = 56;
+  s.prefill_chunk = 40;
+  s.pooled_block = 4;
+  s.tiers = 2;
+  return s;
+}
+
+inline std::string write_trace(const trace::SyntheticSpec& spec, const std::string& name = "t.h5") {
+  std::string path = temp_dir() + "/" + name;
+  trace::write_synthetic_trace(path, spec);
+  return path;
+}
+
+}  // namespace kvscope::test

@@ -1,0 +1,158 @@
+// Every view exported headless to PNG, SVG and PDF, read back: size, the
+// expected elements (title, axis labels, colour bar, images), and the CLI's
+// errors for bad input.
+#include <QFile>
+#include <QImage>
+#include <QSvgRenderer>
+#include <QXmlStreamReader>
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/views/qt_app.h"
+#include "tests/views/synthetic_fixture.h"
+#include "views/figure_factory.h"
+
+using namespace kvscope;
+using namespace kvscope::views;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+struct SvgContent {
+  QSize size;
+  int images = 0, texts = 0;
+  QString all_text;
+};
+
+SvgContent read_svg(const QString& path) {
+  QFile f(path);
+  REQUIRE(f.open(QIODevice::ReadOnly));
+  QXmlStreamReader xml(&f);
+  SvgContent c;
+  while (!xml.atEnd()) {
+    xml.readNext();
+    if (!xml.isStartElement()) continue;
+    if (xml.name() == u"svg")
+      c.size =
+          QSize(xml.attributes().value("width").toString().remove("mm").toDouble() > 0 ? 1 : 0, 0);
+    if (xml.name() == u"image") ++c.images;
+    if (xml.name() == u"text") {
+      ++c.texts;
+      c.all_text += xml.readElementText(QXmlStreamReader::IncludeChildElements) + "\n";
+    }
+  }
+  REQUIRE_FALSE(xml.hasError());
+  return c;
+}
+
+std::string pdftotext(const std::string& pdf) {
+  std::string out;
+  REQUIRE(test::run_command("pdftotext -layout '" + pdf + "' -", &out) == 0);
+  return out;
+}
+
+std::string pdf_page_size(const std::string& pdf) {
+  std::string out;
+  REQUIRE(test::run_command("pdfinfo '" + pdf + "'", &out) == 0);
+  auto at = out.find("Page size:");
+  REQUIRE(at != std::string::npos);
+  return out.substr(at, out.find('\n', at) - at);
+}
+
+}  // namespace
+
+TEST_CASE("every view exports to PNG, SVG and PDF with its title, axes and colour bar") {
+  test::qt_app(true);
+  trace::SyntheticSpec spec = test::lod_spec();
+  std::string path = test::write_trace(spec);
+  std::string dir = test::temp_dir();
+  auto reader = trace::TraceReader::open(path);
+  TraceData data(*reader);
+  auto other = trace::TraceReader::open(path);
+  TraceData other_data(*other);
+  FigureRequest q;
+  q.selection = selection_for(*reader, 1, 3, 12, 40);
+  ExportOptions o{1200, 800, 150};
+  // (view, words the figure must contain)
+  std::vector<std::pair<QString, std::vector<std::string>>> views = {
+      {"heatmap", {"Attention", "query token", "key token", "mean attention"}},
+      {"timeline", {"Eviction timeline", "step", "token", "evicted"}},
+      {"layers", {"Heads holding", "layer", "kv heads holding"}},
+      {"budget", {"Head budgets", "kv head", "entries", "cold"}},
+      {"survival", {"Survival", "horizon", "held by the policy"}},
+      {"gates", {"Gate scores", "synthetic_gate", "threshold"}},
+      {"tokens", {"Tokens", "p40"}},
+      {"history", {"Token history", "token 40"}},
+      {"compare", {"Compare", "kept by A, not B"}},
+      {"overview", {"Layers x heads"}},
+  };
+  for (const auto& [view, words] : views) {
+    q.view = view;
+    std::shared_ptr<Figure> fig = make_figure(data, &other_data, q);
+    std::string base = dir + "/" + view.toStdString();
+    export_figure(*fig, QString::fromStdString(base + ".png"), o);
+    export_figure(*fig, QString::fromStdString(base + ".svg"), o);
+    export_figure(*fig, QString::fromStdString(base + ".pdf"), o);
+    export_figure(*fig, QString::fromStdString(base + ".csv"), o);
+    INFO("view " << view.toStdString());
+    QImage png(QString::fromStdString(base + ".png"));
+    REQUIRE(png.size() == QSize(1200, 800));
+    CHECK(png.dotsPerMeterX() == Approx(150 / 0.0254).margin(1));
+    // Not blank: many distinct colours.
+    QSet<QRgb> colours;
+    for (int y = 0; y < 800; y += 7)
+      for (int x = 0; x < 1200; x += 7) colours.insert(png.pixel(x, y));
+    CHECK(colours.size() > 5);
+    SvgContent svg = read_svg(QString::fromStdString(base + ".svg"));
+    CHECK(QSvgRenderer(QString::fromStdString(base + ".svg")).isValid());
+    std::string pdf_text = pdftotext(base + ".pdf");
+    CHECK(pdf_page_size(base + ".pdf").find("576 x 384 pts") != std::string::npos);  // 8 x 5.33 in
+    CHECK(slurp(base + ".pdf").rfind("%PDF-", 0) == 0);
+    for (const std::string& w : words) {
+      INFO("word " << w);
+      CHECK(svg.all_text.contains(QString::fromStdString(w)));
+      CHECK(pdf_text.find(w) != std::string::npos);
+    }
+    if (view == "heatmap") CHECK(svg.images >= 2);  // the map and the colour bar
+    std::string csv = slurp(base + ".csv");
+    CHECK(csv.find('\n') != std::string::npos);
+    CHECK(std::count(csv.begin(), csv.end(), '\n') > 3);
+  }
+}
+
+TEST_CASE("kvscope export runs headless and names the field on bad input") {
+  std::string path = test::write_trace(test::small_spec());
+  std::string dir = test::temp_dir();
+  std::string out;
+  std::string exe = test::kvscope_exe();
+  // No display at all: the export must not need one.
+  std::string env = "env -u DISPLAY -u WAYLAND_DISPLAY ";
+  REQUIRE(test::run_command(env + exe + " export " + path +
+                                " --view heatmap --layer 3 --head 1 --step 30 -o " + dir +
+                                "/fig.pdf",
+                            &out) == 0);
+  CHECK(out.find("wrote") != std::string::npos);
+  CHECK(pdftotext(dir + "/fig.pdf").find("layer 3") != std::string::npos);
+  CHECK(test::run_command(
+            env + exe + " export " + path + " --view heatmap --layer 9 -o " + dir + "/x.png",
+            &out) == 2);
+  CHECK(out.find("--layer") != std::string::npos);
+  CHECK(out.find("outside [0, 4)") != std::string::npos);
+  CHECK(test::run_command(env + exe + " export " + path + " --view timeline -o " + dir + "/x.gif",
+                          &out) == 2);
+  CHECK(out.find(".gif") != std::string::npos);
+  CHECK_FALSE(std::ifstream(dir + "/x.gif").good());  // nothing half-written
+  CHECK(test::run_command(env + exe + " export " + path + " --view compare -o " + dir + "/c.png",
+                          &out) == 2);
+  CHECK(out.find("--compare") != std::string::npos);
+  REQUIRE(test::run_command(
+              exe + " export " + path + " --view perfetto --layers 1 -o " + dir + "/p.json",
+              &out) == 0);
+  nlohmann::json j = nlohmann::json::parse(slurp(dir + "/p.json"));
+  CHECK(j["traceEvents"].size() > 100);
+}

@@ -1,0 +1,286 @@
+// Figures and widgets rendered offscreen and checked at known pixels.
+#include <QImage>
+#include <QPainter>
+#include <QSignalSpy>
+#include <catch2/catch.hpp>
+
+#include "core/analysis/lifetimes.h"
+#include "tests/views/qt_app.h"
+#include "tests/views/synthetic_fixture.h"
+#include "views/figure_factory.h"
+#include "views/heatmap_view.h"
+#include "views/timeline_view.h"
+#include "views/view_widgets.h"
+
+using namespace kvscope;
+using namespace kvscope::views;
+
+namespace {
+
+QImage render(const Figure& f, int w = 1000, int h = 800) {
+  QImage img(w, h, QImage::Format_ARGB32);
+  img.fill(Qt::white);
+  QPainter p(&img);
+  f.paint(p, QRectF(0, 0, w, h));
+  return img;
+}
+
+bool near(QRgb a, QColor b, int tol = 3) {
+  return std::abs(qRed(a) - b.red()) <= tol && std::abs(qGreen(a) - b.green()) <= tol &&
+         std::abs(qBlue(a) - b.blue()) <= tol;
+}
+
+std::string rgb(QRgb c) {
+  return std::to_string(qRed(c)) + "," + std::to_string(qGreen(c)) + "," + std::to_string(qBlue(c));
+}
+
+struct Loaded {
+  std::unique_ptr<trace::TraceReader> reader;
+  std::unique_ptr<TraceData> data;
+  Selection sel;
+};
+
+Loaded load(const trace::SyntheticSpec& spec, int layer, int head, int64_t step) {
+  Loaded l;
+  l.reader = trace::TraceReader::open(test::write_trace(spec));
+  l.data = std::make_unique<TraceData>(*l.reader);
+  l.sel = selection_for(*l.reader, layer, head, step, -1);
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "heatmap pixels: attention cells in the colour scale, nothing above the diagonal, evicted keys "
+    "marked") {
+  test::qt_app(true);
+  trace::SyntheticSpec spec = test::lod_spec();
+  Loaded l = load(spec, 0, 1, 10);
+  HeatmapOptions o;
+  auto f = HeatmapFigure::load(*l.data, l.sel, o, QSizeF(900, 700));
+  REQUIRE(f->available);
+  REQUIRE(f->extent() == QRectF(0, 0, 256, 256));
+  QImage img = render(*f);
+  QRectF plot = HeatmapFigure::plot_rect(QRectF(0, 0, 1000, 800));
+  auto px = [&](double key, double query) {
+    return QPoint(int(plot.left() + key / 256.0 * plot.width()),
+                  int(plot.top() + query / 256.0 * plot.height()));
+  };
+  // A sink key (held by every head) for query 102: exactly the scale's colour.
+  float v = f->value_at(2, 102);
+  REQUIRE(v > 0.f);
+  QRgb sink = img.pixel(px(2, 102));
+  INFO("sink pixel " << rgb(sink));
+  CHECK(near(sink, QColor(f->scale().color(v)), 1));
+  // Above the causal diagonal there is no attention: the background shows.
+  CHECK(near(img.pixel(px(200, 20)), QColor(248, 248, 248), 1));
+  // Key 60 is no longer held by kv head 0 at step 10: its column is veiled
+  // and the strip above the plot is vermillion; the sink's strip is white.
+  int64_t evict = trace::synthetic_evict_step(spec, 0, 0, 60);
+  REQUIRE(evict >= 0);
+  REQUIRE(evict <= 10);
+  QRgb strip_evicted = img.pixel(px(60, 0).x(), int(plot.top()) - 3);
+  QRgb strip_held = img.pixel(px(2, 0).x(), int(plot.top()) - 3);
+  INFO("strip " << rgb(strip_evicted));
+  CHECK(qRed(strip_evicted) > qGreen(strip_evicted) + 40);
+  CHECK(qGreen(strip_evicted) > qBlue(strip_evicted));
+  CHECK(near(strip_held, Qt::white, 0));
+  QRgb veiled = img.pixel(px(62, 200));
+  float under = f->value_at(62, 200);
+  CHECK_FALSE(near(veiled, QColor(f->scale().color(under)), 3));  // dimmed, not the raw colour
+}
+
+TEST_CASE("heatmap zoomed in reads a finer level for the viewport only and shows token text") {
+  test::qt_app(true);
+  Loaded l = load(test::lod_spec(), 1, 2, 20);
+  HeatmapOptions o;
+  o.coarse_cells = 16;  // the whole 64 x 64 map as a 16 x 16 coarse grid (level 2)
+  auto f = HeatmapFigure::load(*l.data, l.sel, o, QSizeF(60, 60));
+  f->set_viewport(QRectF(100, 120, 16, 16));
+  QSizeF px(800, 700);
+  REQUIRE(f->wants_detail(px));
+  analysis::AttentionGrid g =
+      HeatmapFigure::load_detail(*l.data, 1, 2, f->viewport(), px, f->block);
+  CHECK(g.level == 0);
+  CHECK(g.rows() <= 5);  // 16 tokens = 4 blocks (+1 for alignment), not the whole map
+  CHECK(g.cols() <= 5);
+  f->set_detail(g);
+  CHECK_FALSE(f->wants_detail(px));
+  QImage img = render(*f);
+  // 16 tokens over ~830 px: token labels replace the numeric ticks.
+  QRectF plot = HeatmapFigure::plot_rect(QRectF(0, 0, 1000, 800));
+  int dark = 0;
+  for (int x = int(plot.left()); x < int(plot.right()); ++x)
+    for (int y = int(plot.bottom()) + 6; y < int(plot.bottom()) + 40; ++y)
+      dark += qGray(img.pixel(x, y)) < 100;
+  CHECK(dark > 200);
+}
+
+TEST_CASE("timeline pixels: held in tier colour until the eviction step, then evicted") {
+  test::qt_app(true);
+  trace::SyntheticSpec spec = test::small_spec();
+  Loaded l = load(spec, 0, 4, 20);  // query head 4 -> kv head 2
+  REQUIRE(l.sel.kv_head() == 2);
+  auto f = TimelineFigure::load(*l.data, l.sel, TimelineMode::Head);
+  QImage img = render(*f);
+  QRectF plot = TimelineFigure::plot_rect(QRectF(0, 0, 1000, 800));
+  QRectF v = f->viewport();
+  auto px = [&](double step, double token) {
+    return QPoint(int(plot.left() + (step - v.left()) / v.width() * plot.width()),
+                  int(plot.top() + (token - v.top()) / v.height() * plot.height()));
+  };
+  analysis::TimelineClasses cls{1};
+  CHECK(near(img.pixel(px(7.5, 30.5)), timeline_class_color(cls, cls.evicted())));
+  CHECK(near(img.pixel(px(5.5, 30.5)), timeline_class_color(cls, 0)));
+  CHECK(f->cell_color(7, 30) == timeline_class_color(cls, cls.evicted()));
+  CHECK(f->cell_color(6, 30) == timeline_class_color(cls, 0));
+  // A sink is never evicted.
+  CHECK(near(img.pixel(px(30.5, 1.5)), timeline_class_color(cls, 0)));
+}
+
+TEST_CASE("layers mode counts the heads of each layer holding each token") {
+  test::qt_app(true);
+  trace::SyntheticSpec spec = test::small_spec();
+  Loaded l = load(spec, 0, 0, 12);
+  auto f = TimelineFigure::load(*l.data, l.sel, TimelineMode::Layers);
+  for (int layer = 0; layer < spec.layers; ++layer)
+    for (int64_t t = 0; t < f->n_tokens; ++t) {
+      int n = 0;
+      for (int k = 0; k < spec.kv_heads; ++k)
+        n += analysis::held_at(trace::synthetic_admit_step(spec, t),
+                               trace::synthetic_evict_step(spec, layer, k, t), 12);
+      REQUIRE(f->counts[size_t(layer * f->n_tokens + t)] == n);
+    }
+}
+
+TEST_CASE("budget grid cells are coloured by entries held at the step") {
+  test::qt_app(true);
+  trace::SyntheticSpec spec = test::small_spec();
+  Loaded l = load(spec, 1, 2, 15);
+  auto f = BudgetFigure::load(*l.data, l.sel);
+  QRectF area(0, 0, 1200, 700);
+  QImage img = render(*f, 1200, 700);
+  int64_t hi = 0;
+  for (int a = 0; a < spec.layers; ++a)
+    for (int k = 0; k < spec.kv_heads; ++k) hi = std::max(hi, f->head_total(a, k));
+  ColorScale cs;
+  cs.lo = 0;
+  cs.hi = float(hi);
+  // Sinks + window + the head's extra window: entries after step 15.
+  int64_t expect = spec.sinks + trace::synthetic_window(spec, 3, 1);
+  CHECK(f->head_total(3, 1) == expect);
+  QPointF c = f->grid_cell(area, 3, 1).center();
+  CHECK(near(img.pixel(c.toPoint()), QColor(cs.color(float(expect))), 1));
+}
+
+TEST_CASE("tokens: hit testing, per-head values and the history of one token") {
+  test::qt_app(true);
+  trace::SyntheticSpec spec = test::small_spec();
+  Loaded l = load(spec, 0, 4, 9);
+  auto f = TokensFigure::load(*l.data, l.sel, TokenColoring::Layer);
+  QRectF area(0, 0, 900, 600);
+  QImage img = render(*f, 900, 600);
+  f->content_height(area.width());
+  // Find token 30's box by scanning: token_at must round-trip.
+  bool found = false;
+  for (int y = 40; y < 600 && !found; y += 4)
+    for (int x = 0; x < 900 && !found; x += 3)
+      if (f->token_at(area, QPointF(x, y)) == 30) found = true;
+  CHECK(found);
+  int n = 0;
+  for (int k = 0; k < spec.kv_heads; ++k)
+    n += analysis::held_at(trace::synthetic_admit_step(spec, 30),
+                           trace::synthetic_evict_step(spec, 0, k, 30), 9);
+  CHECK(f->value(30) == Approx(double(n) / spec.kv_heads));
+  CHECK(f->tooltip(30).contains("layer  0"));
+  Selection sel = l.sel;
+  sel.tokens = {30};
+  auto h = TokenHistoryFigure::load(*l.data, sel);
+  REQUIRE(h->admit.size() == size_t(spec.layers * spec.kv_heads));
+  CHECK(h->evict[size_t(0 * spec.kv_heads + 2)] == 7);  // token 30 leaves (0, 2) at step 7
+  CHECK(h->samples.size() == 1);                        // one forecast sample at its admission
+}
+
+TEST_CASE("gates: histogram covers every scored token, threshold from the trace") {
+  test::qt_app(true);
+  Loaded l = load(test::small_spec(), 2, 3, 10);
+  auto f = GatesFigure::load(*l.data, l.sel, 0);
+  CHECK(f->gate_name == "synthetic_gate");
+  CHECK(f->threshold == Approx(0.5));
+  int64_t total = 0;
+  for (int64_t c : f->histogram) total += c;
+  CHECK(total == int64_t(f->values.size()));
+  CHECK(f->values[5] == Approx(trace::synthetic_gate(test::small_spec(), 2, 1, 5)));
+}
+
+TEST_CASE("overview sorts heads by a metric from the LOD cache and maps clicks to heads") {
+  test::qt_app(true);
+  trace::SyntheticSpec spec = test::lod_spec();
+  Loaded l = load(spec, 0, 0, 5);
+  std::string cache = analysis::AttentionLod::default_cache_path(l.reader->path());
+  l.data->set_lod(analysis::AttentionLod::build(*l.reader, cache));
+  auto f = OverviewFigure::load(*l.data, l.sel, OverviewMetric::SinkMass);
+  REQUIRE(f->thumbnails);
+  auto lod = l.data->lod();
+  for (int layer = 0; layer < spec.layers; ++layer)
+    for (int c = 1; c < spec.heads; ++c)
+      CHECK(lod->metric(layer, f->order[size_t(layer)][size_t(c - 1)],
+                        analysis::HeadMetric::SinkMass) >=
+            lod->metric(layer, f->order[size_t(layer)][size_t(c)], analysis::HeadMetric::SinkMass));
+  QRectF area(0, 0, 800, 500);
+  QRectF plot = area.adjusted(56, 36, -8, -30);
+  QPointF cell_centre(plot.left() + (2.5 / spec.heads) * plot.width(),
+                      plot.top() + 1.5 / spec.layers * plot.height());
+  auto [layer, head] = f->head_at(area, cell_centre);
+  CHECK(layer == 1);
+  CHECK(head == f->order[1][2]);
+}
+
+TEST_CASE(
+    "widgets follow the state offscreen: heatmap loads, zooms and asks the worker for detail") {
+  test::qt_app(true);
+  std::string path = test::write_trace(test::lod_spec());
+  CurrentState state;
+  TraceService service;
+  HeatmapView heat(&state, &service);
+  OverviewView overview(&state, &service);
+  heat.setMinimumSize(0, 0);
+  heat.resize(180, 130);  // small: the coarse grid is all the first view needs
+  HeatmapOptions coarse;
+  coarse.coarse_cells = 16;  // so that zooming in needs finer levels from the worker
+  heat.set_options(coarse);
+  overview.resize(400, 300);
+  QSignalSpy heat_loaded(&heat, &FigureWidget::figureLoaded);
+  QSignalSpy overview_loaded(&overview, &FigureWidget::figureLoaded);
+  auto r = trace::TraceReader::open(path);
+  state.set_trace(path, r->n_layers(), r->n_heads(), r->n_kv_heads(), r->n_steps(), r->n_tokens());
+  REQUIRE(heat_loaded.wait(20000));
+  if (overview_loaded.isEmpty()) REQUIRE(overview_loaded.wait(20000));
+  REQUIRE(heat.heatmap());
+  CHECK(heat.heatmap()->layer == 0);
+  // A click in the overview changes the head for everyone else; the overview
+  // itself only moves its highlight (it made the change).
+  auto* before = overview.figure().get();
+  overview.click_at(QPointF(56 + (3.5 / 4) * (400 - 64), 36 + 1.5 / 2 * (300 - 66)));
+  CHECK(state.selection().layer == 1);
+  REQUIRE(heat_loaded.wait(20000));
+  CHECK(heat.heatmap()->layer == 1);
+  CHECK(heat.heatmap()->head == state.selection().head);
+  CHECK(overview.figure().get() == before);
+  // Zoom far in: the figure's viewport shrinks and a detail request goes out.
+  QImage first = heat.grab().toImage();
+  CHECK(heat.detail_requests() == 0);
+  for (int i = 0; i < 12; ++i) heat.zoom_at(QPointF(75, 60), 0.7);
+  CHECK(heat.heatmap()->viewport().width() < 20);
+  INFO("viewport " << heat.heatmap()->viewport().width() << " plot "
+                   << HeatmapFigure::plot_rect(QRectF(heat.rect())).width() << " wants "
+                   << heat.heatmap()->wants_detail(QSizeF(30, 78)) << " opts "
+                   << heat.heatmap()->options().coarse_cells);
+  CHECK(heat.detail_requests() > 0);
+  service.wait_idle();
+  QCoreApplication::processEvents();
+  CHECK_FALSE(
+      heat.heatmap()->wants_detail(QSizeF(HeatmapFigure::plot_rect(QRectF(heat.rect())).size())));
+  QImage zoomed = heat.grab().toImage();
+  CHECK(zoomed != first);
+}
