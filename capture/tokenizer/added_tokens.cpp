@@ -59,12 +59,12 @@ AddedVocabulary::AddedVocabulary(std::vector<AddedToken> tokens, const Normalize
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_partition(order.begin(), order.end(), [&](size_t i) { return tokens_[i].special; });
   for (size_t i : order) {
-    const AddedToken& t = tokens_[i];
+    AddedToken& t = tokens_[i];
     by_id_.emplace(t.id, i);
+    t.decode_text = t.content;
     if (t.normalized) {
-      std::string pattern = t.content;
-      if (normalizer) normalizer->normalize(&pattern);
-      normalized_.add(pattern, i);
+      if (normalizer) normalizer->normalize(&t.decode_text);
+      normalized_.add(t.decode_text, i);
     } else {
       raw_.add(t.content, i);
     }

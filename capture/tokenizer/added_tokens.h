@@ -23,6 +23,10 @@ struct AddedToken {
   bool rstrip = false;
   bool normalized = false;
   bool special = false;
+  // What decoding starts from: for normalized tokens the normalizer's output
+  // (as `tokenizers` >= 0.22 does, so a decoder can invert that normalization),
+  // otherwise the content. Set by AddedVocabulary.
+  std::string decode_text;
 };
 
 class AddedVocabulary {

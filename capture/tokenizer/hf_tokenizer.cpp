@@ -52,7 +52,7 @@ std::vector<int32_t> HfTokenizer::encode(const std::string& text, bool add_speci
 }
 
 const std::string* HfTokenizer::token_string(int32_t id) const {
-  if (const AddedToken* t = added_.find(id)) return &t->content;
+  if (const AddedToken* t = added_.find(id)) return &t->decode_text;
   return parts_.model->id_to_token(id);
 }
 
@@ -87,7 +87,8 @@ std::string HfTokenizer::token_bytes(int32_t id) const {
 }
 
 std::string HfTokenizer::token_text(int32_t id) const {
-  const std::string* s = token_string(id);
+  if (const AddedToken* t = added_.find(id)) return t->content;
+  const std::string* s = parts_.model->id_to_token(id);
   return s ? *s : std::string();
 }
 

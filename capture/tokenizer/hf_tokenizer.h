@@ -44,6 +44,7 @@ class HfTokenizer : public Tokenizer {
   void set_chat_template(std::string t) { chat_template_ = std::move(t); }
 
  private:
+  // The string decoding starts from (added tokens: AddedToken::decode_text).
   const std::string* token_string(int32_t id) const;
 
   HfComponents parts_;

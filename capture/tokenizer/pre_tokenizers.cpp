@@ -251,9 +251,15 @@ std::unique_ptr<PreTokenizer> pre_tokenizer_from_json(const JsonAt& j) {
     return std::make_unique<MetaspacePreTokenizer>(replacement, prepend, j.bool_or("split", true));
   }
   if (type == "Whitespace") {
-    // `tokenizers` keeps the matches of \w+|[^\w\s]+ (Removed + invert).
-    return std::make_unique<SplitPreTokenizer>(Pattern::regex(R"(\w+|[^\w\s]+)"), Behavior::Removed,
-                                               true);
+    // `tokenizers` keeps the matches of \w+|[^\w\s]+ (Removed + invert),
+    // compiled by Rust's `regex` crate, not Oniguruma: its \w is Alphabetic,
+    // marks, Nd, Pc and Join_Control (ZWJ), its \s White_Space. Spelled out
+    // because PCRE2's \w is narrower.
+    const std::string word = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control})";
+    const std::string space =
+        R"(\x{9}-\x{D}\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+    return std::make_unique<SplitPreTokenizer>(
+        Pattern::regex("[" + word + "]+|[^" + word + space + "]+"), Behavior::Removed, true);
   }
   if (type == "WhitespaceSplit")
     return std::make_unique<SplitPreTokenizer>(Pattern::predicate(is_space_class),

@@ -53,6 +53,65 @@ void variant_llama2_metaspace(json& d) {
   d["decoder"] = m;
 }
 
+void variant_llama3_misc(json& d) {
+  d["normalizer"] = {
+      {"type", "Sequence"},
+      {"normalizers",
+       json::array({{{"type", "NFKC"}},
+                    {{"type", "Lowercase"}},
+                    {{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}}})}};
+  d["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       json::array({{{"type", "Whitespace"}},
+                    {{"type", "Split"},
+                     {"pattern", {{"String", "-"}}},
+                     {"behavior", "MergedWithPrevious"},
+                     {"invert", false}},
+                    {{"type", "Split"},
+                     {"pattern", {{"Regex", "[.,;:!?]"}}},
+                     {"behavior", "MergedWithNext"},
+                     {"invert", false}},
+                    {{"type", "Digits"}, {"individual_digits", false}},
+                    {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", false}}})}};
+  d["post_processor"] = {{"type", "BertProcessing"},
+                         {"sep", {"<|end_of_text|>", 1}},
+                         {"cls", {"<|begin_of_text|>", 0}}};
+}
+
+void variant_qwen2_misc(json& d) {
+  d["normalizer"] = {
+      {"type", "Sequence"},
+      {"normalizers",
+       json::array({{{"type", "NFD"}},
+                    {{"type", "Replace"}, {"pattern", {{"Regex", "\\p{Mn}"}}}, {"content", ""}},
+                    {{"type", "NFKD"}}})}};
+  d["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       json::array({{{"type", "WhitespaceSplit"}},
+                    {{"type", "Split"},
+                     {"pattern", {{"String", "q"}}},
+                     {"behavior", "Removed"},
+                     {"invert", false}},
+                    {{"type", "Split"},
+                     {"pattern", {{"Regex", "[aeiou]+"}}},
+                     {"behavior", "Contiguous"},
+                     {"invert", false}},
+                    {{"type", "Split"},
+                     {"pattern", {{"Regex", "[xyz]"}}},
+                     {"behavior", "MergedWithPrevious"},
+                     {"invert", true}},
+                    {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}})}};
+  d["decoder"] = {
+      {"type", "Sequence"},
+      {"decoders",
+       json::array({{{"type", "ByteLevel"}},
+                    {{"type", "Strip"}, {"content", " "}, {"start", 2}, {"stop", 0}}})}};
+  d["post_processor"] = {
+      {"type", "RobertaProcessing"}, {"sep", {"<|im_end|>", 2}}, {"cls", {"<|im_start|>", 1}}};
+}
+
 }  // namespace
 
 std::string tokenizer_fixture_dir() {
@@ -72,7 +131,9 @@ std::unique_ptr<tokenizer::Tokenizer> load_fixture_tokenizer(const std::string& 
   };
   static const Variant variants[] = {{"smollm2_digits", "smollm2", variant_smollm2_digits},
                                      {"llama2_legacy", "llama2", variant_llama2_legacy},
-                                     {"llama2_metaspace", "llama2", variant_llama2_metaspace}};
+                                     {"llama2_metaspace", "llama2", variant_llama2_metaspace},
+                                     {"llama3_misc", "llama3_bpe", variant_llama3_misc},
+                                     {"qwen2_misc", "qwen2_bpe", variant_qwen2_misc}};
   for (const Variant& v : variants) {
     if (name != v.name) continue;
     json d = read_json(tokenizer_fixture_dir() + "/" + v.base + "/tokenizer.json");
