@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <queue>
 #include <sstream>
 
 #include "capture/tokenizer/spm_tokenizer.h"
@@ -104,27 +105,61 @@ std::vector<int32_t> Llama2cTokenizer::encode(const std::string& text, bool add_
     }
     i += len;
   }
-  // Merge the best pair until none merges (strict > keeps the first on ties).
-  const size_t first = 0;  // run.c scans from the BOS too (nothing merges with it)
-  std::string merged;
-  for (;;) {
-    float best_score = -1e10f;
-    int32_t best_id = -1;
-    size_t best_idx = 0;
-    for (size_t i = first; i + 1 < ids.size(); ++i) {
-      merged = pieces_[static_cast<size_t>(ids[i])] + pieces_[static_cast<size_t>(ids[i + 1])];
-      auto it = index_.find(merged);
-      if (it != index_.end() && scores_[static_cast<size_t>(it->second)] > best_score) {
-        best_score = scores_[static_cast<size_t>(it->second)];
-        best_id = it->second;
-        best_idx = i;
-      }
-    }
-    if (best_id < 0) break;
-    ids[best_idx] = best_id;
-    ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(best_idx) + 1);
-  }
+  merge(&ids);
   return ids;
+}
+
+// run.c merges the highest-scoring adjacent pair (the leftmost on ties, and
+// only scores above -1e10) until none is a piece, rescanning all pairs each
+// time: O(n^2). The same choices come out of a max-heap keyed by (score,
+// leftmost position) with stale entries skipped, in O(n log n).
+void Llama2cTokenizer::merge(std::vector<int32_t>* ids_io) const {
+  std::vector<int32_t>& ids = *ids_io;
+  const int n = static_cast<int>(ids.size());
+  if (n < 2) return;
+  std::vector<int> next(n), prev(n);
+  std::vector<char> alive(n, 1);
+  for (int i = 0; i < n; ++i) {
+    next[i] = i + 1 < n ? i + 1 : -1;
+    prev[i] = i - 1;
+  }
+  struct Candidate {
+    float score;
+    int left, right;
+    int32_t left_id, right_id, merged;
+    bool operator<(const Candidate& o) const {  // priority_queue pops the largest
+      return score != o.score ? score < o.score : left > o.left;
+    }
+  };
+  std::priority_queue<Candidate> queue;
+  std::string joined;
+  auto consider = [&](int left, int right) {
+    if (left < 0 || right < 0) return;
+    joined = pieces_[static_cast<size_t>(ids[left])];
+    joined += pieces_[static_cast<size_t>(ids[right])];
+    auto it = index_.find(joined);
+    if (it == index_.end()) return;
+    float score = scores_[static_cast<size_t>(it->second)];
+    if (score > -1e10f) queue.push({score, left, right, ids[left], ids[right], it->second});
+  };
+  for (int i = 0; i + 1 < n; ++i) consider(i, i + 1);
+  while (!queue.empty()) {
+    Candidate c = queue.top();
+    queue.pop();
+    if (!alive[c.left] || !alive[c.right] || next[c.left] != c.right || ids[c.left] != c.left_id ||
+        ids[c.right] != c.right_id)
+      continue;
+    ids[c.left] = c.merged;
+    alive[c.right] = 0;
+    next[c.left] = next[c.right];
+    if (next[c.right] >= 0) prev[next[c.right]] = c.left;
+    consider(prev[c.left], c.left);
+    consider(c.left, next[c.left]);
+  }
+  int k = 0;
+  for (int i = 0; i < n; ++i)
+    if (alive[i]) ids[k++] = ids[i];
+  ids.resize(k);
 }
 
 std::string Llama2cTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {

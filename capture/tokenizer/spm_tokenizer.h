@@ -69,6 +69,8 @@ class Llama2cTokenizer : public Tokenizer {
   bool is_special(int32_t id) const override { return id >= 0 && id <= 2; }
 
  private:
+  void merge(std::vector<int32_t>* ids) const;
+
   std::vector<std::string> pieces_;
   std::vector<float> scores_;
   std::unordered_map<std::string, int32_t> index_;
