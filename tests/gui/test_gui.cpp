@@ -1,0 +1,216 @@
+// The real main window end to end: open, keyboard stepping, overview drill
+// in, drag and drop, compare, live follow of a trace another process is
+// writing, screenshots and exports. Runs in a real X server under xvfb-run
+// (scripts/test); offscreen when no DISPLAY is set.
+#include <QDragEnterEvent>
+#include <QFileInfo>
+#include <QMimeData>
+#include <QProcess>
+#include <QSignalSpy>
+#include <QStandardPaths>
+#include <QTest>
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "app/gui/main_window.h"
+#include "core/trace/synthetic.h"
+#include "tests/support/paths.h"
+#include "tests/views/qt_app.h"
+#include "views/heatmap_view.h"
+#include "views/timeline_view.h"
+#include "views/view_widgets.h"
+
+using namespace kvscope;
+using gui::MainWindow;
+
+namespace {
+
+constexpr int kWaitMs = 60000;  // generous: a loaded CI machine is slow, never a timed assertion
+
+void setup() {
+  test::qt_app(false);
+  QStandardPaths::setTestModeEnabled(true);  // recent files go to a test location
+}
+
+bool all_loaded(MainWindow& w) {
+  for (views::FigureWidget* v : w.all_views()) {
+    if (v->view_name() == "compare" && w.state().selection().compare.empty()) continue;
+    if (v->loading() || (!v->figure() && v->error().isEmpty())) return false;
+  }
+  return true;
+}
+
+std::string synthetic(const std::string& dir, const std::string& name, int window = 16) {
+  trace::SyntheticSpec spec;
+  spec.layers = 4;
+  spec.heads = 8;
+  spec.kv_heads = 4;
+  spec.prompt_tokens = 120;
+  spec.decode_steps = 40;
+  spec.prefill_chunk = 30;
+  spec.window = window;
+  spec.tiers = 2;
+  spec.pooled_block = 4;
+  std::string path = dir + "/" + name;
+  trace::write_synthetic_trace(path, spec);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "main window: open, step with the keyboard, drill in, drop, compare, screenshot, export") {
+  setup();
+  std::string dir = test::temp_dir();
+  std::string a = synthetic(dir, "a.h5"), b = synthetic(dir, "b.h5", 8);
+  MainWindow w;
+  w.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&w));
+  w.activateWindow();
+  QSignalSpy opened(&w, &MainWindow::traceOpened);
+  QSignalSpy first_view(&w, &MainWindow::firstViewShown);
+  w.open_trace(QString::fromStdString(a));
+  REQUIRE(opened.wait(kWaitMs));
+  REQUIRE(QTest::qWaitFor([&] { return all_loaded(w); }, kWaitMs));
+  const views::Selection& sel = w.state().selection();
+  CHECK(sel.n_steps == 4 + 40);
+  CHECK(sel.step == sel.n_steps - 1);
+  if (first_view.isEmpty()) REQUIRE(first_view.wait(kWaitMs));
+  CHECK(w.first_view_ms() > 0);
+  CHECK(w.recent_files().value(0) == QString::fromStdString(a));
+
+  // Keyboard stepping through the window's shortcuts, as a user presses keys.
+  QTest::keyClick(w.windowHandle(), Qt::Key_Home);
+  CHECK(sel.step == 0);
+  QTest::keyClick(w.windowHandle(), Qt::Key_Right);
+  QTest::keyClick(w.windowHandle(), Qt::Key_Right);
+  CHECK(sel.step == 2);
+  QTest::keyClick(w.windowHandle(), Qt::Key_Right, Qt::ShiftModifier);
+  CHECK(sel.step == 12);
+  CHECK(w.step_bar()->slider()->value() == 12);
+  QTest::keyClick(w.windowHandle(), Qt::Key_End);
+  CHECK(sel.step == sel.n_steps - 1);
+  QTest::keyClick(w.windowHandle(), Qt::Key_PageDown);
+  CHECK(sel.layer == 1);
+
+  // Drill in from the overview: every other view follows the new head.
+  auto* overview = static_cast<views::OverviewView*>(w.view("overview"));
+  REQUIRE(QTest::qWaitFor([&] { return all_loaded(w); }, kWaitMs));
+  w.dock("overview")->raise();
+  QRectF area(overview->rect());
+  QRectF plot = area.adjusted(56, 36, -8, -30);
+  overview->click_at(
+      QPointF(plot.left() + 5.5 / 8 * plot.width(), plot.top() + 2.5 / 4 * plot.height()));
+  CHECK(sel.layer == 2);
+  CHECK(sel.head == 5);
+  REQUIRE(QTest::qWaitFor([&] { return all_loaded(w); }, kWaitMs));
+  auto* heat = static_cast<views::HeatmapView*>(w.view("heatmap"));
+  CHECK(heat->heatmap()->layer == 2);
+  CHECK(heat->heatmap()->head == 5);
+  CHECK(heat->heatmap()->kv_head == 2);
+
+  // Drag and drop a second trace onto the window.
+  auto* mime = new QMimeData;
+  mime->setUrls({QUrl::fromLocalFile(QString::fromStdString(b))});
+  QDragEnterEvent enter(QPoint(100, 100), Qt::CopyAction, mime, Qt::LeftButton, Qt::NoModifier);
+  QApplication::sendEvent(&w, &enter);
+  CHECK(enter.isAccepted());
+  QDropEvent drop(QPointF(100, 100), Qt::CopyAction, mime, Qt::LeftButton, Qt::NoModifier);
+  QApplication::sendEvent(&w, &drop);
+  REQUIRE(opened.wait(kWaitMs));
+  CHECK(w.open_traces().size() == 2);
+  CHECK(sel.trace == QFileInfo(QString::fromStdString(b)).absoluteFilePath().toStdString());
+  delete mime;
+
+  // Back to A, compared with B.
+  w.open_trace(QString::fromStdString(a));
+  REQUIRE(opened.wait(kWaitMs));
+  w.set_compare(QString::fromStdString(
+      QFileInfo(QString::fromStdString(b)).absoluteFilePath().toStdString()));
+  REQUIRE(QTest::qWaitFor([&] { return all_loaded(w) && w.view("compare")->figure(); }, kWaitMs));
+  auto* cmp = dynamic_cast<views::CompareFigure*>(w.view("compare")->figure().get());
+  REQUIRE(cmp);
+  int64_t only_a = 0;
+  for (const auto& h : cmp->heads) only_a += h.only_a;
+  CHECK(only_a > 0);  // A's window is 8 tokens longer at every head
+
+  // Screenshots of the window and every view, and an export from the GUI.
+  std::string shots = test::temp_dir();
+  QStringList files = w.save_screenshots(QString::fromStdString(shots));
+  CHECK(files.size() == w.all_views().size() + 2);  // window + docks (incl. info) + heatmap
+  QImage window(QString::fromStdString(shots) + "/main-window.png");
+  REQUIRE(!window.isNull());
+  CHECK(window.width() >= 800);
+  QSet<QRgb> colours;
+  for (int y = 0; y < window.height(); y += 9)
+    for (int x = 0; x < window.width(); x += 9) colours.insert(window.pixel(x, y));
+  CHECK(colours.size() > 50);
+  std::string svg = shots + "/heatmap.svg";
+  w.view("heatmap")->export_to(QString::fromStdString(svg), views::ExportOptions{1200, 900, 120});
+  std::ifstream in(svg);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  CHECK(text.find("<svg") != std::string::npos);
+  CHECK(text.find("layer 2") != std::string::npos);
+}
+
+TEST_CASE("main window follows a trace another process is still writing") {
+  setup();
+  std::string dir = test::temp_dir();
+  std::string path = dir + "/live.h5", go = dir + "/go";
+  QProcess writer;
+  writer.start(KVSCOPE_LIVE_WRITER,
+               {QString::fromStdString(path), "6", "30", QString::fromStdString(go)});
+  REQUIRE(writer.waitForStarted());
+  REQUIRE(QTest::qWaitFor(
+      [&] { return QFileInfo::exists(QString::fromStdString(path + ".ready")); }, kWaitMs));
+  MainWindow w;
+  w.show();
+  QSignalSpy opened(&w, &MainWindow::traceOpened);
+  w.open_trace(QString::fromStdString(path));
+  REQUIRE(opened.wait(kWaitMs));
+  const views::Selection& sel = w.state().selection();
+  CHECK(sel.n_steps == 6);
+  REQUIRE(QTest::qWaitFor([&] { return all_loaded(w); }, kWaitMs));
+  REQUIRE(w.step_bar()->following());
+  std::ofstream(go) << "go\n";
+  REQUIRE(QTest::qWaitFor([&] { return sel.n_steps == 30; }, kWaitMs));
+  CHECK(sel.step == 29);  // "follow" jumped to the newest step
+  if (writer.state() != QProcess::NotRunning) REQUIRE(writer.waitForFinished(kWaitMs));
+  CHECK(writer.exitStatus() == QProcess::NormalExit);
+  CHECK(writer.exitCode() == 0);
+  REQUIRE(QTest::qWaitFor(
+      [&] {
+        auto* t = dynamic_cast<views::TimelineFigure*>(w.view("timeline")->figure().get());
+        return all_loaded(w) && t && t->n_steps == 30;
+      },
+      kWaitMs));
+}
+
+TEST_CASE("a real capture opened in the GUI (needs `kvscope capture`)") {
+  setup();
+  std::string out;
+  test::run_command(test::kvscope_exe() + " --help", &out);
+  if (out.find("\n  capture ") == std::string::npos) {
+    WARN(
+        "NOT RUN: this build's kvscope has no `capture` command yet; the end-to-end test with a "
+        "real stories260K capture runs once the capture engine lands");
+    return;
+  }
+  std::string dir = test::temp_dir();
+  std::string trace = dir + "/real.h5";
+  std::string model = test::shared_dir() + "/models/stories260K";
+  int rc = test::run_command(test::kvscope_exe() + " capture --model " + model +
+                                 " --policy streaming_llm --prompt 'Once upon a time' -o " + trace,
+                             &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  std::string shots = dir + "/shots";
+  rc = test::run_command(
+      std::string(KVSCOPE_GUI_EXE) + " " + trace + " --screenshot-dir " + shots + " --quit", &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(QFileInfo::exists(QString::fromStdString(shots + "/main-window.png")));
+  REQUIRE(test::run_command(
+              test::kvscope_exe() + " export " + trace + " --view timeline -o " + dir + "/t.pdf",
+              &out) == 0);
+}
