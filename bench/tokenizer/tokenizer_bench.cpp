@@ -1,4 +1,5 @@
 // Encode throughput: bench_tokenizer TOKENIZER TEXT_FILE [REPEATS] [CHUNK_BYTES]
+// (TOKENIZER: anything Tokenizer::load reads; tokenizer.bin reads to the end)
 // Encodes the file (whole, or in chunks of about CHUNK_BYTES split at line
 // ends) REPEATS times after one warm-up pass, one thread, and prints one JSON
 // line: bytes, tokens, best seconds, MB/s, tokens/s, and a checksum of the ids
