@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Encode throughput of KVScope's tokenizers against Hugging Face `tokenizers`, same text, same
-machine, same run, one thread each (not a test; results go to docs/performance.md).
+"""Encode throughput of KVScope's tokenizers against Hugging Face `tokenizers` (and llama2.c's
+tokenizer.bin against the `sentencepiece` library), same text, same machine, same run, one thread
+each (not a test; results go to docs/performance.md).
 
     /work/venv/bin/python bench/tokenizer/run_bench.py [--build build-tok] [--repeats 5]
 

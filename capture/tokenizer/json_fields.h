@@ -22,7 +22,9 @@ struct JsonAt {
     return JsonAt{it == value.end() ? kNull : *it, file, join(key)};
   }
   JsonAt at(size_t i) const {
-    return JsonAt{value.at(i), file, field + "[" + std::to_string(i) + "]"};
+    if (!value.is_array() || value.size() <= i)
+      fail("an array with at least " + std::to_string(i + 1) + " elements");
+    return JsonAt{value[i], file, field + "[" + std::to_string(i) + "]"};
   }
   bool has(const std::string& key) const {
     return value.is_object() && value.contains(key) && !value.at(key).is_null();

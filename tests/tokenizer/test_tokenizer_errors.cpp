@@ -89,6 +89,16 @@ TEST_CASE("unknown pipeline components name their field", "[tokenizer][errors]")
           "",
           R"("pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(("}, "behavior": "Isolated"},)")),
       Catch::Contains("pre_tokenizer.pattern.Regex"));
+  CHECK_THAT(
+      json_error(small_json(
+          "",
+          R"("post_processor": {"type": "BertProcessing", "sep": ["[SEP]"], "cls": ["[CLS]", 0]},)")),
+      Catch::Contains("post_processor.cls") || Catch::Contains("post_processor.sep"));
+  CHECK_THAT(
+      json_error(small_json(
+          "",
+          R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}], "special_tokens": {}},)")),
+      Catch::Contains("post_processor.single[0].SpecialToken.id"));
   CHECK_THAT(json_error(small_json("", R"("added_tokens": [{"content": "x"}],)")),
              Catch::Contains("added_tokens[0].id"));
 }
