@@ -2,9 +2,11 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <random>
 
 #include "capture/formats/gguf.h"
 #include "capture/tokenizer/tokenizer.h"
+#include "capture/tokenizer/unicode.h"
 #include "core/common/input_error.h"
 #include "tests/support/paths.h"
 #include "tokenizer_fixtures.h"
@@ -178,4 +180,109 @@ TEST_CASE("GGUF without a supported tokenizer names the key", "[tokenizer][error
   w3.write(path3);
   kvscope::formats::GgufFile gguf3(path3);
   CHECK_THROWS_WITH(Tokenizer::from_gguf(gguf3), Catch::Contains("tokenizer.ggml.merges[0]"));
+}
+
+namespace {
+
+// Replaces one random node of `j` by a value of another JSON type.
+void mutate(nlohmann::json& j, std::mt19937& rng) {
+  nlohmann::json* node = &j;
+  for (int depth = 0; depth < 6; ++depth) {
+    if (node->is_object() && !node->empty()) {
+      auto it = node->begin();
+      std::advance(it, static_cast<long>(rng() % node->size()));
+      if (rng() % 3 == 0) break;
+      node = &it.value();
+    } else if (node->is_array() && !node->empty()) {
+      node = &(*node)[rng() % node->size()];
+    } else {
+      break;
+    }
+  }
+  static const nlohmann::json replacements[] = {nullptr,
+                                                7,
+                                                -1,
+                                                3.5,
+                                                "x",
+                                                "Bogus",
+                                                true,
+                                                nlohmann::json::array(),
+                                                nlohmann::json::object(),
+                                                nlohmann::json::array({1, "a"})};
+  *node = replacements[rng() % (sizeof(replacements) / sizeof(*replacements))];
+}
+
+}  // namespace
+
+TEST_CASE("mutated tokenizer.json files load or give InputError, never crash",
+          "[tokenizer][errors]") {
+  const std::string text = kvscope::test::read_binary(kvscope::test::tokenizer_fixture_dir() +
+                                                      "/llama3_bpe/tokenizer.json");
+  const auto original = nlohmann::json::parse(text);
+  std::mt19937 rng(11);
+  int loaded = 0, rejected = 0;
+  const std::string path = temp_dir() + "/mutated.json";
+  for (int i = 0; i < 300; ++i) {
+    std::string data;
+    if (i % 3 == 0) {
+      data = text.substr(0, rng() % text.size());  // truncated
+    } else {
+      nlohmann::json j = original;
+      for (int k = 0; k <= i % 4; ++k) mutate(j, rng);
+      data = j.dump();
+    }
+    write_binary(path, data);
+    try {
+      auto tok = Tokenizer::from_tokenizer_json(path);
+      tok->decode(tok->encode("Hello <mask> world 123 \xE4\xB8\xAD", true));
+      ++loaded;
+    } catch (const InputError&) {
+      ++rejected;
+    }
+  }
+  CHECK(rejected > 100);
+  CHECK(loaded > 10);
+}
+
+TEST_CASE("truncated tokenizer.bin files give InputError at every length", "[tokenizer][errors]") {
+  const std::string full =
+      kvscope::test::read_binary(kvscope::test::shared_dir() + "/models/stories260K/tok512.bin");
+  const std::string path = temp_dir() + "/cut.bin";
+  for (size_t n = 0; n < full.size(); n += 37) {
+    write_binary(path, full.substr(0, n));
+    CHECK_THROWS_AS(Tokenizer::from_llama2c(path, 512), InputError);
+  }
+}
+
+TEST_CASE("byte-level BPE round-trips random Unicode text exactly", "[tokenizer]") {
+  auto tok = kvscope::test::load_fixture_tokenizer("smollm2");
+  std::mt19937 rng(5);
+  for (int t = 0; t < 300; ++t) {
+    std::string text;
+    const int n = static_cast<int>(rng() % 40);
+    for (int k = 0; k < n; ++k) {
+      const uint32_t kind = rng() % 4;
+      uint32_t cp;
+      if (kind == 0) {
+        cp = 0x20 + rng() % 0x5F;  // ASCII
+      } else if (kind == 1) {
+        cp = rng() % 0x20 == 0 ? 0x0A : 0x20;  // spaces, newlines
+      } else if (kind == 2) {
+        cp = 0x80 + rng() % 0x3000;  // Latin to CJK punctuation
+      } else {
+        // Supplementary planes whose UTF-8 lead byte (F0, F3) is in the vocabulary: SmolLM2
+        // has no token for 21 bytes (among them F1, F2), which `tokenizers` silently drops.
+        cp = rng() % 2 ? 0x10000 + rng() % 0x30000 : 0xC0000 + rng() % 0x40000;
+      }
+      if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFD;
+      kvscope::tokenizer::unicode::append(&text, cp);
+    }
+    if (rng() % 5 == 0) {  // a special token in the middle, at a character boundary
+      size_t at = text.size() / 2;
+      while (at > 0 && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) --at;
+      text.insert(at, "<|im_end|>");
+    }
+    INFO("text: " << text);
+    CHECK(tok->decode(tok->encode(text, false)) == text);
+  }
 }
