@@ -122,6 +122,15 @@ TEST_CASE("Less common components (NFD, regex Replace, WhitespaceSplit, Roberta)
   check_parity("qwen2_misc");
 }
 
+TEST_CASE("Hand-written BPE: ignore_merges, byte_fallback with fused <unk>, #version merges",
+          "[tokenizer]") {
+  check_parity("handmade_a");
+}
+TEST_CASE("Hand-written BPE: subword prefix, word suffix, unfused <unk>, no decoder",
+          "[tokenizer]") {
+  check_parity("handmade_b");
+}
+
 TEST_CASE("StreamDecoder output concatenates to decode() for every tokenizer", "[tokenizer]") {
   for (const char* name :
        {"smollm2", "llama2", "llama2_legacy", "llama2_metaspace", "llama3_bpe", "qwen2_bpe"}) {
