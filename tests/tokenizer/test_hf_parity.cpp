@@ -3,6 +3,9 @@
 // make_fixtures.py) on the mixed corpus, for every tokenizer.json shape.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <thread>
+
 #include "capture/tokenizer/tokenizer.h"
 #include "capture/tokenizer/unicode.h"
 #include "tokenizer_fixtures.h"
@@ -227,4 +230,28 @@ TEST_CASE("Special tokens and configuration of the SmolLM2 tokenizer.json", "[to
   CHECK(tok->encode("<|im_start|>user", false) ==
         std::vector<int32_t>{1, tok->token_to_id("user")});
   CHECK(tok->kind().find("byte-level BPE") != std::string::npos);
+}
+
+TEST_CASE("one tokenizer encodes from several threads at once with the serial results",
+          "[tokenizer]") {
+  for (const char* name : {"smollm2", "qwen2_bpe", "llama2_legacy"}) {
+    auto tok = load_fixture_tokenizer(name);
+    const auto& enc = tokenizer_expected()["tokenizers"][name]["encode"];
+    std::vector<std::vector<int32_t>> expected;
+    for (const auto& e : enc) expected.push_back(ids_of(e["ids"]));
+    std::atomic<int> mismatches{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] {
+        for (int round = 0; round < 5; ++round)
+          for (size_t i = 0; i < enc.size(); ++i) {
+            size_t k =
+                (i + static_cast<size_t>(t) * 7) % enc.size();  // different orders per thread
+            if (tok->encode(enc[k]["text"].get<std::string>(), false) != expected[k]) ++mismatches;
+          }
+      });
+    for (auto& th : threads) th.join();
+    INFO(name);
+    CHECK(mismatches == 0);
+  }
 }
