@@ -57,7 +57,9 @@ class Tokenizer {
 
   int32_t bos_id() const { return bos_id_; }
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
-  const std::string& kind() const { return kind_; }  // e.g. "byte-level BPE (gpt2)"
+  // e.g. "byte-level BPE (tokenizer.json)", "byte-level BPE (GGUF gpt2, pre=smollm)",
+  // "SentencePiece-style BPE (GGUF llama)", "llama2.c tokenizer.bin (...)".
+  const std::string& kind() const { return kind_; }
 
   // ChatML as SmolLM2-Instruct uses it (with its default system prompt when
   // none is given), ending with the assistant prefix when
@@ -94,7 +96,7 @@ class StreamDecoder {
   const Tokenizer& tokenizer_;
   bool skip_special_ = false;
   std::vector<int32_t> ids_;  // the decode window
-  std::string prefix_;        // decode of ids_[0, prefix_index_) plus emitted text
+  std::string prefix_;        // decode of the window as of the last emission
   size_t prefix_index_ = 0;
 };
 
