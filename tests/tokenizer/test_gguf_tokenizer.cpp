@@ -198,3 +198,24 @@ TEST_CASE("GGUF gpt2 vocabularies with pre llama-bpe and qwen2 give the HF ids",
     CHECK(compared >= 50);
   }
 }
+
+TEST_CASE("Tokenizer::load picks the reader by file", "[tokenizer]") {
+  const std::string fixtures = kvscope::test::tokenizer_fixture_dir();
+  // A directory and its tokenizer.json.
+  CHECK(Tokenizer::load(fixtures + "/qwen2_bpe")->kind() == "byte-level BPE (tokenizer.json)");
+  CHECK(Tokenizer::load(fixtures + "/llama2/tokenizer.json")->kind() ==
+        "SentencePiece-style BPE (byte fallback) (tokenizer.json)");
+  // A GGUF found by its magic, whatever its name.
+  const std::string gguf = kvscope::test::write_llama2_gguf(kvscope::test::temp_dir());
+  const std::string renamed = kvscope::test::temp_dir() + "/vocab.bin";
+  kvscope::test::write_binary(renamed, kvscope::test::read_binary(gguf));
+  CHECK(Tokenizer::load(renamed)->kind() == "SentencePiece-style BPE (GGUF llama)");
+  // llama2.c otherwise; a SentencePiece model is refused with a way out.
+  CHECK(Tokenizer::load(kvscope::test::shared_dir() + "/models/stories260K/tok512.bin", 512)
+            ->vocab_size() == 512);
+  CHECK_THROWS_WITH(
+      Tokenizer::load(kvscope::test::shared_dir() + "/tokenizers/llama2/tokenizer.model"),
+      Catch::Contains("convert to tokenizer.json"));
+  CHECK_THROWS_AS(Tokenizer::load(kvscope::test::temp_dir()),
+                  kvscope::InputError);  // no tokenizer.json
+}
