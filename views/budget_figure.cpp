@@ -48,7 +48,7 @@ QRectF grid_area(const QRectF& area) {
 }
 QRectF series_area(const QRectF& area) {
   QRectF inner = area.adjusted(8, 36, -8, -8);
-  double left = inner.left() + inner.width() * 0.36 + 70;
+  double left = inner.left() + inner.width() * 0.36 + 110;
   return QRectF(left, inner.top(), inner.right() - left - 110, inner.height() - 40);
 }
 }  // namespace

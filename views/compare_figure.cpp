@@ -56,7 +56,7 @@ std::shared_ptr<CompareFigure> CompareFigure::load(TraceData& a, TraceData& b,
   const analysis::AllLifetimes& lb = b.all_lifetimes();
   f->heads = analysis::diff_heads(la, lb, f->step_a, f->step_b);
   f->tokens = analysis::diff_tokens(la, lb, f->layer, f->kv_head, f->step_a, f->step_b);
-  int64_t max_h = std::max<int64_t>(0, std::min(a.basics().n_tokens, b.basics().n_tokens) - 1);
+  int64_t max_h = std::max<int64_t>(0, std::min(a.basics().n_tokens, b.basics().n_tokens) / 2);
   f->survival_a =
       analysis::survival(ra.lifetimes(f->layer, f->kv_head), a.basics().fed_step,
                          a.last_attended(f->layer, f->kv_head).head(f->layer, f->kv_head), max_h);

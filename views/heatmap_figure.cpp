@@ -104,9 +104,14 @@ void HeatmapFigure::set_options(const HeatmapOptions& o) {
   detail_image_ = QImage();
 }
 
-void HeatmapFigure::set_detail(analysis::AttentionGrid grid) {
+void HeatmapFigure::set_detail(analysis::AttentionGrid grid, QImage image) {
   detail_ = std::move(grid);
-  detail_image_ = QImage();
+  detail_image_ = std::move(image);
+}
+
+QImage HeatmapFigure::colorize_grid(const analysis::AttentionGrid& g, const HeatmapOptions& o,
+                                    const ColorScale& scale) {
+  return colorize(o.use_max ? g.max : g.mean, int(g.rows()), int(g.cols()), scale);
 }
 
 bool HeatmapFigure::wants_detail(QSizeF pixels) const {
@@ -159,8 +164,7 @@ QString HeatmapFigure::title() const {
 void HeatmapFigure::paint_grid(QPainter& p, const QRectF& plot, const analysis::AttentionGrid& g,
                                QImage& cache) const {
   if (g.rows() == 0 || g.cols() == 0) return;
-  if (cache.isNull())
-    cache = colorize(options_.use_max ? g.max : g.mean, int(g.rows()), int(g.cols()), scale());
+  if (cache.isNull()) cache = colorize_grid(g, options_, scale());
   QRectF data = grid_tokens(g).intersected(viewport_);
   if (data.isEmpty()) return;
   double c = double(g.cell_tokens);

@@ -53,7 +53,12 @@ class HeatmapFigure : public Figure {
   void set_viewport(const QRectF& tokens);
   void set_options(const HeatmapOptions& options);
   const HeatmapOptions& options() const { return options_; }
-  void set_detail(analysis::AttentionGrid grid);
+  // `image`, when given, is the grid already coloured with scale() (built on
+  // the worker so that the GUI thread only blits).
+  void set_detail(analysis::AttentionGrid grid, QImage image = QImage());
+  // The grid coloured as this figure would colour it (any thread).
+  static QImage colorize_grid(const analysis::AttentionGrid& grid, const HeatmapOptions& options,
+                              const ColorScale& scale);
   // True when the detail grid does not cover the viewport at the level that
   // fits `pixels`.
   bool wants_detail(QSizeF pixels) const;

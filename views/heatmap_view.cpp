@@ -52,13 +52,24 @@ void HeatmapView::viewport_changed() {
   QRectF v = f->viewport();
   QSizeF px = plot_pixels();
   std::weak_ptr<Figure> target = figure_;
-  service_->request<analysis::AttentionGrid>(
+  HeatmapOptions o = f->options();
+  ColorScale scale = f->scale();
+  using Detail = std::pair<analysis::AttentionGrid, QImage>;
+  service_->request<Detail>(
       state_->selection().trace, "heatmap-detail",
-      [=](TraceData& data) { return HeatmapFigure::load_detail(data, layer, head, v, px, block); },
-      [this, target](analysis::AttentionGrid g) {
+      [=](TraceData& data) {
+        // Read and colour on the worker: the GUI thread only blits.
+        analysis::AttentionGrid g = HeatmapFigure::load_detail(data, layer, head, v, px, block);
+        QImage img = HeatmapFigure::colorize_grid(g, o, scale);
+        return Detail(std::move(g), std::move(img));
+      },
+      [this, target, scale](Detail d) {
         auto fig = target.lock();
         if (!fig || fig != figure_) return;  // the figure was replaced meanwhile
-        heatmap()->set_detail(std::move(g));
+        bool same_scale = heatmap()->scale().lo == scale.lo && heatmap()->scale().hi == scale.hi &&
+                          heatmap()->scale().map == scale.map &&
+                          heatmap()->scale().log == scale.log;
+        heatmap()->set_detail(std::move(d.first), same_scale ? std::move(d.second) : QImage());
         update();
       },
       this);

@@ -14,9 +14,11 @@ std::shared_ptr<SurvivalFigure> SurvivalFigure::load(TraceData& data, const Sele
   f->kv_heads = r.n_kv_heads();
   const TraceBasics& b = data.basics();
   int64_t T = b.n_tokens;
-  int64_t max_h = std::max<int64_t>(0, T - 1);
+  // Up to half the tokens: beyond that so few tokens are observable that the
+  // curves only show which early tokens (sinks) happen to be left.
+  int64_t max_h = std::max<int64_t>(0, T / 2);
   f->horizon = horizon >= 0 ? std::min(horizon, max_h)
-                            : std::min<int64_t>(max_h, std::max<int64_t>(1, T / 4));
+                            : std::min<int64_t>(max_h, std::max<int64_t>(1, T / 16));
   const analysis::LastAttended& last = data.last_attended(f->layer, f->kv_head);
   f->criterion = QString::fromStdString(last.criterion);
   trace::HeadLifetimes lt = r.lifetimes(f->layer, f->kv_head);

@@ -84,30 +84,56 @@ QColor TimelineFigure::cell_color(int64_t s, int64_t t) const {
 }
 
 void TimelineFigure::paint_head(QPainter& p, const QRectF& plot, double scale) const {
+  // Fold at the coarser of data and pixel resolution: with fewer steps (or
+  // tokens) in view than pixels, one image cell per step (token) is scaled up
+  // by the blit; with more, one cell per pixel folds many. Either way the
+  // work is at most the plot's pixels.
   int w = std::max(1, int(plot.width() * scale)), h = std::max(1, int(plot.height() * scale));
-  analysis::TimelineRaster r = analysis::fold_timeline(*head, viewport_.left(), viewport_.right(),
-                                                       viewport_.top(), viewport_.bottom(), w, h);
-  const int C = r.classes.count();
-  std::vector<QColor> colors;
-  for (int c = 0; c < C; ++c) colors.push_back(timeline_class_color(r.classes, c));
+  double s0 = viewport_.left(), s1 = viewport_.right(), t0 = viewport_.top(),
+         t1 = viewport_.bottom();
+  if (std::ceil(s1) - std::floor(s0) <= w) {
+    s0 = std::floor(s0);
+    s1 = std::ceil(s1);
+    w = std::max(1, int(s1 - s0));
+  }
+  if (std::ceil(t1) - std::floor(t0) <= h) {
+    t0 = std::floor(t0);
+    t1 = std::ceil(t1);
+    h = std::max(1, int(t1 - t0));
+  }
+  analysis::TimelineClasses cls{std::max<int64_t>(1, head->n_tiers)};
+  const int C = cls.count();
+  // Colour deltas from white per class, so a row converts with one pass.
+  std::vector<float> dr, dg, db;
+  for (int c = 0; c < C; ++c) {
+    QColor k = timeline_class_color(cls, c);
+    dr.push_back(float(k.red() - 255));
+    dg.push_back(float(k.green() - 255));
+    db.push_back(float(k.blue() - 255));
+  }
   QImage img(w, h, QImage::Format_RGB32);
-  for (int y = 0; y < h; ++y) {
+  img.fill(Qt::white);
+  analysis::fold_timeline_rows(*head, s0, s1, t0, t1, w, h, [&](int y, const float* cell) {
     QRgb* line = reinterpret_cast<QRgb*>(img.scanLine(y));
-    const float* cell = r.share.data() + size_t(y) * size_t(w) * size_t(C);
     for (int x = 0; x < w; ++x, cell += C) {
       float rr = 255, gg = 255, bb = 255;
       for (int c = 0; c < C; ++c) {
         float s = std::min(cell[c], 1.f);
-        if (s <= 0) continue;
-        rr += s * float(colors[size_t(c)].red() - 255);
-        gg += s * float(colors[size_t(c)].green() - 255);
-        bb += s * float(colors[size_t(c)].blue() - 255);
+        rr += s * dr[size_t(c)];
+        gg += s * dg[size_t(c)];
+        bb += s * db[size_t(c)];
       }
-      line[x] = qRgb(int(std::clamp(rr, 0.f, 255.f)), int(std::clamp(gg, 0.f, 255.f)),
-                     int(std::clamp(bb, 0.f, 255.f)));
+      line[x] = qRgb(int(std::clamp(rr, 0.f, 255.f) + 0.5f), int(std::clamp(gg, 0.f, 255.f) + 0.5f),
+                     int(std::clamp(bb, 0.f, 255.f) + 0.5f));
     }
-  }
-  p.drawImage(plot, img);
+  });
+  plot::Map mx{viewport_.left(), viewport_.right(), plot.left(), plot.right()};
+  plot::Map my{viewport_.top(), viewport_.bottom(), plot.top(), plot.bottom()};
+  p.save();
+  p.setClipRect(plot);
+  p.setRenderHint(QPainter::SmoothPixmapTransform, false);
+  p.drawImage(QRectF(QPointF(mx(s0), my(t0)), QPointF(mx(s1), my(t1))), img);
+  p.restore();
 }
 
 void TimelineFigure::paint_layers(QPainter& p, const QRectF& plot, double scale) const {

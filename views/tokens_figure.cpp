@@ -318,7 +318,7 @@ void TokenHistoryFigure::paint(QPainter& p, const QRectF& area) const {
     QRectF sr(inner.left(), bars.bottom() + 30, inner.width(), inner.height() - bars.height() - 30);
     float lo = INFINITY, hi = -INFINITY;
     for (auto [s, v] : samples) lo = std::min(lo, v), hi = std::max(hi, v);
-    if (hi <= lo) hi = lo + 1;
+    if (hi <= lo) lo -= 0.5f, hi += 0.5f;  // one value: centre it
     plot::Map my{lo, hi, sr.bottom(), sr.top()};
     QPolygonF line;
     for (auto [s, v] : samples) line << QPointF(mx(s + 0.5), my(v));

@@ -37,7 +37,7 @@ void run_script(kvscope::gui::MainWindow& w, const Script& s) {
   QObject::connect(&w, &kvscope::gui::MainWindow::traceOpened, &w, [&w, s, applied] {
     if (*applied) return;
     *applied = true;
-    if (!s.compare.isEmpty()) w.open_trace(s.compare);
+    if (!s.compare.isEmpty()) w.open_trace(s.compare, false);
     const auto& sel = w.state().selection();
     w.state().set_head(s.layer >= 0 ? s.layer : sel.layer, s.head >= 0 ? s.head : sel.head);
     if (s.step >= 0) w.state().set_step(s.step);

@@ -181,7 +181,7 @@ void MainWindow::build_menus() {
   QAction* capture = file->addAction("&Capture…", this, [this] {
     auto* d = new CaptureDialog(this);
     d->setAttribute(Qt::WA_DeleteOnClose);
-    connect(d, &CaptureDialog::traceStarted, this, &MainWindow::open_trace);
+    connect(d, &CaptureDialog::traceStarted, this, [this](QString p) { open_trace(p); });
     d->show();
   });
   QString why;
@@ -222,10 +222,12 @@ void MainWindow::build_shortcuts() {
       [this] { state_.set_head(state_.selection().layer - 1, state_.selection().head); });
 }
 
-void MainWindow::open_trace(const QString& given) {
+void MainWindow::open_trace(const QString& given, bool make_current) {
   QString path = QFileInfo(given).absoluteFilePath();
-  open_clock_.start();
-  timing_trace_ = path;
+  if (make_current) {
+    open_clock_.start();
+    timing_trace_ = path;
+  }
   statusBar()->showMessage("opening " + path + " …");
   // The header is read on the worker like everything else; the UI never waits.
   service_->request<Header>(
@@ -243,7 +245,7 @@ void MainWindow::open_trace(const QString& given) {
         for (const trace::GateSpec& g : r.layout().gates) h.gates << QString::fromStdString(g.name);
         return h;
       },
-      [this](Header h) { activate(h); }, this,
+      [this, make_current](Header h) { activate(h, make_current); }, this,
       [this, path](QString error) {
         statusBar()->showMessage("cannot open " + path);
         timing_trace_.clear();
@@ -255,7 +257,7 @@ void MainWindow::open_trace(const QString& given) {
       });
 }
 
-void MainWindow::activate(const Header& h) {
+void MainWindow::activate(const Header& h, bool make_current) {
   QString path = QString::fromStdString(h.path);
   if (!traces_.contains(path)) {
     traces_ << path;
@@ -263,8 +265,13 @@ void MainWindow::activate(const Header& h) {
     compare_combo_->addItem(QFileInfo(path).fileName(), path);
   }
   complete_[path] = h.complete;
-  trace_combo_->setCurrentIndex(trace_combo_->findData(path));
   remember_recent(path);
+  if (!make_current) {
+    if (h.complete) service_->ensure_lod(h.path);
+    emit traceOpened(path);
+    return;
+  }
+  trace_combo_->setCurrentIndex(trace_combo_->findData(path));
   if (auto* gates = findChild<QComboBox*>("gateCombo")) {
     gates->blockSignals(true);
     gates->clear();
@@ -371,13 +378,20 @@ QStringList MainWindow::save_screenshots(const QString& dir) {
     win = screen->grabWindow(winId());
   if (win.isNull()) win = grab();
   if (win.save(dir + "/main-window.png")) written << dir + "/main-window.png";
+  // Each view on its own at a readable size: float its dock, grab, dock it back.
   for (auto it = docks_.begin(); it != docks_.end(); ++it) {
-    it.value()->raise();
-    QApplication::processEvents();
-    QPixmap pix = it.value()->widget()->grab();
+    QDockWidget* d = it.value();
+    d->setFloating(true);
+    d->resize(1200, 760);
+    d->show();
+    d->raise();
+    for (int i = 0; i < 3; ++i) QApplication::processEvents();
+    QPixmap pix = d->widget()->grab();
+    d->setFloating(false);
     QString file = dir + "/view-" + it.key() + ".png";
     if (pix.save(file)) written << file;
   }
+  QApplication::processEvents();
   QPixmap heat = centralWidget()->grab();
   if (heat.save(dir + "/view-heatmap.png")) written << dir + "/view-heatmap.png";
   return written;

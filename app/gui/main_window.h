@@ -27,8 +27,9 @@ class MainWindow : public QMainWindow, public views::StateObserver {
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
 
-  // Opens (or switches to) a trace; reads happen on the worker.
-  void open_trace(const QString& path);
+  // Opens a trace (reads happen on the worker) and makes it current, or
+  // only adds it to the open traces (e.g. to compare with).
+  void open_trace(const QString& path, bool make_current = true);
   void set_compare(const QString& path);
   void state_changed(const views::Selection& sel, uint32_t changes) override;
 
@@ -68,7 +69,7 @@ class MainWindow : public QMainWindow, public views::StateObserver {
   void build_shortcuts();
   QDockWidget* add_dock(const QString& name, const QString& title, QWidget* content,
                         Qt::DockWidgetArea where);
-  void activate(const Header& h);
+  void activate(const Header& h, bool make_current);
   void poll_live();
   void remember_recent(const QString& path);
   void refresh_recent_menu();

@@ -151,50 +151,84 @@ void token_segments(const HeadTimeline& h, int64_t t, const TimelineClasses& cls
 
 }  // namespace
 
+void fold_timeline_rows(const HeadTimeline& h, double step_begin, double step_end,
+                        double token_begin, double token_end, int width, int height,
+                        const TimelineRowSink& emit) {
+  const int W = std::max(1, width), H = std::max(1, height);
+  const TimelineClasses classes{std::max<int64_t>(1, h.n_tiers)};
+  const int C = classes.count();
+  const double steps_per_px = std::max(1e-9, (step_end - step_begin) / W);
+  const double tokens_per_px = std::max(1e-9, (token_end - token_begin) / H);
+  const int64_t t0 = std::max<int64_t>(0, int64_t(std::floor(token_begin)));
+  const int64_t t1 = std::min<int64_t>(h.n_tokens(), int64_t(std::ceil(token_end)));
+  std::vector<float> row(size_t(W) * size_t(C)), diff(size_t(W + 1) * size_t(C)), full;
+  int current = -1;
+  RowAccumulator acc{W, C, &row, &diff};
+  auto start_row = [&](int y) {
+    current = y;
+    std::fill(row.begin(), row.end(), 0.f);
+    std::fill(diff.begin(), diff.end(), 0.f);
+  };
+  auto finish_row = [&] {
+    if (current < 0) return;
+    acc.resolve();
+    emit(current, row.data());
+    current = -1;
+  };
+  auto add_token = [&](int64_t t, float w) {
+    token_segments(h, t, classes, [&](double a, double b, int c) {
+      acc.add((a - step_begin) / steps_per_px, (b - step_begin) / steps_per_px, c, w);
+    });
+  };
+  // Tokens map to rows in order, so each row is filled, finished and emitted
+  // once: one row buffer, no tokens x steps work, no full-size raster.
+  for (int64_t t = t0; t < t1; ++t) {
+    double ya = (double(t) - token_begin) / tokens_per_px;
+    double yb = (double(t + 1) - token_begin) / tokens_per_px;
+    int y_first = std::max(0, int(std::floor(ya)));
+    int y_last = std::min(H - 1, int(std::ceil(yb)) - 1);
+    bool have_full = false;
+    for (int y = y_first; y <= y_last; ++y) {
+      float w = float(std::min(yb, double(y + 1)) - std::max(ya, double(y)));
+      if (w <= 0) continue;
+      if (w >= 1.f) {
+        // Zoomed in, a token fills many rows: they are all the same row.
+        if (have_full) {
+          emit(y, full.data());
+          continue;
+        }
+        finish_row();
+        start_row(y);
+        add_token(t, 1.f);
+        acc.resolve();
+        full = row;
+        have_full = true;
+        emit(y, row.data());
+        current = -1;
+        continue;
+      }
+      if (y != current) {
+        finish_row();
+        start_row(y);
+      }
+      add_token(t, w);
+    }
+  }
+  finish_row();
+}
+
 TimelineRaster fold_timeline(const HeadTimeline& h, double step_begin, double step_end,
                              double token_begin, double token_end, int width, int height) {
   TimelineRaster r;
   r.width = std::max(1, width);
   r.height = std::max(1, height);
   r.classes.tiers = std::max<int64_t>(1, h.n_tiers);
-  const int C = r.classes.count();
-  r.share.assign(size_t(r.width) * size_t(r.height) * size_t(C), 0.f);
-  const double steps_per_px = std::max(1e-9, (step_end - step_begin) / r.width);
-  const double tokens_per_px = std::max(1e-9, (token_end - token_begin) / r.height);
-  int64_t t0 = std::max<int64_t>(0, int64_t(std::floor(token_begin)));
-  int64_t t1 = std::min<int64_t>(h.n_tokens(), int64_t(std::ceil(token_end)));
-  std::vector<float> row_share, diff;
-  int current_row = -1;
-  RowAccumulator acc{r.width, C, &row_share, &diff};
-  auto flush_row = [&] {
-    if (current_row < 0) return;
-    acc.resolve();
-    std::copy(row_share.begin(), row_share.end(),
-              r.share.begin() + long(current_row) * r.width * C);
-  };
-  for (int64_t t = t0; t < t1; ++t) {
-    double ya = (double(t) - token_begin) / tokens_per_px;
-    double yb = (double(t + 1) - token_begin) / tokens_per_px;
-    int y_first = std::max(0, int(std::floor(ya)));
-    int y_last = std::min(r.height - 1, int(std::ceil(yb)) - 1);
-    // Each pixel row a token touches gets the share of that row it covers.
-    for (int y = y_first; y <= y_last; ++y) {
-      float w = float((std::min(yb, double(y + 1)) - std::max(ya, double(y))));
-      if (w <= 0) continue;
-      if (y != current_row) {
-        flush_row();
-        current_row = y;
-        row_share.assign(size_t(r.width * C), 0.f);
-        std::copy(r.share.begin() + long(y) * r.width * C,
-                  r.share.begin() + long(y + 1) * r.width * C, row_share.begin());
-        diff.assign(size_t((r.width + 1) * C), 0.f);
-      }
-      token_segments(h, t, r.classes, [&](double a, double b, int c) {
-        acc.add((a - step_begin) / steps_per_px, (b - step_begin) / steps_per_px, c, w);
+  const size_t row_floats = size_t(r.width) * size_t(r.classes.count());
+  r.share.assign(row_floats * size_t(r.height), 0.f);
+  fold_timeline_rows(
+      h, step_begin, step_end, token_begin, token_end, width, height, [&](int y, const float* row) {
+        std::copy(row, row + row_floats, r.share.begin() + long(y) * long(row_floats));
       });
-    }
-  }
-  flush_row();
   return r;
 }
 

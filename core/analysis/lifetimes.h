@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/trace/reader.h"
@@ -77,5 +78,13 @@ struct TimelineRaster {
 
 TimelineRaster fold_timeline(const HeadTimeline& head, double step_begin, double step_end,
                              double token_begin, double token_end, int width, int height);
+
+// The same fold, row by row: `emit(y, shares)` gets each pixel row that any
+// token touches (width * classes shares), in increasing y. Paints use this
+// to write scanlines directly.
+using TimelineRowSink = std::function<void(int y, const float* shares)>;
+void fold_timeline_rows(const HeadTimeline& head, double step_begin, double step_end,
+                        double token_begin, double token_end, int width, int height,
+                        const TimelineRowSink& emit);
 
 }  // namespace kvscope::analysis
