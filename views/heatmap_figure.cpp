@@ -26,29 +26,15 @@ std::shared_ptr<HeatmapFigure> HeatmapFigure::load(TraceData& data, const Select
                                                    const HeatmapOptions& options, QSizeF pixels) {
   const trace::TraceReader& r = data.reader();
   auto f = std::make_shared<HeatmapFigure>();
+  f->trace = r.path();
   f->layer = sel.layer;
   f->head = sel.head;
   f->kv_head = sel.kv_head();
   f->options_ = options;
   const TraceBasics& b = data.basics();
   f->n_tokens = b.n_tokens;
-  f->step = std::clamp<int64_t>(sel.step, 0, std::max<int64_t>(0, b.n_steps - 1));
-  if (!b.steps.empty()) {
-    const trace::StepRecord& s = b.steps[size_t(f->step)];
-    f->step_token_begin = s.first_token;
-    f->step_token_end = s.first_token + s.n_tokens;
-  }
   f->token_text = texts_of(data);
-  trace::HeadLifetimes lt = r.lifetimes(f->layer, f->kv_head);
-  f->key_held.resize(size_t(f->n_tokens));
-  f->not_held_prefix_.assign(size_t(f->n_tokens + 1), 0);
-  for (int64_t t = 0; t < f->n_tokens; ++t) {
-    bool held = analysis::held_at(lt.admit_step[size_t(t)], lt.evict_step[size_t(t)], f->step);
-    f->key_held[size_t(t)] = held;
-    // Only keys that exist at the step can be "no longer held".
-    bool gone = !held && b.fed_step[size_t(t)] <= f->step;
-    f->not_held_prefix_[size_t(t + 1)] = f->not_held_prefix_[size_t(t)] + (gone ? 1 : 0);
-  }
+  f->set_step_state(data, sel.step);
   f->available = r.layout().pooled_block > 0 && r.pooled_query_blocks() > 0;
   f->block = std::max<int64_t>(1, r.layout().pooled_block);
   if (!f->available) {
@@ -66,6 +52,32 @@ std::shared_ptr<HeatmapFigure> HeatmapFigure::load(TraceData& data, const Select
                         double(std::min(rows * f->block, std::max<int64_t>(f->n_tokens, 1))));
   if (f->wants_detail(pixels))
     f->set_detail(load_detail(data, f->layer, f->head, f->viewport_, pixels, f->block));
+  return f;
+}
+
+void HeatmapFigure::set_step_state(TraceData& data, int64_t new_step) {
+  const TraceBasics& b = data.basics();
+  step = std::clamp<int64_t>(new_step, 0, std::max<int64_t>(0, b.n_steps - 1));
+  if (!b.steps.empty()) {
+    const trace::StepRecord& s = b.steps[size_t(step)];
+    step_token_begin = s.first_token;
+    step_token_end = s.first_token + s.n_tokens;
+  }
+  trace::HeadLifetimes lt = data.reader().lifetimes(layer, kv_head, 0, n_tokens);
+  key_held.resize(size_t(n_tokens));
+  not_held_prefix_.assign(size_t(n_tokens + 1), 0);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    bool held = analysis::held_at(lt.admit_step[size_t(t)], lt.evict_step[size_t(t)], step);
+    key_held[size_t(t)] = held;
+    // Only keys that exist at the step can be "no longer held".
+    bool gone = !held && b.fed_step[size_t(t)] <= step;
+    not_held_prefix_[size_t(t + 1)] = not_held_prefix_[size_t(t)] + (gone ? 1 : 0);
+  }
+}
+
+std::shared_ptr<HeatmapFigure> HeatmapFigure::at_step(TraceData& data, int64_t new_step) const {
+  auto f = std::make_shared<HeatmapFigure>(*this);
+  f->set_step_state(data, new_step);
   return f;
 }
 

@@ -43,6 +43,11 @@ class HeatmapFigure : public Figure {
                                              const QRectF& viewport_tokens, QSizeF pixels,
                                              int64_t block);
 
+  // The same map at another step: only the eviction state is re-read (the
+  // grids do not depend on the step). Copy on the GUI thread, call on the
+  // worker.
+  std::shared_ptr<HeatmapFigure> at_step(TraceData& data, int64_t step) const;
+
   QString title() const override;
   void paint(QPainter& p, const QRectF& area) const override;
   void write_csv(QTextStream& out) const override;
@@ -67,6 +72,7 @@ class HeatmapFigure : public Figure {
   // Value under a point of the plot (NaN outside), for tooltips and tests.
   float value_at(double key_token, double query_token) const;
 
+  std::string trace;  // path of the trace it shows
   int layer = 0, head = 0, kv_head = 0;
   int64_t step = 0, n_tokens = 0, block = 1;
   int64_t step_token_begin = 0, step_token_end = 0;  // queries fed by the step
@@ -76,6 +82,7 @@ class HeatmapFigure : public Figure {
   std::shared_ptr<const std::vector<QString>> token_text;
 
  private:
+  void set_step_state(TraceData& data, int64_t step);
   void paint_grid(QPainter& p, const QRectF& plot, const analysis::AttentionGrid& g,
                   QImage& cache) const;
   void paint_evicted(QPainter& p, const QRectF& plot) const;

@@ -21,6 +21,16 @@ QSizeF HeatmapView::plot_pixels() const {
 std::function<std::shared_ptr<Figure>(TraceData&)> HeatmapView::loader(const Selection& sel) {
   HeatmapOptions o = options_;
   QSizeF px = plot_pixels();
+  HeatmapFigure* f = heatmap();
+  if (f && sel.trace == f->trace && f->layer == sel.layer && f->head == sel.head &&
+      f->n_tokens == sel.n_tokens) {
+    // Only the step moved (scrubbing, playing): keep the grids, re-read the
+    // eviction state. The copy is made here, on the GUI thread that paints f.
+    auto copy = std::make_shared<HeatmapFigure>(*f);
+    return [copy, sel](TraceData& data) -> std::shared_ptr<Figure> {
+      return copy->at_step(data, sel.step);
+    };
+  }
   return [sel, o, px](TraceData& data) -> std::shared_ptr<Figure> {
     return HeatmapFigure::load(data, sel, o, px);
   };

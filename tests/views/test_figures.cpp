@@ -267,6 +267,17 @@ TEST_CASE(
   CHECK(heat.heatmap()->layer == 1);
   CHECK(heat.heatmap()->head == state.selection().head);
   CHECK(overview.figure().get() == before);
+  // Another step: the grids are kept, the eviction state is that of the new step.
+  trace::SyntheticSpec spec = test::lod_spec();
+  state.set_step(6);
+  REQUIRE(heat_loaded.wait(20000));
+  HeatmapFigure* at6 = heat.heatmap();
+  REQUIRE(at6->step == 6);
+  int kv = state.selection().kv_head();
+  for (int64_t t = 0; t < at6->n_tokens; ++t)
+    REQUIRE(bool(at6->key_held[size_t(t)]) ==
+            analysis::held_at(trace::synthetic_admit_step(spec, t),
+                              trace::synthetic_evict_step(spec, 1, kv, t), 6));
   // Zoom far in: the figure's viewport shrinks and a detail request goes out.
   QImage first = heat.grab().toImage();
   CHECK(heat.detail_requests() == 0);
