@@ -15,8 +15,12 @@
 #include <QToolBar>
 #include <QWindow>
 
+#include <cstdio>
+#include <fstream>
+
 #include "app/gui/capture_dialog.h"
 #include "app/gui/view_panels.h"
+#include "core/analysis/perfetto.h"
 #include "views/heatmap_view.h"
 #include "views/timeline_view.h"
 #include "views/view_widgets.h"
@@ -191,6 +195,14 @@ void MainWindow::build_menus() {
     capture->setToolTip(why);
     capture->setStatusTip(why);
   }
+  file->addAction("Export &lifetimes (Perfetto JSON)…", this, [this] {
+    const views::Selection& sel = state_.selection();
+    if (sel.trace.empty()) return;
+    QString path = QFileDialog::getSaveFileName(this, "Export lifetimes of the current layer",
+                                                QString("layer%1.perfetto.json").arg(sel.layer),
+                                                "Trace-event JSON (*.json)");
+    if (!path.isEmpty()) export_perfetto(path, {sel.layer});
+  });
   file->addSeparator();
   file->addAction("&Quit", QKeySequence::Quit, this, &QWidget::close);
   QMenu* view = menuBar()->addMenu("&View");
@@ -334,6 +346,29 @@ void MainWindow::poll_live() {
         },
         this);
   }
+}
+
+void MainWindow::export_perfetto(const QString& path, std::vector<int> layers) {
+  statusBar()->showMessage("writing " + path + " …");
+  std::string out = path.toStdString();
+  service_->request<int64_t>(
+      state_.selection().trace, "perfetto",
+      [out, layers](views::TraceData& d) {
+        analysis::PerfettoOptions o;
+        o.layers = layers;
+        std::string tmp = out + ".part";
+        std::ofstream f(tmp, std::ios::binary);
+        int64_t n = analysis::write_perfetto_json(d.reader(), o, f);
+        f.close();
+        if (!f || std::rename(tmp.c_str(), out.c_str()) != 0)
+          throw std::runtime_error(out + ": cannot write");
+        return n;
+      },
+      [this, path](int64_t n) {
+        statusBar()->showMessage(QString("wrote %1 (%2 trace events)").arg(path).arg(n));
+        emit perfettoWritten(path);
+      },
+      this, [this](QString e) { statusBar()->showMessage("Perfetto export failed: " + e); });
 }
 
 QStringList MainWindow::recent_files() const {

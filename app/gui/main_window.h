@@ -31,6 +31,8 @@ class MainWindow : public QMainWindow, public views::StateObserver {
   // only adds it to the open traces (e.g. to compare with).
   void open_trace(const QString& path, bool make_current = true);
   void set_compare(const QString& path);
+  // Token lifetimes of `layers` of the current trace as Perfetto JSON (on the worker).
+  void export_perfetto(const QString& path, std::vector<int> layers);
   void state_changed(const views::Selection& sel, uint32_t changes) override;
 
   views::CurrentState& state() { return state_; }
@@ -51,6 +53,7 @@ class MainWindow : public QMainWindow, public views::StateObserver {
   void traceOpened(QString path);
   void openFailed(QString path, QString error);
   void firstViewShown(QString path, double ms);
+  void perfettoWritten(QString path);
 
  protected:
   void dragEnterEvent(QDragEnterEvent* event) override;

@@ -151,6 +151,14 @@ TEST_CASE(
   std::string text((std::istreambuf_iterator<char>(in)), {});
   CHECK(text.find("<svg") != std::string::npos);
   CHECK(text.find("layer 2") != std::string::npos);
+  QSignalSpy perfetto(&w, &MainWindow::perfettoWritten);
+  std::string json = shots + "/lifetimes.json";
+  w.export_perfetto(QString::fromStdString(json), {2});
+  REQUIRE(perfetto.wait(kWaitMs));
+  std::ifstream pj(json);
+  std::string events((std::istreambuf_iterator<char>(pj)), {});
+  CHECK(events.find("\"traceEvents\"") != std::string::npos);
+  CHECK(events.find("kv head 3") != std::string::npos);
 }
 
 TEST_CASE("main window follows a trace another process is still writing") {
