@@ -24,7 +24,7 @@ struct AddedToken {
   bool normalized = false;
   bool special = false;
   // What decoding starts from: for normalized tokens the normalizer's output
-  // (as `tokenizers` >= 0.22 does, so a decoder can invert that normalization),
+  // (as `tokenizers` 0.23.3 does, so a decoder can invert that normalization),
   // otherwise the content. Set by AddedVocabulary.
   std::string decode_text;
 };
