@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <limits>
+
+#include "kernels/attention.h"
 #include <stdexcept>
 #include <string>
 
@@ -73,16 +75,50 @@ torch::Tensor DenseKvCache::attend(const model::AttentionInputs& in) {
   torch::Tensor keys = k_[l].narrow(1, start, L - start);
   torch::Tensor values = v_[l].narrow(1, start, L - start);
 
+  // float32 on the CPU: the kernels the ragged cache uses, so a ragged cache
+  // holding every entry (policy "full") computes bit-identical logits.
+  if (keys.scalar_type() == torch::kFloat32 && keys.device().is_cpu())
+    return attend_shared_kernels(in, keys, values, start);
+
   // Query heads grouped by their kv head: [K, R * n, hd] (HF repeat_kv order).
   torch::Tensor q = in.q.permute({1, 0, 2}).reshape({K, R * n, hd});
-  torch::Tensor scores = torch::bmm(q, keys.transpose(1, 2)).to(torch::kFloat32) * in.scale;
+  torch::Tensor scores = torch::bmm(q, keys.transpose(1, 2));
+  if (scores.scalar_type() != torch::kFloat32) scores = scores.to(torch::kFloat32);  // softmax in fp32
+  scores.mul_(in.scale);
   const bool need_mask = n > 1 || (in.sliding_window > 0 && L - start > in.sliding_window);
   if (need_mask)
     scores = (scores.view({K, R, n, L - start}) + mask(pos0, n, start, in.sliding_window))
                  .view({K, R * n, L - start});
-  torch::Tensor probs = torch::softmax(scores, -1).to(values.scalar_type());
+  torch::Tensor probs = torch::softmax(scores, -1);
+  if (probs.scalar_type() != values.scalar_type()) probs = probs.to(values.scalar_type());
   torch::Tensor out = torch::bmm(probs, values);  // [K, R * n, hd]
   return out.view({H, n, hd}).permute({1, 0, 2});
+}
+
+torch::Tensor DenseKvCache::attend_shared_kernels(const model::AttentionInputs& in,
+                                                 const torch::Tensor& keys,
+                                                 const torch::Tensor& values, int64_t start) {
+  const int64_t n = in.q.size(0), K = n_kv_heads_, hd = head_dim_, R = n_heads_ / K;
+  const int64_t m = keys.size(1);
+  torch::Tensor pos = torch::arange(start, start + m, torch::kInt64);
+  torch::Tensor out = torch::empty({n, n_heads_, hd}, torch::kFloat32);
+  for (int64_t h = 0; h < K; ++h) {
+    torch::Tensor q = in.q.narrow(1, h * R, R).permute({1, 0, 2}).to(torch::kFloat32).contiguous();
+    torch::Tensor oh;
+    if (n == 1) {
+      oh = torch::empty({R, 1, hd}, torch::kFloat32);
+      torch::Tensor kh = keys[h], vh = values[h];  // [m, hd], rows hd apart
+      std::vector<kernels::Segment> seg{{kh.data_ptr<float>(), vh.data_ptr<float>(), m, hd}};
+      kernels::attention_decode_segments(q.data_ptr<float>(), R, hd, seg, pos.data_ptr<int64_t>(),
+                                         in.pos0, in.scale, in.sliding_window,
+                                         oh.data_ptr<float>(), nullptr);
+    } else {
+      oh = kernels::attention_multi(q, keys[h], values[h], pos, in.pos0, in.scale,
+                                    in.sliding_window, nullptr);
+    }
+    out.narrow(1, h * R, R).copy_(oh.permute({1, 0, 2}));
+  }
+  return out;
 }
 
 void DenseKvCache::end_step() {

@@ -32,6 +32,8 @@ class DenseKvCache : public model::AttentionBackend {
 
  private:
   const torch::Tensor& mask(int64_t pos0, int64_t n, int64_t start, int64_t window);
+  torch::Tensor attend_shared_kernels(const model::AttentionInputs& in, const torch::Tensor& keys,
+                                      const torch::Tensor& values, int64_t start);
 
   int64_t n_layers_, n_heads_, n_kv_heads_, head_dim_;
   int64_t capacity_;

@@ -91,8 +91,9 @@ inline GenerationOptions generation_options(const PromptCliOptions& o) {
   return g;
 }
 
-// Prompt ids: the text as is, or wrapped in the chat template with --chat.
-inline std::vector<int32_t> prompt_ids(const tokenizer::Tokenizer& tok, const PromptCliOptions& o) {
+// The text the model reads: the prompt as is, or wrapped in the chat
+// template with --chat.
+inline std::string model_input_text(const tokenizer::Tokenizer& tok, const PromptCliOptions& o) {
   std::string text = prompt_text(o);
   if (o.chat) {
     std::vector<tokenizer::ChatMessage> messages;
@@ -102,7 +103,12 @@ inline std::vector<int32_t> prompt_ids(const tokenizer::Tokenizer& tok, const Pr
   } else if (!o.system.empty()) {
     throw InputError("", "--system", "only applies with --chat");
   }
-  return tok.encode(text, /*add_special=*/true);
+  return text;
+}
+
+// Prompt ids of model_input_text().
+inline std::vector<int32_t> prompt_ids(const tokenizer::Tokenizer& tok, const PromptCliOptions& o) {
+  return tok.encode(model_input_text(tok, o), /*add_special=*/true);
 }
 
 }  // namespace kvscope::generate

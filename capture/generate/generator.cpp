@@ -115,13 +115,16 @@ GenerationResult Generator::run(const std::vector<int32_t>& prompt, const Genera
       torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), torch::kInt64);
   model_.announce_sequence_length(r.prefill_tokens);
   torch::Tensor logits;
+  int32_t token = -1;
   for (int64_t p = 0; p < r.prefill_tokens; p += o.prefill_chunk) {
     const int64_t n = std::min(o.prefill_chunk, r.prefill_tokens - p);
     logits = model_.forward(ids.narrow(0, p, n), p, backend_);
+    // Observers see every forward pass: a capture records each chunk as a step.
+    const bool last = p + n >= r.prefill_tokens;
+    if (last) token = sampler.next(logits[0]);
+    if (on_step) on_step({p, n, true, &logits, last ? token : -1});
   }
-  int32_t token = sampler.next(logits[0]);
   r.prefill_seconds = seconds_since(start);
-  if (on_step) on_step({0, r.prefill_tokens, true, &logits, token});
 
   int64_t pos = r.prefill_tokens;
   torch::Tensor next = torch::empty({1}, torch::kInt64);

@@ -40,13 +40,15 @@ struct GenerationResult {
   double decode_tokens_per_second() const;
 };
 
-// What a step produced, for observers (the capture recorder, tests).
+// What a forward pass produced, for observers (the capture recorder, tests):
+// one event per prefill chunk (token -1 except for the last chunk), then one
+// per decode step.
 struct StepEvent {
   int64_t pos0 = 0;
   int64_t n = 0;
   bool prefill = false;
   const torch::Tensor* logits = nullptr;  // [1, V] float32 of the step's last token
-  int32_t token = -1;                     // the token chosen from those logits
+  int32_t token = -1;                     // the token chosen from those logits (-1: none)
 };
 
 using TextCallback = std::function<void(const std::string&)>;

@@ -1,0 +1,124 @@
+// kvscope capture --model M --policy P (--prompt|--prompt-file) [--max-new N]
+//   [--capture LEVELS] [--oracle] -o run.kvtrace.h5
+// Generate + record: the model runs under the policy on the ragged cache and
+// every step goes into the trace. A progress bar on a terminal; a summary
+// line at the end. The work happens in capture/recorder/capture_run.cpp.
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "app/cli/command.h"
+#include "capture/generate/engine_cli.h"
+#include "capture/recorder/capture_run.h"
+#include "core/common/input_error.h"
+
+namespace kvscope::cli {
+
+namespace {
+
+struct CaptureCliOptions {
+  generate::ModelOptions model;
+  generate::PromptCliOptions prompt;
+  std::string policy = "full";
+  std::string levels = "events";
+  bool oracle = false;
+  int64_t oracle_k = 16;
+  std::string output;
+  int64_t page_rows = 16;
+  std::string expect;
+  bool quiet = false;
+  std::string command_line;
+};
+
+void draw_progress(const recorder::CaptureProgress& p) {
+  const int width = 40;
+  double f = p.tokens_total > 0 ? double(p.tokens_done) / double(p.tokens_total) : 0;
+  int fill = static_cast<int>(f * width);
+  std::fprintf(stderr, "\r[%.*s%*s] %lld/%lld tokens, %lld steps", fill,
+               "########################################", width - fill, "",
+               static_cast<long long>(p.tokens_done), static_cast<long long>(p.tokens_total),
+               static_cast<long long>(p.steps));
+  std::fflush(stderr);
+}
+
+int run_capture_cli(const CaptureCliOptions& o) {
+  generate::Engine engine = generate::open_engine(o.model);
+  if (!engine.tokenizer)
+    throw InputError(o.model.model, "--tokenizer", "no tokenizer: " + engine.tokenizer_source);
+  recorder::CaptureRequest req;
+  req.prompt_text = generate::model_input_text(*engine.tokenizer, o.prompt);
+  req.prompt_ids = engine.tokenizer->encode(req.prompt_text, /*add_special=*/true);
+  req.generation = generate::generation_options(o.prompt);
+  req.policy = o.policy;
+  req.levels = o.levels;
+  req.oracle = o.oracle;
+  req.oracle_recall_k = o.oracle_k;
+  req.output = o.output;
+  req.model_path = o.model.model;
+  req.page_rows = o.page_rows;
+  req.command_line = o.command_line;
+  req.expected_answer = o.expect;
+  if (!o.expect.empty()) req.task_kind = "expected-answer";
+  nlohmann::json run = {{"prompt_user", generate::prompt_text(o.prompt)},
+                        {"chat", o.prompt.chat},
+                        {"greedy", req.generation.sampling.greedy},
+                        {"temperature", req.generation.sampling.temperature},
+                        {"top_k", req.generation.sampling.top_k},
+                        {"top_p", req.generation.sampling.top_p},
+                        {"max_new", req.generation.max_new_tokens},
+                        {"prefill_chunk", req.generation.prefill_chunk},
+                        {"page_rows", o.page_rows},
+                        {"threads", o.model.threads}};
+  req.run_json = run.dump();
+  const bool tty = !o.quiet && isatty(STDERR_FILENO);
+  if (tty) req.progress = draw_progress;
+
+  recorder::CaptureResult r = recorder::run_capture(engine, req);
+  if (tty) std::fprintf(stderr, "\n");
+  if (!o.quiet) std::cout << r.generation.text << "\n";
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "capture: %lld steps, policy %s, %lld entries held at the end, peak %.1f KiB KV | "
+                "prefill %.1f tokens/s, decode %.1f tokens/s | finish: %s%s%s\n",
+                static_cast<long long>(r.steps), o.policy.c_str(),
+                static_cast<long long>(r.final_entries), double(r.peak_kv_bytes) / 1024.0,
+                r.generation.prefill_tokens_per_second(), r.generation.decode_tokens_per_second(),
+                r.generation.finish_reason.c_str(),
+                o.expect.empty() ? "" : (r.success ? " | expected answer found" : " | expected answer MISSING"),
+                o.levels == "none" ? "" : (" | trace: " + o.output).c_str());
+  std::cerr << line;
+  return kExitOk;
+}
+
+Command add_capture_command(CLI::App& app) {
+  auto opt = std::make_shared<CaptureCliOptions>();
+  CLI::App* sub = app.add_subcommand("capture", "Generate under a KV-cache policy and record a trace");
+  generate::add_model_options(sub, &opt->model);
+  generate::add_prompt_options(sub, &opt->prompt);
+  sub->add_option("--policy", opt->policy, "NAME[:key=value,...] (see `kvscope policies`)")
+      ->capture_default_str();
+  sub->add_option("--capture", opt->levels,
+                  "none | events, received, pooled[:B], dense:L.H[,L.H], topk:K joined with '+'")
+      ->capture_default_str();
+  sub->add_flag("--oracle", opt->oracle, "run a full-cache shadow: KL, lost attention, top-k recall");
+  sub->add_option("--oracle-k", opt->oracle_k, "k of the oracle's top-k recall")->capture_default_str();
+  sub->add_option("--page-size", opt->page_rows, "tokens per KV page")->capture_default_str();
+  sub->add_option("--expect", opt->expect, "text a successful generation contains (task success)");
+  sub->add_option("-o,--output", opt->output, "trace file to write (.kvtrace.h5)");
+  sub->add_flag("-q,--quiet", opt->quiet, "no progress bar and no generated text");
+  return {sub, [opt] {
+            if (opt->output.empty() && opt->levels != "none")
+              throw InputError("", "-o", "an output trace path is required (or --capture none)");
+            return run_capture_cli(*opt);
+          }};
+}
+
+}  // namespace
+
+KVSCOPE_REGISTER_COMMAND("capture", add_capture_command);
+
+}  // namespace kvscope::cli

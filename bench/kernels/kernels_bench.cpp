@@ -1,0 +1,51 @@
+// Decode attention: the segment kernel (what the ragged cache runs) against
+// LibTorch's bmm over a contiguous cache (the anchor), same shapes, same run.
+// usage: bench_kernels [threads]
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "kernels/attention.h"
+
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  torch::set_num_threads(threads);
+  const int64_t K = 3, R = 3, hd = 64, page = 16;  // SmolLM2-135M attention shapes
+  for (int64_t m : {256, 1024, 4096}) {
+    torch::Tensor q = torch::randn({K, R, hd});
+    torch::Tensor k = torch::randn({K, m, hd}), v = torch::randn({K, m, hd});
+    torch::Tensor pos = torch::arange(m, torch::kInt64);
+    const int iters = 2000;
+    // Anchor: bmm + softmax + bmm over the contiguous cache.
+    torch::Tensor out;
+    auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) {
+      torch::Tensor s = torch::bmm(q, k.transpose(1, 2)) * 0.125;
+      out = torch::bmm(torch::softmax(s, -1), v);
+    }
+    double t_bmm = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+    // Segment kernel over 16-row pages.
+    std::vector<float> o(size_t(R * hd)), probs(size_t(R * m));
+    auto t1 = Clock::now();
+    for (int i = 0; i < iters; ++i)
+      for (int64_t h = 0; h < K; ++h) {
+        std::vector<kvscope::kernels::Segment> segs;
+        const float* kb = k[h].data_ptr<float>();
+        const float* vb = v[h].data_ptr<float>();
+        for (int64_t r = 0; r < m; r += page)
+          segs.push_back({kb + r * hd, vb + r * hd, std::min(page, m - r), hd});
+        kvscope::kernels::attention_decode_segments(q[h].data_ptr<float>(), R, hd, segs,
+                                                    pos.data_ptr<int64_t>(), m, 0.125, 0, o.data(),
+                                                    probs.data());
+      }
+    double t_seg = std::chrono::duration<double>(Clock::now() - t1).count() / iters;
+    std::printf("decode attention, %d threads, K=%lld R=%lld hd=%lld, %5lld keys: bmm %.1f us, paged kernel %.1f us (%.2fx)\n",
+                threads, (long long)K, (long long)R, (long long)hd, (long long)m, t_bmm * 1e6, t_seg * 1e6,
+                t_seg / t_bmm);
+  }
+  return 0;
+}

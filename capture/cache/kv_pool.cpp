@@ -1,0 +1,120 @@
+#include "capture/cache/kv_pool.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/quant_int4.h"
+
+namespace kvscope::cache {
+
+KvPool::KvPool(int64_t head_dim, int64_t page_rows, RowFormat format, int64_t initial_pages)
+    : head_dim_(head_dim), page_rows_(page_rows), format_(format), initial_pages_(initial_pages) {
+  if (format == RowFormat::Int4 && head_dim % kernels::kInt4Group != 0)
+    throw std::invalid_argument("INT4 pool: head_dim must be a multiple of 32");
+  grow(initial_pages_);
+}
+
+int64_t KvPool::row_bytes() const {
+  if (format_ == RowFormat::F32) return head_dim_ * 4;
+  return kernels::int4_code_bytes(head_dim_) + kernels::int4_groups(head_dim_) * 2 * 4;
+}
+
+int64_t KvPool::page_bytes() const { return 2 * page_rows_ * row_bytes(); }
+
+void KvPool::grow(int64_t capacity) {
+  torch::Tensor next = torch::empty({capacity, 2, page_rows_, row_bytes()}, torch::kUInt8);
+  if (storage_.defined()) next.narrow(0, 0, capacity_).copy_(storage_);
+  storage_ = next;
+  owner_.resize(static_cast<size_t>(capacity), -1);
+  for (int64_t p = capacity - 1; p >= capacity_; --p) free_.push_back(static_cast<int32_t>(p));
+  capacity_ = capacity;
+}
+
+int32_t KvPool::allocate(int64_t owner) {
+  if (free_.empty()) grow(std::max<int64_t>(initial_pages_, capacity_ * 2));
+  // Lowest-numbered free page last in free_: pages fill from the front.
+  int32_t page = free_.back();
+  free_.pop_back();
+  owner_[static_cast<size_t>(page)] = owner;
+  ++in_use_;
+  return page;
+}
+
+void KvPool::release(int32_t page) {
+  if (page < 0 || page >= capacity_ || owner_[static_cast<size_t>(page)] < 0)
+    throw std::logic_error("KvPool: release of a page that is not in use");
+  owner_[static_cast<size_t>(page)] = -1;
+  free_.push_back(page);
+  --in_use_;
+}
+
+void KvPool::shrink_if_sparse(const Relocate& relocate) {
+  if (capacity_ <= initial_pages_ || in_use_ * 4 > capacity_) return;
+  int64_t target = initial_pages_;
+  while (target < in_use_ * 2) target *= 2;
+  if (target >= capacity_) return;
+  torch::Tensor next = torch::empty({target, 2, page_rows_, row_bytes()}, torch::kUInt8);
+  std::vector<int64_t> owners(static_cast<size_t>(target), -1);
+  int32_t dst = 0;
+  for (int32_t p = 0; p < capacity_; ++p) {
+    int64_t owner = owner_[static_cast<size_t>(p)];
+    if (owner < 0) continue;
+    next[dst].copy_(storage_[p]);
+    owners[static_cast<size_t>(dst)] = owner;
+    if (p != dst) relocate(owner, p, dst);
+    ++dst;
+  }
+  storage_ = next;  // the old tensor is freed here
+  owner_ = std::move(owners);
+  capacity_ = target;
+  free_.clear();
+  for (int64_t p = capacity_ - 1; p >= in_use_; --p) free_.push_back(static_cast<int32_t>(p));
+}
+
+float* KvPool::row(int32_t page, int kv, int64_t r) {
+  return reinterpret_cast<float*>(storage_.data_ptr<uint8_t>() +
+                                  ((int64_t(page) * 2 + kv) * page_rows_ + r) * row_bytes());
+}
+
+const float* KvPool::row(int32_t page, int kv, int64_t r) const {
+  return const_cast<KvPool*>(this)->row(page, kv, r);
+}
+
+uint8_t* KvPool::codes(int32_t page, int kv, int64_t r) {
+  return reinterpret_cast<uint8_t*>(row(page, kv, r));
+}
+
+float* KvPool::params(int32_t page, int kv, int64_t r) {
+  return reinterpret_cast<float*>(codes(page, kv, r) + kernels::int4_code_bytes(head_dim_));
+}
+
+void KvPool::write_row(int32_t page, int64_t r, const float* k, const float* v) {
+  if (format_ == RowFormat::F32) {
+    std::memcpy(row(page, 0, r), k, size_t(head_dim_) * 4);
+    std::memcpy(row(page, 1, r), v, size_t(head_dim_) * 4);
+  } else {
+    kernels::quantize_int4(k, 1, head_dim_, codes(page, 0, r), params(page, 0, r));
+    kernels::quantize_int4(v, 1, head_dim_, codes(page, 1, r), params(page, 1, r));
+  }
+}
+
+void KvPool::read_row(int32_t page, int64_t r, float* k, float* v) const {
+  KvPool* self = const_cast<KvPool*>(this);
+  if (format_ == RowFormat::F32) {
+    std::memcpy(k, row(page, 0, r), size_t(head_dim_) * 4);
+    std::memcpy(v, row(page, 1, r), size_t(head_dim_) * 4);
+  } else {
+    kernels::dequantize_int4(self->codes(page, 0, r), self->params(page, 0, r), 1, head_dim_, k);
+    kernels::dequantize_int4(self->codes(page, 1, r), self->params(page, 1, r), 1, head_dim_, v);
+  }
+}
+
+void KvPool::copy_row(int32_t from_page, int64_t from_r, int32_t to_page, int64_t to_r) {
+  for (int kv = 0; kv < 2; ++kv)
+    std::memcpy(row(to_page, kv, to_r), row(from_page, kv, from_r), size_t(row_bytes()));
+}
+
+}  // namespace kvscope::cache

@@ -1,0 +1,37 @@
+// Attention statistics of one layer's attention, computed once by the cache
+// from the post-softmax weights and shared by every reader (policies, the
+// recorder). Indexed [kv_head][position]; only positions the head attended
+// this step are meaningful (others hold 0).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kvscope::cache {
+
+// What the policy asks the cache to compute.
+struct StatsNeeds {
+  bool received = false;     // mean weight over the step's queries and the group's heads
+  bool last_query = false;   // mean weight over the group's heads of the step's last query
+  int64_t observation_window = 0;  // prefill: summed weight of the last w prompt queries
+  bool any() const { return received || last_query || observation_window > 0; }
+};
+
+struct LayerStats {
+  int64_t max_tokens = 0;
+  std::vector<std::vector<float>> received;    // [K][M]
+  std::vector<std::vector<float>> last_query;  // [K][M]
+  // Accumulated over the prefill steps that contain observation-window
+  // queries (summed over those queries, mean over the group's heads).
+  std::vector<std::vector<float>> window;      // [K][M]
+  int64_t window_queries = 0;                  // queries summed into `window` so far
+
+  void resize(int64_t kv_heads, int64_t M) {
+    max_tokens = M;
+    received.assign(size_t(kv_heads), std::vector<float>(size_t(M), 0.0f));
+    last_query.assign(size_t(kv_heads), std::vector<float>(size_t(M), 0.0f));
+    window.assign(size_t(kv_heads), std::vector<float>(size_t(M), 0.0f));
+  }
+};
+
+}  // namespace kvscope::cache

@@ -1,0 +1,105 @@
+// The policy framework: a KV-cache policy composes four primitives, each per
+// (layer, kv head) unless it says otherwise (docs/architecture.md):
+//   admission  - before a new key/value is written: which tier, or rejected
+//   selection  - at read time: which held entries each query reads
+//   eviction   - after the layer attended: which entries leave for good
+//   placement  - which tier an entry lives in (moves between tiers)
+// plus end_step(), after all layers, for decisions over the whole model
+// (global budgets). Policies act only through the contexts below; the cache
+// records every decision as an event.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capture/cache/layer_stats.h"
+#include "capture/cache/ragged_cache.h"
+#include "capture/model/attention_backend.h"
+#include "capture/model/model_config.h"
+#include "core/trace/types.h"
+
+namespace kvscope::policy {
+
+inline constexpr float kNoScore = std::numeric_limits<float>::quiet_NaN();
+
+struct PolicySetup {
+  const model::ModelConfig* model = nullptr;
+  int64_t max_tokens = 0;     // positions the run may reach
+  int64_t prompt_tokens = 0;  // the prompt's length (prefill ends there)
+  int64_t page_rows = 16;
+};
+
+// Where a new token goes, per (kv head, token of the step).
+struct Admission {
+  int tier = 0;
+  bool reject = false;  // visible to the step's own queries, never persisted
+  float score = kNoScore;
+  uint16_t reason = 0;
+};
+
+struct AdmitContext {
+  int64_t layer, step, pos0, n;
+  bool prefill;
+  const model::AttentionInputs& in;
+  cache::RaggedKvCache& cache;
+  std::vector<Admission>& decisions;  // [K * n]
+  Admission& at(int64_t kv_head, int64_t i) { return decisions[size_t(kv_head * n + i)]; }
+};
+
+struct SelectContext {
+  int64_t layer, step, pos0, n;
+  bool prefill;
+  const model::AttentionInputs& in;
+  cache::RaggedKvCache& cache;
+  // Optional per kv head: bool [n, m] over the positions `candidates[h]`
+  // (the attended entries, new tokens included, in the order given); false
+  // hides a key from a query. Causality and the model's window still apply.
+  std::vector<std::vector<int64_t>>& candidates;
+  std::vector<torch::Tensor>& masks;
+};
+
+struct LayerContext {
+  int64_t layer, step, pos0, n;
+  bool prefill;
+  bool prompt_complete;  // the prompt is fully in the cache after this step
+  const model::AttentionInputs& in;
+  cache::RaggedKvCache& cache;
+  const cache::LayerStats& stats;
+};
+
+struct StepContext {
+  int64_t step, pos0, n;
+  bool prefill;
+  bool prompt_complete;
+  cache::RaggedKvCache& cache;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+
+  virtual void setup(const PolicySetup& setup) { setup_ = setup; }
+  // Declared before capture (the trace fixes them when it is created).
+  virtual std::vector<cache::TierSpec> tiers() const { return {{"hot", cache::RowFormat::F32, true}}; }
+  virtual std::vector<std::string> reason_names() const { return {"new token"}; }
+  virtual std::vector<trace::GateSpec> gates() const { return {}; }
+  virtual cache::StatsNeeds stats_needs() const { return {}; }
+  // For /run: "none", "head", "layer" or "global", and the entries it allows.
+  virtual std::string budget_kind() const { return "none"; }
+  virtual int64_t budget() const { return 0; }
+
+  virtual void admit(AdmitContext& c) {}
+  virtual void select(SelectContext& c) {}
+  virtual void after_attention(LayerContext& c) {}
+  virtual void end_step(StepContext& c) {}
+
+ protected:
+  PolicySetup setup_;
+};
+
+}  // namespace kvscope::policy

@@ -1,0 +1,158 @@
+#include "capture/recorder/capture_run.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "capture/cache/ragged_cache.h"
+#include "capture/policy/registry.h"
+#include "capture/recorder/capture_levels.h"
+#include "capture/recorder/oracle.h"
+#include "core/common/input_error.h"
+#include "capture/recorder/recorder.h"
+#include "core/trace/writer.h"
+#include "kvscope_version.h"
+
+namespace kvscope::recorder {
+
+namespace {
+
+trace::RunInfo run_info(const generate::Engine& engine, const policy::PolicyInstance& pi,
+                        const CaptureRequest& req, const CaptureLevels& levels) {
+  const model::ModelConfig& c = engine.model->config();
+  trace::RunInfo run;
+  run.model.name = c.name;
+  run.model.path = req.model_path;
+  run.model.architecture = model::architecture_name(c.arch);
+  run.model.dtype = generate::dtype_name(engine.dtype);
+  run.model.device = engine.device.str();
+  run.model.n_layers = c.n_layers;
+  run.model.n_heads = c.n_heads;
+  run.model.n_kv_heads = c.n_kv_heads;
+  run.model.head_dim = c.head_dim;
+  run.model.vocab_size = c.vocab_size;
+  run.model.context_length = c.context_length;
+  run.policy = req.policy;
+  run.policy_name = pi.descriptor->name;
+  run.policy_params_json = pi.params.to_json();
+  run.budget_kind = pi.policy->budget_kind();
+  run.budget = pi.policy->budget();
+  run.seed = req.generation.sampling.seed;
+  run.prompt = req.prompt_text;
+  run.capture_levels = levels.text + (req.oracle ? "+oracle" : "");
+  run.command_line = req.command_line;
+  run.run_json = req.run_json;
+  run.tier_names.clear();
+  for (const cache::TierSpec& t : pi.policy->tiers()) run.tier_names.push_back(t.name);
+  run.reason_names = pi.policy->reason_names();
+  run.task_kind = req.task_kind;
+  run.expected_answer = req.expected_answer;
+  run.tool_version = KVSCOPE_VERSION_STRING;
+  return run;
+}
+
+trace::CaptureLayout layout_of(const CaptureLevels& levels, const policy::Policy& policy,
+                               int64_t max_tokens, bool oracle, int64_t recall_k) {
+  trace::CaptureLayout layout;
+  layout.max_tokens = max_tokens;
+  layout.received = levels.received;
+  layout.pooled_block = levels.pooled_block;
+  layout.dense_heads = levels.dense;
+  layout.topk = levels.topk;
+  layout.oracle = oracle;
+  layout.oracle_recall_k = recall_k;
+  layout.gates = policy.gates();
+  return layout;
+}
+
+void mark_roles(trace::StepData* sd, const CaptureRequest& req) {
+  for (trace::TokenRecord& t : sd->tokens) {
+    if (t.role != trace::TokenRole::Prompt) continue;
+    for (auto [b, e] : req.needle_spans)
+      if (t.position >= b && t.position < e) t.role = trace::TokenRole::Needle;
+    for (auto [b, e] : req.question_spans)
+      if (t.position >= b && t.position < e) t.role = trace::TokenRole::Question;
+  }
+}
+
+}  // namespace
+
+CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
+  torch::InferenceMode inference;
+  const model::ModelConfig& config = engine.model->config();
+  const int64_t prompt_tokens = static_cast<int64_t>(req.prompt_ids.size());
+  const int64_t max_tokens = prompt_tokens + req.generation.max_new_tokens;
+
+  policy::PolicyInstance pi = policy::make_policy(req.policy);
+  CaptureLevels levels = parse_capture_levels(req.levels, config.n_layers, config.n_heads);
+  if (levels.none && req.oracle)
+    throw InputError("--capture", "none", "--oracle needs a trace to write to (drop --capture none)");
+  cache::RaggedKvCache::Options options{req.page_rows, max_tokens, prompt_tokens};
+  pi.policy->setup({&config, max_tokens, prompt_tokens, req.page_rows});
+  cache::RaggedKvCache cache(config, options, *pi.policy);
+
+  Recorder recorder(cache, engine.tokenizer.get(), levels, req.prompt_text);
+  std::unique_ptr<OracleShadow> oracle;
+  if (req.oracle) {
+    recorder.set_track_attended(true);
+    oracle = std::make_unique<OracleShadow>(*engine.model, options, req.oracle_recall_k, recorder, cache);
+  }
+  if (recorder.wants_probs(0)) cache.set_observer(&recorder);
+
+  std::unique_ptr<trace::TraceWriter> writer;
+  if (!levels.none) {
+    if (req.output.empty()) throw InputError("", "-o", "an output trace path is required");
+    writer = trace::TraceWriter::create(req.output, run_info(engine, pi, req, levels),
+                                        layout_of(levels, *pi.policy, max_tokens, req.oracle,
+                                                  req.oracle_recall_k));
+  }
+
+  CaptureResult result;
+  std::vector<int32_t> fed_generated;  // the token each decode step feeds
+  auto on_step = [&](const generate::StepEvent& ev) {
+    std::vector<int32_t> ids;
+    if (ev.prefill)
+      ids.assign(req.prompt_ids.begin() + ev.pos0, req.prompt_ids.begin() + ev.pos0 + ev.n);
+    else
+      ids.push_back(fed_generated.back());
+    if (ev.token >= 0) fed_generated.push_back(ev.token);
+    trace::StepData sd;
+    if (oracle) {
+      recorder.pause();
+      torch::Tensor t = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64);
+      trace::OracleRow row = oracle->step(t, ev.pos0, *ev.logits);
+      recorder.resume();
+      sd = recorder.finish_step(ev.pos0, ids, ev.prefill, ev.token);
+      sd.has_oracle = true;
+      sd.oracle = std::move(row);
+    } else {
+      sd = recorder.finish_step(ev.pos0, ids, ev.prefill, ev.token);
+    }
+    mark_roles(&sd, req);
+    result.peak_kv_bytes = std::max(result.peak_kv_bytes, sd.step.kv_bytes);
+    result.final_entries = sd.step.entries;
+    if (writer) writer->append_step(sd);
+    ++result.steps;
+    if (req.progress) req.progress({ev.pos0 + ev.n, max_tokens, result.steps});
+  };
+
+  generate::Generator generator(*engine.model, cache, engine.tokenizer.get());
+  generate::GenerationOptions g = req.generation;
+  if (g.max_positions <= 0) g.max_positions = std::min<int64_t>(config.context_length, max_tokens);
+  // On an exception the writer's destructor flushes what was captured and
+  // leaves complete = 0.
+  result.generation = generator.run(req.prompt_ids, g, {}, on_step);
+  if (!req.expected_answer.empty())
+    result.success = result.generation.text.find(req.expected_answer) != std::string::npos;
+  if (writer) {
+    trace::GenerationSummary summary;
+    const std::string& fr = result.generation.finish_reason;
+    summary.finish_reason = fr == "context" ? "length" : fr;
+    summary.success = req.expected_answer.empty() ? -1 : (result.success ? 1 : 0);
+    writer->close(summary);
+  }
+  return result;
+}
+
+}  // namespace kvscope::recorder

@@ -1,0 +1,54 @@
+// `kvscope capture` = generate + record: runs the model under a policy on the
+// ragged cache, records every step into a trace, optionally beside a
+// full-cache oracle shadow. Shared by the command line, the GUI's capture
+// dialog and the tests.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "capture/generate/engine.h"
+#include "capture/generate/generator.h"
+
+namespace kvscope::recorder {
+
+struct CaptureProgress {
+  int64_t tokens_done = 0;   // positions fed so far
+  int64_t tokens_total = 0;  // prompt + max new tokens
+  int64_t steps = 0;
+};
+
+struct CaptureRequest {
+  std::vector<int32_t> prompt_ids;
+  std::string prompt_text;  // the text the ids encode (chat template included)
+  generate::GenerationOptions generation;
+  std::string policy = "full";      // NAME[:key=value,...]
+  std::string levels = "events";    // see capture_levels.h
+  bool oracle = false;
+  int64_t oracle_recall_k = 16;
+  std::string output;               // trace path (ignored with --capture none)
+  std::string model_path;           // as given, for /run model_path
+  int64_t page_rows = 16;
+  std::string command_line;
+  std::string run_json = "{}";      // extra run description (sampling, task, ...)
+  std::string task_kind;            // e.g. "needle"
+  std::string expected_answer;
+  std::vector<std::pair<int64_t, int64_t>> needle_spans;  // [begin, end) token ranges
+  std::vector<std::pair<int64_t, int64_t>> question_spans;
+  std::function<void(const CaptureProgress&)> progress;
+};
+
+struct CaptureResult {
+  generate::GenerationResult generation;
+  int64_t steps = 0;
+  int64_t final_entries = 0;
+  int64_t peak_kv_bytes = 0;
+  bool success = false;  // generation contains expected_answer (when a task is given)
+};
+
+// Throws InputError for a bad policy, capture level or prompt.
+CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& request);
+
+}  // namespace kvscope::recorder

@@ -1,0 +1,70 @@
+#include "capture/recorder/oracle.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+namespace kvscope::recorder {
+
+OracleShadow::OracleShadow(model::Transformer& model, const cache::RaggedKvCache::Options& options,
+                           int64_t recall_k, const Recorder& policy_recorder,
+                           const cache::RaggedKvCache& policy_cache)
+    : model_(model),
+      full_(policy::make_policy("full")),
+      recall_k_(recall_k),
+      policy_recorder_(policy_recorder),
+      policy_cache_(policy_cache),
+      L_(model.config().n_layers),
+      H_(model.config().n_heads),
+      K_(model.config().n_kv_heads),
+      R_(model.config().n_heads / model.config().n_kv_heads) {
+  policy::PolicySetup setup{&model.config(), options.max_tokens, options.prompt_tokens, options.page_rows};
+  full_.policy->setup(setup);
+  shadow_ = std::make_unique<cache::RaggedKvCache>(model.config(), options, *full_.policy);
+  shadow_->set_observer(this);
+  lost_.assign(size_t(L_ * H_), 0.0f);
+  last_row_.resize(size_t(L_ * K_));
+}
+
+void OracleShadow::on_attention(int64_t layer, int64_t kv_head, const float* p, int64_t R, int64_t n,
+                                int64_t m, const int64_t* key_pos, int64_t q_pos0) {
+  const std::vector<uint8_t>& held = policy_recorder_.attended(layer, kv_head);
+  std::vector<std::pair<float, int64_t>>& row = last_row_[size_t(layer * K_ + kv_head)];
+  row.assign(size_t(m), {0.0f, 0});
+  for (int64_t r = 0; r < R; ++r) {
+    const float* w = p + (r * n + (n - 1)) * m;  // the step's last query
+    float lost = 0;
+    for (int64_t j = 0; j < m; ++j) {
+      if (!held[size_t(key_pos[j])]) lost += w[j];
+      row[size_t(j)].first += w[j] / float(R);
+      row[size_t(j)].second = key_pos[j];
+    }
+    lost_[size_t(layer * H_ + kv_head * R + r)] = lost;
+  }
+}
+
+trace::OracleRow OracleShadow::step(const torch::Tensor& ids, int64_t pos0,
+                                    const torch::Tensor& policy_logits) {
+  torch::Tensor full_logits = model_.forward(ids, pos0, *shadow_);
+  shadow_->take_events();  // the shadow's own decisions are not the policy's
+  trace::OracleRow row;
+  torch::Tensor lp_full = torch::log_softmax(full_logits.reshape({-1}).to(torch::kFloat64), 0);
+  torch::Tensor lp_pol = torch::log_softmax(policy_logits.reshape({-1}).to(torch::kFloat64), 0);
+  row.kl = static_cast<float>((lp_full.exp() * (lp_full - lp_pol)).sum().item<double>());
+  row.lost_mass = lost_;
+  row.recall.resize(size_t(L_ * K_));
+  for (int64_t l = 0; l < L_; ++l)
+    for (int64_t h = 0; h < K_; ++h) {
+      std::vector<std::pair<float, int64_t>>& v = last_row_[size_t(l * K_ + h)];
+      int64_t k = std::min<int64_t>(recall_k_, static_cast<int64_t>(v.size()));
+      std::partial_sort(v.begin(), v.begin() + k, v.end(), [](auto& a, auto& b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+      });
+      int64_t kept = 0;
+      for (int64_t i = 0; i < k; ++i) kept += policy_cache_.holds(l, h, v[size_t(i)].second) ? 1 : 0;
+      row.recall[size_t(l * K_ + h)] = k > 0 ? float(kept) / float(k) : 1.0f;
+    }
+  return row;
+}
+
+}  // namespace kvscope::recorder

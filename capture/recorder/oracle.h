@@ -1,0 +1,51 @@
+// The oracle shadow: a full-cache run teacher-forced on the tokens the policy
+// run fed, step by step, and what it says about the policy (/oracle):
+//   kl         KL(p_full || p_policy) of the next-token distributions
+//   lost_mass  per (layer, query head): attention the full-cache query puts
+//              on keys the policy's query could not read (not held at
+//              attention time)
+//   recall     per (layer, kv head): share of the full cache's top-k attended
+//              keys (mean over the group's heads) the policy still holds
+//              after the step (seed 003's oracle recall)
+// All three use the step's last query (the only one in a decode step).
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+#include <vector>
+
+#include "capture/cache/ragged_cache.h"
+#include "capture/model/transformer.h"
+#include "capture/policy/registry.h"
+#include "capture/recorder/recorder.h"
+#include "core/trace/types.h"
+
+namespace kvscope::recorder {
+
+class OracleShadow : public cache::AttentionObserver {
+ public:
+  OracleShadow(model::Transformer& model, const cache::RaggedKvCache::Options& options,
+               int64_t recall_k, const Recorder& policy_recorder,
+               const cache::RaggedKvCache& policy_cache);
+
+  // Runs the full-cache forward for the step's tokens and compares.
+  trace::OracleRow step(const torch::Tensor& ids, int64_t pos0, const torch::Tensor& policy_logits);
+
+  bool wants_probs(int64_t) const override { return true; }
+  void on_attention(int64_t layer, int64_t kv_head, const float* probs, int64_t R, int64_t n,
+                    int64_t m, const int64_t* key_pos, int64_t q_pos0) override;
+
+ private:
+  model::Transformer& model_;
+  policy::PolicyInstance full_;
+  std::unique_ptr<cache::RaggedKvCache> shadow_;
+  int64_t recall_k_;
+  const Recorder& policy_recorder_;
+  const cache::RaggedKvCache& policy_cache_;
+  int64_t L_, H_, K_, R_;
+  std::vector<float> lost_;  // [L*H]
+  std::vector<std::vector<std::pair<float, int64_t>>> last_row_;  // [L*K]: (weight, position)
+};
+
+}  // namespace kvscope::recorder

@@ -1,0 +1,77 @@
+// The recorder turns one forward step of a capture into one trace::StepData:
+// the tokens fed, the cache's events and gate values, occupancy and bytes,
+// and the attention statistics the capture levels ask for — computed from the
+// attention weights while the cache has them (it observes the policy cache),
+// one kv head at a time, never as a T x T matrix for all heads.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capture/cache/ragged_cache.h"
+#include "capture/recorder/capture_levels.h"
+#include "capture/tokenizer/tokenizer.h"
+#include "core/trace/types.h"
+
+namespace kvscope::recorder {
+
+class Recorder : public cache::AttentionObserver {
+ public:
+  Recorder(cache::RaggedKvCache& cache, const tokenizer::Tokenizer* tokenizer,
+           const CaptureLevels& levels, std::string prompt_text);
+
+  // AttentionObserver (the policy cache)
+  bool wants_probs(int64_t layer) const override;
+  void on_attention(int64_t layer, int64_t kv_head, const float* probs, int64_t R, int64_t n,
+                    int64_t m, const int64_t* key_pos, int64_t q_pos0) override;
+
+  // Keys the policy's queries could read at `layer`, kv head `kv_head`, in the
+  // step just run (for the oracle's lost mass): a bitmap over positions.
+  const std::vector<uint8_t>& attended(int64_t layer, int64_t kv_head) const;
+  void set_track_attended(bool on) { track_attended_ = on; }
+
+  // Builds the step's record. `ids` are the tokens the step fed (positions
+  // pos0..), `sampled` the token chosen from its logits (-1: none).
+  trace::StepData finish_step(int64_t pos0, const std::vector<int32_t>& ids, bool prefill,
+                              int32_t sampled);
+  // Text of the generation not yet emitted (incomplete UTF-8 at the end).
+  std::string finish_text();
+  // Time between pause() and resume() (the oracle's shadow run) is not
+  // counted in the step's wall time.
+  void pause() { paused_at_ = std::chrono::steady_clock::now(); }
+  void resume() { last_ += std::chrono::steady_clock::now() - paused_at_; }
+
+ private:
+  struct PooledBlock {
+    std::vector<float> sum, max;  // [H, KB]
+    std::vector<double> pairs;    // [KB]: causal (query, key) pairs seen so far
+  };
+  trace::TokenRole role_of(int32_t id) const;
+  void pool(int64_t layer, int64_t kv_head, const float* probs, int64_t R, int64_t n, int64_t m,
+            const int64_t* key_pos, int64_t q_pos0);
+
+  cache::RaggedKvCache& cache_;
+  const tokenizer::Tokenizer* tokenizer_;
+  CaptureLevels levels_;
+  std::string prompt_text_;
+  int64_t prompt_offset_ = 0;
+  std::unique_ptr<tokenizer::StreamDecoder> decoder_;
+  int64_t L_, H_, K_, R_, M_, KB_ = 0;
+
+  bool track_attended_ = false;
+  std::vector<std::vector<uint8_t>> attended_;  // [L*K][M]
+
+  // Per step.
+  std::vector<trace::ReceivedRow> received_;
+  std::map<std::pair<int64_t, int64_t>, PooledBlock> open_blocks_;  // (layer, query block)
+  std::vector<trace::DenseRow> dense_;
+  std::map<int64_t, trace::TopkRow> topk_;  // by query token
+
+  std::chrono::steady_clock::time_point start_, last_, paused_at_;
+};
+
+}  // namespace kvscope::recorder

@@ -1,0 +1,6 @@
+target_sources(kvscope_capture PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/capture_levels.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/recorder.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/oracle.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/capture_run.cpp
+)

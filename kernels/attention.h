@@ -1,0 +1,55 @@
+// Attention kernels of the KV caches. Both caches (the dense one of the plain
+// engine and the ragged, policy-shaped one of `kvscope capture`) call these
+// and nothing else, so a ragged cache holding every entry computes exactly the
+// numbers the dense one computes.
+//
+// Shapes are for ONE key/value head and the R query heads that share it
+// (grouped-query attention); callers loop over kv heads, so no T x T matrix
+// is ever materialised for all heads at once.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace kvscope::kernels {
+
+// Which keys a query may see: causal by position, within the model's sliding
+// window (0: none).
+inline bool key_visible(int64_t key_pos, int64_t query_pos, int64_t window) {
+  return key_pos <= query_pos && (window <= 0 || key_pos > query_pos - window);
+}
+
+// Many queries (prefill chunk): q [R, n, hd] at positions q_pos0 .. q_pos0+n-1,
+// keys/values [m, hd] with positions key_pos [m] (int64, any order).
+// Returns out [R, n, hd]. When probs is non-null it receives the post-softmax
+// weights [R, n, m] (float32). `allowed` (bool [n, m], may be null) hides
+// further keys from queries (read-time selection). Matrix products go
+// through BLAS.
+torch::Tensor attention_multi(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              const torch::Tensor& key_pos, int64_t q_pos0, double scale,
+                              int64_t window, torch::Tensor* probs,
+                              const torch::Tensor* allowed = nullptr);
+
+// Rows of K and V stored in one contiguous run: keys k[i * stride], values
+// v[i * stride], i < rows. A ragged cache passes one segment per page, a
+// dense cache one segment for everything.
+struct Segment {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t rows = 0;
+  int64_t stride = 0;  // floats between consecutive rows
+};
+
+// One query (decode): q [R, hd] (float32, contiguous) at position q_pos over
+// the rows of the segments in order, whose positions are key_pos (one per
+// row). out [R, hd] is written; probs (size R * rows, may be null) receives
+// the weights, row-major [R, rows]. Rows not visible get weight 0. Plain C++
+// loops, parallel over query heads.
+void attention_decode_segments(const float* q, int64_t R, int64_t hd,
+                               const std::vector<Segment>& segments, const int64_t* key_pos,
+                               int64_t q_pos, double scale, int64_t window, float* out,
+                               float* probs);
+
+}  // namespace kvscope::kernels

@@ -1,0 +1,62 @@
+// CUDA twin of the INT4 group quantisation (kernels/quant_int4.h): one thread
+// per group, identical arithmetic to the CPU version.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/kernels_cuda.h"
+#include "kernels/quant_int4.h"
+
+namespace kvscope::kernels::cuda {
+
+namespace {
+
+__global__ void quantize_kernel(const float* x, int64_t n_groups, uint8_t* codes, float* params) {
+  int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (g >= n_groups) return;
+  const float* xg = x + g * kInt4Group;
+  float lo = xg[0], hi = xg[0];
+  for (int i = 1; i < kInt4Group; ++i) {
+    lo = fminf(lo, xg[i]);
+    hi = fmaxf(hi, xg[i]);
+  }
+  float scale = (hi - lo) / 15.0f;
+  float inv = scale > 0 ? 1.0f / scale : 0.0f;
+  params[2 * g] = scale;
+  params[2 * g + 1] = lo;
+  for (int i = 0; i < kInt4Group; i += 2) {
+    int a = min(15, max(0, __float2int_rn((xg[i] - lo) * inv)));
+    int b = min(15, max(0, __float2int_rn((xg[i + 1] - lo) * inv)));
+    codes[(g * kInt4Group + i) / 2] = static_cast<uint8_t>(a | (b << 4));
+  }
+}
+
+__global__ void dequantize_kernel(const uint8_t* codes, const float* params, int64_t n_groups,
+                                  float* x) {
+  int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (g >= n_groups) return;
+  const float scale = params[2 * g], lo = params[2 * g + 1];
+  for (int i = 0; i < kInt4Group; i += 2) {
+    uint8_t c = codes[(g * kInt4Group + i) / 2];
+    x[g * kInt4Group + i] = lo + scale * float(c & 0x0F);
+    x[g * kInt4Group + i + 1] = lo + scale * float(c >> 4);
+  }
+}
+
+}  // namespace
+
+int quantize_int4(const float* x, int64_t rows, int64_t hd, uint8_t* codes, float* params,
+                  void* stream) {
+  int64_t groups = rows * int4_groups(hd);
+  unsigned blocks = static_cast<unsigned>((groups + 255) / 256);
+  quantize_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, groups, codes, params);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int dequantize_int4(const uint8_t* codes, const float* params, int64_t rows, int64_t hd, float* x,
+                    void* stream) {
+  int64_t groups = rows * int4_groups(hd);
+  unsigned blocks = static_cast<unsigned>((groups + 255) / 256);
+  dequantize_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(codes, params, groups, x);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace kvscope::kernels::cuda
