@@ -54,8 +54,10 @@ std::shared_ptr<CompareFigure> CompareFigure::load(TraceData& a, TraceData& b,
   f->step_b = analysis::aligned_step(b.basics().fed_step, ra, f->step_a);
   const analysis::AllLifetimes& la = a.all_lifetimes();
   const analysis::AllLifetimes& lb = b.all_lifetimes();
-  f->heads = analysis::diff_heads(la, lb, f->step_a, f->step_b);
-  f->tokens = analysis::diff_tokens(la, lb, f->layer, f->kv_head, f->step_a, f->step_b);
+  f->shared_tokens = analysis::shared_prefix(ra, rb);
+  f->heads = analysis::diff_heads(la, lb, f->step_a, f->step_b, f->shared_tokens);
+  f->tokens =
+      analysis::diff_tokens(la, lb, f->layer, f->kv_head, f->step_a, f->step_b, f->shared_tokens);
   int64_t max_h = std::max<int64_t>(0, std::min(a.basics().n_tokens, b.basics().n_tokens) / 2);
   f->survival_a =
       analysis::survival(ra.lifetimes(f->layer, f->kv_head), a.basics().fed_step,
@@ -69,11 +71,12 @@ std::shared_ptr<CompareFigure> CompareFigure::load(TraceData& a, TraceData& b,
 }
 
 QString CompareFigure::title() const {
-  return QString("Compare · layer %1 · kv head %2 · step %3 (B: %4)")
+  return QString("Compare · layer %1 · kv head %2 · step %3 (B: %4) · %5 shared tokens")
       .arg(layer)
       .arg(kv_head)
       .arg(step_a)
-      .arg(step_b);
+      .arg(step_b)
+      .arg(shared_tokens);
 }
 
 void CompareFigure::paint_heads(QPainter& p, const QRectF& r) const {

@@ -25,6 +25,7 @@ class CompareFigure : public Figure {
 
   QString name_a, name_b;
   int layer = 0, kv_head = 0;
+  int64_t shared_tokens = 0;  // same token ids in both: only these are compared
   int64_t step_a = 0, step_b = 0, layers = 0, kv_heads = 0, steps_a = 0, steps_b = 0;
   std::vector<analysis::HeadDiffCounts> heads;  // L*K
   std::vector<uint8_t> tokens;                  // TokenDiff per token, current head

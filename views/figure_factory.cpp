@@ -16,8 +16,8 @@ std::shared_ptr<Figure> make_figure(TraceData& data, TraceData* compare, const F
     if (!q.viewport.isEmpty()) {
       f->set_viewport(q.viewport);
       if (f->wants_detail(q.pixels))
-        f->set_detail(
-            HeatmapFigure::load_detail(data, f->layer, f->head, f->viewport(), q.pixels, f->block));
+        f->set_detail(HeatmapFigure::load_detail(data, f->layer, f->head, f->viewport(), q.pixels,
+                                                 f->block, f->dense_index));
     }
     return f;
   }

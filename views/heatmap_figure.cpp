@@ -35,23 +35,38 @@ std::shared_ptr<HeatmapFigure> HeatmapFigure::load(TraceData& data, const Select
   f->n_tokens = b.n_tokens;
   f->token_text = texts_of(data);
   f->set_step_state(data, sel.step);
-  f->available = r.layout().pooled_block > 0 && r.pooled_query_blocks() > 0;
-  f->block = std::max<int64_t>(1, r.layout().pooled_block);
-  if (!f->available) {
-    f->source_note = "no pooled attention in this trace (capture level 'pooled')";
+  int dense = options.prefer_dense ? analysis::dense_index_of(r, f->layer, f->head) : -1;
+  if (dense >= 0) {
+    // Token resolution: the dense rows of this head, pooled to fit on the fly.
+    f->dense_index = dense;
+    f->available = true;
+    f->block = 1;
+    int64_t T = std::max<int64_t>(1, f->n_tokens);
+    f->coarse_ =
+        analysis::dense_view(r, dense, 0, T, 0, T, options.coarse_cells, options.coarse_cells);
+    f->source_note = "dense rows (token resolution)";
+    f->viewport_ = QRectF(0, 0, double(T), double(T));
+  } else {
+    f->available = r.layout().pooled_block > 0 && r.pooled_query_blocks() > 0;
+    f->block = std::max<int64_t>(1, r.layout().pooled_block);
+    if (!f->available) {
+      f->source_note = "no pooled attention in this trace (capture level 'pooled')";
+      f->viewport_ =
+          QRectF(0, 0, std::max<int64_t>(1, f->n_tokens), std::max<int64_t>(1, f->n_tokens));
+      return f;
+    }
+    int64_t rows = r.pooled_query_blocks(), cols = r.pooled_key_blocks();
+    auto lod = data.lod();
+    f->coarse_ = analysis::attention_view(r, lod.get(), f->layer, f->head, 0, rows, 0, cols,
+                                          options.coarse_cells, options.coarse_cells);
+    f->source_note = lod ? "level-of-detail cache" : "read from the trace";
     f->viewport_ =
-        QRectF(0, 0, std::max<int64_t>(1, f->n_tokens), std::max<int64_t>(1, f->n_tokens));
-    return f;
+        QRectF(0, 0, double(std::min(cols * f->block, std::max<int64_t>(f->n_tokens, 1))),
+               double(std::min(rows * f->block, std::max<int64_t>(f->n_tokens, 1))));
   }
-  int64_t rows = r.pooled_query_blocks(), cols = r.pooled_key_blocks();
-  auto lod = data.lod();
-  f->coarse_ = analysis::attention_view(r, lod.get(), f->layer, f->head, 0, rows, 0, cols,
-                                        options.coarse_cells, options.coarse_cells);
-  f->source_note = lod ? "level-of-detail cache" : "read from the trace";
-  f->viewport_ = QRectF(0, 0, double(std::min(cols * f->block, std::max<int64_t>(f->n_tokens, 1))),
-                        double(std::min(rows * f->block, std::max<int64_t>(f->n_tokens, 1))));
   if (f->wants_detail(pixels))
-    f->set_detail(load_detail(data, f->layer, f->head, f->viewport_, pixels, f->block));
+    f->set_detail(
+        load_detail(data, f->layer, f->head, f->viewport_, pixels, f->block, f->dense_index));
   return f;
 }
 
@@ -82,8 +97,13 @@ std::shared_ptr<HeatmapFigure> HeatmapFigure::at_step(TraceData& data, int64_t n
 }
 
 analysis::AttentionGrid HeatmapFigure::load_detail(TraceData& data, int layer, int head,
-                                                   const QRectF& v, QSizeF pixels, int64_t block) {
+                                                   const QRectF& v, QSizeF pixels, int64_t block,
+                                                   int dense_index) {
   const trace::TraceReader& r = data.reader();
+  if (dense_index >= 0)
+    return analysis::dense_view(r, dense_index, int64_t(std::floor(v.top())),
+                                int64_t(std::ceil(v.bottom())), int64_t(std::floor(v.left())),
+                                int64_t(std::ceil(v.right())), pixels.width(), pixels.height());
   auto lod = data.lod();
   int64_t r0 = int64_t(std::floor(v.top() / block)), r1 = int64_t(std::ceil(v.bottom() / block));
   int64_t c0 = int64_t(std::floor(v.left() / block)), c1 = int64_t(std::ceil(v.right() / block));
@@ -232,10 +252,13 @@ void HeatmapFigure::paint_token_labels(QPainter& p, const QRectF& plot) const {
   p.setFont(plot::font(std::clamp(std::min(px_x, px_y) * 0.55, 5.0, 8.0)));
   p.setPen(Qt::black);
   QFontMetricsF fm(p.font());
-  auto label = [&](int64_t t) {
+  // "index text" when it fits the margin, else the text alone, elided.
+  auto label = [&](int64_t t, double room) {
     QString s =
         token_text && t < int64_t(token_text->size()) ? (*token_text)[size_t(t)] : QString();
-    return fm.elidedText(QString::number(t) + " " + s.simplified(), Qt::ElideRight, 60);
+    QString full = QString::number(t) + " " + s.simplified();
+    if (fm.horizontalAdvance(full) <= room) return full;
+    return fm.elidedText(s.simplified(), Qt::ElideRight, int(room));
   };
   int64_t k0 = std::max<int64_t>(0, int64_t(std::floor(viewport_.left())));
   int64_t k1 = std::min<int64_t>(n_tokens, int64_t(std::ceil(viewport_.right())));
@@ -246,11 +269,11 @@ void HeatmapFigure::paint_token_labels(QPainter& p, const QRectF& plot) const {
     p.save();
     p.translate(x + fm.ascent() / 2 - 1, plot.bottom() + 4);
     p.rotate(90);
-    p.drawText(QPointF(0, 0), label(t));
+    p.drawText(QPointF(0, 0), label(t, 44));
     p.restore();
   }
   for (int64_t t = q0; t < q1 && px_y >= 9; ++t) {
-    QString s = label(t);
+    QString s = label(t, 64);
     p.drawText(
         QPointF(plot.left() - 4 - fm.horizontalAdvance(s), my(t + 0.5) + fm.ascent() / 2 - 1), s);
   }
@@ -260,10 +283,11 @@ void HeatmapFigure::paint_token_labels(QPainter& p, const QRectF& plot) const {
 void HeatmapFigure::paint(QPainter& p, const QRectF& area) const {
   plot::Frame fr = plot::frame(area, true, 70, 48);
   plot::title(p, fr.title, title(),
-              QString("%1, %2-token blocks, %3")
-                  .arg(options_.use_max ? "pooled max" : "pooled mean")
-                  .arg(block)
-                  .arg(source_note));
+              dense_index >= 0 ? QString("attention weight, %1").arg(source_note)
+                               : QString("%1, %2-token blocks, %3")
+                                     .arg(options_.use_max ? "pooled max" : "pooled mean")
+                                     .arg(block)
+                                     .arg(source_note));
   if (!available) {
     plot::message(p, fr.plot, source_note);
     return;
@@ -295,7 +319,9 @@ void HeatmapFigure::paint(QPainter& p, const QRectF& area) const {
     plot::axes(p, fr.plot, viewport_.left(), viewport_.right(), viewport_.top(), viewport_.bottom(),
                "key token", "query token", true);
   }
-  plot::colorbar(p, fr.colorbar, scale(), options_.use_max ? "max attention" : "mean attention");
+  plot::colorbar(p, fr.colorbar, scale(),
+                 dense_index >= 0 ? "attention weight"
+                                  : (options_.use_max ? "max attention" : "mean attention"));
 }
 
 void HeatmapFigure::write_csv(QTextStream& out) const {

@@ -27,6 +27,8 @@ struct HeatmapOptions {
   bool auto_range = true;
   float lo = 1e-4f, hi = 1.f;  // when !auto_range
   bool show_evicted = true;
+  // Token-resolution rows for heads captured at level "dense" (else pooled).
+  bool prefer_dense = true;
   // The coarse grid covers the whole map in at most this many cells per
   // side; finer detail is read per viewport.
   double coarse_cells = 768;
@@ -39,9 +41,10 @@ class HeatmapFigure : public Figure {
   static std::shared_ptr<HeatmapFigure> load(TraceData& data, const Selection& sel,
                                              const HeatmapOptions& options, QSizeF pixels);
   // The viewport's grid at the level that fits `pixels` (worker side).
+  // `dense_index` >= 0 reads the dense rows of that dense head instead.
   static analysis::AttentionGrid load_detail(TraceData& data, int layer, int head,
                                              const QRectF& viewport_tokens, QSizeF pixels,
-                                             int64_t block);
+                                             int64_t block, int dense_index = -1);
 
   // The same map at another step: only the eviction state is re-read (the
   // grids do not depend on the step). Copy on the GUI thread, call on the
@@ -76,7 +79,8 @@ class HeatmapFigure : public Figure {
   int layer = 0, head = 0, kv_head = 0;
   int64_t step = 0, n_tokens = 0, block = 1;
   int64_t step_token_begin = 0, step_token_end = 0;  // queries fed by the step
-  bool available = false;                            // pooled attention captured
+  bool available = false;  // pooled attention captured (or dense rows for this head)
+  int dense_index = -1;    // >= 0: showing /attention/dense rows of this dense head
   QString source_note;
   std::vector<uint8_t> key_held;  // per token at the step
   std::shared_ptr<const std::vector<QString>> token_text;

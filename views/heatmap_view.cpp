@@ -23,7 +23,8 @@ std::function<std::shared_ptr<Figure>(TraceData&)> HeatmapView::loader(const Sel
   QSizeF px = plot_pixels();
   HeatmapFigure* f = heatmap();
   if (f && sel.trace == f->trace && f->layer == sel.layer && f->head == sel.head &&
-      f->n_tokens == sel.n_tokens) {
+      f->n_tokens == sel.n_tokens && f->options().prefer_dense == o.prefer_dense &&
+      f->options().coarse_cells == o.coarse_cells) {
     // Only the step moved (scrubbing, playing): keep the grids, re-read the
     // eviction state. The copy is made here, on the GUI thread that paints f.
     auto copy = std::make_shared<HeatmapFigure>(*f);
@@ -59,6 +60,7 @@ void HeatmapView::viewport_changed() {
   ++detail_requests_;
   int layer = f->layer, head = f->head;
   int64_t block = f->block;
+  int dense = f->dense_index;
   QRectF v = f->viewport();
   QSizeF px = plot_pixels();
   std::weak_ptr<Figure> target = figure_;
@@ -69,7 +71,8 @@ void HeatmapView::viewport_changed() {
       state_->selection().trace, "heatmap-detail",
       [=](TraceData& data) {
         // Read and colour on the worker: the GUI thread only blits.
-        analysis::AttentionGrid g = HeatmapFigure::load_detail(data, layer, head, v, px, block);
+        analysis::AttentionGrid g =
+            HeatmapFigure::load_detail(data, layer, head, v, px, block, dense);
         QImage img = HeatmapFigure::colorize_grid(g, o, scale);
         return Detail(std::move(g), std::move(img));
       },

@@ -2,6 +2,7 @@
 
 #include <QCoreApplication>
 #include <QDialogButtonBox>
+#include <QDir>
 #include <QFileInfo>
 #include <QFormLayout>
 #include <QPushButton>
@@ -41,20 +42,33 @@ bool capture_available(QString* why) {
 CaptureDialog::CaptureDialog(QWidget* parent) : QDialog(parent) {
   setWindowTitle("Capture a trace");
   auto* form = new QFormLayout(this);
-  model_ = new QLineEdit("models/stories260K");
-  policy_ = new QLineEdit("streaming_llm:sinks=4,window=64");
-  levels_ = new QLineEdit("events,received,pooled");
-  output_ = new QLineEdit("capture.kvtrace.h5");
+  // Defaults: the tiny stories260K model the project ships beside the checkout.
+  QString shared = QCoreApplication::applicationDirPath() + "/../../../shared/models/stories260K";
+  QString model = QFileInfo(shared + "/stories260K.bin").canonicalFilePath();
+  QString tok = QFileInfo(shared + "/tok512.bin").canonicalFilePath();
+  model_ = new QLineEdit(model);
+  model_->setToolTip("Hugging Face directory, .gguf file or llama2.c .bin checkpoint");
+  tokenizer_ = new QLineEdit(tok);
+  tokenizer_->setPlaceholderText("default: the model's own tokenizer");
+  policy_ = new QLineEdit("h2o:heavy=24,recent=24");
+  policy_->setToolTip("NAME[:key=value,...]; `kvscope policies` lists them with their parameters");
+  levels_ = new QLineEdit("events+received+pooled:4+topk:8");
+  levels_->setToolTip(
+      "none | events, received, pooled[:B], dense:L.H[,L.H], topk:K joined with '+'");
+  max_new_ = new QLineEdit("200");
+  output_ = new QLineEdit(QDir::current().absoluteFilePath("capture.kvtrace.h5"));
   extra_ = new QLineEdit;
-  extra_->setPlaceholderText("other options of `kvscope capture`, e.g. --max-new-tokens 64");
-  prompt_ = new QPlainTextEdit("Once upon a time");
+  extra_->setPlaceholderText("other options of `kvscope capture`, e.g. --oracle --chat");
+  prompt_ = new QPlainTextEdit("Once upon a time, there was a little girl named Lily.");
   prompt_->setMaximumHeight(90);
   log_ = new QPlainTextEdit;
   log_->setReadOnly(true);
   form->addRow("model", model_);
+  form->addRow("tokenizer", tokenizer_);
   form->addRow("policy", policy_);
   form->addRow("prompt", prompt_);
   form->addRow("capture levels", levels_);
+  form->addRow("new tokens", max_new_);
   form->addRow("output", output_);
   form->addRow("more", extra_);
   form->addRow("progress", log_);
@@ -71,13 +85,16 @@ CaptureDialog::CaptureDialog(QWidget* parent) : QDialog(parent) {
   });
   connect(&process_, &QProcess::finished, this, [this](int code) {
     log_->appendPlainText(QString("capture finished with exit code %1").arg(code));
+    emit captureFinished(code);
   });
 }
 
 QStringList CaptureDialog::arguments() const {
-  QStringList a = {"capture",       "--model",  model_->text(),         "--policy",
-                   policy_->text(), "--prompt", prompt_->toPlainText(), "--capture",
-                   levels_->text(), "-o",       output_->text()};
+  QStringList a = {"capture",       "--model",   model_->text(),         "--policy",
+                   policy_->text(), "--prompt",  prompt_->toPlainText(), "--capture",
+                   levels_->text(), "--max-new", max_new_->text(),       "-o",
+                   output_->text()};
+  if (!tokenizer_->text().isEmpty()) a << "--tokenizer" << tokenizer_->text();
   a += QProcess::splitCommand(extra_->text());
   return a;
 }

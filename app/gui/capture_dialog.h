@@ -22,13 +22,15 @@ class CaptureDialog : public QDialog {
  public:
   explicit CaptureDialog(QWidget* parent = nullptr);
   QStringList arguments() const;
+  // Starts the capture (the dialog's Capture button).
+  void start();
 
  signals:
   void traceStarted(QString path);
+  void captureFinished(int exit_code);
 
  private:
-  void start();
-  QLineEdit *model_, *policy_, *levels_, *output_, *extra_;
+  QLineEdit *model_, *tokenizer_, *policy_, *levels_, *max_new_, *output_, *extra_;
   QPlainTextEdit *prompt_, *log_;
   QProcess process_;
 };

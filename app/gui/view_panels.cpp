@@ -40,6 +40,9 @@ QWidget* heatmap_controls(views::HeatmapView* view) {
   max->setToolTip("pooled max instead of mean");
   auto* evicted = new QCheckBox("mark evicted keys");
   evicted->setChecked(true);
+  auto* dense = new QCheckBox("dense rows");
+  dense->setChecked(true);
+  dense->setToolTip("token-resolution rows for heads captured at level 'dense'");
   auto* autorange = new QCheckBox("auto range");
   autorange->setChecked(true);
   auto* lo = new QDoubleSpinBox;
@@ -59,6 +62,7 @@ QWidget* heatmap_controls(views::HeatmapView* view) {
     o.use_max = max->isChecked();
     o.show_evicted = evicted->isChecked();
     o.auto_range = autorange->isChecked();
+    o.prefer_dense = dense->isChecked();
     o.lo = float(lo->value());
     o.hi = float(hi->value());
     lo->setEnabled(!o.auto_range);
@@ -68,11 +72,17 @@ QWidget* heatmap_controls(views::HeatmapView* view) {
   QObject::connect(map, &QComboBox::currentTextChanged, view, apply);
   for (QCheckBox* c : {log, max, evicted, autorange})
     QObject::connect(c, &QCheckBox::toggled, view, apply);
+  // The source changes what is read: reload rather than recolour.
+  QObject::connect(dense, &QCheckBox::toggled, view, [=] {
+    apply();
+    view->reload();
+  });
   for (QDoubleSpinBox* s : {lo, hi})
     QObject::connect(s, &QDoubleSpinBox::valueChanged, view, apply);
   l->addWidget(new QLabel("colours"));
   l->addWidget(map);
-  for (QWidget* c : std::initializer_list<QWidget*>{log, max, evicted, autorange}) l->addWidget(c);
+  for (QWidget* c : std::initializer_list<QWidget*>{log, max, evicted, dense, autorange})
+    l->addWidget(c);
   l->addWidget(new QLabel("range"));
   l->addWidget(lo);
   l->addWidget(hi);

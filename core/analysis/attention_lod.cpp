@@ -477,6 +477,64 @@ AttentionGrid attention_view(const trace::TraceReader& reader, const AttentionLo
   return g;
 }
 
+int dense_index_of(const trace::TraceReader& reader, int layer, int head) {
+  const auto& heads = reader.layout().dense_heads;
+  for (size_t i = 0; i < heads.size(); ++i)
+    if (heads[i].first == layer && heads[i].second == head) return int(i);
+  return -1;
+}
+
+AttentionGrid dense_view(const trace::TraceReader& reader, int dense_index, int64_t row_begin,
+                         int64_t row_end, int64_t col_begin, int64_t col_end, double pixels_w,
+                         double pixels_h) {
+  const int64_t T = reader.n_tokens(), M = reader.layout().max_tokens;
+  row_begin = std::clamp<int64_t>(row_begin, 0, T);
+  row_end = std::clamp<int64_t>(row_end, row_begin, T);
+  col_begin = std::clamp<int64_t>(col_begin, 0, M);
+  col_end = std::clamp<int64_t>(col_end, col_begin, M);
+  int level = level_for_pixels(row_end - row_begin, col_end - col_begin, pixels_w, pixels_h);
+  const int64_t align = int64_t(1) << level;
+  row_begin = row_begin / align * align;
+  col_begin = col_begin / align * align;
+  col_end = std::min(M, (col_end + align - 1) / align * align);
+  AttentionGrid out;
+  bool first = true;
+  // Bands of whole rows (a multiple of 2^level so that bands pool exactly).
+  const int64_t band = std::max<int64_t>(64, align);
+  for (int64_t q0 = row_begin; q0 < row_end; q0 += band) {
+    int64_t q1 = std::min(row_end, q0 + band);
+    std::vector<float> rows = reader.dense_rows(dense_index, q0, q1);
+    AttentionGrid g;
+    g.row_begin = q0;
+    g.row_end = q1;
+    g.col_begin = col_begin;
+    g.col_end = col_end;
+    g.cell_tokens = 1;
+    g.max.resize(size_t((q1 - q0) * g.cols()));
+    for (int64_t r = 0; r < q1 - q0; ++r)
+      std::copy(rows.begin() + r * M + col_begin, rows.begin() + r * M + col_end,
+                g.max.begin() + r * g.cols());
+    g.mean = g.max;
+    for (int i = 0; i < level; ++i) g = downsample(g);
+    if (first) {
+      out = std::move(g);
+      first = false;
+    } else {
+      out.row_end = g.row_end;
+      out.max.insert(out.max.end(), g.max.begin(), g.max.end());
+      out.mean.insert(out.mean.end(), g.mean.begin(), g.mean.end());
+    }
+  }
+  if (first) {
+    out.level = level;
+    out.cell_tokens = align;
+    out.row_begin = out.row_end = row_begin >> level;
+    out.col_begin = col_begin >> level;
+    out.col_end = col_end >> level;
+  }
+  return out;
+}
+
 std::vector<float> head_metrics(const AttentionGrid& g) {
   MetricSums sums;
   for (int64_t q = g.row_begin; q < g.row_end; ++q)

@@ -119,6 +119,16 @@ AttentionGrid attention_view(const trace::TraceReader& reader, const AttentionLo
                              int head, int64_t row_begin, int64_t row_end, int64_t col_begin,
                              int64_t col_end, double pixels_w, double pixels_h);
 
+// The same for a dense head (/attention/dense: full rows of one query head):
+// cells are tokens at level 0; rows are read in bands and pooled on the fly
+// (dense heads are few and chosen, so no cache). max and mean of a level-0
+// cell are both the attention weight.
+AttentionGrid dense_view(const trace::TraceReader& reader, int dense_index, int64_t row_begin,
+                         int64_t row_end, int64_t col_begin, int64_t col_end, double pixels_w,
+                         double pixels_h);
+// Index of (layer, query head) among the dense heads, or -1.
+int dense_index_of(const trace::TraceReader& reader, int layer, int head);
+
 // Per-head metrics of a mean map (rows are queries, causal lower triangle).
 std::vector<float> head_metrics(const AttentionGrid& level0_mean_grid);
 

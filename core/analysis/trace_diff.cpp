@@ -38,10 +38,19 @@ int64_t aligned_step(const std::vector<int32_t>& to_fed_step, const trace::Trace
   return last < 0 ? 0 : to_fed_step[size_t(last)];
 }
 
+int64_t shared_prefix(const trace::TraceReader& a, const trace::TraceReader& b) {
+  int64_t n = std::min(a.n_tokens(), b.n_tokens());
+  std::vector<trace::TokenRecord> ta = a.tokens(0, n), tb = b.tokens(0, n);
+  for (int64_t i = 0; i < n; ++i)
+    if (ta[size_t(i)].id != tb[size_t(i)].id) return i;
+  return n;
+}
+
 std::vector<HeadDiffCounts> diff_heads(const AllLifetimes& a, const AllLifetimes& b, int64_t step_a,
-                                       int64_t step_b) {
+                                       int64_t step_b, int64_t token_end) {
   std::vector<HeadDiffCounts> out(size_t(a.layers * a.kv_heads));
   int64_t t0 = std::max(a.token_begin, b.token_begin), t1 = std::min(a.token_end, b.token_end);
+  if (token_end >= 0) t1 = std::min(t1, token_end);
   for (int64_t l = 0; l < a.layers; ++l)
     for (int64_t k = 0; k < a.kv_heads; ++k) {
       HeadDiffCounts& c = out[size_t(l * a.kv_heads + k)];
@@ -56,8 +65,10 @@ std::vector<HeadDiffCounts> diff_heads(const AllLifetimes& a, const AllLifetimes
 }
 
 std::vector<uint8_t> diff_tokens(const AllLifetimes& a, const AllLifetimes& b, int64_t layer,
-                                 int64_t kv_head, int64_t step_a, int64_t step_b) {
+                                 int64_t kv_head, int64_t step_a, int64_t step_b,
+                                 int64_t token_end) {
   int64_t t0 = std::max(a.token_begin, b.token_begin), t1 = std::min(a.token_end, b.token_end);
+  if (token_end >= 0) t1 = std::min(t1, token_end);
   std::vector<uint8_t> out(size_t(std::max<int64_t>(0, t1)), kHeldByNeither);
   for (int64_t t = t0; t < t1; ++t) {
     bool ha = a.held(layer, kv_head, t, step_a), hb = b.held(layer, kv_head, t, step_b);

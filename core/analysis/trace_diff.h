@@ -25,11 +25,16 @@ struct HeadDiffCounts {
   int32_t only_a = 0, only_b = 0, both = 0;
 };
 
-// Per (layer, kv head): counts over the tokens both traces have.
+// Tokens [0, n) that are the same token ids in both traces: the prompt and
+// as much of the generation as did not diverge. Only these compare.
+int64_t shared_prefix(const trace::TraceReader& a, const trace::TraceReader& b);
+
+// Per (layer, kv head): counts over tokens [0, token_end) (-1: all both have).
 std::vector<HeadDiffCounts> diff_heads(const AllLifetimes& a, const AllLifetimes& b, int64_t step_a,
-                                       int64_t step_b);
+                                       int64_t step_b, int64_t token_end = -1);
 // Per token of one head.
 std::vector<uint8_t> diff_tokens(const AllLifetimes& a, const AllLifetimes& b, int64_t layer,
-                                 int64_t kv_head, int64_t step_a, int64_t step_b);
+                                 int64_t kv_head, int64_t step_a, int64_t step_b,
+                                 int64_t token_end = -1);
 
 }  // namespace kvscope::analysis

@@ -76,7 +76,7 @@ TEST_CASE("every view exports to PNG, SVG and PDF with its title, axes and colou
   auto other = trace::TraceReader::open(path);
   TraceData other_data(*other);
   FigureRequest q;
-  q.selection = selection_for(*reader, 1, 3, 12, 40);
+  q.selection = selection_for(*reader, 1, 2, 12, 40);  // a pooled head (dense: (0,0), (1,3))
   ExportOptions o{1200, 800, 150};
   // (view, words the figure must contain)
   std::vector<std::pair<QString, std::vector<std::string>>> views = {

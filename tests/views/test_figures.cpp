@@ -116,6 +116,27 @@ TEST_CASE("heatmap zoomed in reads a finer level for the viewport only and shows
   CHECK(dark > 200);
 }
 
+TEST_CASE("dense heads show token-resolution attention: cells equal the dense rows") {
+  test::qt_app(true);
+  trace::SyntheticSpec spec = test::small_spec();  // dense heads (0, 0) and (3, 7)
+  Loaded l = load(spec, 3, 7, 20);
+  auto f = HeatmapFigure::load(*l.data, l.sel, HeatmapOptions{}, QSizeF(900, 700));
+  REQUIRE(f->dense_index == 1);
+  CHECK(f->block == 1);
+  std::vector<float> rows = l.reader->dense_rows(1, 50, 51);
+  for (int64_t k = 0; k <= 50; ++k) REQUIRE(f->value_at(double(k) + 0.5, 50.5) == rows[size_t(k)]);
+  // Zoomed into 12 tokens: one cell per token, token text on both axes.
+  f->set_viewport(QRectF(40, 44, 12, 12));
+  QSizeF px(830, 718);
+  if (f->wants_detail(px))
+    f->set_detail(
+        HeatmapFigure::load_detail(*l.data, 3, 7, f->viewport(), px, f->block, f->dense_index));
+  CHECK(f->value_at(45.5, 50.5) == rows[45]);
+  HeatmapOptions pooled;
+  pooled.prefer_dense = false;
+  CHECK(HeatmapFigure::load(*l.data, l.sel, pooled, QSizeF(900, 700))->dense_index == -1);
+}
+
 TEST_CASE("timeline pixels: held in tier colour until the eviction step, then evicted") {
   test::qt_app(true);
   trace::SyntheticSpec spec = test::small_spec();
