@@ -39,8 +39,8 @@ class H2oPolicy : public Policy {
       // received is the mean over the step's queries: the sum is n times it.
       for (int32_t pos : c.cache.positions(c.layer, h, 0)) {
         acc[pos] += received[size_t(pos)] * float(c.n);
-        if (c.step % 16 == 0 || pos >= c.pos0)  // sampled for the trace, not every step
-          c.cache.record_gate(0, c.layer, h, pos, acc[pos], true);
+        // The latest score of every held entry; a time series every 16 steps.
+        c.cache.record_gate(0, c.layer, h, pos, acc[pos], c.step % 16 == 0);
       }
       evict_to_budget(c.cache, c.layer, h, budget(), protect_, acc, 1);
     }
