@@ -113,10 +113,10 @@ Frame frame(const QRectF& a, bool with_colorbar, double left, double bottom) {
   return f;
 }
 
-std::vector<double> ticks(double lo, double hi, int target) {
+std::vector<double> ticks(double lo, double hi, int target, double min_step) {
   std::vector<double> out;
   if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return {lo};
-  double raw = (hi - lo) / std::max(1, target);
+  double raw = std::max((hi - lo) / std::max(1, target), min_step);
   double mag = std::pow(10.0, std::floor(std::log10(raw)));
   double step = mag;
   for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
@@ -144,14 +144,21 @@ void axes(QPainter& p, const QRectF& plot, double x0, double x1, double y0, doub
   QFontMetricsF fm(p.font());
   Map mx{x0, x1, plot.left(), plot.right()};
   Map my{y0, y1, y_down ? plot.top() : plot.bottom(), y_down ? plot.bottom() : plot.top()};
-  for (double v : ticks(x0, x1, std::max(2, int(plot.width() / 90)))) {
+  // Counting axes (layers, heads, steps, tokens, entries) tick on whole numbers.
+  auto counting = [](const QString& label) {
+    static const QStringList words = {"layer", "head", "step", "token", "entries"};
+    for (const QString& w : words)
+      if (label.contains(w)) return 1.0;
+    return 0.0;
+  };
+  for (double v : ticks(x0, x1, std::max(2, int(plot.width() / 90)), counting(xlabel))) {
     double x = mx(v);
     if (x < plot.left() - 0.5 || x > plot.right() + 0.5) continue;
     p.drawLine(QPointF(x, plot.bottom()), QPointF(x, plot.bottom() + 4));
     QString s = tick_label(v);
     p.drawText(QPointF(x - fm.horizontalAdvance(s) / 2, plot.bottom() + 5 + fm.ascent()), s);
   }
-  for (double v : ticks(y0, y1, std::max(2, int(plot.height() / 60)))) {
+  for (double v : ticks(y0, y1, std::max(2, int(plot.height() / 60)), counting(ylabel))) {
     double y = my(v);
     if (y < plot.top() - 0.5 || y > plot.bottom() + 0.5) continue;
     p.drawLine(QPointF(plot.left() - 4, y), QPointF(plot.left(), y));

@@ -51,7 +51,8 @@ Frame frame(const QRectF& area, bool with_colorbar, double left_margin = 64,
             double bottom_margin = 44);
 
 // "Nice" tick values covering [lo, hi], about `target` of them.
-std::vector<double> ticks(double lo, double hi, int target = 6);
+// With `min_step` >= 1 ticks stay on whole numbers (layers, heads, steps, tokens).
+std::vector<double> ticks(double lo, double hi, int target = 6, double min_step = 0);
 QString tick_label(double v);
 
 // Axes box, ticks and labels for data ranges x [x0, x1], y [y0, y1] drawn

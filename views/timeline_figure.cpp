@@ -36,6 +36,7 @@ std::shared_ptr<TimelineFigure> TimelineFigure::load(TraceData& data, const Sele
         analysis::HeadTimeline::read(r, f->layer, f->kv_head));
   } else {
     f->counts = analysis::layer_head_counts(data.all_lifetimes(), f->step);
+    f->fed_step = b.fed_step;
   }
   f->viewport_ = f->extent();
   return f;
@@ -153,9 +154,15 @@ void TimelineFigure::paint_layers(QPainter& p, const QRectF& plot, double scale)
       int64_t b = std::min<int64_t>(
           n_tokens,
           std::max<int64_t>(a + 1, int64_t(std::floor(viewport_.left() + (x + 1) * t_per_px))));
+      // Tokens not fed yet at the step are no data, not "held by 0 heads".
       double sum = 0;
-      for (int64_t t = a; t < b; ++t) sum += row[t];
-      line[x] = b > a ? cs.color(float(sum / double(b - a))) : qRgb(255, 255, 255);
+      int64_t fed = 0;
+      for (int64_t t = a; t < b; ++t)
+        if (t >= int64_t(fed_step.size()) || fed_step[size_t(t)] <= step) {
+          sum += row[t];
+          ++fed;
+        }
+      line[x] = fed > 0 ? cs.color(float(sum / double(fed))) : qRgb(245, 245, 245);
     }
   }
   p.setRenderHint(QPainter::SmoothPixmapTransform, false);

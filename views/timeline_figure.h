@@ -38,6 +38,7 @@ class TimelineFigure : public Figure {
   std::vector<QString> tier_names;
   std::shared_ptr<const analysis::HeadTimeline> head;  // head mode
   std::vector<uint16_t> counts;                        // layers mode: L x T
+  std::vector<int32_t> fed_step;                       // layers mode: the step that fed token t
   std::shared_ptr<const std::vector<QString>> token_text;
 
  private:
