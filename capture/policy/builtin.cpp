@@ -9,6 +9,14 @@ const std::vector<PolicyDescriptor>& builtin_policies() {
       window_descriptor(),
       streaming_llm_descriptor(),
       h2o_descriptor(),
+      tova_descriptor(),
+      snapkv_descriptor(),
+      pyramidkv_descriptor(),
+      knorm_descriptor(),
+      expected_attention_descriptor(),
+      adakv_descriptor(),
+      duo_attention_descriptor(),
+      quest_descriptor(),
   };
   return all;
 }

@@ -10,5 +10,23 @@ PolicyDescriptor full_descriptor();
 PolicyDescriptor window_descriptor();
 PolicyDescriptor streaming_llm_descriptor();
 PolicyDescriptor h2o_descriptor();
+PolicyDescriptor tova_descriptor();
+PolicyDescriptor snapkv_descriptor();
+PolicyDescriptor pyramidkv_descriptor();
+PolicyDescriptor knorm_descriptor();
+PolicyDescriptor expected_attention_descriptor();
+PolicyDescriptor adakv_descriptor();
+PolicyDescriptor duo_attention_descriptor();
+PolicyDescriptor quest_descriptor();
+
+// Per-head scorers the policies above are built from (capture/policy/scorer.h).
+struct ScorerDescriptor;
+ScorerDescriptor tova_scorer();
+ScorerDescriptor snapkv_scorer();
+ScorerDescriptor knorm_scorer();
+ScorerDescriptor expected_attention_scorer();
+
+// PyramidKV's per-layer budgets (mean `budget` per head, window included).
+std::vector<int64_t> pyramid_budgets(int64_t layers, int64_t budget, int64_t window, double beta);
 
 }  // namespace kvscope::policy

@@ -1,0 +1,238 @@
+// expected_attention: Expected Attention (Devoto et al., "Expected Attention:
+// KV Cache Compression by Estimating Attention from Future Queries
+// Distribution", 2025), as kvpress's ExpectedAttentionPress defines it.
+// Future queries are modelled as Gaussian: mean mu and covariance Sigma of the
+// pre-RoPE queries seen so far (the first `sinks` tokens left out), rotated by
+// the RoPE matrix averaged over the next `n_future` positions,
+//   Rbar = mean_t R(t),  mu' = Rbar mu,  Sigma' = Rbar Sigma Rbar^T.
+// Since q ~ N(mu', Sigma'), E[exp(s q.k)] = exp(s mu'.k + s^2/2 k^T Sigma' k):
+//   z(k) = s mu'.k + s^2/2 k^T Sigma' k,  a = softmax_k(z) per query head,
+//   score(k) = (mean over the group's heads of a + epsilon) * ||v||_2,
+// and the first `sinks` tokens are kept. docs/policies/expected_attention.md
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "capture/model/rope.h"
+#include "capture/policy/policies/descriptors.h"
+#include "capture/policy/scorer.h"
+#include "core/common/input_error.h"
+
+namespace kvscope::policy {
+
+namespace {
+
+struct EaOptions {
+  int64_t n_future = 512, sinks = 4, refresh = 16;
+  bool covariance = true, vnorm = true;
+  double epsilon = 0.0;
+};
+
+class ExpectedAttentionScorer : public HeadScorer {
+ public:
+  explicit ExpectedAttentionScorer(EaOptions o) : o_(o) {}
+
+  void setup(const PolicySetup& s) override {
+    const model::ModelConfig& m = *s.model;
+    L_ = m.n_layers, H_ = m.n_heads, K_ = m.n_kv_heads, d_ = m.head_dim, M_ = s.max_tokens;
+    if (m.rope.enabled && !m.learned_positions)
+      rope_ = std::make_unique<model::Rope>(m.rope, torch::Device(torch::kCPU));
+    sum_.assign(size_t(L_), torch::zeros({H_, d_}, torch::kFloat64));
+    sum_sq_.assign(size_t(L_), torch::zeros({H_, d_, d_}, torch::kFloat64));
+    count_.assign(size_t(L_), 0);
+    mu_.assign(size_t(L_), torch::Tensor());
+    cov_.assign(size_t(L_), torch::Tensor());
+    refreshed_at_.assign(size_t(L_), -1);
+    vnorm_.resize(L_, K_, M_);
+    logits_.assign(size_t(L_ * H_ * M_), 0.0f);
+  }
+  std::string score_name() const override { return "expected_attention"; }
+  std::string score_meaning() const override {
+    return "expected attention of future queries (Gaussian, averaged RoPE) times ||v||";
+  }
+  Protection protection() const override { return {o_.sinks, 0}; }
+
+  void observe(LayerContext& c) override {
+    accumulate_queries(c);
+    torch::Tensor v = c.in.v.to(torch::kFloat32);   // [n, K, hd]
+    torch::Tensor vn = v.norm(2, -1).contiguous();  // [n, K]
+    const float* vp = vn.data_ptr<float>();
+    for (int64_t i = 0; i < c.n; ++i)
+      for (int64_t h = 0; h < K_; ++h) vnorm_.at(c.layer, h)[c.pos0 + i] = vp[i * K_ + h];
+    if (!c.prompt_complete || count_[size_t(c.layer)] == 0) return;
+    // The statistics move with every query: re-derive them and every held
+    // key's logit every `refresh` decode steps (and at the prefill); in
+    // between only the new keys are scored with the current statistics.
+    const bool refresh = c.prefill || refreshed_at_[size_t(c.layer)] < 0 ||
+                         c.step - refreshed_at_[size_t(c.layer)] >= o_.refresh;
+    if (refresh) {
+      refresh_statistics(c);
+      for (int64_t h = 0; h < K_; ++h) {
+        const std::vector<int32_t>& held = c.cache.positions(c.layer, h, 0);
+        torch::Tensor keys = torch::empty({int64_t(held.size()), d_}, torch::kFloat32);
+        std::vector<float> value(static_cast<size_t>(d_));
+        for (size_t j = 0; j < held.size(); ++j)
+          c.cache.read_entry(c.layer, h, held[j], keys.data_ptr<float>() + int64_t(j) * d_,
+                             value.data());
+        write_logits(c, h, keys, held);
+      }
+    } else {
+      torch::Tensor k = c.in.k.to(torch::kFloat32);
+      std::vector<int32_t> pos;
+      for (int64_t i = 0; i < c.n; ++i) pos.push_back(int32_t(c.pos0 + i));
+      for (int64_t h = 0; h < K_; ++h) write_logits(c, h, k.select(1, h).contiguous(), pos);
+    }
+  }
+
+  void score(LayerContext& c, int64_t kv_head, float* out) override {
+    const int64_t R = H_ / K_;
+    std::vector<int32_t> keys;
+    for (int32_t pos : c.cache.positions(c.layer, kv_head, 0))
+      if (pos >= o_.sinks)
+        keys.push_back(pos);
+      else
+        out[pos] = std::numeric_limits<float>::max();  // protected
+    std::vector<double> acc(keys.size(), 0.0);
+    for (int64_t r = 0; r < R; ++r) {
+      const float* z = logit_row(c.layer, kv_head * R + r);
+      double top = -std::numeric_limits<double>::infinity(), total = 0;
+      for (int32_t pos : keys) top = std::max(top, double(z[pos]));
+      for (int32_t pos : keys) total += std::exp(double(z[pos]) - top);
+      for (size_t j = 0; j < keys.size(); ++j)
+        acc[j] += std::exp(double(z[keys[j]]) - top) / total / double(R);
+    }
+    const float* vn = vnorm_.at(c.layer, kv_head);
+    for (size_t j = 0; j < keys.size(); ++j)
+      out[keys[j]] = o_.vnorm ? float((acc[j] + o_.epsilon) * vn[keys[j]]) : float(acc[j]);
+  }
+
+ private:
+  float* logit_row(int64_t layer, int64_t q_head) {
+    return logits_.data() + (layer * H_ + q_head) * M_;
+  }
+
+  // Pre-RoPE queries: the model hands over rotated queries, and RoPE is a
+  // rotation, so rotating back by -angle recovers them exactly.
+  void accumulate_queries(LayerContext& c) {
+    const int64_t first = std::max<int64_t>(0, o_.sinks - c.pos0);
+    if (first >= c.n) return;
+    torch::Tensor q = c.in.q.to(torch::kFloat32);  // [n, H, hd]
+    if (rope_) {
+      auto [cos, sin] = rope_->tables(c.pos0, c.n, c.cache.tokens_fed());
+      q = model::Rope::apply(q, cos, -sin);
+    }
+    torch::Tensor qd = q.narrow(0, first, c.n - first).to(torch::kFloat64);
+    sum_[size_t(c.layer)] += qd.sum(0);
+    sum_sq_[size_t(c.layer)] += torch::einsum("nhi,nhj->hij", {qd, qd});
+    count_[size_t(c.layer)] += c.n - first;
+  }
+
+  void refresh_statistics(LayerContext& c) {
+    const double n = double(count_[size_t(c.layer)]);
+    torch::Tensor mu = sum_[size_t(c.layer)] / n;  // [H, d]
+    torch::Tensor cov = sum_sq_[size_t(c.layer)] / n - torch::einsum("hi,hj->hij", {mu, mu});
+    torch::Tensor rbar = torch::eye(d_, torch::kFloat64);
+    if (rope_) {
+      // R(t) = diag(cos_t) + diag-columns(sin_t) P with P x = rotate_half(x);
+      // its mean over the next n_future positions.
+      const int64_t t0 = c.cache.tokens_fed();
+      auto [cos, sin] = rope_->tables(t0, o_.n_future, t0 + o_.n_future);
+      torch::Tensor cbar = cos.squeeze(1).to(torch::kFloat64).mean(0),
+                    sbar = sin.squeeze(1).to(torch::kFloat64).mean(0);
+      torch::Tensor P = torch::zeros({d_, d_}, torch::kFloat64);
+      const int64_t half = d_ / 2;
+      P.narrow(0, half, half).narrow(1, 0, half).copy_(torch::eye(half, torch::kFloat64));
+      P.narrow(0, 0, half).narrow(1, half, half).copy_(-torch::eye(half, torch::kFloat64));
+      rbar = torch::diag(cbar) + sbar.unsqueeze(0) * P;
+    }
+    mu_[size_t(c.layer)] = torch::matmul(mu, rbar.t()).to(torch::kFloat32);
+    cov_[size_t(c.layer)] =
+        torch::matmul(rbar, torch::matmul(cov, rbar.t())).to(torch::kFloat32);  // [H, d, d]
+    refreshed_at_[size_t(c.layer)] = c.step;
+  }
+
+  // Logits z of `keys` [m, d] (positions `pos`) for the group of kv head h.
+  void write_logits(LayerContext& c, int64_t h, const torch::Tensor& keys,
+                    const std::vector<int32_t>& pos) {
+    if (pos.empty()) return;
+    const int64_t R = H_ / K_;
+    const double s = c.in.scale;
+    torch::Tensor mu = mu_[size_t(c.layer)].narrow(0, h * R, R);  // [R, d]
+    torch::Tensor z = torch::matmul(mu, keys.t()) * s;            // [R, m]
+    if (o_.covariance) {
+      torch::Tensor cov = cov_[size_t(c.layer)].narrow(0, h * R, R);  // [R, d, d]
+      z += torch::einsum("md,rde,me->rm", {keys, cov, keys}) * (s * s / 2);
+    }
+    z = z.contiguous();
+    for (int64_t r = 0; r < R; ++r) {
+      float* row = logit_row(c.layer, h * R + r);
+      const float* zr = z.data_ptr<float>() + r * int64_t(pos.size());
+      for (size_t j = 0; j < pos.size(); ++j) row[pos[j]] = zr[j];
+    }
+  }
+
+  EaOptions o_;
+  int64_t L_ = 0, H_ = 0, K_ = 0, d_ = 0, M_ = 0;
+  std::unique_ptr<model::Rope> rope_;
+  std::vector<torch::Tensor> sum_, sum_sq_, mu_, cov_;
+  std::vector<int64_t> count_, refreshed_at_;
+  HeadScores vnorm_;
+  std::vector<float> logits_;  // [L, H, M]
+};
+
+std::vector<ParamSpec> ea_params() {
+  return {
+      {"n_future", ParamType::Int, "512", "future positions the RoPE rotation is averaged over"},
+      {"sinks", ParamType::Int, "4",
+       "first tokens always kept and left out of the query statistics"},
+      {"covariance", ParamType::Bool, "true", "use the query covariance term (false: mean only)"},
+      {"vnorm", ParamType::Bool, "true", "multiply by ||v||_2 (false: expected attention alone)"},
+      {"epsilon", ParamType::Float, "0",
+       "added to the expected attention before the ||v|| rescaling"},
+      {"refresh", ParamType::Int, "16", "decode steps between re-derivations of the statistics"}};
+}
+
+std::unique_ptr<HeadScorer> make_ea(const Params& p) {
+  EaOptions o;
+  o.n_future = p.get_int("n_future");
+  o.sinks = p.get_int("sinks");
+  o.covariance = p.get_bool("covariance");
+  o.vnorm = p.get_bool("vnorm");
+  o.epsilon = p.get_float("epsilon");
+  o.refresh = p.get_int("refresh");
+  if (o.n_future < 1) throw InputError("--policy", "n_future", "must be >= 1");
+  if (o.sinks < 0) throw InputError("--policy", "sinks", "must be >= 0");
+  if (o.refresh < 1) throw InputError("--policy", "refresh", "must be >= 1");
+  return std::make_unique<ExpectedAttentionScorer>(o);
+}
+
+}  // namespace
+
+ScorerDescriptor expected_attention_scorer() {
+  return {"expected_attention", ea_params(), make_ea};
+}
+
+PolicyDescriptor expected_attention_descriptor() {
+  std::vector<ParamSpec> params = {
+      {"budget", ParamType::Int, "256", "entries kept per head, sinks included"},
+      {"decode", ParamType::Bool, "true",
+       "also compress at every decode step (false: prefill only, as kvpress)"}};
+  for (const ParamSpec& s : ea_params()) params.push_back(s);
+  return {
+      "expected_attention",
+      "expected attention of future queries (Gaussian model, averaged RoPE) times ||v||, per head",
+      "Devoto et al., Expected Attention: KV Cache Compression by Estimating Attention from Future "
+      "Queries "
+      "Distribution, 2025 (kvpress ExpectedAttentionPress)",
+      "docs/policies/expected_attention.md",
+      params,
+      [](const Params& p) -> std::unique_ptr<Policy> {
+        if (p.get_int("budget") <= p.get_int("sinks"))
+          throw InputError("--policy", "expected_attention:budget", "must be > sinks");
+        return std::make_unique<ScoredPolicy>(make_ea(p), std::vector<int64_t>{p.get_int("budget")},
+                                              p.get_bool("decode"), "lowest expected attention");
+      }};
+}
+
+}  // namespace kvscope::policy

@@ -1,0 +1,80 @@
+// pyramidkv: PyramidKV (Cai et al., "PyramidKV: Dynamic KV Cache Compression
+// based on Pyramidal Information Funneling", 2024). SnapKV's scores with a
+// budget per layer that shrinks linearly from the bottom layer to the top:
+// with P = budget - window the mean prefix budget,
+//   k_top = P / beta,  k_bottom = 2P - k_top,
+//   budget(l) = window + round(k_bottom - l (k_bottom - k_top) / (L - 1)),
+// so the layers average `budget` entries per head (the official
+// KVCache-Factory arithmetic). docs/policies/pyramidkv.md
+#include <cmath>
+
+#include "capture/policy/policies/descriptors.h"
+#include "capture/policy/scorer.h"
+#include "core/common/input_error.h"
+
+namespace kvscope::policy {
+
+namespace {
+
+class PyramidKvPolicy : public ScoredPolicy {
+ public:
+  PyramidKvPolicy(std::unique_ptr<HeadScorer> scorer, int64_t budget, int64_t window, double beta,
+                  bool decode)
+      : ScoredPolicy(std::move(scorer), {budget}, decode, "lowest pooled window vote"),
+        mean_budget_(budget),
+        window_(window),
+        beta_(beta) {}
+
+  void setup(const PolicySetup& s) override {
+    ScoredPolicy::setup(s);
+    budgets_ = pyramid_budgets(s.model->n_layers, mean_budget_, window_, beta_);
+  }
+
+ private:
+  int64_t mean_budget_, window_;
+  double beta_;
+};
+
+}  // namespace
+
+std::vector<int64_t> pyramid_budgets(int64_t layers, int64_t budget, int64_t window, double beta) {
+  const double prefix = double(budget - window);
+  const double k_top = prefix / beta, k_bottom = 2 * prefix - k_top;
+  const double step = layers > 1 ? (k_bottom - k_top) / double(layers - 1) : 0.0;
+  std::vector<int64_t> out;
+  for (int64_t l = 0; l < layers; ++l)
+    out.push_back(layers > 1 ? window + int64_t(std::llround(k_bottom - double(l) * step))
+                             : budget);
+  return out;
+}
+
+PolicyDescriptor pyramidkv_descriptor() {
+  const ScorerDescriptor snap = snapkv_scorer();
+  std::vector<ParamSpec> params = {
+      {"budget", ParamType::Int, "256",
+       "mean entries kept per head over the layers, window included"},
+      {"beta", ParamType::Float, "20",
+       "pyramid steepness: top layer keeps (budget - window) / beta prefix entries"},
+      {"decode", ParamType::Bool, "true",
+       "also compress at every decode step, per-layer budgets unchanged (false: the paper, prefill "
+       "only)"}};
+  for (const ParamSpec& s : snap.params) params.push_back(s);
+  return {"pyramidkv",
+          "SnapKV scores with pyramid-shaped layer budgets (more below, fewer above)",
+          "Cai et al., PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information "
+          "Funneling, 2024",
+          "docs/policies/pyramidkv.md",
+          params,
+          [snap](const Params& p) -> std::unique_ptr<Policy> {
+            if (p.get_int("budget") < p.get_int("window"))
+              throw InputError("--policy", "pyramidkv:budget",
+                               "must be >= window (the window is always kept)");
+            if (p.get_float("beta") < 1)
+              throw InputError("--policy", "pyramidkv:beta", "must be >= 1");
+            return std::make_unique<PyramidKvPolicy>(snap.make(p), p.get_int("budget"),
+                                                     p.get_int("window"), p.get_float("beta"),
+                                                     p.get_bool("decode"));
+          }};
+}
+
+}  // namespace kvscope::policy
