@@ -14,6 +14,7 @@
 #include "app/cli/command.h"
 #include "capture/generate/engine_cli.h"
 #include "capture/recorder/capture_run.h"
+#include "capture/tasks/needle.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::cli {
@@ -30,6 +31,7 @@ struct CaptureCliOptions {
   std::string output;
   int64_t page_rows = 16;
   std::string expect;
+  std::string task;
   bool quiet = false;
   std::string command_line;
 };
@@ -50,8 +52,22 @@ int run_capture_cli(const CaptureCliOptions& o) {
   if (!engine.tokenizer)
     throw InputError(o.model.model, "--tokenizer", "no tokenizer: " + engine.tokenizer_source);
   recorder::CaptureRequest req;
-  req.prompt_text = generate::model_input_text(*engine.tokenizer, o.prompt);
-  req.prompt_ids = engine.tokenizer->encode(req.prompt_text, /*add_special=*/true);
+  if (!o.task.empty()) {
+    if (!o.prompt.prompt.empty() || !o.prompt.prompt_file.empty())
+      throw InputError("", "--task", "builds its own prompt: drop --prompt/--prompt-file");
+    tasks::NeedleOptions no = tasks::parse_needle_spec(o.task);
+    no.chat = o.prompt.chat;
+    tasks::NeedleTask task = tasks::make_needle_task(*engine.tokenizer, no);
+    req.prompt_text = task.prompt_text;
+    req.prompt_ids = task.ids;
+    req.task_kind = "needle";
+    req.expected_answer = task.answer;
+    req.needle_spans = {task.needle_span};
+    req.question_spans = {task.question_span};
+  } else {
+    req.prompt_text = generate::model_input_text(*engine.tokenizer, o.prompt);
+    req.prompt_ids = engine.tokenizer->encode(req.prompt_text, /*add_special=*/true);
+  }
   req.generation = generate::generation_options(o.prompt);
   req.policy = o.policy;
   req.levels = o.levels;
@@ -61,9 +77,11 @@ int run_capture_cli(const CaptureCliOptions& o) {
   req.model_path = o.model.model;
   req.page_rows = o.page_rows;
   req.command_line = o.command_line;
-  req.expected_answer = o.expect;
-  if (!o.expect.empty()) req.task_kind = "expected-answer";
-  nlohmann::json run = {{"prompt_user", generate::prompt_text(o.prompt)},
+  if (!o.expect.empty()) {
+    req.expected_answer = o.expect;
+    if (req.task_kind.empty()) req.task_kind = "expected-answer";
+  }
+  nlohmann::json run = {{"prompt_user", o.task.empty() ? generate::prompt_text(o.prompt) : o.task},
                         {"chat", o.prompt.chat},
                         {"greedy", req.generation.sampling.greedy},
                         {"temperature", req.generation.sampling.temperature},
@@ -83,12 +101,14 @@ int run_capture_cli(const CaptureCliOptions& o) {
   char line[512];
   std::snprintf(line, sizeof line,
                 "capture: %lld steps, policy %s, %lld entries held at the end, peak %.1f KiB KV | "
-                "prefill %.1f tokens/s, decode %.1f tokens/s | finish: %s%s%s\n",
+                "prefill %.1f tokens/s, decode %.1f tokens/s, policy %.3f ms per decode step | "
+                "finish: %s%s%s\n",
                 static_cast<long long>(r.steps), o.policy.c_str(),
                 static_cast<long long>(r.final_entries), double(r.peak_kv_bytes) / 1024.0,
                 r.generation.prefill_tokens_per_second(), r.generation.decode_tokens_per_second(),
+                r.generation.decode_steps > 0 ? 1e3 * r.decode_policy_seconds / double(r.generation.decode_steps) : 0.0,
                 r.generation.finish_reason.c_str(),
-                o.expect.empty() ? "" : (r.success ? " | expected answer found" : " | expected answer MISSING"),
+                req.expected_answer.empty() ? "" : (r.success ? " | expected answer found" : " | expected answer MISSING"),
                 o.levels == "none" ? "" : (" | trace: " + o.output).c_str());
   std::cerr << line;
   return kExitOk;
@@ -108,6 +128,8 @@ Command add_capture_command(CLI::App& app) {
   sub->add_option("--oracle-k", opt->oracle_k, "k of the oracle's top-k recall")->capture_default_str();
   sub->add_option("--page-size", opt->page_rows, "tokens per KV page")->capture_default_str();
   sub->add_option("--expect", opt->expect, "text a successful generation contains (task success)");
+  sub->add_option("--task", opt->task,
+                  "needle[:tokens=N,depth=D,seed=S]: passkey retrieval prompt with the needle marked");
   sub->add_option("-o,--output", opt->output, "trace file to write (.kvtrace.h5)");
   sub->add_flag("-q,--quiet", opt->quiet, "no progress bar and no generated text");
   return {sub, [opt] {

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 
@@ -11,6 +12,15 @@
 #include "kernels/quant_int4.h"
 
 namespace kvscope::cache {
+
+namespace {
+// Adds the wall time of a scope to a counter (policy hooks).
+struct ScopedTimer {
+  double& total;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~ScopedTimer() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+};
+}  // namespace
 
 RaggedKvCache::RaggedKvCache(const model::ModelConfig& config, const Options& options,
                              policy::Policy& policy)
@@ -251,7 +261,10 @@ torch::Tensor RaggedKvCache::attend(const model::AttentionInputs& in) {
   // 1. Admission.
   std::vector<policy::Admission> decisions(static_cast<size_t>(K_ * n));
   policy::AdmitContext ac{l, step_, pos0_, n, prefill, in, *this, decisions};
-  policy_.admit(ac);
+  {
+    ScopedTimer t{policy_seconds_};
+    policy_.admit(ac);
+  }
 
   // 2. Write the new entries (rejected ones too: the step's queries see them).
   torch::Tensor kn = in.k.to(torch::kFloat32).contiguous(), vn = in.v.to(torch::kFloat32).contiguous();
@@ -273,7 +286,10 @@ torch::Tensor RaggedKvCache::attend(const model::AttentionInputs& in) {
       if (tiers_[t].attended)
         for (int32_t p : head(l, h).tiers[t].positions) candidates[size_t(h)].push_back(p);
   policy::SelectContext sc{l, step_, pos0_, n, prefill, in, *this, candidates, masks};
-  policy_.select(sc);
+  {
+    ScopedTimer t{policy_seconds_};
+    policy_.select(sc);
+  }
 
   // 4. Attention, one kv head at a time, with the statistics asked for.
   const StatsNeeds needs = policy_.stats_needs();
@@ -342,13 +358,19 @@ torch::Tensor RaggedKvCache::attend(const model::AttentionInputs& in) {
 
   // 6. Eviction and placement.
   policy::LayerContext lc{l, step_, pos0_, n, prefill, prompt_complete, in, *this, st};
-  policy_.after_attention(lc);
+  {
+    ScopedTimer t{policy_seconds_};
+    policy_.after_attention(lc);
+  }
   return out.to(in.q.scalar_type());
 }
 
 void RaggedKvCache::end_step() {
   policy::StepContext sc{step_, pos0_, n_, pos0_ < prompt_tokens_, pos0_ + n_ >= prompt_tokens_, *this};
-  policy_.end_step(sc);
+  {
+    ScopedTimer t{policy_seconds_};
+    policy_.end_step(sc);
+  }
   for (size_t t = 0; t < pools_.size(); ++t)
     pools_[t]->shrink_if_sparse(
         [this](int64_t owner, int32_t from, int32_t to) { relocate_page(owner, from, to); });

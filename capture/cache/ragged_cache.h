@@ -106,6 +106,8 @@ class RaggedKvCache : public model::AttentionBackend {
   int64_t entries() const;
   int64_t bytes_in_use() const;
   int64_t bytes_reserved() const;
+  // Wall time spent inside the policy's hooks since construction.
+  double policy_seconds() const { return policy_seconds_; }
 
  private:
   struct HeadTier {
@@ -145,6 +147,7 @@ class RaggedKvCache : public model::AttentionBackend {
   AttentionObserver* observer_ = nullptr;
 
   int64_t step_ = -1, pos0_ = 0, n_ = 0;
+  double policy_seconds_ = 0;
   std::vector<trace::Event> events_;
   std::vector<trace::GateValue> gates_;
 };

@@ -109,8 +109,10 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   }
 
   CaptureResult result;
+  double decode_policy_start = -1;  // policy time when the prefill ended
   std::vector<int32_t> fed_generated;  // the token each decode step feeds
   auto on_step = [&](const generate::StepEvent& ev) {
+    if (ev.prefill && ev.token >= 0) decode_policy_start = cache.policy_seconds();  // prefill done
     std::vector<int32_t> ids;
     if (ev.prefill)
       ids.assign(req.prompt_ids.begin() + ev.pos0, req.prompt_ids.begin() + ev.pos0 + ev.n);
@@ -143,6 +145,8 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   // On an exception the writer's destructor flushes what was captured and
   // leaves complete = 0.
   result.generation = generator.run(req.prompt_ids, g, {}, on_step);
+  result.policy_seconds = cache.policy_seconds();
+  result.decode_policy_seconds = decode_policy_start < 0 ? 0 : cache.policy_seconds() - decode_policy_start;
   if (!req.expected_answer.empty())
     result.success = result.generation.text.find(req.expected_answer) != std::string::npos;
   if (writer) {

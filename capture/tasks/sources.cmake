@@ -1,0 +1,3 @@
+target_sources(kvscope_capture PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/needle.cpp
+)

@@ -1,0 +1,98 @@
+// CPU kernels against plain references: the segment decode kernel (what the
+// ragged cache reads pages with) equals the BLAS multi-query path on the same
+// keys however the rows are cut into segments, with windows and masks; INT4
+// group quantisation stays within half a step of the input.
+#include <torch/torch.h>
+#undef CHECK
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "kernels/attention.h"
+#include "kernels/quant_int4.h"
+
+using namespace kvscope::kernels;
+
+TEST_CASE("decode segments equal the multi-query path for any cut into segments", "[kernels]") {
+  torch::manual_seed(7);
+  std::mt19937 rng(7);
+  for (int64_t m : {1, 5, 16, 37, 300}) {
+    for (int64_t window : {0, 8}) {
+      const int64_t R = 3, hd = 64;
+      torch::Tensor q = torch::randn({R, 1, hd}), k = torch::randn({m, hd}), v = torch::randn({m, hd});
+      // Positions in a shuffled order with gaps, as a ragged head holds them.
+      std::vector<int64_t> pos(static_cast<size_t>(m));
+      for (int64_t i = 0; i < m; ++i) pos[size_t(i)] = 3 * i;
+      std::shuffle(pos.begin(), pos.end(), rng);
+      const int64_t q_pos = 3 * m;
+      torch::Tensor probs_ref;
+      torch::Tensor ref = attention_multi(q, k, v, torch::tensor(pos), q_pos, 0.125, window, &probs_ref);
+      std::vector<Segment> segs;
+      for (int64_t r = 0; r < m;) {
+        int64_t len = std::min<int64_t>(m - r, 1 + int64_t(rng() % 17));
+        segs.push_back({k.data_ptr<float>() + r * hd, v.data_ptr<float>() + r * hd, len, hd});
+        r += len;
+      }
+      torch::Tensor out = torch::empty({R, hd});
+      std::vector<float> probs(static_cast<size_t>(R * m));
+      if (window > 0 && m > 0 && 3 * (m - 1) <= q_pos - window) {
+        // every key outside the window: both paths must agree on "nothing visible"
+      }
+      attention_decode_segments(q.data_ptr<float>(), R, hd, segs, pos.data(), q_pos, 0.125, window,
+                                out.data_ptr<float>(), probs.data());
+      INFO("m=" << m << " window=" << window);
+      torch::Tensor ref_out = ref.reshape({R, hd});
+      if (ref_out.isnan().any().item<bool>()) {
+        // No visible key: the decode kernel returns zeros rather than NaN.
+        CHECK(out.abs().max().item<float>() == 0.0f);
+        continue;
+      }
+      CHECK((out - ref_out).abs().max().item<float>() < 1e-5f);
+      CHECK((torch::from_blob(probs.data(), {R, m}) - probs_ref.reshape({R, m})).abs().max().item<float>() < 1e-6f);
+    }
+  }
+}
+
+TEST_CASE("the multi-query path is causal by position and honours the selection mask", "[kernels]") {
+  torch::manual_seed(3);
+  const int64_t R = 2, n = 4, hd = 16, m = 10;
+  torch::Tensor q = torch::randn({R, n, hd}), k = torch::randn({m, hd}), v = torch::randn({m, hd});
+  torch::Tensor pos = torch::arange(m, torch::kInt64);
+  torch::Tensor allowed = torch::ones({n, m}, torch::kBool);
+  allowed[2][1] = false;
+  torch::Tensor probs;
+  attention_multi(q, k, v, pos, 6, 0.25, 0, &probs, &allowed);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < m; ++j) {
+      bool visible = j <= 6 + i && !(i == 2 && j == 1);
+      if (!visible) CHECK(probs[0][i][j].item<float>() == 0.0f);
+      else CHECK(probs[0][i][j].item<float>() > 0.0f);
+    }
+  CHECK((probs.sum(-1) - 1).abs().max().item<float>() < 1e-5f);
+}
+
+TEST_CASE("INT4 group quantisation stays within half a step", "[kernels]") {
+  torch::manual_seed(5);
+  const int64_t rows = 50, hd = 64;
+  torch::Tensor x = torch::randn({rows, hd}) * 3;
+  std::vector<uint8_t> codes(static_cast<size_t>(rows * int4_code_bytes(hd)));
+  std::vector<float> params(static_cast<size_t>(rows * int4_groups(hd) * 2));
+  quantize_int4(x.data_ptr<float>(), rows, hd, codes.data(), params.data());
+  torch::Tensor y = torch::empty({rows, hd});
+  dequantize_int4(codes.data(), params.data(), rows, hd, y.data_ptr<float>());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < int4_groups(hd); ++g) {
+      float scale = params[size_t((r * int4_groups(hd) + g) * 2)];
+      torch::Tensor err = (x[r].narrow(0, g * kInt4Group, kInt4Group) - y[r].narrow(0, g * kInt4Group, kInt4Group)).abs();
+      REQUIRE(err.max().item<float>() <= scale / 2 + 1e-6f);
+    }
+  // Values on the grid come back exactly; a constant group has scale 0.
+  std::vector<float> grid(static_cast<size_t>(hd));
+  for (int64_t i = 0; i < hd; ++i) grid[size_t(i)] = -1.0f + float(i % 16) * 0.25f;
+  std::fill(grid.begin() + 32, grid.end(), 2.5f);
+  quantize_int4(grid.data(), 1, hd, codes.data(), params.data());
+  std::vector<float> back(static_cast<size_t>(hd));
+  dequantize_int4(codes.data(), params.data(), 1, hd, back.data());
+  for (int64_t i = 0; i < hd; ++i) CHECK(back[size_t(i)] == grid[size_t(i)]);
+  CHECK(params[2] == 0.0f);
+}
