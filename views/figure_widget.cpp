@@ -56,8 +56,15 @@ void FigureWidget::reload() {
         error_ = error;
         update();
         emit loadFailed(error);
-      });
+      },
+      priority());
   update();
+}
+
+int FigureWidget::priority() const {
+  // The heatmap is the central view; then views on screen; hidden tabs last.
+  if (name_ == "heatmap") return 2;
+  return isVisible() ? 1 : 0;
 }
 
 void FigureWidget::paintEvent(QPaintEvent*) {

@@ -46,6 +46,8 @@ class FigureWidget : public QWidget, public StateObserver {
   void paintEvent(QPaintEvent* event) override;
   void contextMenuEvent(QContextMenuEvent* event) override;
   QRectF area() const { return QRectF(rect()); }
+  // Worker priority of this view's loads.
+  int priority() const;
 
   CurrentState* state_;
   TraceService* service_;

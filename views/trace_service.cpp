@@ -1,6 +1,7 @@
 #include "views/trace_service.h"
 
 #include <QMetaObject>
+#include <algorithm>
 
 namespace kvscope::views {
 
@@ -23,17 +24,24 @@ TraceService::~TraceService() {
 }
 
 void TraceService::enqueue(const std::string& trace, const QString& key, QObject* context,
-                           std::function<void(TraceData*, const QString&)> work,
+                           int priority, std::function<void(TraceData*, const QString&)> work,
                            std::function<void()> deliver) {
   std::lock_guard<std::mutex> lock(mutex_);
-  Job job{trace, key, next_id_++, context, std::move(work), std::move(deliver)};
+  Job job{trace, key, next_id_++, priority, context, std::move(work), std::move(deliver)};
   latest_[key] = job.id;
   for (Job& queued : queue_)
-    if (queued.key == key) {  // stale: replace in place, keep its turn
+    if (queued.key == key && queued.priority == priority) {  // stale: replace, keep its turn
       queued = std::move(job);
       return;
     }
-  queue_.push_back(std::move(job));
+  for (auto it = queue_.begin(); it != queue_.end(); ++it)
+    if (it->key == key) {  // stale, but the priority changed: requeue below
+      queue_.erase(it);
+      break;
+    }
+  auto at = std::find_if(queue_.begin(), queue_.end(),
+                         [&](const Job& q) { return q.priority < job.priority; });
+  queue_.insert(at, std::move(job));
   wake_.notify_one();
 }
 
@@ -146,7 +154,7 @@ void TraceService::close(const std::string& trace) {
     lods_.erase(trace);
   }
   enqueue(
-      trace, "__close__", this, [](TraceData*, const QString&) {}, [] {});
+      trace, "__close__", this, 0, [](TraceData*, const QString&) {}, [] {});
 }
 
 }  // namespace kvscope::views

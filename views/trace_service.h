@@ -33,15 +33,16 @@ class TraceService : public QObject {
   // Runs `work` on the worker with the TraceData of `trace` (opened on first
   // use), then `done` on the GUI thread with the result, or `failed` with
   // the error text. Neither runs if `context` is gone or the key was
-  // requested again since.
+  // requested again since. Higher `priority` runs first (the view in
+  // front before hidden tabs); equal priorities run in request order.
   template <typename R>
   void request(const std::string& trace, const QString& key, std::function<R(TraceData&)> work,
                std::function<void(R)> done, QObject* context,
-               std::function<void(QString)> failed = {}) {
+               std::function<void(QString)> failed = {}, int priority = 0) {
     auto result = std::make_shared<std::optional<R>>();
     auto error = std::make_shared<QString>();
     enqueue(
-        trace, key, context,
+        trace, key, context, priority,
         [work = std::move(work), result, error](TraceData* data, const QString& open_error) {
           if (!data) {
             *error = open_error;
@@ -82,11 +83,12 @@ class TraceService : public QObject {
     std::string trace;
     QString key;
     uint64_t id = 0;
+    int priority = 0;
     QPointer<QObject> context;
     std::function<void(TraceData*, const QString&)> work;  // null data: open failed
     std::function<void()> deliver;
   };
-  void enqueue(const std::string& trace, const QString& key, QObject* context,
+  void enqueue(const std::string& trace, const QString& key, QObject* context, int priority,
                std::function<void(TraceData*, const QString&)> work, std::function<void()> deliver);
   void run();
   TraceData& data_for(const std::string& trace);  // worker thread only

@@ -101,6 +101,52 @@ TEST_CASE("the worker replaces queued requests with the same key and drops super
   CHECK(delivered[0] == 49);
 }
 
+TEST_CASE("the worker runs the view in front before hidden ones") {
+  test::qt_app(true);
+  std::string path = test::write_trace(test::small_spec());
+  views::TraceService service;
+  QObject context;
+  std::mutex m;
+  std::condition_variable cv;
+  bool release = false, started = false;
+  service.request<int>(
+      path, "block",
+      [&](views::TraceData&) {
+        std::unique_lock<std::mutex> lock(m);
+        started = true;
+        cv.notify_all();
+        cv.wait(lock, [&] { return release; });
+        return 0;
+      },
+      [](int) {}, &context);
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return started; });
+  }
+  std::vector<std::string> order;  // written by the worker only
+  auto job = [&order](std::string name) {
+    return std::function<int(views::TraceData&)>([&order, name](views::TraceData&) {
+      order.push_back(name);
+      return 0;
+    });
+  };
+  service.request<int>(
+      path, "hidden", job("hidden"), [](int) {}, &context, {}, 0);
+  service.request<int>(
+      path, "visible", job("visible"), [](int) {}, &context, {}, 1);
+  service.request<int>(
+      path, "heatmap", job("heatmap"), [](int) {}, &context, {}, 2);
+  service.request<int>(
+      path, "hidden2", job("hidden2"), [](int) {}, &context, {}, 0);
+  {
+    std::lock_guard<std::mutex> lock(m);
+    release = true;
+  }
+  cv.notify_all();
+  service.wait_idle();
+  CHECK(order == std::vector<std::string>{"heatmap", "visible", "hidden", "hidden2"});
+}
+
 TEST_CASE("the worker reports a file that is not a trace through the failure path") {
   test::qt_app(true);
   std::string bad = test::temp_dir() + "/not-a-trace.h5";
