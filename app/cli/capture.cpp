@@ -100,11 +100,12 @@ int run_capture_cli(const CaptureCliOptions& o) {
   if (!o.quiet) std::cout << r.generation.text << "\n";
   char line[512];
   std::snprintf(line, sizeof line,
-                "capture: %lld steps, policy %s, %lld entries held at the end, peak %.1f KiB KV | "
+                "capture: %lld steps, policy %s, %lld entries held at the end in %.1f KiB, peak %.1f KiB KV | "
                 "prefill %.1f tokens/s, decode %.1f tokens/s, policy %.3f ms per decode step | "
                 "finish: %s%s%s\n",
                 static_cast<long long>(r.steps), o.policy.c_str(),
-                static_cast<long long>(r.final_entries), double(r.peak_kv_bytes) / 1024.0,
+                static_cast<long long>(r.final_entries), double(r.final_kv_bytes) / 1024.0,
+                double(r.peak_kv_bytes) / 1024.0,
                 r.generation.prefill_tokens_per_second(), r.generation.decode_tokens_per_second(),
                 r.generation.decode_steps > 0 ? 1e3 * r.decode_policy_seconds / double(r.generation.decode_steps) : 0.0,
                 r.generation.finish_reason.c_str(),

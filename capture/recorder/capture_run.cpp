@@ -134,6 +134,7 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
     mark_roles(&sd, req);
     result.peak_kv_bytes = std::max(result.peak_kv_bytes, sd.step.kv_bytes);
     result.final_entries = sd.step.entries;
+    result.final_kv_bytes = sd.step.kv_bytes;
     if (writer) writer->append_step(sd);
     ++result.steps;
     if (req.progress) req.progress({ev.pos0 + ev.n, max_tokens, result.steps});

@@ -45,6 +45,7 @@ struct CaptureResult {
   int64_t steps = 0;
   int64_t final_entries = 0;
   int64_t peak_kv_bytes = 0;
+  int64_t final_kv_bytes = 0;
   double policy_seconds = 0;        // inside the policy's hooks
   double decode_policy_seconds = 0;  // of which during decode steps
   bool success = false;  // generation contains expected_answer (when a task is given)

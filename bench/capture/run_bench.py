@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Capture benchmark (not a test): SmolLM2-135M at ~1K and ~4K context.
+
+  * capture overhead of each level against --capture none (decode tokens/s, same policy)
+  * policy overhead: time inside the policy's hooks as a share of decode time
+  * KV bytes the cache holds at budgets 128/256/512 against full, and the slack
+    over entries x bytes per entry (goal: at most one page per head and tier)
+  * trace bytes per generated token at each level
+
+Every row runs `kvscope capture` on the same passkey prompt; the anchor of each
+ratio is measured in the same run. usage:
+  python3 bench/capture/run_bench.py [--build build] [--contexts 1000,4000] [--max-new 32] [--threads 2]
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+LINE = re.compile(r"capture: (\d+) steps, policy (\S+), (\d+) entries held at the end in ([\d.]+) KiB, peak ([\d.]+) KiB KV \| "
+                  r"prefill ([\d.]+) tokens/s, decode ([\d.]+) tokens/s, policy ([\d.]+) ms per decode step")
+
+
+def capture(exe, model, ctx, policy, levels, max_new, threads, out):
+    cmd = [exe, "capture", "--model", model, "--task", f"needle:tokens={ctx},depth=0.5,seed=1",
+           "--chat", "--policy", policy, "--capture", levels, "--max-new", str(max_new),
+           "--threads", str(threads), "--prefill-chunk", "512", "-q"]
+    if levels != "none":
+        cmd += ["-o", out]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{r.stderr}")
+    m = LINE.search(r.stderr)
+    if not m:
+        sys.exit(f"no summary line in:\n{r.stderr}")
+    steps, _, entries, final_kib, peak_kib, prefill, decode, policy_ms = m.groups()
+    return {"entries": int(entries), "final_bytes": float(final_kib) * 1024, "peak_bytes": float(peak_kib) * 1024, "prefill": float(prefill),
+            "decode": float(decode), "policy_ms": float(policy_ms), "steps": int(steps),
+            "trace_bytes": os.path.getsize(out) if levels != "none" else 0}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--contexts", default="1000,4000")
+    ap.add_argument("--max-new", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    exe = os.path.join(a.build, "app", "kvscope")
+    work = tempfile.mkdtemp(prefix="kvscope-capture-bench-")
+    L, K, hd, page = 30, 3, 64, 16  # SmolLM2-135M
+    entry_bytes = 2 * hd * 4
+    for ctx in [int(c) for c in a.contexts.split(",")]:
+        print(f"\n## ~{ctx}-token passkey prompt, {a.max_new} new tokens, {a.threads} threads\n")
+        out = os.path.join(work, "t.kvtrace.h5")
+        base = capture(exe, a.model, ctx, "full", "none", a.max_new, a.threads, out)
+        print("| capture level (policy full) | decode tok/s | vs none | trace bytes / generated token |")
+        print("|---|---|---|---|")
+        print(f"| none | {base['decode']:.2f} | 1.00 | — |")
+        for levels in ["events", "received", "received+pooled:16"]:
+            r = capture(exe, a.model, ctx, "full", levels, a.max_new, a.threads, out)
+            print(f"| {levels} | {r['decode']:.2f} | {r['decode'] / base['decode']:.2f} "
+                  f"(overhead {100 * (base['decode'] / r['decode'] - 1):.1f} %) | {r['trace_bytes'] / a.max_new:,.0f} |")
+        print("\n| policy | decode tok/s | policy ms / decode step | share of decode time | entries held at the end | KV bytes held | vs full | slack over entries | peak KV bytes |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        full = capture(exe, a.model, ctx, "full", "none", a.max_new, a.threads, out)
+        rows = [("full", full)]
+        for budget in [128, 256, 512]:
+            for spec in [f"streaming_llm:sinks=4,window={budget - 4}", f"h2o:heavy={budget // 2},recent={budget // 2}",
+                         f"snapkv:budget={budget}", f"tova:budget={budget}"]:
+                try:
+                    rows.append((spec, capture(exe, a.model, ctx, spec, "none", a.max_new, a.threads, out)))
+                except SystemExit as e:
+                    print(f"| {spec} | skipped: {str(e).splitlines()[0]} |")
+        for spec, r in rows:
+            step_ms = 1e3 / r["decode"]
+            slack = r["final_bytes"] - r["entries"] * entry_bytes
+            print(f"| {spec} | {r['decode']:.2f} | {r['policy_ms']:.3f} | {100 * r['policy_ms'] / step_ms:.1f} % | "
+                  f"{r['entries']:,} | {r['final_bytes'] / 2**20:.2f} MiB | {r['final_bytes'] / full['final_bytes']:.3f} | "
+                  f"{slack / (L * K * page * entry_bytes):.2f} pages/head | {r['peak_bytes'] / 2**20:.2f} MiB |")
+
+
+if __name__ == "__main__":
+    main()
