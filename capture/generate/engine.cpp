@@ -71,12 +71,20 @@ torch::ScalarType parse_dtype(const std::string& dtype, torch::Device device) {
 void set_threads(int threads) {
   if (threads < 0) throw InputError("", "--threads", "must be positive (0 keeps the default)");
   if (threads == 0) return;
-  torch::set_num_threads(threads);
-  // Debian's LibTorch calls OpenBLAS (pthreads build), whose pool LibTorch
-  // does not size; set it too when the library is loaded.
+  // Debian's LibTorch runs matrix products on OpenBLAS (pthreads build),
+  // whose worker pool is separate from LibTorch's OpenMP pool; both spin
+  // while idle, and with both sized to the core count they take turns
+  // stalling each other (measured on 2 cores: decode at 512 tokens of
+  // context 20 tok/s with one thread, 3 tok/s with two). So the BLAS pool
+  // gets the threads and LibTorch's element-wise ops run on the caller's
+  // thread. Without OpenBLAS (e.g. an MKL LibTorch) LibTorch gets them.
   using SetThreads = void (*)(int);
-  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
     f(threads);
+    torch::set_num_threads(1);
+  } else {
+    torch::set_num_threads(threads);
+  }
 }
 
 std::unique_ptr<tokenizer::Tokenizer> open_tokenizer(const std::string& model_path,

@@ -8,5 +8,6 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/llama2c_loader.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_loader.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rope.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cpu_ops.cpp
   ${CMAKE_CURRENT_LIST_DIR}/transformer.cpp
 )

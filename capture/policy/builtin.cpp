@@ -17,6 +17,10 @@ const std::vector<PolicyDescriptor>& builtin_policies() {
       adakv_descriptor(),
       duo_attention_descriptor(),
       quest_descriptor(),
+      wgkv_descriptor(),
+      attention_gate_descriptor(),
+      trimkv_descriptor(),
+      dbtrimkv_descriptor(),
   };
   return all;
 }

@@ -15,4 +15,8 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/policies/adakv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/duo_attention.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/quest.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/wgkv.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/attention_gate.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/trimkv.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/dbtrimkv.cpp
 )

@@ -57,7 +57,7 @@ torch::Tensor PolicyRun::attend(const model::AttentionInputs& in) {
 void PolicyRun::end_step() {
   cache_->end_step();
   events_ = cache_->take_events();
-  cache_->take_gates();
+  gates_ = cache_->take_gates();
 }
 
 void PolicyRun::on_attention(int64_t layer, int64_t kv_head, const float* probs, int64_t R,

@@ -57,6 +57,8 @@ class PolicyRun : public model::AttentionBackend, public cache::AttentionObserve
   const std::vector<std::vector<HeadProbs>>& last_probs() const { return probs_; }
   // Events of the last step.
   const std::vector<trace::Event>& last_events() const { return events_; }
+  // Gate values (the scored policies' scores) of the last step.
+  const std::vector<trace::GateValue>& last_gates() const { return gates_; }
   // All inputs of a layer concatenated over the steps so far.
   LayerInputs all_inputs(int64_t layer) const;
 
@@ -75,6 +77,7 @@ class PolicyRun : public model::AttentionBackend, public cache::AttentionObserve
   std::vector<std::vector<LayerInputs>> steps_;
   std::vector<std::vector<HeadProbs>> probs_;
   std::vector<trace::Event> events_;
+  std::vector<trace::GateValue> gates_;
   int64_t L_ = 0, K_ = 0;
 };
 

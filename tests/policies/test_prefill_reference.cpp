@@ -145,6 +145,10 @@ TEST_CASE("expected_attention keeps the sinks and the top expected attention x |
     for (int64_t h = 0; h < p.config().n_kv_heads; ++h) {
       std::vector<double> s = ref::expected_attention_scores(
           *p.model, q_pre, in.k, in.v, range(0, p.n()), h, p.n(), n_future, sinks, in.scale);
+      // The policy's scores (recorded as gate values) are the reference's.
+      for (const trace::GateValue& g : run->last_gates())
+        if (g.layer == l && g.kv_head == h && g.token >= sinks)
+          CHECK(g.value == Approx(s[size_t(g.token)]).epsilon(1e-3).margin(1e-12));
       std::set<int64_t> expected = top_k(range(sinks, p.n()), s, B - sinks);
       for (int64_t j = 0; j < sinks; ++j) expected.insert(j);
       INFO("layer " << l << " head " << h);

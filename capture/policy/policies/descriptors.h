@@ -18,6 +18,10 @@ PolicyDescriptor expected_attention_descriptor();
 PolicyDescriptor adakv_descriptor();
 PolicyDescriptor duo_attention_descriptor();
 PolicyDescriptor quest_descriptor();
+PolicyDescriptor wgkv_descriptor();
+PolicyDescriptor attention_gate_descriptor();
+PolicyDescriptor trimkv_descriptor();
+PolicyDescriptor dbtrimkv_descriptor();
 
 // Per-head scorers the policies above are built from (capture/policy/scorer.h).
 struct ScorerDescriptor;

@@ -38,8 +38,12 @@ class ExpectedAttentionScorer : public HeadScorer {
     L_ = m.n_layers, H_ = m.n_heads, K_ = m.n_kv_heads, d_ = m.head_dim, M_ = s.max_tokens;
     if (m.rope.enabled && !m.learned_positions)
       rope_ = std::make_unique<model::Rope>(m.rope, torch::Device(torch::kCPU));
-    sum_.assign(size_t(L_), torch::zeros({H_, d_}, torch::kFloat64));
-    sum_sq_.assign(size_t(L_), torch::zeros({H_, d_, d_}, torch::kFloat64));
+    // One tensor per layer (assign() would share one storage between layers).
+    sum_.clear(), sum_sq_.clear();
+    for (int64_t l = 0; l < L_; ++l) {
+      sum_.push_back(torch::zeros({H_, d_}, torch::kFloat64));
+      sum_sq_.push_back(torch::zeros({H_, d_, d_}, torch::kFloat64));
+    }
     count_.assign(size_t(L_), 0);
     mu_.assign(size_t(L_), torch::Tensor());
     cov_.assign(size_t(L_), torch::Tensor());

@@ -1,0 +1,112 @@
+// kvscope train --policy wgkv|attention-gate|retention|retention-global
+//   --model M --data PATH... [--generate N] --seq-len L --steps N [--lr X]
+//   [--gate key=value ...] [objective weights] [--resume] -o gates.safetensors
+// Learns a seed paper's gates for a frozen model (capture/gates/trainer.h,
+// docs/training.md). Writes the gate file, its .json metadata, the .log and
+// the .csv loss curve, and a .ckpt to --resume from.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "app/cli/command.h"
+#include "capture/gates/trainer.h"
+#include "capture/generate/engine_cli.h"
+#include "core/common/input_error.h"
+
+namespace kvscope::cli {
+
+namespace {
+
+struct TrainCli {
+  gates::TrainOptions o;
+  std::string policy;
+  std::vector<std::string> gate_values;
+};
+
+// "key=value" -> JSON number when it parses as one, else string.
+nlohmann::json parse_gate_values(const std::vector<std::string>& items) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const std::string& kv : items) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw InputError("", "--gate", "'" + kv + "': key=value expected");
+    const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+    char* end = nullptr;
+    const double d = std::strtod(value.c_str(), &end);
+    if (end && *end == '\0' && !value.empty())
+      out[key] = d;
+    else
+      out[key] = value;
+  }
+  return out;
+}
+
+// The command as typed (Linux: /proc/self/cmdline), for the gate metadata.
+std::string own_command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), out;
+  for (char ch : all) out += ch == '\0' ? ' ' : ch;
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+int run_train(TrainCli& c) {
+  c.o.command_line = own_command_line();
+  c.o.kind = gates::parse_gate_kind(c.policy, "", "--policy");
+  c.o.hyper_given = parse_gate_values(c.gate_values);
+  gates::TrainResult r = gates::train_gates(c.o);
+  std::fprintf(stderr, "train: wrote %s (+ .json .csv .log .ckpt) in %.1f s\n", c.o.output.c_str(),
+               r.wall_seconds);
+  return kExitOk;
+}
+
+Command add_train_command(CLI::App& app) {
+  auto c = std::make_shared<TrainCli>();
+  gates::TrainOptions& o = c->o;
+  CLI::App* sub = app.add_subcommand("train", "Train learned KV-cache gates (WG-KV, Attention-Gate, TrimKV/DBTrimKV)");
+  sub->add_option("--policy", c->policy, "wgkv | attention-gate | retention | retention-global")->required();
+  generate::add_model_options(sub, &o.model);
+  sub->add_option("--data", o.data.paths, "plain-text files or directories (e.g. a Debian docs corpus)");
+  sub->add_option("--generate", o.data.generate_tokens, "add this many tokens of text the model generates itself")
+      ->capture_default_str();
+  sub->add_option("--generate-temperature", o.data.temperature, "sampling temperature of generated text")
+      ->capture_default_str();
+  sub->add_option("--seq-len", o.seq_len, "tokens per training window")->capture_default_str();
+  sub->add_option("--steps", o.steps, "optimizer steps (one window each)")->capture_default_str();
+  sub->add_option("--lr", o.lr, "peak learning rate (AdamW, warmup then cosine)")->capture_default_str();
+  sub->add_option("--weight-decay", o.weight_decay, "AdamW weight decay")->capture_default_str();
+  sub->add_option("--warmup", o.warmup, "warmup share of the steps")->capture_default_str();
+  sub->add_option("--seed", o.seed, "seed of the initialisation, data order and generated text")
+      ->capture_default_str();
+  sub->add_option("--gate", c->gate_values,
+                  "gate hyperparameter key=value (wgkv: window, tau, expand; attention-gate: heads, "
+                  "head_dim, tau, gamma; retention*: hidden, bias_init, activation)");
+  sub->add_option("--lambda", o.lambda, "wgkv: weight of the sparsity loss mean(g + g(1-g))")
+      ->capture_default_str();
+  sub->add_option("--alpha", o.alpha, "attention-gate: weight of the eviction loss")->capture_default_str();
+  sub->add_option("--beta", o.beta, "attention-gate: target share of kept tokens")->capture_default_str();
+  sub->add_option("--budget", o.budget, "retention*: capacity M in tokens per head (0: seq-len/4)")
+      ->capture_default_str();
+  sub->add_option("--cap-weight", o.cap_weight, "retention*: weight of the capacity hinge")
+      ->capture_default_str();
+  sub->add_option("--ce-weight", o.ce_weight, "retention*: weight of the next-token cross-entropy")
+      ->capture_default_str();
+  sub->add_option("--eval-every", o.eval_every, "evaluate on held-out text every N steps (0: at the end)")
+      ->capture_default_str();
+  sub->add_option("--eval-windows", o.eval_windows, "held-out windows per evaluation")->capture_default_str();
+  sub->add_option("--checkpoint-every", o.checkpoint_every, "write the resumable .ckpt every N steps")
+      ->capture_default_str();
+  sub->add_flag("--resume", o.resume, "continue an interrupted run from its .ckpt (same options)");
+  sub->add_option("--stop-after", o.stop_after, "stop after N steps as if interrupted (to test --resume)");
+  sub->add_flag("-q,--quiet", o.quiet, "no progress lines on stderr (the .log still gets them)");
+  sub->add_option("-o,--output", o.output, "gate file to write (.safetensors)")->required();
+  return {sub, [c] { return run_train(*c); }};
+}
+
+}  // namespace
+
+KVSCOPE_REGISTER_COMMAND("train", add_train_command);
+
+}  // namespace kvscope::cli

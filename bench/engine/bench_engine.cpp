@@ -1,0 +1,149 @@
+// Inference-engine benchmark (not a test): prefill and decode tokens/s of a
+// model on given prompt ids, the machine's matrix-vector bandwidth, and the
+// decode time that bandwidth allows for the model's weight bytes. Prints one
+// JSON object; bench/engine/run_bench.py runs it beside transformers and
+// writes the comparison.
+//
+//   bench_engine --model M.gguf --ids ids.json --lengths 512,2048 --decode 64 --threads 2
+#include <sys/resource.h>
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "capture/generate/dense_kv_cache.h"
+#include "capture/generate/engine.h"
+#include "capture/generate/sampler.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
+}
+
+// Bytes per second of y = W x (GEMV, what decode is made of) for a weight
+// matrix far larger than the caches; best of several runs.
+double gemv_bandwidth(int64_t rows, int64_t cols) {
+  torch::Tensor w = torch::randn({rows, cols});
+  torch::Tensor x = torch::randn({cols});
+  torch::Tensor y = torch::empty({rows});
+  for (int i = 0; i < 3; ++i) torch::mv_out(y, w, x);
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t = Clock::now();
+    for (int i = 0; i < 10; ++i) torch::mv_out(y, w, x);
+    best = std::min(best, since(t) / 10);
+  }
+  return static_cast<double>(w.nbytes()) / best;
+}
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model, ids_path, lengths = "512,2048";
+  int threads = 2;
+  int64_t decode = 64, chunk = 512;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--model") model = v;
+    else if (a == "--ids") ids_path = v;
+    else if (a == "--lengths") lengths = v;
+    else if (a == "--decode") decode = std::stoll(v);
+    else if (a == "--threads") threads = std::stoi(v);
+    else if (a == "--chunk") chunk = std::stoll(v);
+    else {
+      std::cerr << "unknown option " << a << "\n";
+      return 2;
+    }
+  }
+  if (model.empty() || ids_path.empty()) {
+    std::cerr << "usage: bench_engine --model M --ids ids.json [--lengths 512,2048] [--decode 64] "
+                 "[--threads 2] [--chunk 512]\n";
+    return 2;
+  }
+  torch::NoGradGuard no_grad;
+  kvscope::generate::ModelOptions mo;
+  mo.model = model;
+  mo.threads = threads;
+  const auto load_start = Clock::now();
+  kvscope::generate::Engine engine = kvscope::generate::open_engine(mo);
+  const double load_s = since(load_start);
+  kvscope::model::Transformer& m = *engine.model;
+  std::ifstream in(ids_path);
+  const std::vector<int64_t> all_ids = nlohmann::json::parse(in).get<std::vector<int64_t>>();
+
+  nlohmann::json out;
+  out["engine"] = "kvscope";
+  out["model"] = model;
+  out["threads"] = threads;
+  out["prefill_chunk"] = chunk;
+  out["load_seconds"] = load_s;
+  out["weight_bytes"] = m.weight_bytes();
+  out["parameters"] = m.parameter_count();
+  const double bw = gemv_bandwidth(8192, 4096);
+  out["gemv_bytes_per_second"] = bw;
+  out["decode_floor_seconds"] = static_cast<double>(m.weight_bytes()) / bw;
+  kvscope::generate::Sampler greedy(kvscope::generate::SamplingOptions{});
+
+  for (int64_t n : parse_list(lengths)) {
+    if (n > static_cast<int64_t>(all_ids.size())) {
+      std::cerr << "ids file holds " << all_ids.size() << " ids, fewer than " << n << "\n";
+      return 2;
+    }
+    torch::Tensor ids = torch::tensor(std::vector<int64_t>(all_ids.begin(), all_ids.begin() + n));
+    kvscope::generate::DenseKvCache cache(m.config(), n + decode, torch::kCPU, torch::kFloat32);
+    // Warm-up on a short prefix (first-touch of weights and buffers).
+    {
+      kvscope::generate::DenseKvCache warm(m.config(), 64, torch::kCPU, torch::kFloat32);
+      m.forward(ids.narrow(0, 0, 32), 0, warm);
+      for (int64_t p = 32; p < 40; ++p) m.forward(ids.narrow(0, p, 1), p, warm);
+    }
+    auto t = Clock::now();
+    torch::Tensor logits;
+    m.announce_sequence_length(n);
+    for (int64_t p = 0; p < n; p += chunk) logits = m.forward(ids.narrow(0, p, std::min(chunk, n - p)), p, cache);
+    const double prefill_s = since(t);
+    int32_t token = greedy.next(logits[0]);
+    torch::Tensor next = torch::empty({1}, torch::kInt64);
+    std::vector<double> steps;
+    for (int64_t s = 0; s < decode; ++s) {
+      t = Clock::now();
+      next.data_ptr<int64_t>()[0] = token;
+      logits = m.forward(next, n + s, cache);
+      token = greedy.next(logits[0]);
+      steps.push_back(since(t));
+    }
+    double decode_s = 0;
+    for (double s : steps) decode_s += s;
+    nlohmann::json r;
+    r["prompt_tokens"] = n;
+    r["prefill_seconds"] = prefill_s;
+    r["prefill_tokens_per_second"] = static_cast<double>(n) / prefill_s;
+    r["decode_steps"] = decode;
+    r["decode_seconds"] = decode_s;
+    r["decode_tokens_per_second"] = static_cast<double>(decode) / decode_s;
+    out["runs"].push_back(r);
+  }
+  out["peak_rss_mib"] = peak_rss_mib();
+  std::cout << out.dump(2) << "\n";
+  return 0;
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""The transformers side of the engine benchmark: the same model (the GGUF,
+dequantised to fp32 by transformers' gguf_file= loader), the same prompt ids,
+the same thread count; prefill as one forward, then greedy decode steps with
+the KV cache. Prints one JSON object like bench_engine does.
+
+    python bench_transformers.py --model M.gguf --ids ids.json --lengths 512,2048 --decode 64 --threads 2
+"""
+import argparse
+import json
+import os
+import resource
+import time
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--ids", required=True)
+    ap.add_argument("--lengths", default="512,2048")
+    ap.add_argument("--decode", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+
+    torch.set_num_threads(a.threads)
+    with open(a.ids) as f:
+        all_ids = json.load(f)
+    t = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(os.path.abspath(a.model)), gguf_file=os.path.basename(a.model),
+        dtype=torch.float32)
+    model.eval()
+    load_s = time.perf_counter() - t
+    out = {"engine": "transformers", "transformers": transformers.__version__,
+           "torch": torch.__version__, "threads": torch.get_num_threads(), "model": a.model,
+           "attn_implementation": model.config._attn_implementation,
+           "load_seconds": load_s, "runs": []}
+    with torch.inference_mode():
+        warm = torch.tensor([all_ids[:32]])
+        o = model(input_ids=warm, use_cache=True)
+        cache = o.past_key_values
+        for p in range(32, 40):
+            o = model(input_ids=torch.tensor([[all_ids[p]]]), past_key_values=cache, use_cache=True)
+            cache = o.past_key_values
+        for n in [int(x) for x in a.lengths.split(",")]:
+            ids = torch.tensor([all_ids[:n]])
+            t = time.perf_counter()
+            o = model(input_ids=ids, use_cache=True)
+            prefill_s = time.perf_counter() - t
+            cache = o.past_key_values
+            token = int(o.logits[0, -1].argmax())
+            steps = []
+            for _ in range(a.decode):
+                t = time.perf_counter()
+                o = model(input_ids=torch.tensor([[token]]), past_key_values=cache, use_cache=True)
+                cache = o.past_key_values
+                token = int(o.logits[0, -1].argmax())
+                steps.append(time.perf_counter() - t)
+            decode_s = sum(steps)
+            out["runs"].append({"prompt_tokens": n, "prefill_seconds": prefill_s,
+                                "prefill_tokens_per_second": n / prefill_s,
+                                "decode_steps": a.decode, "decode_seconds": decode_s,
+                                "decode_tokens_per_second": a.decode / decode_s})
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,354 @@
+#include "capture/gates/gate_set.h"
+
+#include <openssl/evp.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "capture/formats/safetensors.h"
+#include "capture/gates/official_checkpoints.h"
+#include "capture/gates/torch_pickle.h"
+#include "core/common/input_error.h"
+
+namespace kvscope::gates {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const char* gate_kind_name(GateKind k) {
+  switch (k) {
+    case GateKind::WriteGate:
+      return "wgkv";
+    case GateKind::AttentionGate:
+      return "attention-gate";
+    case GateKind::Retention:
+      return "retention";
+    case GateKind::RetentionGlobal:
+      return "retention-global";
+  }
+  return "?";
+}
+
+GateKind parse_gate_kind(const std::string& name, const std::string& file, const std::string& field) {
+  for (GateKind k : {GateKind::WriteGate, GateKind::AttentionGate, GateKind::Retention,
+                     GateKind::RetentionGlobal})
+    if (name == gate_kind_name(k)) return k;
+  throw InputError(file, field,
+                   "'" + name + "' is not a gate kind (wgkv, attention-gate, retention, retention-global)");
+}
+
+double GateSet::hyper(const std::string& key) const {
+  const json& h = meta.at("hyperparameters");
+  if (!h.contains(key) || !h[key].is_number())
+    throw InputError(source, "hyperparameters." + key, "missing or not a number");
+  return h[key].get<double>();
+}
+
+const torch::Tensor& GateSet::param(const std::string& name) const {
+  auto it = params.find(name);
+  if (it == params.end()) throw InputError(source, name, "tensor missing from the gate file");
+  return it->second;
+}
+
+std::vector<torch::Tensor> GateSet::trainable() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& [name, t] : params) out.push_back(t);
+  return out;
+}
+
+// ---- hyperparameters --------------------------------------------------------
+
+json default_hyperparameters(GateKind kind, const GateShape& s) {
+  switch (kind) {
+    case GateKind::WriteGate:  // official WG-KV config defaults (seed 000 §5.1)
+      return {{"window", 256}, {"tau", 0.1}, {"expand", 4}, {"epsilon", 1e-3},
+              {"norm_eps", 1e-6}, {"activation", "gelu"}};
+    case GateKind::AttentionGate:  // seed 001 §4.1 (CPT setting), Table 3 (1): 4 heads
+      return {{"heads", 4}, {"head_dim", s.head_dim}, {"tau", 0.5}, {"gamma", 2.0}};
+    case GateKind::Retention:  // official TrimKV config defaults
+      return {{"hidden", 512}, {"activation", "silu"}, {"bias_init", 10.0}};
+    case GateKind::RetentionGlobal:
+      return {{"hidden", 64}, {"activation", "silu"}, {"bias_init", 10.0}};
+  }
+  return json::object();
+}
+
+json resolve_hyperparameters(GateKind kind, const GateShape& shape, const json& given,
+                             const std::string& field) {
+  json h = default_hyperparameters(kind, shape);
+  if (given.is_null()) return h;
+  for (auto it = given.begin(); it != given.end(); ++it) {
+    if (!h.contains(it.key()))
+      throw InputError("", field,
+                       "'" + it.key() + "' is not a hyperparameter of " + gate_kind_name(kind) +
+                           " gates (known: " + [&] {
+                             std::string k;
+                             for (auto d = h.begin(); d != h.end(); ++d) k += (k.empty() ? "" : ", ") + d.key();
+                             return k;
+                           }() + ")");
+    if (h[it.key()].is_string() != it.value().is_string())
+      throw InputError("", field + "." + it.key(), "wrong type");
+    h[it.key()] = it.value();
+  }
+  if (h.contains("activation") && h["activation"] != "silu" && h["activation"] != "gelu")
+    throw InputError("", field + ".activation", "silu or gelu expected");
+  return h;
+}
+
+// ---- shapes -----------------------------------------------------------------
+
+std::map<std::string, std::vector<int64_t>> expected_parameters(GateKind kind, const json& h,
+                                                                const GateShape& s) {
+  std::map<std::string, std::vector<int64_t>> out;
+  const int64_t K = s.n_kv_heads, hd = s.head_dim, D = s.hidden_size;
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    switch (kind) {
+      case GateKind::WriteGate: {
+        const int64_t inner = int64_t(h.at("expand").get<double>() * double(hd));
+        const std::string g = p + "self_attn.g_predictors.";
+        out[g + "pre_key_norm.weight"] = {hd};
+        out[g + "post_key_norm.weight"] = {hd};
+        out[g + "conv1.weight"] = {K * inner, 2 * hd, 1};
+        out[g + "conv1.bias"] = {K * inner};
+        out[g + "conv2.weight"] = {K, inner, 1};
+        out[g + "conv2.bias"] = {K};
+        break;
+      }
+      case GateKind::AttentionGate: {
+        const int64_t w = h.at("heads").get<int64_t>() * h.at("head_dim").get<int64_t>();
+        for (const char* m : {"q_proj", "k_proj", "v_proj"})
+          out[p + "attention_gate." + m + ".weight"] = {w, D};
+        out[p + "attention_gate.o_proj.weight"] = {K, w};
+        break;
+      }
+      case GateKind::Retention: {
+        const int64_t I = h.at("hidden").get<int64_t>();
+        const std::string g = p + "self_attn.retention_gate.";
+        out[g + "linear1.weight"] = {I, D};
+        out[g + "linear1.bias"] = {I};
+        out[g + "linear2.weight"] = {K, I};
+        out[g + "bias"] = {K};
+        break;
+      }
+      case GateKind::RetentionGlobal: {
+        const int64_t I = h.at("hidden").get<int64_t>();
+        const std::string g = p + "self_attn.retention_gate.";
+        out[g + "linear1.weight"] = {K * I, D};
+        out[g + "linear1.bias"] = {K * I};
+        break;
+      }
+    }
+  }
+  if (kind == GateKind::RetentionGlobal) {
+    out["retention_gate_shared.linear2.weight"] = {1, h.at("hidden").get<int64_t>()};
+    out["retention_gate_shared.bias"] = {1};
+  }
+  return out;
+}
+
+// ---- initialisation -----------------------------------------------------------
+
+GateSet init_gates(GateKind kind, const json& hyper, const GateShape& shape, uint64_t seed) {
+  GateSet set;
+  set.kind = kind;
+  set.shape = shape;
+  set.meta = {{"format", "kvscope-gates"},
+              {"version", 1},
+              {"policy", gate_kind_name(kind)},
+              {"hyperparameters", hyper}};
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(seed);
+  const auto shapes = expected_parameters(kind, hyper, shape);
+  for (const auto& [name, dims] : shapes) {
+    torch::Tensor t = torch::empty(dims, torch::kFloat32);
+    const bool is_bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    const bool is_norm = name.find("_norm.weight") != std::string::npos;
+    switch (kind) {
+      case GateKind::WriteGate: {
+        // nn.Conv1d.reset_parameters: weight and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+        // (kaiming_uniform with a = sqrt(5) gives the same bound); RMSNorm weights 1.
+        if (is_norm) {
+          t.fill_(1.0);
+        } else {
+          const std::string w = name.substr(0, name.rfind('.')) + ".weight";
+          const std::vector<int64_t>& wd = shapes.at(w);
+          const double bound = 1.0 / std::sqrt(double(wd[1] * wd[2]));
+          t.uniform_(-bound, bound);
+        }
+        break;
+      }
+      case GateKind::AttentionGate:  // Xavier (Glorot) uniform, seed 001 §3.5
+        torch::nn::init::xavier_uniform_(t);
+        break;
+      case GateKind::Retention:
+      case GateKind::RetentionGlobal:
+        // TrimKV RetentionGate.reset_parameters: weights N(0, 0.02), linear1
+        // bias 0, the final bias retention_gate_bias_init (beta ~ 1 at start).
+        if (name.find("linear1.bias") != std::string::npos)
+          t.zero_();
+        else if (is_bias)
+          t.fill_(hyper.at("bias_init").get<double>());
+        else
+          t.normal_(0.0, 0.02);
+        break;
+    }
+    set.params[name] = t;
+  }
+  return set;
+}
+
+// ---- files --------------------------------------------------------------------
+
+void save_gates(const GateSet& set, const std::string& path) {
+  json header;
+  json meta = set.meta;
+  meta["policy"] = gate_kind_name(set.kind);
+  header["__metadata__"] = {{"kvscope.gates", meta.dump()}};
+  uint64_t offset = 0;
+  std::vector<torch::Tensor> data;
+  for (const auto& [name, t] : set.params) {
+    torch::Tensor c = t.detach().to(torch::kFloat32).contiguous();
+    const uint64_t nbytes = uint64_t(c.numel()) * 4;
+    header[name] = {{"dtype", "F32"}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+    data.push_back(c);
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // align the data to 8 bytes
+  const std::string tmp = path + ".partial";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError(path, "", "cannot write");
+    uint64_t n = h.size();
+    char len[8];
+    for (int k = 0; k < 8; ++k) len[k] = char((n >> (8 * k)) & 0xff);
+    out.write(len, 8);
+    out.write(h.data(), std::streamsize(h.size()));
+    for (const torch::Tensor& c : data)
+      out.write(static_cast<const char*>(c.data_ptr()), std::streamsize(c.numel() * 4));
+    if (!out) throw std::runtime_error(path + ": write failed");
+  }
+  fs::rename(tmp, path);
+}
+
+namespace {
+
+GateShape shape_of(const model::ModelConfig& m) { return GateShape::of(m); }
+
+GateSet load_kvscope_file(const std::string& path, const model::ModelConfig& model) {
+  formats::SafetensorsFile f(path);
+  auto it = f.metadata().find("kvscope.gates");
+  if (it == f.metadata().end())
+    throw InputError(path, "__metadata__.kvscope.gates",
+                     "missing: not a kvscope gate file (train one with `kvscope train`)");
+  GateSet set;
+  set.source = path;
+  try {
+    set.meta = json::parse(it->second);
+  } catch (const std::exception& e) {
+    throw InputError(path, "__metadata__.kvscope.gates", std::string("invalid JSON: ") + e.what());
+  }
+  if (set.meta.value("format", "") != "kvscope-gates")
+    throw InputError(path, "format", "'kvscope-gates' expected");
+  if (set.meta.value("version", 0) != 1)
+    throw InputError(path, "version",
+                     "gate file version " + std::to_string(set.meta.value("version", 0)) +
+                         " is not read by this KVScope (it reads version 1)");
+  set.kind = parse_gate_kind(set.meta.value("policy", ""), path, "policy");
+  set.shape = shape_of(model);
+  set.meta["hyperparameters"] = resolve_hyperparameters(
+      set.kind, set.shape, set.meta.value("hyperparameters", json::object()), "hyperparameters");
+  for (const auto& [name, t] : f.tensors()) {
+    if (t.dtype != formats::StDtype::F32)
+      throw InputError(path, name, "dtype " + t.dtype_name + ", F32 expected");
+    torch::Tensor x = torch::from_blob(const_cast<uint8_t*>(f.data(t)), t.shape, torch::kFloat32).clone();
+    set.params[name] = x;
+  }
+  return set;
+}
+
+std::string dims(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t k = 0; k < d.size(); ++k) s += (k ? ", " : "") + std::to_string(d[k]);
+  return s + "]";
+}
+
+}  // namespace
+
+void check_fits(const GateSet& set, const model::ModelConfig& model) {
+  const GateShape s = shape_of(model);
+  const json& h = set.meta.at("hyperparameters");
+  const auto want = expected_parameters(set.kind, h, s);
+  std::vector<std::string> problems;
+  int64_t file_layers = 0;
+  for (const auto& [name, t] : set.params)
+    if (name.rfind("layers.", 0) == 0) file_layers = std::max<int64_t>(file_layers, std::stoll(name.substr(7)) + 1);
+  if (file_layers != s.n_layers)
+    problems.push_back("the file has gates for " + std::to_string(file_layers) + " layers, the model has " +
+                       std::to_string(s.n_layers));
+  for (const auto& [name, d] : want) {
+    auto it = set.params.find(name);
+    if (it == set.params.end()) {
+      if (problems.size() < 12) problems.push_back(name + " is missing");
+      continue;
+    }
+    if (it->second.sizes().vec() != d && problems.size() < 12)
+      problems.push_back(name + " has shape " + dims(it->second.sizes().vec()) + ", the model needs " +
+                         dims(d));
+  }
+  for (const auto& [name, t] : set.params)
+    if (!want.count(name) && problems.size() < 12) problems.push_back(name + " is not a parameter of this model's " +
+                                                                       std::string(gate_kind_name(set.kind)) + " gates");
+  if (problems.empty()) return;
+  std::string msg = std::string(gate_kind_name(set.kind)) + " gates do not fit " + model.name + " (" +
+                    std::to_string(s.n_layers) + " layers, " + std::to_string(s.n_kv_heads) +
+                    " kv heads, head_dim " + std::to_string(s.head_dim) + ", hidden " +
+                    std::to_string(s.hidden_size) + "): ";
+  for (size_t k = 0; k < problems.size(); ++k) msg += (k ? "; " : "") + problems[k];
+  if (problems.size() >= 12) msg += "; ...";
+  if (set.meta.contains("base_model") && set.meta["base_model"].contains("name"))
+    msg += " (the file was trained for " + set.meta["base_model"]["name"].get<std::string>() + ")";
+  throw InputError(set.source, "shape", msg);
+}
+
+GateSet load_gates(const std::string& path, const model::ModelConfig& model) {
+  if (path.empty()) throw InputError("", "gates", "a gate file is required");
+  if (!fs::exists(path)) throw InputError(path, "", "no such gate file");
+  GateSet set;
+  if (fs::is_directory(path) || looks_like_torch_save(path))
+    set = load_official_checkpoint(path, GateShape::of(model));
+  else
+    set = load_kvscope_file(path, model);
+  check_fits(set, model);
+  return set;
+}
+
+std::string file_sha256(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, "", "cannot open");
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), std::streamsize(buf.size()));
+    if (in.gcount() > 0) EVP_DigestUpdate(ctx, buf.data(), size_t(in.gcount()));
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(ctx, md, &n);
+  EVP_MD_CTX_free(ctx);
+  std::string hex;
+  char b[3];
+  for (unsigned int k = 0; k < n; ++k) {
+    std::snprintf(b, sizeof b, "%02x", md[k]);
+    hex += b;
+  }
+  return hex;
+}
+
+}  // namespace kvscope::gates

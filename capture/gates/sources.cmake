@@ -1,0 +1,13 @@
+# Learned gates (seeds 000-002): gate files and official checkpoints, the gate
+# networks, the differentiable gated attention and the trainer.
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # SHA-256 of models and data
+target_link_libraries(kvscope_capture PRIVATE OpenSSL::Crypto)
+target_sources(kvscope_capture PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/torch_pickle.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gate_set.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/official_checkpoints.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gate_nets.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gated_attention.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/train_data.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
+)

@@ -1,0 +1,37 @@
+// Helpers of the gate tests: model shapes, scripted attention inputs, and
+// the stories260K model.
+#pragma once
+
+#include <torch/torch.h>
+// LibTorch brings glog, whose CHECK would shadow Catch's.
+#undef CHECK
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <string>
+
+#include "capture/gates/gate_set.h"
+#include "capture/model/attention_backend.h"
+#include "capture/model/model_config.h"
+#include "capture/model/transformer.h"
+
+namespace kvscope::test {
+
+// A synthetic model shape (no weights): L layers, H query heads, K kv heads.
+model::ModelConfig gate_config(int64_t L, int64_t H, int64_t K, int64_t hd, int64_t D,
+                               const std::string& name = "synthetic");
+// stories260K's shape: 5 layers, 8 heads, 4 kv heads, head_dim 8, hidden 64.
+model::ModelConfig stories_shape();
+// Random inputs for one layer and step (seeded), n tokens at pos0.
+model::AttentionInputs gate_inputs(const model::ModelConfig& c, int64_t layer, int64_t pos0, int64_t n,
+                                   uint64_t seed);
+// Every parameter of `set` replaced by N(0, scale) noise (seeded), so tests do
+// not depend on an initialisation that makes terms vanish.
+void randomize(gates::GateSet& set, uint64_t seed, double scale = 0.5);
+// Saves `set` into a fresh temp file and returns its path.
+std::string save_temp(const gates::GateSet& set, const std::string& name);
+std::string stories_model_path();
+std::string stories_tokenizer_path();
+std::string gate_fixture(const std::string& name);  // tests/fixtures/gates/<name>
+
+}  // namespace kvscope::test
