@@ -117,11 +117,19 @@ int main(int argc, char** argv) {
       m.forward(ids.narrow(0, 0, 32), 0, warm);
       for (int64_t p = 32; p < 40; ++p) m.forward(ids.narrow(0, p, 1), p, warm);
     }
-    auto t = Clock::now();
+    // Twice, the faster counts (as the transformers side): the first prefill
+    // of a new length pays one-time costs (allocator growth, first touch).
     torch::Tensor logits;
-    m.announce_sequence_length(n);
-    for (int64_t p = 0; p < n; p += chunk) logits = m.forward(ids.narrow(0, p, std::min(chunk, n - p)), p, cache);
-    const double prefill_s = since(t);
+    double prefill_s = 1e30;
+    for (int rep = 0; rep < 2; ++rep) {
+      cache.reset();
+      auto t = Clock::now();
+      m.announce_sequence_length(n);
+      for (int64_t p = 0; p < n; p += chunk)
+        logits = m.forward(ids.narrow(0, p, std::min(chunk, n - p)), p, cache);
+      prefill_s = std::min(prefill_s, since(t));
+    }
+    auto t = Clock::now();
     int32_t token = greedy.next(logits[0]);
     torch::Tensor next = torch::empty({1}, torch::kInt64);
     std::vector<double> steps;

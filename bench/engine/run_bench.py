@@ -7,6 +7,8 @@ prints the ratios as a Markdown table (for docs/performance.md, section
     /work/venv/bin/python bench/engine/run_bench.py \\
         --bench build/bench/engine/bench_engine \\
         --model models/SmolLM2-135M-Instruct.Q4_1.gguf [--threads 2] [--repeats 2]
+    /work/venv/bin/python bench/engine/run_bench.py --bench build/bench/engine/bench_engine \\
+        --model ../shared/models/stories260K/stories260K.bin --vocab 512 --lengths 128,448
 
 Each engine runs in its own process (so peak RSS is its own), alternating
 KVScope / transformers for --repeats rounds; the table reports the best
@@ -43,33 +45,46 @@ def main():
     ap.add_argument("--lengths", default="512,2048")
     ap.add_argument("--decode", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--vocab", type=int, default=49152,
+                    help="the model's vocabulary size (prompt ids are drawn below it)")
     ap.add_argument("--out", default=None, help="write all measurements as JSON here")
     a = ap.parse_args()
 
     rng = random.Random(1234)  # the same prompt ids for both engines
-    ids = [rng.randrange(100, 49000) for _ in range(max(int(x) for x in a.lengths.split(",")))]
+    ids = [rng.randrange(100 if a.vocab > 1000 else 3, min(49000, a.vocab))
+           for _ in range(max(int(x) for x in a.lengths.split(",")))]
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(ids, f)
         ids_path = f.name
     common = ["--model", a.model, "--ids", ids_path, "--lengths", a.lengths,
               "--decode", str(a.decode), "--threads", str(a.threads)]
     kv, hf = [], []
+    load_before = os.getloadavg()
     for r in range(a.repeats):
         print(f"round {r + 1}/{a.repeats}: kvscope", file=sys.stderr)
         kv.append(run_json([a.bench] + common))
         print(f"round {r + 1}/{a.repeats}: transformers", file=sys.stderr)
         hf.append(run_json([sys.executable, os.path.join(HERE, "bench_transformers.py")] + common))
     os.unlink(ids_path)
+    load_after = os.getloadavg()
 
     floor = min(k["decode_floor_seconds"] for k in kv)
     bw = max(k["gemv_bytes_per_second"] for k in kv)
+    cpu = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
     lines = [
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+        f"Machine: {cpu}, {os.cpu_count()} cores; "
         f"{a.threads} threads; fp32; model {os.path.basename(a.model)} "
         f"({kv[0]['parameters'] / 1e6:.1f} M parameters, {kv[0]['weight_bytes'] / 2**20:.0f} MiB of fp32 weights); "
         f"transformers {hf[0]['transformers']}, torch {hf[0]['torch']} ({hf[0]['attn_implementation']} attention); "
-        f"best of {a.repeats} alternating rounds, {a.decode} decode steps after each prompt; "
-        f"{time.strftime('%Y-%m-%d')}.",
+        f"best of {a.repeats} alternating rounds (each prefill run twice, the faster kept), "
+        f"{a.decode} decode steps after each prompt; "
+        f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
         "| prompt | KVScope prefill tok/s | transformers prefill tok/s | ratio | KVScope decode tok/s | transformers decode tok/s | ratio | KVScope decode ms/token | bandwidth floor ms/token | floor / KVScope |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",

@@ -141,7 +141,7 @@ def main():
                 row[f"{name}/{b}"] = capture(args, bspec, prompt, trace, args.new)
         for name, spec in budget_policies.items():
             row[name] = capture(args, spec.replace("{M}", str(args.budget)), prompt, trace, args.new)
-        for b, bspec in baselines(args.budget).items():
+        for b, bspec in (baselines(args.budget) if budget_policies else {}).items():
             row[f"budget/{b}"] = capture(args, bspec, prompt, trace, args.new)
         results["heldout"].append(row)
         print(json.dumps({k: (v if not isinstance(v, dict) else {x: v[x] for x in ("kl", "recall", "entries_per_head")})
@@ -166,7 +166,7 @@ def main():
             M = max(8, int(args.budget * ctx / args.context))
             for name, spec in budget_policies.items():
                 row[name] = capture(args, spec.replace("{M}", str(M)), prompt, trace, 8, chat=True, expect=code)
-            for b, bspec in baselines(M).items():
+            for b, bspec in (baselines(M) if budget_policies else {}).items():
                 row[f"budget/{b}"] = capture(args, bspec, prompt, trace, 8, chat=True, expect=code)
             results["needle"].append(row)
             print(json.dumps({k: (v["success"], round(v["entries_per_head"], 1)) if isinstance(v, dict) else v

@@ -101,7 +101,13 @@ GenerationResult Generator::run(const std::vector<int32_t>& prompt, const Genera
   r.prompt_ids = prompt;
   r.prefill_tokens = static_cast<int64_t>(prompt.size());
   std::unique_ptr<tokenizer::StreamDecoder> decoder;
-  if (tokenizer_) decoder = std::make_unique<tokenizer::StreamDecoder>(*tokenizer_);
+  if (tokenizer_) {
+    decoder = std::make_unique<tokenizer::StreamDecoder>(*tokenizer_);
+    // The prompt is context, not output: a SentencePiece decoder strips the
+    // first space of a decode, so the first generated token would lose its
+    // leading space if decoded alone.
+    decoder->prime(prompt);
+  }
   StopFilter stops(o.stop_strings);
   auto emit = [&](const std::string& text) {
     if (text.empty()) return;

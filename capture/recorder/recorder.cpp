@@ -180,6 +180,9 @@ trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& 
       else ++it;
     }
   }
+  // The prompt primes the stream decoder (a SentencePiece decode strips its
+  // first space: the first generated token alone would lose its own).
+  if (decoder_ && prefill) decoder_->prime(ids);
   if (decoder_ && sampled >= 0 && !tokenizer_->is_special(sampled)) sd.generated_text = decoder_->push(sampled);
   last_ = std::chrono::steady_clock::now();
   return sd;

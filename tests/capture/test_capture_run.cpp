@@ -12,6 +12,7 @@
 #include "capture/generate/generator.h"
 #include "capture/policy/registry.h"
 #include "capture/recorder/capture_run.h"
+#include "capture/tokenizer/tokenizer.h"
 #include "core/trace/reader.h"
 #include "core/trace/validate.h"
 #include "tests/support/paths.h"
@@ -140,6 +141,38 @@ TEST_CASE("H2O's scores are the attention each entry received, summed step by st
     }
   CHECK(checked > 100);
   CHECK(trace::validate_trace(req.output).ok());
+}
+
+TEST_CASE("the trace's generated text keeps the leading space of the first SentencePiece token",
+          "[capture][text]") {
+  // The Hub's Llama 2 tokenizer.json strips the first space of a decode, so
+  // the recorder's stream decoder must be primed with the prompt (fed in
+  // chunks here). stories260K's ids (< 512) are valid Llama 2 pieces; its own
+  // tok512.bin decodes llama2.c's way and never strips.
+  generate::Engine engine = stories_engine();
+  engine.tokenizer =
+      tokenizer::Tokenizer::load(test::source_dir() + "/tests/fixtures/tokenizer/llama2/tokenizer.json");
+  recorder::CaptureRequest req;
+  req.prompt_ids = kPrompt;
+  req.prompt_text = engine.tokenizer->decode(kPrompt);
+  req.generation.max_new_tokens = 8;
+  req.generation.prefill_chunk = 4;
+  req.generation.stop_at_eos = false;
+  req.output = test::temp_dir() + "/text.kvtrace.h5";
+  recorder::CaptureResult result = recorder::run_capture(engine, req);
+  const std::vector<int32_t>& out = result.generation.output_ids;
+  REQUIRE(out.size() == 8);
+  for (int32_t id : out) REQUIRE_FALSE(engine.tokenizer->is_special(id));
+  std::vector<int32_t> all = kPrompt;
+  all.insert(all.end(), out.begin(), out.end());
+  const std::string before = engine.tokenizer->decode(kPrompt), whole = engine.tokenizer->decode(all);
+  REQUIRE(whole.compare(0, before.size(), before) == 0);
+  const std::string expected = whole.substr(before.size());
+  // The first generated token alone decodes without the space it has here.
+  REQUIRE(expected.rfind(' ', 0) == 0);
+  REQUIRE(engine.tokenizer->decode({out[0]}).rfind(' ', 0) != 0);
+  CHECK(result.generation.text == expected);
+  CHECK(trace::TraceReader::open(req.output)->generated_text() == expected);
 }
 
 TEST_CASE("kvscope capture writes a valid trace and rejects bad input with exit 2", "[capture][cli]") {

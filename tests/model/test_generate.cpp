@@ -54,6 +54,11 @@ GenerationResult greedy(kvscope::model::Transformer& model, const std::vector<in
   return g.run(prompt, o);
 }
 
+std::vector<int32_t> prompt_plus(std::vector<int32_t> prompt, const std::vector<int32_t>& more) {
+  prompt.insert(prompt.end(), more.begin(), more.end());
+  return prompt;
+}
+
 }  // namespace
 
 TEST_CASE("stories260K reproduces the llama2.c reference sequences exactly",
@@ -110,6 +115,33 @@ TEST_CASE("stories260K with its tokenizer: prompt ids, text and stop strings",
   CHECK(l.finish_reason == "length");
   CHECK(l.output_ids.size() == 3);
   CHECK(l.decode_steps == 2);
+}
+
+TEST_CASE("streamed text keeps the leading space of the first generated SentencePiece token",
+          "[generate][stories]") {
+  // The Hub's Llama 2 tokenizer.json decodes "\u2581" to a space and then
+  // strips the first space of the whole decode (Strip decoder), so a token
+  // decoded on its own loses its leading space. The generator must prime its
+  // stream decoder with the prompt, as transformers' TextStreamer decodes
+  // the output after the prompt. stories260K's tok512.bin decodes llama2.c's
+  // way (no strip), so its ids, all < 512 and valid Llama 2 pieces, are
+  // decoded here with the Llama 2 tokenizer.json.
+  torch::NoGradGuard no_grad;
+  auto model = stories();
+  auto tok = kvscope::tokenizer::Tokenizer::load(kvscope::test::source_dir() +
+                                                 "/tests/fixtures/tokenizer/llama2/tokenizer.json");
+  auto story = kvscope::tokenizer::Tokenizer::from_llama2c(stories_dir() + "/tok512.bin", 512);
+  const std::vector<int32_t> prompt = story->encode("Once upon a time, there was a", true);
+  GenerationResult r = greedy(*model, prompt, 8, 512, tok.get());
+  REQUIRE(r.output_ids.size() == 8);
+  // The first generated piece starts with the word marker (id 376, "\u2581\""),
+  // whose space a decode of that token alone drops.
+  REQUIRE(tok->decode({r.output_ids[0]}).rfind(' ', 0) != 0);
+  const std::string all = tok->decode(prompt_plus(prompt, r.output_ids));
+  const std::string before = tok->decode(prompt);
+  REQUIRE(all.compare(0, before.size(), before) == 0);
+  CHECK(r.text == all.substr(before.size()));
+  CHECK(r.text.rfind(' ', 0) == 0);  // starts with the space
 }
 
 TEST_CASE("generation rejects prompts that cannot run", "[generate]") {

@@ -190,20 +190,112 @@ TEST_CASE("the forward is differentiable and the no-grad fast path computes the 
   }
 }
 
-TEST_CASE("bf16 weights and activations stay close to the fp32 reference", "[parity][dtype]") {
-  // bf16 keeps 8 significant bits, so every matmul input is rounded by up to
-  // 2^-9 relative; over two layers that moves these logits (std ~1.4) by a
-  // few hundredths. 0.15 bounds what was measured (see INFO) with margin
-  // while any real error (a wrong cast, a norm in bf16 gone wrong) is O(1).
+namespace {
+
+struct Bf16Errors {
+  double prefill_max = 0, prefill_mean = 0, decode_max = 0, decode_mean = 0;
+};
+
+// A bf16 model (bf16 weights, activations and KV cache) against the fixture's
+// fp32 logits: the prefill, then its 16 cached one-token decode steps.
+Bf16Errors run_bf16(const std::string& name) {
   torch::NoGradGuard no_grad;
-  auto model = load_model(model_fixture("qwen2"), torch::TensorOptions().dtype(torch::kBFloat16));
-  CHECK(model->dtype() == torch::kBFloat16);
-  const Expected e = read_expected(model_fixture("qwen2/expected.safetensors"));
-  DenseKvCache cache(model->config(), 16, torch::kCPU, torch::kBFloat16);
+  auto model = load_model(model_fixture(name), torch::TensorOptions().dtype(torch::kBFloat16));
+  REQUIRE(model->dtype() == torch::kBFloat16);
+  const Expected e = read_expected(model_fixture(name) + "/expected.safetensors");
+  const int64_t T = e.input_ids.size(0), steps = e.decode_ids.size(0);
+  DenseKvCache cache(model->config(), T + steps, torch::kCPU, torch::kBFloat16);
   torch::Tensor logits = model->forward(e.input_ids, 0, cache, true);
-  CHECK(logits.scalar_type() == torch::kFloat32);
-  const double d = max_abs_diff(logits, e.prefill_logits);
-  INFO("bf16 vs fp32 reference max |diff| " << d);
-  CHECK(d <= 0.15);
-  CHECK(d > 0);  // it really ran in bf16
+  REQUIRE(logits.scalar_type() == torch::kFloat32);
+  Bf16Errors r;
+  torch::Tensor pre = (logits - e.prefill_logits).abs();
+  r.prefill_max = pre.max().item<double>(), r.prefill_mean = pre.mean().item<double>();
+  std::vector<torch::Tensor> dec;
+  for (int64_t s = 0; s < steps; ++s)
+    dec.push_back(
+        (model->forward(e.decode_ids.narrow(0, s, 1), T + s, cache)[0] - e.decode_logits[s]).abs());
+  torch::Tensor d = torch::stack(dec);
+  r.decode_max = d.max().item<double>(), r.decode_mean = d.mean().item<double>();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 weights and activations stay close to the fp32 reference", "[parity][dtype]") {
+  // bf16 keeps 8 significant bits, so activations are rounded by up to 2^-9
+  // relative at every step; over two layers that moves these logits (std
+  // ~1.4) by a few hundredths on average and, at the worst of 1536 logits, by
+  // a few tenths. The bounds are what Hugging Face transformers itself does
+  // in bf16 on the same fixtures (torch 2.15, transformers 5.2.0, CPU, eager /
+  // sdpa attention; measured against the same fp32 logits):
+  //   qwen2   prefill max 0.225 / 0.246, mean 0.019 / 0.020; decode max 0.079 / 0.074,
+  //           mean 0.015 / 0.014
+  //   mistral prefill max 0.069 / 0.093, mean 0.013 / 0.013; decode max 0.056 / 0.071,
+  //           mean 0.012 / 0.011
+  // We must do no worse than transformers (+20%). Products accumulated in
+  // bf16 rather than float32 break the decode bounds: LibTorch 1.13's CPU
+  // bf16 mv, once used for one-row projections, gave qwen2 decode max 0.207,
+  // mean 0.029 and mistral decode max 0.173. (Its bf16 bmm in attention is
+  // the next test: head_dim 8 and 28 keys are too few to show it here.)
+  const struct {
+    const char* name;
+    double prefill_max, prefill_mean, decode_max, decode_mean;
+  } hf[] = {{"qwen2", 0.246, 0.020, 0.079, 0.015}, {"mistral", 0.093, 0.0134, 0.071, 0.0116}};
+  for (const auto& ref : hf) {
+    const Bf16Errors r = run_bf16(ref.name);
+    INFO(ref.name << ": prefill max " << r.prefill_max << " mean " << r.prefill_mean
+                  << ", decode max " << r.decode_max << " mean " << r.decode_mean);
+    CHECK(r.prefill_max <= 1.2 * ref.prefill_max);
+    CHECK(r.prefill_mean <= 1.2 * ref.prefill_mean);
+    CHECK(r.decode_max <= 1.2 * ref.decode_max);
+    CHECK(r.decode_mean <= 1.2 * ref.decode_mean);
+    CHECK(r.prefill_mean > 0);  // it really ran in bf16
+  }
+}
+
+TEST_CASE("bf16 attention over a long context accumulates in float32", "[dtype]") {
+  // SmolLM2-like heads (3 kv heads of 64, groups of 3) over 600 cached
+  // positions, then one decode query. The exact result (float64 on the same
+  // bf16 inputs) rounded once to bf16 is off by at most 2^-8 relative (half
+  // a unit of its 8 significant bits); measured 0.99 of that, so 1.25 leaves
+  // room for float32 noise only. LibTorch 1.13's CPU bf16 bmm accumulates in
+  // bf16 (q.k over 64 products: 0.34 max error where one rounding gives
+  // 0.06): 5486 units here before the dense cache attended in float32.
+  torch::NoGradGuard no_grad;
+  kvscope::model::ModelConfig c;
+  c.n_layers = 1, c.n_heads = 9, c.n_kv_heads = 3, c.head_dim = 64;
+  c.sliding_window = {0};
+  const int64_t T = 600, H = c.n_heads, K = c.n_kv_heads, hd = c.head_dim, R = H / K;
+  const double scale = 1.0 / 8.0;
+  torch::manual_seed(7);
+  auto bf = [](torch::Tensor t) { return t.to(torch::kBFloat16); };
+  // Keys with a shared offset (as RoPE'd real keys have) make q.k large and
+  // the softmax peaked, where accumulation error shows.
+  const torch::Tensor q = bf(torch::randn({T + 1, H, hd}) * 2),
+                      k = bf(torch::randn({T + 1, K, hd}) * 2 + 1),
+                      v = bf(torch::randn({T + 1, K, hd}));
+  DenseKvCache cache(c, T + 1, torch::kCPU, torch::kBFloat16);
+  torch::Tensor out;
+  for (const auto [pos0, n] : {std::pair<int64_t, int64_t>{0, T}, {T, 1}}) {
+    kvscope::model::AttentionInputs in;
+    in.pos0 = pos0, in.scale = scale;
+    in.q = q.narrow(0, pos0, n), in.k = k.narrow(0, pos0, n), in.v = v.narrow(0, pos0, n);
+    in.k_pre_rope = in.k, in.hidden = torch::zeros({n, 1}, torch::kBFloat16);
+    cache.begin_step(pos0, n);
+    out = cache.attend(in);
+    cache.end_step();
+  }
+  REQUIRE(out.scalar_type() == torch::kBFloat16);
+  // Exact: the last query of every head over all T + 1 keys of its group.
+  const torch::Tensor qd = q[T].to(torch::kFloat64);                         // [H, hd]
+  const torch::Tensor kd = k.to(torch::kFloat64), vd = v.to(torch::kFloat64);  // [T+1, K, hd]
+  double worst = 0;
+  for (int64_t h = 0; h < H; ++h) {
+    const torch::Tensor p = torch::softmax(torch::mv(kd.select(1, h / R), qd[h]) * scale, 0);
+    const torch::Tensor exact = torch::mv(vd.select(1, h / R).t(), p);  // [hd]
+    const torch::Tensor err = (out[0][h].to(torch::kFloat64) - exact).abs();
+    worst = std::max(worst, (err / (exact.abs() * std::pow(2.0, -8) + 1e-6)).max().item<double>());
+  }
+  INFO("worst error in units of 2^-8 |exact|: " << worst);
+  CHECK(worst <= 1.25);
 }

@@ -84,14 +84,16 @@ std::vector<double> expected_attention_scores(const model::Transformer& model,
   torch::Tensor idx = torch::tensor(scored, torch::kInt64);
   torch::Tensor k = keys.index_select(0, idx).select(1, g).to(torch::kFloat64);  // [m, d]
   torch::Tensor vn = values.index_select(0, idx).select(1, g).to(torch::kFloat64).norm(2, -1);
-  torch::Tensor attn = torch::zeros({int64_t(scored.size())}, torch::kFloat64);
+  // log of the group's mean softmax: logsumexp over the heads of log_softmax
+  // minus log R (the softmax itself underflows for real models' logits).
+  std::vector<torch::Tensor> log_p;
   for (int64_t r = 0; r < R; ++r) {
     const int64_t h = g * R + r;
     torch::Tensor z = torch::matmul(k, mu_r[h]) * scale +
                       (torch::matmul(k, cov_r[h]) * k).sum(1) * (scale * scale / 2);
-    attn += torch::softmax(z, 0) / double(R);
+    log_p.push_back(torch::log_softmax(z, 0));
   }
-  torch::Tensor s = attn * vn;
+  torch::Tensor s = torch::logsumexp(torch::stack(log_p), 0) - std::log(double(R)) + vn.log();
   std::vector<double> out(size_t(keys.size(0)), 1e30);
   for (size_t j = 0; j < scored.size(); ++j) out[size_t(scored[j])] = s[int64_t(j)].item<double>();
   return out;

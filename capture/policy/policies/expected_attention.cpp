@@ -8,11 +8,14 @@
 // Since q ~ N(mu', Sigma'), E[exp(s q.k)] = exp(s mu'.k + s^2/2 k^T Sigma' k):
 //   z(k) = s mu'.k + s^2/2 k^T Sigma' k,  a = softmax_k(z) per query head,
 //   score(k) = (mean over the group's heads of a + epsilon) * ||v||_2,
-// and the first `sinks` tokens are kept. docs/policies/expected_attention.md
+// kept as log score(k) (see score()), and the first `sinks` tokens are kept.
+// docs/policies/expected_attention.md
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "capture/model/rope.h"
 #include "capture/policy/policies/descriptors.h"
@@ -53,7 +56,8 @@ class ExpectedAttentionScorer : public HeadScorer {
   }
   std::string score_name() const override { return "expected_attention"; }
   std::string score_meaning() const override {
-    return "expected attention of future queries (Gaussian, averaged RoPE) times ||v||";
+    return "natural log of (expected attention of future queries (Gaussian, averaged RoPE) + "
+           "epsilon) times ||v||";
   }
   Protection protection() const override { return {o_.sinks, 0}; }
 
@@ -89,6 +93,13 @@ class ExpectedAttentionScorer : public HeadScorer {
     }
   }
 
+  // The score is kept as a natural log. The expected attention of a key is a
+  // softmax over logits that span hundreds of nats on real models (stories260K
+  // layer 1: scores of 1e-80 next to 1): (a + epsilon) ||v|| in float32 is 0
+  // for most keys (below 1.4e-45), the ranking then collapses into ties broken
+  // by position, and the kept set stops being the paper's. log a = z - lse(z)
+  // never underflows, and log is monotone, so the kept set is kvpress's exact
+  // (infinite precision) one.
   void score(LayerContext& c, int64_t kv_head, float* out) override {
     const int64_t R = H_ / K_;
     std::vector<int32_t> keys;
@@ -97,21 +108,35 @@ class ExpectedAttentionScorer : public HeadScorer {
         keys.push_back(pos);
       else
         out[pos] = std::numeric_limits<float>::max();  // protected
-    std::vector<double> acc(keys.size(), 0.0);
+    // log of the group's mean attention: logsumexp over its heads of
+    // log softmax(z), minus log R.
+    std::vector<double> log_a(keys.size(), -std::numeric_limits<double>::infinity());
     for (int64_t r = 0; r < R; ++r) {
       const float* z = logit_row(c.layer, kv_head * R + r);
       double top = -std::numeric_limits<double>::infinity(), total = 0;
       for (int32_t pos : keys) top = std::max(top, double(z[pos]));
       for (int32_t pos : keys) total += std::exp(double(z[pos]) - top);
+      const double lse = top + std::log(total);
       for (size_t j = 0; j < keys.size(); ++j)
-        acc[j] += std::exp(double(z[keys[j]]) - top) / total / double(R);
+        log_a[j] = log_add_exp(log_a[j], double(z[keys[j]]) - lse);
     }
     const float* vn = vnorm_.at(c.layer, kv_head);
-    for (size_t j = 0; j < keys.size(); ++j)
-      out[keys[j]] = o_.vnorm ? float((acc[j] + o_.epsilon) * vn[keys[j]]) : float(acc[j]);
+    for (size_t j = 0; j < keys.size(); ++j) {
+      double s = log_a[j] - std::log(double(R));
+      if (o_.vnorm) s = log_add_exp(s, std::log(o_.epsilon)) + std::log(double(vn[keys[j]]));
+      // ||v|| = 0 gives log 0: the lowest finite float (views plot the range).
+      out[keys[j]] = float(std::max(s, double(std::numeric_limits<float>::lowest())));
+    }
   }
 
  private:
+  // log(exp(a) + exp(b)) without overflow or underflow; log(0) = -inf works.
+  static double log_add_exp(double a, double b) {
+    if (a < b) std::swap(a, b);
+    if (b == -std::numeric_limits<double>::infinity()) return a;
+    return a + std::log1p(std::exp(b - a));
+  }
+
   float* logit_row(int64_t layer, int64_t q_head) {
     return logits_.data() + (layer * H_ + q_head) * M_;
   }
@@ -208,6 +233,7 @@ std::unique_ptr<HeadScorer> make_ea(const Params& p) {
   if (o.n_future < 1) throw InputError("--policy", "n_future", "must be >= 1");
   if (o.sinks < 0) throw InputError("--policy", "sinks", "must be >= 0");
   if (o.refresh < 1) throw InputError("--policy", "refresh", "must be >= 1");
+  if (!(o.epsilon >= 0)) throw InputError("--policy", "epsilon", "must be >= 0");
   return std::make_unique<ExpectedAttentionScorer>(o);
 }
 

@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""Markdown table of the gate files in a directory (resources/gates/README.md):
+each file's policy, model, steps x seq-len, wall time, held-out numbers and
+size, read from the gate file's JSON metadata sidecar.
+
+usage: gate_table.py resources/gates
+"""
+import glob
+import json
+import os
+import sys
+
+
+def fmt(v):
+    return "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+
+
+def main():
+    d = sys.argv[1]
+    print("| file | policy | base model | steps x tokens | wall | held-out | size |")
+    print("|---|---|---|---|---|---|---|")
+    for js in sorted(glob.glob(os.path.join(d, "*.json"))):
+        m = json.load(open(js))
+        t = m["training"]
+        st = js[:-5] + ".safetensors"
+        h = t.get("heldout", {})
+        keys = [k for k in ("distill", "kl", "ce", "cap", "keep", "cache_fraction", "gate_mean") if k in h]
+        held = ", ".join(f"{k} {fmt(h[k])}" for k in keys)
+        print(f"| `{os.path.basename(st)}` | {m['policy']} | {m['base_model']['name']} | "
+              f"{t['steps']} x {t['seq_len']} | {t['wall_seconds']:.0f} s | {held} | "
+              f"{os.path.getsize(st) / 1024:.0f} KiB |")
+    print()
+    for js in sorted(glob.glob(os.path.join(d, "*.json"))):
+        m = json.load(open(js))
+        print(f"- `{os.path.basename(js)[:-5]}`: `{m['training']['command']}`")
+
+
+if __name__ == "__main__":
+    main()
