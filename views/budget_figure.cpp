@@ -1,5 +1,6 @@
 #include "views/budget_figure.h"
 
+#include <QFontMetricsF>
 #include <algorithm>
 
 namespace kvscope::views {
@@ -42,16 +43,34 @@ QString BudgetFigure::title() const {
 }
 
 namespace {
+// The grid's y-axis label sits left of the tick labels: 72 px leaves room for
+// both at any layer count.
 QRectF grid_area(const QRectF& area) {
   QRectF inner = area.adjusted(8, 36, -8, -8);
-  return QRectF(inner.left() + 48, inner.top(), inner.width() * 0.36 - 48, inner.height() - 40);
-}
-QRectF series_area(const QRectF& area) {
-  QRectF inner = area.adjusted(8, 36, -8, -8);
-  double left = inner.left() + inner.width() * 0.36 + 110;
-  return QRectF(left, inner.top(), inner.right() - left - 110, inner.height() - 40);
+  return QRectF(inner.left() + 72, inner.top(), inner.width() * 0.36 - 72, inner.height() - 40);
 }
 }  // namespace
+
+std::vector<std::pair<QColor, QString>> BudgetFigure::legend_items() const {
+  std::vector<std::pair<QColor, QString>> items;
+  for (int64_t t = 0; t < tiers; ++t)
+    items.push_back({palette::tier(int(t)), tier_names[size_t(t)]});
+  items.push_back({QColor(90, 90, 90), "other heads of layer"});
+  if (budget_kind == "head" && budget > 0) items.push_back({Qt::black, "budget"});
+  return items;
+}
+
+// The series plot leaves room on its right for the legend's longest entry.
+QRectF BudgetFigure::series_area(QPainter& p, const QRectF& area) const {
+  QRectF inner = area.adjusted(8, 36, -8, -8);
+  // Measured on the painter's device: exports render at their own DPI.
+  QFontMetricsF fm(plot::font(8), p.device());
+  double legend = 0;
+  for (const auto& item : legend_items())
+    legend = std::max(legend, fm.horizontalAdvance(item.second));
+  double left = inner.left() + inner.width() * 0.36 + 110;
+  return QRectF(left, inner.top(), inner.right() - left - (legend + 40), inner.height() - 40);
+}
 
 QRectF BudgetFigure::grid_cell(const QRectF& area, int l, int k) const {
   QRectF g = grid_area(area);
@@ -122,12 +141,7 @@ void BudgetFigure::paint_series(QPainter& p, const QRectF& r) const {
   p.drawLine(QPointF(mx(double(step)), r.top()), QPointF(mx(double(step)), r.bottom()));
   p.restore();
   plot::axes(p, r, 0, double(std::max<int64_t>(1, n_steps - 1)), 0, double(hi), "step", "entries");
-  std::vector<std::pair<QColor, QString>> items;
-  for (int64_t t = 0; t < tiers; ++t)
-    items.push_back({palette::tier(int(t)), tier_names[size_t(t)]});
-  items.push_back({QColor(90, 90, 90), "other heads of layer"});
-  if (budget_kind == "head" && budget > 0) items.push_back({Qt::black, "budget"});
-  plot::legend(p, QPointF(r.right() + 10, r.top()), items);
+  plot::legend(p, QPointF(r.right() + 10, r.top()), legend_items());
 }
 
 void BudgetFigure::paint(QPainter& p, const QRectF& area) const {
@@ -135,7 +149,7 @@ void BudgetFigure::paint(QPainter& p, const QRectF& area) const {
               QString("budget: %1 %2").arg(budget_kind).arg(budget));
   if (n_steps == 0) return plot::message(p, area, "no steps yet");
   paint_grid(p, area);
-  paint_series(p, series_area(area));
+  paint_series(p, series_area(p, area));
 }
 
 void BudgetFigure::write_csv(QTextStream& out) const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "views/current_state.h"
@@ -35,6 +36,8 @@ class BudgetFigure : public Figure {
  private:
   void paint_grid(QPainter& p, const QRectF& r) const;
   void paint_series(QPainter& p, const QRectF& r) const;
+  QRectF series_area(QPainter& p, const QRectF& area) const;
+  std::vector<std::pair<QColor, QString>> legend_items() const;
 };
 
 }  // namespace kvscope::views

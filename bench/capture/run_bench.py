@@ -10,6 +10,7 @@
 Every row runs `kvscope capture` on the same passkey prompt; the anchor of each
 ratio is measured in the same run. usage:
   python3 bench/capture/run_bench.py [--build build] [--contexts 1000,4000] [--max-new 32] [--threads 2]
+         [--repeats 3] [--no-policies]
 """
 import argparse
 import os
@@ -47,6 +48,9 @@ def main():
     ap.add_argument("--contexts", default="1000,4000")
     ap.add_argument("--max-new", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="rounds of the capture-level rows (levels alternate within a round; best kept)")
+    ap.add_argument("--no-policies", action="store_true", help="only the capture-level table")
     a = ap.parse_args()
     exe = os.path.join(a.build, "app", "kvscope")
     work = tempfile.mkdtemp(prefix="kvscope-capture-bench-")
@@ -55,14 +59,26 @@ def main():
     for ctx in [int(c) for c in a.contexts.split(",")]:
         print(f"\n## ~{ctx}-token passkey prompt, {a.max_new} new tokens, {a.threads} threads\n")
         out = os.path.join(work, "t.kvtrace.h5")
-        base = capture(exe, a.model, ctx, "full", "none", a.max_new, a.threads, out)
-        print("| capture level (policy full) | decode tok/s | vs none | trace bytes / generated token |")
-        print("|---|---|---|---|")
-        print(f"| none | {base['decode']:.2f} | 1.00 | — |")
-        for levels in ["events", "received", "received+pooled:16"]:
-            r = capture(exe, a.model, ctx, "full", levels, a.max_new, a.threads, out)
-            print(f"| {levels} | {r['decode']:.2f} | {r['decode'] / base['decode']:.2f} "
+        # Each round runs every level once, in turn, so slow phases of the
+        # machine hit all levels alike; the best round of each level is kept.
+        levels = ["none", "events", "received", "received+pooled:16"]
+        best = {}
+        for _ in range(a.repeats):
+            for lv in levels:
+                r = capture(exe, a.model, ctx, "full", lv, a.max_new, a.threads, out)
+                if lv not in best or r["decode"] > best[lv]["decode"]:
+                    best[lv] = r
+        base = best["none"]
+        print(f"best of {a.repeats} alternating rounds\n")
+        print("| capture level (policy full) | decode tok/s | prefill tok/s | decode vs none | trace bytes / generated token |")
+        print("|---|---|---|---|---|")
+        print(f"| none | {base['decode']:.2f} | {base['prefill']:.1f} | 1.00 | — |")
+        for lv in levels[1:]:
+            r = best[lv]
+            print(f"| {lv} | {r['decode']:.2f} | {r['prefill']:.1f} | {r['decode'] / base['decode']:.2f} "
                   f"(overhead {100 * (base['decode'] / r['decode'] - 1):.1f} %) | {r['trace_bytes'] / a.max_new:,.0f} |")
+        if a.no_policies:
+            continue
         print("\n| policy | decode tok/s | policy ms / decode step | share of decode time | entries held at the end | KV bytes held | vs full | slack over entries | peak KV bytes |")
         print("|---|---|---|---|---|---|---|---|---|")
         full = capture(exe, a.model, ctx, "full", "none", a.max_new, a.threads, out)

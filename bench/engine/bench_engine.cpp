@@ -24,7 +24,9 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 double peak_rss_mib() {
   rusage u{};
@@ -64,12 +66,18 @@ int main(int argc, char** argv) {
   int64_t decode = 64, chunk = 512;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--model") model = v;
-    else if (a == "--ids") ids_path = v;
-    else if (a == "--lengths") lengths = v;
-    else if (a == "--decode") decode = std::stoll(v);
-    else if (a == "--threads") threads = std::stoi(v);
-    else if (a == "--chunk") chunk = std::stoll(v);
+    if (a == "--model")
+      model = v;
+    else if (a == "--ids")
+      ids_path = v;
+    else if (a == "--lengths")
+      lengths = v;
+    else if (a == "--decode")
+      decode = std::stoll(v);
+    else if (a == "--threads")
+      threads = std::stoi(v);
+    else if (a == "--chunk")
+      chunk = std::stoll(v);
     else {
       std::cerr << "unknown option " << a << "\n";
       return 2;
@@ -77,7 +85,7 @@ int main(int argc, char** argv) {
   }
   if (model.empty() || ids_path.empty()) {
     std::cerr << "usage: bench_engine --model M --ids ids.json [--lengths 512,2048] [--decode 64] "
-                 "[--threads 2] [--chunk 512]\n";
+                 "[--threads 2] [--chunk 512 (0: whole prompt)]\n";
     return 2;
   }
   torch::NoGradGuard no_grad;
@@ -125,8 +133,10 @@ int main(int argc, char** argv) {
       cache.reset();
       auto t = Clock::now();
       m.announce_sequence_length(n);
-      for (int64_t p = 0; p < n; p += chunk)
-        logits = m.forward(ids.narrow(0, p, std::min(chunk, n - p)), p, cache);
+      // --chunk 0: the whole prompt in one forward (as transformers does).
+      const int64_t step = chunk > 0 ? chunk : n;
+      for (int64_t p = 0; p < n; p += step)
+        logits = m.forward(ids.narrow(0, p, std::min(step, n - p)), p, cache);
       prefill_s = std::min(prefill_s, since(t));
     }
     auto t = Clock::now();

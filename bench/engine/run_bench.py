@@ -47,6 +47,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=49152,
                     help="the model's vocabulary size (prompt ids are drawn below it)")
+    ap.add_argument("--chunk", type=int, default=0,
+                    help="KVScope prefill chunk (0: the whole prompt in one forward, as transformers)")
     ap.add_argument("--out", default=None, help="write all measurements as JSON here")
     a = ap.parse_args()
 
@@ -58,11 +60,12 @@ def main():
         ids_path = f.name
     common = ["--model", a.model, "--ids", ids_path, "--lengths", a.lengths,
               "--decode", str(a.decode), "--threads", str(a.threads)]
+    kv_extra = ["--chunk", str(a.chunk)]
     kv, hf = [], []
     load_before = os.getloadavg()
     for r in range(a.repeats):
         print(f"round {r + 1}/{a.repeats}: kvscope", file=sys.stderr)
-        kv.append(run_json([a.bench] + common))
+        kv.append(run_json([a.bench] + common + kv_extra))
         print(f"round {r + 1}/{a.repeats}: transformers", file=sys.stderr)
         hf.append(run_json([sys.executable, os.path.join(HERE, "bench_transformers.py")] + common))
     os.unlink(ids_path)
@@ -81,7 +84,7 @@ def main():
         f"{a.threads} threads; fp32; model {os.path.basename(a.model)} "
         f"({kv[0]['parameters'] / 1e6:.1f} M parameters, {kv[0]['weight_bytes'] / 2**20:.0f} MiB of fp32 weights); "
         f"transformers {hf[0]['transformers']}, torch {hf[0]['torch']} ({hf[0]['attn_implementation']} attention); "
-        f"best of {a.repeats} alternating rounds (each prefill run twice, the faster kept), "
+        f"KVScope prefill chunk {a.chunk or 'whole prompt'}; best of {a.repeats} alternating rounds (each prefill run twice, the faster kept), "
         f"{a.decode} decode steps after each prompt; "
         f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",

@@ -3,18 +3,19 @@
 memory, on a real model, through `kvscope capture --oracle` (docs/policies/
 wgkv.md, attention_gate.md, trimkv.md, dbtrimkv.md record the results).
 
-Two tasks, both on text the gates never saw (the licence texts of Debian's
-base-files, /usr/share/common-licenses; the gates train on Debian docs and
+Two tasks on prompts the gates never saw (the gates train on Debian docs and
 model-generated text):
 
   heldout   a ~C-token prefix of a licence is the prompt (prefilled in one
             step), the model then generates T tokens greedily; the oracle
             shadow (full cache, teacher-forced on the same tokens) gives the
             next-token KL(full || policy) and the top-k recall per decode step.
-  needle    a planted fact ("The access code for the <colour> vault is
-            NNNN.") at a relative depth of a ~C-token licence text, then a
-            question; success = the generated answer contains the code.
-            Chat template on (SmolLM2-Instruct).
+  needle    --needle-kind passkey (default): kvscope's built-in passkey task
+            (`--task needle:tokens=C,depth=D,seed=J`: a pass key in filler
+            text, then the question; success = the answer contains the key).
+            --needle-kind licence: "The access code for the <colour> vault is
+            NNNN." planted in licence text (SmolLM2-135M misses it even with
+            the full cache). Chat template on (SmolLM2-Instruct).
 
 Equal memory: a learned policy runs first; its mean cache entries per (layer,
 kv head) over the decode steps, E, sets the budget of the baselines run on the
@@ -47,11 +48,15 @@ def licence_text(name):
         return " ".join(f.read().split())
 
 
-def capture(args, spec, prompt, out, new, chat=False, expect=None):
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-        f.write(prompt)
-        pf = f.name
-    cmd = [args.kvscope, "capture", "--model", args.model, "--prompt-file", pf, "--max-new", str(new),
+def capture(args, spec, prompt, out, new, chat=False, expect=None, task=None):
+    """prompt: text, or None with task: a built-in `kvscope capture --task`."""
+    pf = None
+    if task is None:
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write(prompt)
+            pf = f.name
+    source = ["--task", task] if task else ["--prompt-file", pf]
+    cmd = [args.kvscope, "capture", "--model", args.model] + source + ["--max-new", str(new),
            "--greedy", "--prefill-chunk", "8192", "--oracle", "--oracle-k", str(args.oracle_k), "-q",
            "--threads", str(args.threads), "--policy", spec, "-o", out]
     if chat:
@@ -60,7 +65,8 @@ def capture(args, spec, prompt, out, new, chat=False, expect=None):
         cmd += ["--expect", expect]
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True)
-    os.unlink(pf)
+    if pf:
+        os.unlink(pf)
     if r.returncode != 0:
         sys.exit(f"capture failed ({spec}): {r.stderr[-2000:]}")
     with h5py.File(out, "r") as h:
@@ -79,7 +85,7 @@ def capture(args, spec, prompt, out, new, chat=False, expect=None):
             "seconds": time.time() - t0,
         }
         text = h["run"].attrs.get("prompt", "")
-    if expect:
+    if expect or task:
         res["success"] = "expected answer found" in r.stderr
     os.unlink(out)
     return res
@@ -113,6 +119,9 @@ def main():
     ap.add_argument("--samples", type=int, default=6)
     ap.add_argument("--needles", type=int, default=10)
     ap.add_argument("--needle-context", type=int, action="append", default=[])
+    ap.add_argument("--needle-kind", choices=["passkey", "licence"], default="passkey",
+                    help="passkey: kvscope's built-in task (--task needle:...); licence: an access code "
+                         "planted in licence text (SmolLM2-135M misses it even with the full cache)")
     ap.add_argument("--oracle-k", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", required=True)
@@ -155,19 +164,26 @@ def main():
             text = texts[j % len(texts)]
             depth = 0.1 + 0.8 * (j / max(1, args.needles - 1))
             code = str(int(rng.integers(1000, 9999)))
-            prompt = needle_prompt(text, int(ctx * CHARS_PER_TOKEN), depth, colours[j % len(colours)], code)
-            row = {"context": ctx, "depth": depth, "code": code,
-                   "full": capture(args, "full", prompt, trace, 8, chat=True, expect=code)}
+            if args.needle_kind == "passkey":
+                prompt, task, expect, new = None, f"needle:tokens={ctx},depth={depth:.2f},seed={j}", None, 16
+            else:
+                prompt = needle_prompt(text, int(ctx * CHARS_PER_TOKEN), depth, colours[j % len(colours)], code)
+                task, expect, new = None, code, 8
+
+            def run(spec):
+                return capture(args, spec, prompt, trace, new, chat=True, expect=expect, task=task)
+
+            row = {"context": ctx, "depth": depth, "code": code, "full": run("full")}
             for name, spec in policies.items():
-                r = capture(args, spec, prompt, trace, 8, chat=True, expect=code)
+                r = run(spec)
                 row[name] = r
                 for b, bspec in baselines(r["entries_per_head"]).items():
-                    row[f"{name}/{b}"] = capture(args, bspec, prompt, trace, 8, chat=True, expect=code)
+                    row[f"{name}/{b}"] = run(bspec)
             M = max(8, int(args.budget * ctx / args.context))
             for name, spec in budget_policies.items():
-                row[name] = capture(args, spec.replace("{M}", str(M)), prompt, trace, 8, chat=True, expect=code)
+                row[name] = run(spec.replace("{M}", str(M)))
             for b, bspec in (baselines(M) if budget_policies else {}).items():
-                row[f"budget/{b}"] = capture(args, bspec, prompt, trace, 8, chat=True, expect=code)
+                row[f"budget/{b}"] = run(bspec)
             results["needle"].append(row)
             print(json.dumps({k: (v["success"], round(v["entries_per_head"], 1)) if isinstance(v, dict) else v
                               for k, v in row.items()}), flush=True)

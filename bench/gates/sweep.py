@@ -42,6 +42,7 @@ def main():
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--only", default="")
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--values", default="", help="comma-separated knob values instead of the defaults")
     ap.add_argument("--reuse", action="store_true", help="read finished runs (their .safetensors exist) again")
     args = ap.parse_args()
@@ -49,7 +50,7 @@ def main():
     model = os.path.join(args.shared, "models", "stories260K")
     common = ["--model", os.path.join(model, "stories260K.bin"), "--tokenizer", os.path.join(model, "tok512.bin"),
               "--generate", "60000", "--seq-len", str(args.seq_len), "--steps", str(args.steps), "--lr", "3e-3",
-              "--eval-windows", "8", "--threads", "2", "--seed", "0", "-q"]
+              "--eval-windows", "8", "--threads", str(args.threads), "--seed", "0", "-q"]
     gen = os.path.join(args.work, "shared.generated.jsonl")
     for kind, (flag, values, extra, metric) in SWEEPS.items():
         if args.only and kind != args.only:
@@ -59,7 +60,10 @@ def main():
         print(f"\n### {kind}: {flag} sweep ({args.steps} steps of {args.seq_len} tokens, held-out, "
               f"{'soft' if kind.startswith('retention') else 'hard'})\n")
         unit = "expected cache / M" if kind.startswith("retention") else "cache share (end of window)"
-        print(f"| {flag[2:]} | {unit} | kept tokens | {metric} | wall s |")
+        # hard gates: the share of tokens admitted; soft retention: the
+        # expected cache in tokens per head (cache / M times M).
+        third = "expected cache (tokens per head)" if kind.startswith("retention") else "kept tokens"
+        print(f"| {flag[2:]} | {unit} | {third} | {metric} | wall s |")
         print("|---|---|---|---|---|")
         for v in values:
             out = os.path.join(args.work, f"{kind}-{flag[2:]}{v}.safetensors")
@@ -80,7 +84,8 @@ def main():
             e = last_eval(out.replace(".safetensors", ".csv"))
             cache = float(e["cache_fraction"])
             wall = json.load(open(out.replace(".safetensors", ".json")))["training"]["wall_seconds"]
-            print(f"| {v} | {cache:.3f} | {float(e['keep']) if e['keep'] else float('nan'):.3f} | "
+            kept = cache * v if kind.startswith("retention") else float(e["keep"])
+            print(f"| {v} | {cache:.3f} | {kept:.3f} | "
                   f"{float(e[metric]):.5f} | {wall:.0f} |", flush=True)
 
 

@@ -10,24 +10,77 @@
 
 namespace kvscope::kernels {
 
-torch::Tensor attention_multi(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              const torch::Tensor& key_pos, int64_t q_pos0, double scale,
-                              int64_t window, torch::Tensor* probs, const torch::Tensor* allowed) {
+namespace {
+
+// One dense block: every query of q [R, n, hd] against every key of k [m, hd].
+torch::Tensor attention_dense(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& key_pos, int64_t q_pos0,
+                              double scale, int64_t window, torch::Tensor* probs,
+                              const torch::Tensor* allowed) {
   const int64_t R = q.size(0), n = q.size(1), hd = q.size(2), m = k.size(0);
   torch::Tensor scores = torch::mm(q.reshape({R * n, hd}), k.t()).to(torch::kFloat32) * scale;
   // Additive mask [n, m] shared by the R heads of the group.
-  torch::Tensor qpos = torch::arange(q_pos0, q_pos0 + n, torch::kInt64).to(key_pos.device()).unsqueeze(1);
+  torch::Tensor qpos =
+      torch::arange(q_pos0, q_pos0 + n, torch::kInt64).to(key_pos.device()).unsqueeze(1);
   torch::Tensor kpos = key_pos.unsqueeze(0);
   torch::Tensor visible = kpos <= qpos;
   if (window > 0) visible = visible.logical_and(kpos > qpos - window);
   if (allowed) visible = visible.logical_and(*allowed);
-  torch::Tensor mask = torch::zeros({n, m}, scores.options())
-                           .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity());
+  torch::Tensor mask =
+      torch::zeros({n, m}, scores.options())
+          .masked_fill_(visible.logical_not(), -std::numeric_limits<float>::infinity());
   scores = (scores.view({R, n, m}) + mask).view({R * n, m});
   torch::Tensor p = torch::softmax(scores, -1);
   torch::Tensor out = torch::mm(p.to(v.scalar_type()), v);
   if (probs) *probs = p.view({R, n, m});
   return out.view({R, n, hd});
+}
+
+// Query rows per block of a long prefill. A block multiplies only the keys its
+// queries can see (a prefix, for keys in position order), so a causal prefill
+// does about half the work of the full square, and its scores [R * 256, m]
+// stay small. SmolLM2, 2048-token prompt, 2 threads: 300 prefill tokens/s in
+// one forward, against 248 in 512-token chunks before (docs/performance.md).
+constexpr int64_t kQueryBlock = 256;
+
+bool ascending(const int64_t* pos, int64_t m) {
+  for (int64_t i = 1; i < m; ++i)
+    if (pos[i] < pos[i - 1]) return false;
+  return true;
+}
+
+}  // namespace
+
+torch::Tensor attention_multi(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& key_pos, int64_t q_pos0,
+                              double scale, int64_t window, torch::Tensor* probs,
+                              const torch::Tensor* allowed) {
+  const int64_t R = q.size(0), n = q.size(1), hd = q.size(2), m = k.size(0);
+  const torch::Tensor kp = key_pos.to(torch::kCPU).contiguous();
+  const int64_t* pos = kp.data_ptr<int64_t>();
+  if (n <= kQueryBlock || !ascending(pos, m))
+    return attention_dense(q, k, v, key_pos, q_pos0, scale, window, probs, allowed);
+  torch::Tensor out = torch::empty({R, n, hd}, q.options().dtype(v.scalar_type()));
+  if (probs) *probs = torch::zeros({R, n, m}, q.options().dtype(torch::kFloat32));
+  for (int64_t i0 = 0; i0 < n; i0 += kQueryBlock) {
+    const int64_t b = std::min(kQueryBlock, n - i0);
+    // Keys visible to some query of the block: positions in
+    // (first query - window, last query].
+    const int64_t last = q_pos0 + i0 + b - 1;
+    int64_t k1 = std::upper_bound(pos, pos + m, last) - pos;
+    int64_t k0 = window > 0 ? std::upper_bound(pos, pos + m, q_pos0 + i0 - window) - pos : 0;
+    if (k1 <= k0) k0 = 0, k1 = m;  // no key visible: the dense block says so
+    torch::Tensor allowed_blk;
+    if (allowed) allowed_blk = allowed->narrow(0, i0, b).narrow(1, k0, k1 - k0);
+    torch::Tensor probs_blk;
+    torch::Tensor o =
+        attention_dense(q.narrow(1, i0, b), k.narrow(0, k0, k1 - k0), v.narrow(0, k0, k1 - k0),
+                        key_pos.narrow(0, k0, k1 - k0), q_pos0 + i0, scale, window,
+                        probs ? &probs_blk : nullptr, allowed ? &allowed_blk : nullptr);
+    out.narrow(1, i0, b).copy_(o);
+    if (probs) probs->narrow(1, i0, b).narrow(2, k0, k1 - k0).copy_(probs_blk);
+  }
+  return out;
 }
 
 namespace {
@@ -63,8 +116,9 @@ void attention_decode_segments(const float* q, int64_t R, int64_t hd,
       float mx = neg_inf;
       for (const Segment& s : segments)
         for (int64_t j = 0; j < s.rows; ++j, ++i) {
-          float x = key_visible(key_pos[i], q_pos, window) ? dot(qr, s.k + j * s.stride, hd) * fscale
-                                                           : neg_inf;
+          float x = key_visible(key_pos[i], q_pos, window)
+                        ? dot(qr, s.k + j * s.stride, hd) * fscale
+                        : neg_inf;
           w[size_t(i)] = x;
           mx = std::max(mx, x);
         }

@@ -3,9 +3,12 @@
 // ends exactly where the uninterrupted one does, and `kvscope train` +
 // `kvscope capture` with each learned policy write a valid trace with the
 // gate scores and per-head occupancy.
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "capture/gates/trainer.h"
 #include "core/common/input_error.h"
@@ -246,5 +249,37 @@ TEST_CASE(
     REQUIRE(test::run_command(exe + " info --json " + trace, &out) == 0);
     CHECK(out.find(k.gate) != std::string::npos);
     CHECK(out.find(k.budget_kind) != std::string::npos);
+  }
+}
+
+TEST_CASE("the shipped SmolLM2 gate files fit SmolLM2 and drive a capture",
+          "[gates][cli][resources]") {
+  // The loader checks every tensor against the model: a file trained for
+  // another shape would be refused with exit 2 before anything runs.
+  const char* env = std::getenv("KVSCOPE_MODELS_DIR");
+  const std::string models = env && *env ? env : test::source_dir() + "/models";
+  const std::string model = models + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(model))
+    FAIL(
+        "SmolLM2-135M-Instruct.Q4_1.gguf is missing: run scripts/fetch-models (or set "
+        "KVSCOPE_MODELS_DIR)");
+  const std::string dir = test::temp_dir(), exe = test::kvscope_exe();
+  const std::string res = test::source_dir() + "/resources/gates/";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"wgkv:gates=" + res + "SmolLM2-135M-Instruct-wgkv.safetensors", "write_gate"},
+      {"dbtrimkv:budget=16,gates=" + res + "SmolLM2-135M-Instruct-retention-global.safetensors",
+       "retention"}};
+  for (const auto& [policy, gate] : cases) {
+    INFO(policy);
+    const std::string trace = dir + "/smollm2-" + gate + ".kvtrace.h5";
+    std::string out;
+    REQUIRE(
+        test::run_command(exe + " capture --model " + model +
+                              " --prompt 'The quick brown fox jumps over the lazy dog. It was a "
+                              "sunny day in the park.' --max-new 4 --threads 2 -q --policy " +
+                              policy + " -o " + trace,
+                          &out) == 0);
+    REQUIRE(test::run_command(exe + " info --json " + trace, &out) == 0);
+    CHECK(out.find(gate) != std::string::npos);
   }
 }

@@ -6,6 +6,7 @@
 #undef CHECK
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <random>
 
 #include "kernels/attention.h"
@@ -19,14 +20,16 @@ TEST_CASE("decode segments equal the multi-query path for any cut into segments"
   for (int64_t m : {1, 5, 16, 37, 300}) {
     for (int64_t window : {0, 8}) {
       const int64_t R = 3, hd = 64;
-      torch::Tensor q = torch::randn({R, 1, hd}), k = torch::randn({m, hd}), v = torch::randn({m, hd});
+      torch::Tensor q = torch::randn({R, 1, hd}), k = torch::randn({m, hd}),
+                    v = torch::randn({m, hd});
       // Positions in a shuffled order with gaps, as a ragged head holds them.
       std::vector<int64_t> pos(static_cast<size_t>(m));
       for (int64_t i = 0; i < m; ++i) pos[size_t(i)] = 3 * i;
       std::shuffle(pos.begin(), pos.end(), rng);
       const int64_t q_pos = 3 * m;
       torch::Tensor probs_ref;
-      torch::Tensor ref = attention_multi(q, k, v, torch::tensor(pos), q_pos, 0.125, window, &probs_ref);
+      torch::Tensor ref =
+          attention_multi(q, k, v, torch::tensor(pos), q_pos, 0.125, window, &probs_ref);
       std::vector<Segment> segs;
       for (int64_t r = 0; r < m;) {
         int64_t len = std::min<int64_t>(m - r, 1 + int64_t(rng() % 17));
@@ -48,12 +51,16 @@ TEST_CASE("decode segments equal the multi-query path for any cut into segments"
         continue;
       }
       CHECK((out - ref_out).abs().max().item<float>() < 1e-5f);
-      CHECK((torch::from_blob(probs.data(), {R, m}) - probs_ref.reshape({R, m})).abs().max().item<float>() < 1e-6f);
+      CHECK((torch::from_blob(probs.data(), {R, m}) - probs_ref.reshape({R, m}))
+                .abs()
+                .max()
+                .item<float>() < 1e-6f);
     }
   }
 }
 
-TEST_CASE("the multi-query path is causal by position and honours the selection mask", "[kernels]") {
+TEST_CASE("the multi-query path is causal by position and honours the selection mask",
+          "[kernels]") {
   torch::manual_seed(3);
   const int64_t R = 2, n = 4, hd = 16, m = 10;
   torch::Tensor q = torch::randn({R, n, hd}), k = torch::randn({m, hd}), v = torch::randn({m, hd});
@@ -65,10 +72,42 @@ TEST_CASE("the multi-query path is causal by position and honours the selection 
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < m; ++j) {
       bool visible = j <= 6 + i && !(i == 2 && j == 1);
-      if (!visible) CHECK(probs[0][i][j].item<float>() == 0.0f);
-      else CHECK(probs[0][i][j].item<float>() > 0.0f);
+      if (!visible)
+        CHECK(probs[0][i][j].item<float>() == 0.0f);
+      else
+        CHECK(probs[0][i][j].item<float>() > 0.0f);
     }
   CHECK((probs.sum(-1) - 1).abs().max().item<float>() < 1e-5f);
+}
+
+TEST_CASE("a long prefill in query blocks equals plain causal attention", "[kernels]") {
+  // n > 256 takes the blocked path (each block multiplies only the keys it
+  // can see); a plain float64 softmax over the masked square is the reference,
+  // with keys before the chunk (a cached prefix), a window and a selection mask.
+  torch::manual_seed(11);
+  const int64_t R = 3, hd = 32, prefix = 40, n = 600, m = prefix + n;
+  torch::Tensor q = torch::randn({R, n, hd}), k = torch::randn({m, hd}), v = torch::randn({m, hd});
+  torch::Tensor pos = torch::arange(m, torch::kInt64);
+  torch::Tensor allowed = torch::rand({n, m}) > 0.1;
+  allowed.diagonal(prefix).fill_(true);  // every query sees itself
+  for (int64_t window : {0, 100}) {
+    for (bool with_mask : {false, true}) {
+      torch::Tensor probs;
+      torch::Tensor out = attention_multi(q, k, v, pos, prefix, 0.2, window, &probs,
+                                          with_mask ? &allowed : nullptr);
+      torch::Tensor qp = torch::arange(prefix, prefix + n, torch::kInt64).unsqueeze(1);
+      torch::Tensor visible = pos.unsqueeze(0) <= qp;
+      if (window > 0) visible = visible.logical_and(pos.unsqueeze(0) > qp - window);
+      if (with_mask) visible = visible.logical_and(allowed);
+      torch::Tensor s = torch::matmul(q.to(torch::kFloat64), k.to(torch::kFloat64).t()) * 0.2;
+      s = s.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity());
+      torch::Tensor p = torch::softmax(s, -1);
+      torch::Tensor ref = torch::matmul(p, v.to(torch::kFloat64));
+      INFO("window " << window << " mask " << with_mask);
+      CHECK((out.to(torch::kFloat64) - ref).abs().max().item<double>() < 1e-5);
+      CHECK((probs.to(torch::kFloat64) - p).abs().max().item<double>() < 1e-6);
+    }
+  }
 }
 
 TEST_CASE("INT4 group quantisation stays within half a step", "[kernels]") {
@@ -83,7 +122,9 @@ TEST_CASE("INT4 group quantisation stays within half a step", "[kernels]") {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < int4_groups(hd); ++g) {
       float scale = params[size_t((r * int4_groups(hd) + g) * 2)];
-      torch::Tensor err = (x[r].narrow(0, g * kInt4Group, kInt4Group) - y[r].narrow(0, g * kInt4Group, kInt4Group)).abs();
+      torch::Tensor err =
+          (x[r].narrow(0, g * kInt4Group, kInt4Group) - y[r].narrow(0, g * kInt4Group, kInt4Group))
+              .abs();
       REQUIRE(err.max().item<float>() <= scale / 2 + 1e-6f);
     }
   // Values on the grid come back exactly; a constant group has scale 0.
