@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The transformers side of the engine benchmark: the same model (a GGUF,
 dequantised to fp32 by transformers' gguf_file= loader, or a llama2.c .bin
-converted by llama2c_hf.py), the same prompt ids,
+converted by tests/support/llama2c_hf.py), the same prompt ids,
 the same thread count; prefill as one forward, then greedy decode steps with
 the KV cache. Prints one JSON object like bench_engine does.
 
@@ -36,6 +36,7 @@ def main():
         all_ids = json.load(f)
     t = time.perf_counter()
     if a.model.endswith(".bin"):  # llama2.c checkpoint (stories260K)
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "support"))
         from llama2c_hf import load_llama2c
         model = load_llama2c(a.model)
     else:

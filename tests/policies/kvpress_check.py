@@ -12,72 +12,21 @@ usage: kvpress_check.py KVSCOPE_EXE SHARED_DIR WORK_DIR
 """
 import copy
 import os
-import struct
 import subprocess
 import sys
 
 import h5py
-import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 import kvpress
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from llama2c_hf import load_llama2c  # noqa: E402
 
 PROMPT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
           "One day, she saw a big red ball under a tree. She ran to the ball and kicked it. The ball "
           "flew high and landed in the pond. Lily was sad. Her mom came and said")
 BUDGET = 24
-
-
-def load_llama2c(path):
-    with open(path, "rb") as f:
-        dim, hidden, L, H, K, vocab, seq = struct.unpack("7i", f.read(28))
-        shared = vocab > 0
-        vocab = abs(vocab)
-        data = np.frombuffer(f.read(), dtype=np.float32)
-    hd = dim // H
-    off = 0
-
-    def take(*shape):
-        nonlocal off
-        n = int(np.prod(shape))
-        t = torch.from_numpy(data[off:off + n].copy()).reshape(shape)
-        off += n
-        return t
-
-    w = {"embed": take(vocab, dim), "att_norm": take(L, dim), "wq": take(L, H * hd, dim),
-         "wk": take(L, K * hd, dim), "wv": take(L, K * hd, dim), "wo": take(L, dim, H * hd),
-         "ffn_norm": take(L, dim), "w1": take(L, hidden, dim), "w2": take(L, dim, hidden),
-         "w3": take(L, hidden, dim), "final_norm": take(dim)}
-    take(seq, hd // 2)
-    take(seq, hd // 2)  # freq_cis real / imag
-    w["cls"] = w["embed"] if shared else take(vocab, dim)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=dim, intermediate_size=hidden, num_hidden_layers=L,
-                      num_attention_heads=H, num_key_value_heads=K, max_position_embeddings=seq,
-                      rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=shared,
-                      attention_bias=False, mlp_bias=False, bos_token_id=1, eos_token_id=2)
-    cfg._attn_implementation = "eager"
-    model = LlamaForCausalLM(cfg).eval()
-
-    def permute(t, heads):  # interleaved pairs -> rotate-half halves
-        out_dim, in_dim = t.shape
-        return t.view(heads, out_dim // heads // 2, 2, in_dim).transpose(1, 2).reshape(out_dim, in_dim)
-
-    with torch.no_grad():
-        model.model.embed_tokens.weight.copy_(w["embed"])
-        for l, layer in enumerate(model.model.layers):
-            layer.input_layernorm.weight.copy_(w["att_norm"][l])
-            layer.self_attn.q_proj.weight.copy_(permute(w["wq"][l], H))
-            layer.self_attn.k_proj.weight.copy_(permute(w["wk"][l], K))
-            layer.self_attn.v_proj.weight.copy_(w["wv"][l])
-            layer.self_attn.o_proj.weight.copy_(w["wo"][l])
-            layer.post_attention_layernorm.weight.copy_(w["ffn_norm"][l])
-            layer.mlp.gate_proj.weight.copy_(w["w1"][l])
-            layer.mlp.down_proj.weight.copy_(w["w2"][l])
-            layer.mlp.up_proj.weight.copy_(w["w3"][l])
-        model.model.norm.weight.copy_(w["final_norm"])
-        model.lm_head.weight.copy_(w["cls"])
-    return model
 
 
 def kvscope_kept(exe, stories, work, spec):
@@ -150,7 +99,7 @@ def main():
     shared = os.environ.get("KVSCOPE_SHARED_DIR") or shared
     os.makedirs(work, exist_ok=True)
     stories = os.path.join(shared, "models", "stories260K")
-    model = load_llama2c(os.path.join(stories, "stories260K.bin"))
+    model = load_llama2c(os.path.join(stories, "stories260K.bin"), attn_implementation="eager")
     # Expected attention on stories260K reaches scores of 1e-80 (layer 1): in
     # float32 kvpress's softmax makes most of them exactly 0 and topk picks
     # among the ties arbitrarily. KVScope ranks the log scores exactly, so

@@ -1,8 +1,8 @@
 """A llama2.c checkpoint (e.g. stories260K.bin) as a transformers
-LlamaForCausalLM, for the engine benchmark: q/k rows permuted from llama2.c's
-interleaved RoPE pairs to transformers' rotate-half halves, as transformers'
-Llama converter does. The same conversion as tests/policies/kvpress_check.py
-(which must run without this folder).
+LlamaForCausalLM: q/k rows permuted from llama2.c's interleaved RoPE pairs to
+transformers' rotate-half halves, as transformers' Llama converter does. Used
+by the kvpress cross-check (tests/policies/kvpress_check.py) and the engine
+benchmark (bench/engine/bench_transformers.py).
 """
 import struct
 
@@ -11,7 +11,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
-def load_llama2c(path, dtype=torch.float32):
+def load_llama2c(path, dtype=torch.float32, attn_implementation=None):
+    """attn_implementation: e.g. "eager" where attention weights must be
+    returned (kvpress); None keeps transformers' default."""
     with open(path, "rb") as f:
         dim, hidden, L, H, K, vocab, seq = struct.unpack("7i", f.read(28))
         shared = vocab > 0
@@ -38,6 +40,8 @@ def load_llama2c(path, dtype=torch.float32):
                       num_attention_heads=H, num_key_value_heads=K, max_position_embeddings=seq,
                       rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=shared,
                       attention_bias=False, mlp_bias=False, bos_token_id=1, eos_token_id=2)
+    if attn_implementation:
+        cfg._attn_implementation = attn_implementation
     model = LlamaForCausalLM(cfg).eval()
 
     def permute(t, heads):  # interleaved pairs -> rotate-half halves
