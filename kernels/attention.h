@@ -27,9 +27,9 @@ inline bool key_visible(int64_t key_pos, int64_t query_pos, int64_t window) {
 // weights [R, n, m] (float32). `allowed` (bool [n, m], may be null) hides
 // further keys from queries (read-time selection). Matrix products go
 // through BLAS.
-torch::Tensor attention_multi(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              const torch::Tensor& key_pos, int64_t q_pos0, double scale,
-                              int64_t window, torch::Tensor* probs,
+torch::Tensor attention_multi(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& key_pos, int64_t q_pos0,
+                              double scale, int64_t window, torch::Tensor* probs,
                               const torch::Tensor* allowed = nullptr);
 
 // Rows of K and V stored in one contiguous run: keys k[i * stride], values
@@ -41,6 +41,13 @@ struct Segment {
   int64_t rows = 0;
   int64_t stride = 0;  // floats between consecutive rows
 };
+
+// Column sums of a row-major [rows, cols] float matrix into out[cols]
+// (overwritten): the attention mass each key receives from a block of query
+// rows. Rows are added in order, so each sum equals a column walked top to
+// bottom, but memory is read sequentially (a column walk strides by cols
+// floats: a cache miss per element for a prefill chunk's [R * n, keys]).
+void sum_rows(const float* p, int64_t rows, int64_t cols, float* out);
 
 // One query (decode): q [R, hd] (float32, contiguous) at position q_pos over
 // the rows of the segments in order, whose positions are key_pos (one per

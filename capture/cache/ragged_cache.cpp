@@ -18,7 +18,9 @@ namespace {
 struct ScopedTimer {
   double& total;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  ~ScopedTimer() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+  ~ScopedTimer() {
+    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
 };
 }  // namespace
 
@@ -36,7 +38,8 @@ RaggedKvCache::RaggedKvCache(const model::ModelConfig& config, const Options& op
       tiers_(policy.tiers()) {
   if (M_ <= 0) throw std::invalid_argument("RaggedKvCache: max_tokens must be positive");
   if (tiers_.empty() || tiers_.size() > 8) throw std::invalid_argument("RaggedKvCache: 1..8 tiers");
-  for (const TierSpec& t : tiers_) pools_.push_back(std::make_unique<KvPool>(hd_, page_rows_, t.format));
+  for (const TierSpec& t : tiers_)
+    pools_.push_back(std::make_unique<KvPool>(hd_, page_rows_, t.format));
   heads_.resize(size_t(L_ * K_));
   for (HeadState& h : heads_) {
     h.tiers.resize(tiers_.size());
@@ -58,7 +61,8 @@ void RaggedKvCache::append(int64_t layer, int64_t kv_head, int tier, int64_t pos
   HeadState& hs = head(layer, kv_head);
   HeadTier& ht = hs.tiers[size_t(tier)];
   int64_t slot = static_cast<int64_t>(ht.positions.size());
-  if (slot % page_rows_ == 0) ht.pages.push_back(pools_[size_t(tier)]->allocate(owner_tag(layer, kv_head, tier)));
+  if (slot % page_rows_ == 0)
+    ht.pages.push_back(pools_[size_t(tier)]->allocate(owner_tag(layer, kv_head, tier)));
   pools_[size_t(tier)]->write_row(ht.pages[size_t(slot / page_rows_)], slot % page_rows_, k, v);
   ht.positions.push_back(static_cast<int32_t>(pos));
   hs.slot_of[size_t(pos)] = static_cast<int32_t>(slot);
@@ -106,11 +110,13 @@ int64_t RaggedKvCache::count(int64_t layer, int64_t kv_head, int64_t tier) const
 
 int64_t RaggedKvCache::count(int64_t layer, int64_t kv_head) const {
   int64_t n = 0;
-  for (const HeadTier& t : head(layer, kv_head).tiers) n += static_cast<int64_t>(t.positions.size());
+  for (const HeadTier& t : head(layer, kv_head).tiers)
+    n += static_cast<int64_t>(t.positions.size());
   return n;
 }
 
-const std::vector<int32_t>& RaggedKvCache::positions(int64_t layer, int64_t kv_head, int64_t tier) const {
+const std::vector<int32_t>& RaggedKvCache::positions(int64_t layer, int64_t kv_head,
+                                                     int64_t tier) const {
   return head(layer, kv_head).tiers[size_t(tier)].positions;
 }
 
@@ -138,7 +144,8 @@ void RaggedKvCache::event(int64_t layer, int64_t kv_head, int64_t pos, trace::Ev
                                  score, reason, from, to});
 }
 
-void RaggedKvCache::evict(int64_t layer, int64_t kv_head, int64_t pos, float score, uint16_t reason) {
+void RaggedKvCache::evict(int64_t layer, int64_t kv_head, int64_t pos, float score,
+                          uint16_t reason) {
   int tier = tier_of(layer, kv_head, pos);
   if (tier < 0) throw std::logic_error("RaggedKvCache: evicting an entry that is not held");
   remove(layer, kv_head, pos);
@@ -168,8 +175,9 @@ void RaggedKvCache::record_select(int64_t layer, int64_t kv_head, int64_t pos, f
 
 void RaggedKvCache::record_gate(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos,
                                 float value, bool sample) {
-  gates_.push_back(trace::GateValue{gate, static_cast<int16_t>(layer), static_cast<int16_t>(kv_head),
-                                    static_cast<int32_t>(pos), value, sample});
+  gates_.push_back(trace::GateValue{gate, static_cast<int16_t>(layer),
+                                    static_cast<int16_t>(kv_head), static_cast<int32_t>(pos), value,
+                                    sample});
 }
 
 // ---- the step -------------------------------------------------------------------
@@ -185,7 +193,8 @@ void RaggedKvCache::begin_step(int64_t pos0, int64_t n) {
   for (LayerStats& s : stats_) {
     if (step_ == 0) s.window_queries = 0;
     for (auto* rows : {&s.received, &s.last_query})
-      for (auto& row : *rows) std::fill(row.begin(), row.begin() + std::min<int64_t>(M_, pos0 + n), 0.0f);
+      for (auto& row : *rows)
+        std::fill(row.begin(), row.begin() + std::min<int64_t>(M_, pos0 + n), 0.0f);
   }
 }
 
@@ -205,7 +214,8 @@ void tier_segments(const KvPool& pool, const std::vector<int32_t>& pages, int64_
   scratch->resize(size_t(count * hd * 2));
   float* k = scratch->data();
   float* v = k + count * hd;
-  for (int64_t r = 0; r < count; ++r) pool.read_row(pages[size_t(r / P)], r % P, k + r * hd, v + r * hd);
+  for (int64_t r = 0; r < count; ++r)
+    pool.read_row(pages[size_t(r / P)], r % P, k + r * hd, v + r * hd);
   segs->push_back({k, v, count, hd});
 }
 
@@ -233,13 +243,14 @@ torch::Tensor RaggedKvCache::attend_head(const model::AttentionInputs& in, int64
                       &scratch[t]);
     torch::Tensor out = torch::empty({R_, 1, hd_}, torch::kFloat32);
     if (want_probs) *probs = torch::empty({R_, 1, m}, torch::kFloat32);
-    kernels::attention_decode_segments(q.data_ptr<float>(), R_, hd_, segs, key_pos->data(),
-                                       in.pos0, in.scale, in.sliding_window, out.data_ptr<float>(),
+    kernels::attention_decode_segments(q.data_ptr<float>(), R_, hd_, segs, key_pos->data(), in.pos0,
+                                       in.scale, in.sliding_window, out.data_ptr<float>(),
                                        want_probs ? probs->data_ptr<float>() : nullptr);
     return out;
   }
   // Several queries (or a selection mask): gather the entries, one BLAS product.
-  torch::Tensor k = torch::empty({m, hd_}, torch::kFloat32), v = torch::empty({m, hd_}, torch::kFloat32);
+  torch::Tensor k = torch::empty({m, hd_}, torch::kFloat32),
+                v = torch::empty({m, hd_}, torch::kFloat32);
   int64_t row = 0;
   for (size_t t = 0; t < tiers_.size(); ++t) {
     if (!tiers_[t].attended) continue;
@@ -267,7 +278,8 @@ torch::Tensor RaggedKvCache::attend(const model::AttentionInputs& in) {
   }
 
   // 2. Write the new entries (rejected ones too: the step's queries see them).
-  torch::Tensor kn = in.k.to(torch::kFloat32).contiguous(), vn = in.v.to(torch::kFloat32).contiguous();
+  torch::Tensor kn = in.k.to(torch::kFloat32).contiguous(),
+                vn = in.v.to(torch::kFloat32).contiguous();
   for (int64_t h = 0; h < K_; ++h)
     for (int64_t i = 0; i < n; ++i) {
       const policy::Admission& d = decisions[size_t(h * n + i)];
@@ -275,7 +287,8 @@ torch::Tensor RaggedKvCache::attend(const model::AttentionInputs& in) {
       append(l, h, tier, pos0_ + i, kn.data_ptr<float>() + (i * K_ + h) * hd_,
              vn.data_ptr<float>() + (i * K_ + h) * hd_);
       if (!d.reject)
-        event(l, h, pos0_ + i, trace::EventKind::Admit, d.score, d.reason, trace::kNoTier, uint8_t(tier));
+        event(l, h, pos0_ + i, trace::EventKind::Admit, d.score, d.reason, trace::kNoTier,
+              uint8_t(tier));
     }
 
   // 3. Selection.
@@ -307,7 +320,8 @@ torch::Tensor RaggedKvCache::attend(const model::AttentionInputs& in) {
         if (it != candidates[size_t(h)].end()) mask[i][it - candidates[size_t(h)].begin()] = true;
       }
     }
-    torch::Tensor oh = attend_head(in, h, mask.defined() ? &mask : nullptr, want_probs, &probs, &key_pos);
+    torch::Tensor oh =
+        attend_head(in, h, mask.defined() ? &mask : nullptr, want_probs, &probs, &key_pos);
     out.narrow(1, h * R_, R_).copy_(oh.permute({1, 0, 2}));
     if (!want_probs) continue;
     const int64_t m = static_cast<int64_t>(key_pos.size());
@@ -315,12 +329,9 @@ torch::Tensor RaggedKvCache::attend(const model::AttentionInputs& in) {
     if (needs.received) {
       std::vector<float>& rec = st.received[size_t(h)];
       const float norm = 1.0f / float(R_ * n);
-      for (int64_t j = 0; j < m; ++j) {
-        float s = 0;
-        for (int64_t r = 0; r < R_; ++r)
-          for (int64_t i = 0; i < n; ++i) s += p[(r * n + i) * m + j];
-        rec[size_t(key_pos[size_t(j)])] = s * norm;
-      }
+      std::vector<float> mass(static_cast<size_t>(m));
+      kernels::sum_rows(p, R_ * n, m, mass.data());
+      for (int64_t j = 0; j < m; ++j) rec[size_t(key_pos[size_t(j)])] = mass[size_t(j)] * norm;
     }
     if (needs.last_query) {
       std::vector<float>& lq = st.last_query[size_t(h)];
@@ -353,7 +364,8 @@ torch::Tensor RaggedKvCache::attend(const model::AttentionInputs& in) {
       const policy::Admission& d = decisions[size_t(h * n + i)];
       if (!d.reject) continue;
       remove(l, h, pos0_ + i);
-      event(l, h, pos0_ + i, trace::EventKind::Reject, d.score, d.reason, trace::kNoTier, trace::kNoTier);
+      event(l, h, pos0_ + i, trace::EventKind::Reject, d.score, d.reason, trace::kNoTier,
+            trace::kNoTier);
     }
 
   // 6. Eviction and placement.
@@ -366,7 +378,8 @@ torch::Tensor RaggedKvCache::attend(const model::AttentionInputs& in) {
 }
 
 void RaggedKvCache::end_step() {
-  policy::StepContext sc{step_, pos0_, n_, pos0_ < prompt_tokens_, pos0_ + n_ >= prompt_tokens_, *this};
+  policy::StepContext sc{step_, pos0_, n_, pos0_ < prompt_tokens_, pos0_ + n_ >= prompt_tokens_,
+                         *this};
   {
     ScopedTimer t{policy_seconds_};
     policy_.end_step(sc);
@@ -378,8 +391,12 @@ void RaggedKvCache::end_step() {
 
 // ---- what the recorder reads ------------------------------------------------------
 
-std::vector<trace::Event> RaggedKvCache::take_events() { return std::exchange(events_, {}); }
-std::vector<trace::GateValue> RaggedKvCache::take_gates() { return std::exchange(gates_, {}); }
+std::vector<trace::Event> RaggedKvCache::take_events() {
+  return std::exchange(events_, {});
+}
+std::vector<trace::GateValue> RaggedKvCache::take_gates() {
+  return std::exchange(gates_, {});
+}
 
 std::vector<int32_t> RaggedKvCache::occupancy() const {
   std::vector<int32_t> occ(size_t(L_ * K_ * n_tiers()));

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "kernels/attention.h"
+
 namespace kvscope::recorder {
 
 Recorder::Recorder(cache::RaggedKvCache& cache, const tokenizer::Tokenizer* tokenizer,
@@ -22,8 +24,8 @@ Recorder::Recorder(cache::RaggedKvCache& cache, const tokenizer::Tokenizer* toke
 }
 
 bool Recorder::wants_probs(int64_t) const {
-  return track_attended_ || levels_.received || levels_.pooled_block > 0 || !levels_.dense.empty() ||
-         levels_.topk > 0;
+  return track_attended_ || levels_.received || levels_.pooled_block > 0 ||
+         !levels_.dense.empty() || levels_.topk > 0;
 }
 
 const std::vector<uint8_t>& Recorder::attended(int64_t layer, int64_t kv_head) const {
@@ -43,12 +45,10 @@ void Recorder::on_attention(int64_t layer, int64_t kv_head, const float* p, int6
     row.tokens.resize(size_t(m));
     row.mass.resize(size_t(m));
     const float norm = 1.0f / float(R * n);
+    kernels::sum_rows(p, R * n, m, row.mass.data());
     for (int64_t j = 0; j < m; ++j) {
-      float s = 0;
-      for (int64_t r = 0; r < R; ++r)
-        for (int64_t i = 0; i < n; ++i) s += p[(r * n + i) * m + j];
       row.tokens[size_t(j)] = static_cast<int32_t>(key_pos[j]);
-      row.mass[size_t(j)] = s * norm;
+      row.mass[size_t(j)] *= norm;
     }
     received_.push_back(std::move(row));
   }
@@ -77,9 +77,10 @@ void Recorder::on_attention(int64_t layer, int64_t kv_head, const float* p, int6
         const float* w = p + (r * n + i) * m;
         std::iota(order.begin(), order.end(), 0);
         int64_t top = std::min(k, m);
-        std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int64_t a, int64_t b) {
-          return w[a] > w[b] || (w[a] == w[b] && key_pos[a] < key_pos[b]);
-        });
+        std::partial_sort(order.begin(), order.begin() + top, order.end(),
+                          [&](int64_t a, int64_t b) {
+                            return w[a] > w[b] || (w[a] == w[b] && key_pos[a] < key_pos[b]);
+                          });
         int64_t base = ((layer * H_) + kv_head * R + r) * k;
         for (int64_t t = 0; t < top; ++t) {
           row.index[size_t(base + t)] = static_cast<int32_t>(key_pos[order[size_t(t)]]);
@@ -118,7 +119,8 @@ void Recorder::pool(int64_t layer, int64_t kv_head, const float* p, int64_t R, i
 }
 
 trace::TokenRole Recorder::role_of(int32_t id) const {
-  return tokenizer_ && tokenizer_->is_special(id) ? trace::TokenRole::Template : trace::TokenRole::Prompt;
+  return tokenizer_ && tokenizer_->is_special(id) ? trace::TokenRole::Template
+                                                  : trace::TokenRole::Prompt;
 }
 
 trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& ids, bool prefill,
@@ -140,7 +142,8 @@ trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& 
       t.role = role_of(ids[i]);
       // Map the piece back into the prompt text; pieces the template or the
       // tokenizer added (e.g. a dummy-prefix space) may not be found.
-      size_t at = t.text.empty() ? std::string::npos : prompt_text_.find(t.text, size_t(prompt_offset_));
+      size_t at =
+          t.text.empty() ? std::string::npos : prompt_text_.find(t.text, size_t(prompt_offset_));
       if (at != std::string::npos && at <= size_t(prompt_offset_) + 8) {
         t.prompt_offset = static_cast<int64_t>(at);
         prompt_offset_ = static_cast<int64_t>(at + t.text.size());
@@ -176,18 +179,23 @@ trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& 
         }
       sd.pooled.push_back(std::move(row));
       // A block whose queries have all been fed will not change again.
-      if ((qb + 1) * levels_.pooled_block <= fed) it = open_blocks_.erase(it);
-      else ++it;
+      if ((qb + 1) * levels_.pooled_block <= fed)
+        it = open_blocks_.erase(it);
+      else
+        ++it;
     }
   }
   // The prompt primes the stream decoder (a SentencePiece decode strips its
   // first space: the first generated token alone would lose its own).
   if (decoder_ && prefill) decoder_->prime(ids);
-  if (decoder_ && sampled >= 0 && !tokenizer_->is_special(sampled)) sd.generated_text = decoder_->push(sampled);
+  if (decoder_ && sampled >= 0 && !tokenizer_->is_special(sampled))
+    sd.generated_text = decoder_->push(sampled);
   last_ = std::chrono::steady_clock::now();
   return sd;
 }
 
-std::string Recorder::finish_text() { return decoder_ ? decoder_->finish() : std::string(); }
+std::string Recorder::finish_text() {
+  return decoder_ ? decoder_->finish() : std::string();
+}
 
 }  // namespace kvscope::recorder

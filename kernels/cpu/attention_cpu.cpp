@@ -146,4 +146,12 @@ void attention_decode_segments(const float* q, int64_t R, int64_t hd,
   });
 }
 
+void sum_rows(const float* p, int64_t rows, int64_t cols, float* out) {
+  std::fill(out, out + cols, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = p + r * cols;
+    for (int64_t j = 0; j < cols; ++j) out[j] += row[j];
+  }
+}
+
 }  // namespace kvscope::kernels

@@ -110,6 +110,20 @@ TEST_CASE("a long prefill in query blocks equals plain causal attention", "[kern
   }
 }
 
+TEST_CASE("sum_rows equals each column summed top to bottom, bit for bit", "[kernels]") {
+  torch::manual_seed(13);
+  const int64_t rows = 37, cols = 101;
+  torch::Tensor p = torch::rand({rows, cols});
+  std::vector<float> out(static_cast<size_t>(cols), -1.0f);
+  sum_rows(p.data_ptr<float>(), rows, cols, out.data());
+  const float* d = p.data_ptr<float>();
+  for (int64_t j = 0; j < cols; ++j) {
+    float s = 0;
+    for (int64_t r = 0; r < rows; ++r) s += d[r * cols + j];
+    CHECK(out[size_t(j)] == s);
+  }
+}
+
 TEST_CASE("INT4 group quantisation stays within half a step", "[kernels]") {
   torch::manual_seed(5);
   const int64_t rows = 50, hd = 64;
