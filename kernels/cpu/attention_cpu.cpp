@@ -56,9 +56,11 @@ torch::Tensor attention_multi(const torch::Tensor& q, const torch::Tensor& k,
                               double scale, int64_t window, torch::Tensor* probs,
                               const torch::Tensor* allowed) {
   const int64_t R = q.size(0), n = q.size(1), hd = q.size(2), m = k.size(0);
+  if (n <= kQueryBlock)  // one block: no positions to read (key_pos may live on a GPU)
+    return attention_dense(q, k, v, key_pos, q_pos0, scale, window, probs, allowed);
   const torch::Tensor kp = key_pos.to(torch::kCPU).contiguous();
   const int64_t* pos = kp.data_ptr<int64_t>();
-  if (n <= kQueryBlock || !ascending(pos, m))
+  if (!ascending(pos, m))
     return attention_dense(q, k, v, key_pos, q_pos0, scale, window, probs, allowed);
   torch::Tensor out = torch::empty({R, n, hd}, q.options().dtype(v.scalar_type()));
   if (probs) *probs = torch::zeros({R, n, m}, q.options().dtype(torch::kFloat32));
