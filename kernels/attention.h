@@ -11,6 +11,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace kvscope::kernels {
@@ -21,16 +22,26 @@ inline bool key_visible(int64_t key_pos, int64_t query_pos, int64_t window) {
   return key_pos <= query_pos && (window <= 0 || key_pos > query_pos - window);
 }
 
+// Receives the attention weights one block of queries at a time, while the
+// block is still in cache, so statistics never need the whole [R, n, m]
+// matrix: p is [R, b, mk] row-major (row r * b + i: query head r, query
+// i0 + i) over keys k0 .. k0 + mk - 1 of the call. Every key outside the
+// block weighs 0 for these queries. Blocks arrive in query order and cover
+// each query once.
+using BlockSink =
+    std::function<void(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0)>;
+
 // Many queries (prefill chunk): q [R, n, hd] at positions q_pos0 .. q_pos0+n-1,
 // keys/values [m, hd] with positions key_pos [m] (int64, any order).
 // Returns out [R, n, hd]. When probs is non-null it receives the post-softmax
-// weights [R, n, m] (float32). `allowed` (bool [n, m], may be null) hides
-// further keys from queries (read-time selection). Matrix products go
-// through BLAS.
+// weights [R, n, m] (float32); when sink is non-null it receives them block
+// by block. `allowed` (bool [n, m], may be null) hides further keys from
+// queries (read-time selection). Matrix products go through BLAS.
 torch::Tensor attention_multi(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, const torch::Tensor& key_pos, int64_t q_pos0,
                               double scale, int64_t window, torch::Tensor* probs,
-                              const torch::Tensor* allowed = nullptr);
+                              const torch::Tensor* allowed = nullptr,
+                              const BlockSink* sink = nullptr);
 
 // Rows of K and V stored in one contiguous run: keys k[i * stride], values
 // v[i * stride], i < rows. A ragged cache passes one segment per page, a
@@ -42,12 +53,12 @@ struct Segment {
   int64_t stride = 0;  // floats between consecutive rows
 };
 
-// Column sums of a row-major [rows, cols] float matrix into out[cols]
-// (overwritten): the attention mass each key receives from a block of query
+// Adds the column sums of a row-major [rows, cols] float matrix into
+// out[cols]: the attention mass each key receives from a block of query
 // rows. Rows are added in order, so each sum equals a column walked top to
-// bottom, but memory is read sequentially (a column walk strides by cols
-// floats: a cache miss per element for a prefill chunk's [R * n, keys]).
-void sum_rows(const float* p, int64_t rows, int64_t cols, float* out);
+// bottom onto out, but memory is read sequentially (a column walk strides by
+// cols floats: a cache miss per element for a prefill chunk's [R * n, keys]).
+void sum_rows_add(const float* p, int64_t rows, int64_t cols, float* out);
 
 // One query (decode): q [R, hd] (float32, contiguous) at position q_pos over
 // the rows of the segments in order, whose positions are key_pos (one per

@@ -1,5 +1,7 @@
 // Decode attention: the segment kernel (what the ragged cache runs) against
 // LibTorch's bmm over a contiguous cache (the anchor), same shapes, same run.
+// Prefill attention: attention_multi (causal query blocks) against one
+// LibTorch mm + additive causal mask + softmax + mm over the full square.
 // usage: bench_kernels [threads]
 #include <torch/torch.h>
 
@@ -10,6 +12,46 @@
 #include "kernels/attention.h"
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// One kv head's prefill attention over n = m tokens, best of 3.
+void prefill(int threads) {
+  const int64_t R = 3, hd = 64;
+  for (int64_t n : {512, 2048, 4096}) {
+    torch::Tensor q = torch::randn({R, n, hd}), k = torch::randn({n, hd}),
+                  v = torch::randn({n, hd});
+    torch::Tensor pos = torch::arange(n, torch::kInt64);
+    torch::Tensor causal = torch::ones({n, n}).tril().log();  // 0 visible, -inf hidden
+    double t_ref = 1e30, t_multi = 1e30, t_probs = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      auto t0 = Clock::now();
+      torch::Tensor s = torch::mm(q.reshape({R * n, hd}), k.t()) * 0.125;
+      torch::Tensor p = torch::softmax((s.view({R, n, n}) + causal).view({R * n, n}), -1);
+      torch::Tensor ref = torch::mm(p, v);
+      t_ref = std::min(t_ref, seconds_since(t0));
+      auto t1 = Clock::now();
+      kvscope::kernels::attention_multi(q, k, v, pos, 0, 0.125, 0, nullptr);
+      t_multi = std::min(t_multi, seconds_since(t1));
+      torch::Tensor probs;
+      auto t2 = Clock::now();
+      kvscope::kernels::attention_multi(q, k, v, pos, 0, 0.125, 0, &probs);
+      t_probs = std::min(t_probs, seconds_since(t2));
+    }
+    const double causal_flop = 2.0 * 2.0 * double(R) * double(hd) * double(n) * double(n + 1) / 2;
+    std::printf(
+        "prefill attention, %d threads, R=%lld hd=%lld, %5lld tokens: full square %.1f ms, "
+        "attention_multi %.1f ms (%.2fx, %.0f causal GFLOP/s), with probs %.1f ms\n",
+        threads, (long long)R, (long long)hd, (long long)n, t_ref * 1e3, t_multi * 1e3,
+        t_ref / t_multi, causal_flop / t_multi / 1e9, t_probs * 1e3);
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int threads = argc > 1 ? std::atoi(argv[1]) : 2;
@@ -43,9 +85,12 @@ int main(int argc, char** argv) {
                                                     probs.data());
       }
     double t_seg = std::chrono::duration<double>(Clock::now() - t1).count() / iters;
-    std::printf("decode attention, %d threads, K=%lld R=%lld hd=%lld, %5lld keys: bmm %.1f us, paged kernel %.1f us (%.2fx)\n",
-                threads, (long long)K, (long long)R, (long long)hd, (long long)m, t_bmm * 1e6, t_seg * 1e6,
-                t_seg / t_bmm);
+    std::printf(
+        "decode attention, %d threads, K=%lld R=%lld hd=%lld, %5lld keys: bmm %.1f us, paged "
+        "kernel %.1f us (%.2fx)\n",
+        threads, (long long)K, (long long)R, (long long)hd, (long long)m, t_bmm * 1e6, t_seg * 1e6,
+        t_seg / t_bmm);
   }
+  prefill(threads);
   return 0;
 }

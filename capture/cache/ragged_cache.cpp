@@ -221,16 +221,41 @@ void tier_segments(const KvPool& pool, const std::vector<int32_t>& pages, int64_
 
 }  // namespace
 
-torch::Tensor RaggedKvCache::attend_head(const model::AttentionInputs& in, int64_t h,
-                                         const torch::Tensor* mask, bool want_probs,
-                                         torch::Tensor* probs, std::vector<int64_t>* key_pos) {
-  const int64_t n = in.q.size(0);
-  const HeadState& hs = head(in.layer, h);
+void FullMatrixObserver::on_attention_begin(int64_t layer, int64_t kv_head, int64_t R, int64_t n,
+                                            int64_t m, const int64_t* key_pos, int64_t q_pos0) {
+  layer_ = layer, kv_head_ = kv_head, R_ = R, n_ = n, m_ = m, q_pos0_ = q_pos0;
+  key_pos_ = key_pos;
+  probs_.assign(size_t(R * n * m), 0.0f);
+}
+
+void FullMatrixObserver::on_attention_block(const float* p, int64_t b, int64_t mk, int64_t i0,
+                                            int64_t k0) {
+  for (int64_t r = 0; r < R_; ++r)
+    for (int64_t i = 0; i < b; ++i)
+      std::copy(p + (r * b + i) * mk, p + (r * b + i + 1) * mk,
+                probs_.data() + (r * n_ + i0 + i) * m_ + k0);
+}
+
+void FullMatrixObserver::on_attention_end() {
+  on_attention(layer_, kv_head_, probs_.data(), R_, n_, m_, key_pos_, q_pos0_);
+}
+
+void RaggedKvCache::attended_positions(int64_t layer, int64_t kv_head,
+                                       std::vector<int64_t>* key_pos) const {
+  const HeadState& hs = head(layer, kv_head);
   key_pos->clear();
   for (size_t t = 0; t < tiers_.size(); ++t)
     if (tiers_[t].attended)
       for (int32_t p : hs.tiers[t].positions) key_pos->push_back(p);
-  const int64_t m = static_cast<int64_t>(key_pos->size());
+}
+
+torch::Tensor RaggedKvCache::attend_head(const model::AttentionInputs& in, int64_t h,
+                                         const torch::Tensor* mask,
+                                         const std::vector<int64_t>& key_pos,
+                                         const kernels::BlockSink* sink) {
+  const int64_t n = in.q.size(0);
+  const HeadState& hs = head(in.layer, h);
+  const int64_t m = static_cast<int64_t>(key_pos.size());
   torch::Tensor q = in.q.narrow(1, h * R_, R_).permute({1, 0, 2}).to(torch::kFloat32).contiguous();
 
   if (n == 1 && mask == nullptr) {
@@ -242,10 +267,11 @@ torch::Tensor RaggedKvCache::attend_head(const model::AttentionInputs& in, int64
         tier_segments(*pools_[t], hs.tiers[t].pages, int64_t(hs.tiers[t].positions.size()), &segs,
                       &scratch[t]);
     torch::Tensor out = torch::empty({R_, 1, hd_}, torch::kFloat32);
-    if (want_probs) *probs = torch::empty({R_, 1, m}, torch::kFloat32);
-    kernels::attention_decode_segments(q.data_ptr<float>(), R_, hd_, segs, key_pos->data(), in.pos0,
+    std::vector<float> probs(sink ? size_t(R_ * m) : 0);
+    kernels::attention_decode_segments(q.data_ptr<float>(), R_, hd_, segs, key_pos.data(), in.pos0,
                                        in.scale, in.sliding_window, out.data_ptr<float>(),
-                                       want_probs ? probs->data_ptr<float>() : nullptr);
+                                       sink ? probs.data() : nullptr);
+    if (sink) (*sink)(probs.data(), 1, m, 0, 0);
     return out;
   }
   // Several queries (or a selection mask): gather the entries, one BLAS product.
@@ -259,9 +285,9 @@ torch::Tensor RaggedKvCache::attend_head(const model::AttentionInputs& in, int64
       pools_[t]->read_row(ht.pages[size_t(slot / page_rows_)], slot % page_rows_,
                           k.data_ptr<float>() + row * hd_, v.data_ptr<float>() + row * hd_);
   }
-  torch::Tensor pos = torch::from_blob(key_pos->data(), {m}, torch::kInt64);
-  return kernels::attention_multi(q, k, v, pos, in.pos0, in.scale, in.sliding_window,
-                                  want_probs ? probs : nullptr, mask);
+  const torch::Tensor pos = torch::tensor(key_pos, torch::kInt64);
+  return kernels::attention_multi(q, k, v, pos, in.pos0, in.scale, in.sliding_window, nullptr, mask,
+                                  sink);
 }
 
 torch::Tensor RaggedKvCache::attend(const model::AttentionInputs& in) {
@@ -311,8 +337,8 @@ torch::Tensor RaggedKvCache::attend(const model::AttentionInputs& in) {
   LayerStats& st = stats_[size_t(l)];
   torch::Tensor out = torch::empty({n, H_, hd_}, torch::kFloat32);
   std::vector<int64_t> key_pos;
+  std::vector<float> mass;
   for (int64_t h = 0; h < K_; ++h) {
-    torch::Tensor probs;
     torch::Tensor& mask = masks[size_t(h)];
     if (mask.defined()) {  // a query always sees its own key
       for (int64_t i = 0; i < n; ++i) {
@@ -320,42 +346,50 @@ torch::Tensor RaggedKvCache::attend(const model::AttentionInputs& in) {
         if (it != candidates[size_t(h)].end()) mask[i][it - candidates[size_t(h)].begin()] = true;
       }
     }
-    torch::Tensor oh =
-        attend_head(in, h, mask.defined() ? &mask : nullptr, want_probs, &probs, &key_pos);
-    out.narrow(1, h * R_, R_).copy_(oh.permute({1, 0, 2}));
-    if (!want_probs) continue;
+    attended_positions(l, h, &key_pos);
     const int64_t m = static_cast<int64_t>(key_pos.size());
-    const float* p = probs.data_ptr<float>();  // [R, n, m]
+    if (needs.received) mass.assign(size_t(m), 0.0f);
+    if (needs.last_query)
+      for (int64_t pos : key_pos) st.last_query[size_t(h)][size_t(pos)] = 0.0f;
+    if (observe) observer_->on_attention_begin(l, h, R_, n, m, key_pos.data(), pos0_);
+    // The statistics, one block of queries at a time (p [R, b, mk]).
+    const kernels::BlockSink sink = [&](const float* p, int64_t b, int64_t mk, int64_t i0,
+                                        int64_t k0) {
+      const int64_t* kp = key_pos.data() + k0;
+      if (needs.received) kernels::sum_rows_add(p, R_ * b, mk, mass.data() + k0);
+      if (needs.last_query && i0 <= n - 1 && n - 1 < i0 + b) {
+        std::vector<float>& lq = st.last_query[size_t(h)];
+        for (int64_t j = 0; j < mk; ++j) {
+          float s = 0;
+          for (int64_t r = 0; r < R_; ++r) s += p[(r * b + (n - 1 - i0)) * mk + j];
+          lq[size_t(kp[j])] = s / float(R_);
+        }
+      }
+      if (needs.observation_window > 0) {
+        std::vector<float>& win = st.window[size_t(h)];
+        const int64_t w0 = prompt_tokens_ - needs.observation_window;
+        for (int64_t i = 0; i < b; ++i) {
+          int64_t qp = pos0_ + i0 + i;
+          if (qp < w0 || qp >= prompt_tokens_) continue;
+          if (h == 0) ++st.window_queries;
+          for (int64_t j = 0; j < mk; ++j) {
+            float s = 0;
+            for (int64_t r = 0; r < R_; ++r) s += p[(r * b + i) * mk + j];
+            win[size_t(kp[j])] += s / float(R_);
+          }
+        }
+      }
+      if (observe) observer_->on_attention_block(p, b, mk, i0, k0);
+    };
+    torch::Tensor oh =
+        attend_head(in, h, mask.defined() ? &mask : nullptr, key_pos, want_probs ? &sink : nullptr);
+    out.narrow(1, h * R_, R_).copy_(oh.permute({1, 0, 2}));
     if (needs.received) {
       std::vector<float>& rec = st.received[size_t(h)];
       const float norm = 1.0f / float(R_ * n);
-      std::vector<float> mass(static_cast<size_t>(m));
-      kernels::sum_rows(p, R_ * n, m, mass.data());
       for (int64_t j = 0; j < m; ++j) rec[size_t(key_pos[size_t(j)])] = mass[size_t(j)] * norm;
     }
-    if (needs.last_query) {
-      std::vector<float>& lq = st.last_query[size_t(h)];
-      for (int64_t j = 0; j < m; ++j) {
-        float s = 0;
-        for (int64_t r = 0; r < R_; ++r) s += p[(r * n + (n - 1)) * m + j];
-        lq[size_t(key_pos[size_t(j)])] = s / float(R_);
-      }
-    }
-    if (needs.observation_window > 0) {
-      std::vector<float>& win = st.window[size_t(h)];
-      const int64_t w0 = prompt_tokens_ - needs.observation_window;
-      for (int64_t i = 0; i < n; ++i) {
-        int64_t qp = pos0_ + i;
-        if (qp < w0 || qp >= prompt_tokens_) continue;
-        if (h == 0) ++st.window_queries;
-        for (int64_t j = 0; j < m; ++j) {
-          float s = 0;
-          for (int64_t r = 0; r < R_; ++r) s += p[(r * n + i) * m + j];
-          win[size_t(key_pos[size_t(j)])] += s / float(R_);
-        }
-      }
-    }
-    if (observe) observer_->on_attention(l, h, p, R_, n, m, key_pos.data(), pos0_);
+    if (observe) observer_->on_attention_end();
   }
 
   // 5. Rejected entries leave once the step's queries have read them.

@@ -24,6 +24,7 @@
 #include "capture/model/attention_backend.h"
 #include "capture/model/model_config.h"
 #include "core/trace/types.h"
+#include "kernels/attention.h"
 
 namespace kvscope::policy {
 class Policy;
@@ -38,13 +39,37 @@ struct TierSpec {
 };
 
 // Receives every attention matrix the cache computes (capture levels and the
-// oracle use it): probs [R, n, m] of kv head `kv_head`, keys at key_pos.
+// oracle use it), streamed: for each kv head of a step, begin (n queries from
+// q_pos0 over m keys at key_pos, valid until end), then blocks of weights
+// while they are still in cache (kernels::BlockSink: p [R, b, mk], queries
+// i0.., keys k0..; other keys weigh 0 for those queries), then end. A prefill
+// chunk's [R, n, m] matrix is never materialised for the observer.
 class AttentionObserver {
  public:
   virtual ~AttentionObserver() = default;
   virtual bool wants_probs(int64_t layer) const = 0;
+  virtual void on_attention_begin(int64_t layer, int64_t kv_head, int64_t R, int64_t n, int64_t m,
+                                  const int64_t* key_pos, int64_t q_pos0) = 0;
+  virtual void on_attention_block(const float* p, int64_t b, int64_t mk, int64_t i0,
+                                  int64_t k0) = 0;
+  virtual void on_attention_end() = 0;
+};
+
+// An observer that wants each head's whole matrix (tests, small tools):
+// assembles the blocks into probs [R, n, m] and calls on_attention.
+class FullMatrixObserver : public AttentionObserver {
+ public:
   virtual void on_attention(int64_t layer, int64_t kv_head, const float* probs, int64_t R,
                             int64_t n, int64_t m, const int64_t* key_pos, int64_t q_pos0) = 0;
+  void on_attention_begin(int64_t layer, int64_t kv_head, int64_t R, int64_t n, int64_t m,
+                          const int64_t* key_pos, int64_t q_pos0) override;
+  void on_attention_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) override;
+  void on_attention_end() override;
+
+ private:
+  int64_t layer_ = 0, kv_head_ = 0, R_ = 0, n_ = 0, m_ = 0, q_pos0_ = 0;
+  const int64_t* key_pos_ = nullptr;
+  std::vector<float> probs_;
 };
 
 class RaggedKvCache : public model::AttentionBackend {
@@ -85,7 +110,9 @@ class RaggedKvCache : public model::AttentionBackend {
   const std::vector<int32_t>& positions(int64_t layer, int64_t kv_head, int64_t tier) const;
   // Tier holding `pos` at head (layer, kv_head), or -1.
   int tier_of(int64_t layer, int64_t kv_head, int64_t pos) const;
-  bool holds(int64_t layer, int64_t kv_head, int64_t pos) const { return tier_of(layer, kv_head, pos) >= 0; }
+  bool holds(int64_t layer, int64_t kv_head, int64_t pos) const {
+    return tier_of(layer, kv_head, pos) >= 0;
+  }
   // Key / value of a held entry (dequantised), hd floats each.
   void read_entry(int64_t layer, int64_t kv_head, int64_t pos, float* key, float* value) const;
   // Attention statistics of the layer's last attention (what the policy asked for).
@@ -101,7 +128,7 @@ class RaggedKvCache : public model::AttentionBackend {
   // ---- what the recorder reads after a step ----
   std::vector<trace::Event> take_events();
   std::vector<trace::GateValue> take_gates();
-  std::vector<int32_t> occupancy() const;  // [L, K, R]
+  std::vector<int32_t> occupancy() const;   // [L, K, R]
   std::vector<int64_t> tier_bytes() const;  // bytes in use per tier
   int64_t entries() const;
   int64_t bytes_in_use() const;
@@ -127,14 +154,15 @@ class RaggedKvCache : public model::AttentionBackend {
   int64_t owner_tag(int64_t layer, int64_t kv_head, int64_t tier) const {
     return (layer * K_ + kv_head) * n_tiers() + tier;
   }
-  void append(int64_t layer, int64_t kv_head, int tier, int64_t pos, const float* k, const float* v);
+  void append(int64_t layer, int64_t kv_head, int tier, int64_t pos, const float* k,
+              const float* v);
   void remove(int64_t layer, int64_t kv_head, int64_t pos);
   void relocate_page(int64_t owner, int32_t from, int32_t to);
   void event(int64_t layer, int64_t kv_head, int64_t pos, trace::EventKind kind, float score,
              uint16_t reason, uint8_t from, uint8_t to);
-  torch::Tensor attend_head(const model::AttentionInputs& in, int64_t h,
-                            const torch::Tensor* mask, bool want_probs, torch::Tensor* probs,
-                            std::vector<int64_t>* key_pos);
+  void attended_positions(int64_t layer, int64_t kv_head, std::vector<int64_t>* key_pos) const;
+  torch::Tensor attend_head(const model::AttentionInputs& in, int64_t h, const torch::Tensor* mask,
+                            const std::vector<int64_t>& key_pos, const kernels::BlockSink* sink);
 
   int64_t L_, H_, K_, R_, hd_, M_;
   int64_t page_rows_;

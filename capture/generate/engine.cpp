@@ -71,20 +71,23 @@ torch::ScalarType parse_dtype(const std::string& dtype, torch::Device device) {
 void set_threads(int threads) {
   if (threads < 0) throw InputError("", "--threads", "must be positive (0 keeps the default)");
   if (threads == 0) return;
-  // Debian's LibTorch runs matrix products on OpenBLAS (pthreads build),
-  // whose worker pool is separate from LibTorch's OpenMP pool; both spin
+  // Debian's LibTorch runs matrix products on OpenBLAS. Its OpenMP build
+  // (libopenblas0-openmp) shares LibTorch's OpenMP pool, so both get the
+  // threads. Its pthreads build has a worker pool of its own; both pools spin
   // while idle, and with both sized to the core count they take turns
   // stalling each other (measured on 2 cores: decode at 512 tokens of
-  // context 20 tok/s with one thread, 3 tok/s with two). So the BLAS pool
-  // gets the threads and LibTorch's element-wise ops run on the caller's
-  // thread. Without OpenBLAS (e.g. an MKL LibTorch) LibTorch gets them.
+  // context 20 tok/s with one thread, 3 tok/s with two), so there the BLAS
+  // pool gets the threads and LibTorch's element-wise ops run on the
+  // caller's thread. Without OpenBLAS (e.g. an MKL LibTorch) LibTorch gets
+  // them.
   using SetThreads = void (*)(int);
-  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
-    f(threads);
-    torch::set_num_threads(1);
-  } else {
-    torch::set_num_threads(threads);
-  }
+  using GetParallel = int (*)();
+  auto set_blas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  auto get_parallel = reinterpret_cast<GetParallel>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+  constexpr int kOpenBlasOpenMp = 2;  // openblas_get_parallel(): 0 serial, 1 pthreads, 2 OpenMP
+  const bool own_pool = set_blas && !(get_parallel && get_parallel() == kOpenBlasOpenMp);
+  if (set_blas) set_blas(threads);
+  torch::set_num_threads(own_pool ? 1 : threads);
 }
 
 std::unique_ptr<tokenizer::Tokenizer> open_tokenizer(const std::string& model_path,

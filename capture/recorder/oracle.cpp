@@ -18,7 +18,8 @@ OracleShadow::OracleShadow(model::Transformer& model, const cache::RaggedKvCache
       H_(model.config().n_heads),
       K_(model.config().n_kv_heads),
       R_(model.config().n_heads / model.config().n_kv_heads) {
-  policy::PolicySetup setup{&model.config(), options.max_tokens, options.prompt_tokens, options.page_rows};
+  policy::PolicySetup setup{&model.config(), options.max_tokens, options.prompt_tokens,
+                            options.page_rows};
   full_.policy->setup(setup);
   shadow_ = std::make_unique<cache::RaggedKvCache>(model.config(), options, *full_.policy);
   shadow_->set_observer(this);
@@ -26,20 +27,29 @@ OracleShadow::OracleShadow(model::Transformer& model, const cache::RaggedKvCache
   last_row_.resize(size_t(L_ * K_));
 }
 
-void OracleShadow::on_attention(int64_t layer, int64_t kv_head, const float* p, int64_t R, int64_t n,
-                                int64_t m, const int64_t* key_pos, int64_t q_pos0) {
-  const std::vector<uint8_t>& held = policy_recorder_.attended(layer, kv_head);
+void OracleShadow::on_attention_begin(int64_t layer, int64_t kv_head, int64_t, int64_t n, int64_t m,
+                                      const int64_t* key_pos, int64_t) {
+  layer_ = layer, kv_head_ = kv_head, n_ = n, key_pos_ = key_pos;
   std::vector<std::pair<float, int64_t>>& row = last_row_[size_t(layer * K_ + kv_head)];
-  row.assign(size_t(m), {0.0f, 0});
-  for (int64_t r = 0; r < R; ++r) {
-    const float* w = p + (r * n + (n - 1)) * m;  // the step's last query
+  row.resize(size_t(m));
+  for (int64_t j = 0; j < m; ++j) row[size_t(j)] = {0.0f, key_pos[j]};
+  for (int64_t r = 0; r < R_; ++r) lost_[size_t(layer * H_ + kv_head * R_ + r)] = 0.0f;
+}
+
+void OracleShadow::on_attention_block(const float* p, int64_t b, int64_t mk, int64_t i0,
+                                      int64_t k0) {
+  const int64_t last = n_ - 1;  // the step's last query
+  if (last < i0 || last >= i0 + b) return;
+  const std::vector<uint8_t>& held = policy_recorder_.attended(layer_, kv_head_);
+  std::vector<std::pair<float, int64_t>>& row = last_row_[size_t(layer_ * K_ + kv_head_)];
+  for (int64_t r = 0; r < R_; ++r) {
+    const float* w = p + (r * b + (last - i0)) * mk;
     float lost = 0;
-    for (int64_t j = 0; j < m; ++j) {
-      if (!held[size_t(key_pos[j])]) lost += w[j];
-      row[size_t(j)].first += w[j] / float(R);
-      row[size_t(j)].second = key_pos[j];
+    for (int64_t j = 0; j < mk; ++j) {
+      if (!held[size_t(key_pos_[k0 + j])]) lost += w[j];
+      row[size_t(k0 + j)].first += w[j] / float(R_);
     }
-    lost_[size_t(layer * H_ + kv_head * R + r)] = lost;
+    lost_[size_t(layer_ * H_ + kv_head_ * R_ + r)] = lost;
   }
 }
 
@@ -61,7 +71,8 @@ trace::OracleRow OracleShadow::step(const torch::Tensor& ids, int64_t pos0,
         return a.first > b.first || (a.first == b.first && a.second < b.second);
       });
       int64_t kept = 0;
-      for (int64_t i = 0; i < k; ++i) kept += policy_cache_.holds(l, h, v[size_t(i)].second) ? 1 : 0;
+      for (int64_t i = 0; i < k; ++i)
+        kept += policy_cache_.holds(l, h, v[size_t(i)].second) ? 1 : 0;
       row.recall[size_t(l * K_ + h)] = k > 0 ? float(kept) / float(k) : 1.0f;
     }
   return row;

@@ -32,9 +32,12 @@ class OracleShadow : public cache::AttentionObserver {
   // Runs the full-cache forward for the step's tokens and compares.
   trace::OracleRow step(const torch::Tensor& ids, int64_t pos0, const torch::Tensor& policy_logits);
 
+  // Only the step's last query is compared; other blocks are skipped.
   bool wants_probs(int64_t) const override { return true; }
-  void on_attention(int64_t layer, int64_t kv_head, const float* probs, int64_t R, int64_t n,
-                    int64_t m, const int64_t* key_pos, int64_t q_pos0) override;
+  void on_attention_begin(int64_t layer, int64_t kv_head, int64_t R, int64_t n, int64_t m,
+                          const int64_t* key_pos, int64_t q_pos0) override;
+  void on_attention_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) override;
+  void on_attention_end() override {}
 
  private:
   model::Transformer& model_;
@@ -44,8 +47,10 @@ class OracleShadow : public cache::AttentionObserver {
   const Recorder& policy_recorder_;
   const cache::RaggedKvCache& policy_cache_;
   int64_t L_, H_, K_, R_;
-  std::vector<float> lost_;  // [L*H]
+  std::vector<float> lost_;                                       // [L*H]
   std::vector<std::vector<std::pair<float, int64_t>>> last_row_;  // [L*K]: (weight, position)
+  int64_t layer_ = 0, kv_head_ = 0, n_ = 0;                       // the head being observed
+  const int64_t* key_pos_ = nullptr;
 };
 
 }  // namespace kvscope::recorder

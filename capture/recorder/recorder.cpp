@@ -32,8 +32,10 @@ const std::vector<uint8_t>& Recorder::attended(int64_t layer, int64_t kv_head) c
   return attended_[size_t(layer * K_ + kv_head)];
 }
 
-void Recorder::on_attention(int64_t layer, int64_t kv_head, const float* p, int64_t R, int64_t n,
-                            int64_t m, const int64_t* key_pos, int64_t q_pos0) {
+void Recorder::on_attention_begin(int64_t layer, int64_t kv_head, int64_t R, int64_t n, int64_t m,
+                                  const int64_t* key_pos, int64_t q_pos0) {
+  cur_ = Head{layer, kv_head, n, m, q_pos0, key_pos, dense_.size()};
+  (void)R;  // the cache's R_, fixed
   if (track_attended_) {
     if (attended_.empty()) attended_.assign(size_t(L_ * K_), std::vector<uint8_t>(size_t(M_), 0));
     std::vector<uint8_t>& bits = attended_[size_t(layer * K_ + kv_head)];
@@ -41,80 +43,148 @@ void Recorder::on_attention(int64_t layer, int64_t kv_head, const float* p, int6
     for (int64_t j = 0; j < m; ++j) bits[size_t(key_pos[j])] = 1;
   }
   if (levels_.received) {
-    trace::ReceivedRow row{int16_t(layer), int16_t(kv_head), {}, {}};
-    row.tokens.resize(size_t(m));
-    row.mass.resize(size_t(m));
-    const float norm = 1.0f / float(R * n);
-    kernels::sum_rows(p, R * n, m, row.mass.data());
-    for (int64_t j = 0; j < m; ++j) {
-      row.tokens[size_t(j)] = static_cast<int32_t>(key_pos[j]);
-      row.mass[size_t(j)] *= norm;
-    }
-    received_.push_back(std::move(row));
+    received_row_ = trace::ReceivedRow{int16_t(layer), int16_t(kv_head), {}, {}};
+    received_row_.tokens.assign(key_pos, key_pos + m);
+    received_row_.mass.assign(size_t(m), 0.0f);
   }
-  if (levels_.pooled_block > 0) pool(layer, kv_head, p, R, n, m, key_pos, q_pos0);
   for (size_t d = 0; d < levels_.dense.size(); ++d) {
     auto [dl, dh] = levels_.dense[d];
-    if (dl != layer || dh / R != kv_head) continue;
-    int64_t r = dh % R;
-    for (int64_t i = 0; i < n; ++i) {
-      trace::DenseRow row{int32_t(d), int32_t(q_pos0 + i), std::vector<float>(size_t(M_), 0.0f)};
-      for (int64_t j = 0; j < m; ++j) row.weight[size_t(key_pos[j])] = p[(r * n + i) * m + j];
-      dense_.push_back(std::move(row));
-    }
+    if (dl != layer || dh / R_ != kv_head) continue;
+    for (int64_t i = 0; i < n; ++i)
+      dense_.push_back({int32_t(d), int32_t(q_pos0 + i), std::vector<float>(size_t(M_), 0.0f)});
   }
-  if (levels_.topk > 0) {
-    const int64_t k = levels_.topk;
-    std::vector<int64_t> order(static_cast<size_t>(m));
-    for (int64_t i = 0; i < n; ++i) {
-      trace::TopkRow& row = topk_[q_pos0 + i];
-      if (row.index.empty()) {
-        row.token = int32_t(q_pos0 + i);
-        row.index.assign(size_t(L_ * H_ * k), -1);
-        row.weight.assign(size_t(L_ * H_ * k), 0.0f);
-      }
-      for (int64_t r = 0; r < R; ++r) {
-        const float* w = p + (r * n + i) * m;
-        std::iota(order.begin(), order.end(), 0);
-        int64_t top = std::min(k, m);
-        std::partial_sort(order.begin(), order.begin() + top, order.end(),
-                          [&](int64_t a, int64_t b) {
-                            return w[a] > w[b] || (w[a] == w[b] && key_pos[a] < key_pos[b]);
-                          });
-        int64_t base = ((layer * H_) + kv_head * R + r) * k;
-        for (int64_t t = 0; t < top; ++t) {
-          row.index[size_t(base + t)] = static_cast<int32_t>(key_pos[order[size_t(t)]]);
-          row.weight[size_t(base + t)] = w[order[size_t(t)]];
-        }
+}
+
+void Recorder::on_attention_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) {
+  if (levels_.received) kernels::sum_rows_add(p, R_ * b, mk, received_row_.mass.data() + k0);
+  if (levels_.pooled_block > 0) pool(p, b, mk, i0, k0);
+  if (dense_.size() > cur_.first_dense) dense_block(p, b, mk, i0, k0);
+  if (levels_.topk > 0) topk_block(p, b, mk, i0, k0);
+}
+
+void Recorder::on_attention_end() {
+  if (!levels_.received) return;
+  const float norm = 1.0f / float(R_ * cur_.n);
+  for (float& x : received_row_.mass) x *= norm;
+  received_.push_back(std::move(received_row_));
+}
+
+void Recorder::dense_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) {
+  // This head's dense rows: per captured query head, n rows in query order.
+  size_t row = cur_.first_dense;
+  for (size_t d = 0; d < levels_.dense.size(); ++d) {
+    auto [dl, dh] = levels_.dense[d];
+    if (dl != cur_.layer || dh / R_ != cur_.kv_head) continue;
+    const int64_t r = dh % R_;
+    for (int64_t i = 0; i < b; ++i) {
+      std::vector<float>& weight = dense_[row + size_t(i0 + i)].weight;
+      const float* w = p + (r * b + i) * mk;
+      for (int64_t j = 0; j < mk; ++j) weight[size_t(cur_.key_pos[k0 + j])] = w[j];
+    }
+    row += size_t(cur_.n);
+  }
+}
+
+void Recorder::topk_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) {
+  // Keys outside the block weigh 0 for its queries: never among the top.
+  const int64_t k = levels_.topk;
+  const int64_t* key_pos = cur_.key_pos + k0;
+  std::vector<int64_t> order(static_cast<size_t>(mk));
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t token = cur_.q_pos0 + i0 + i;
+    trace::TopkRow& row = topk_[token];
+    if (row.index.empty()) {
+      row.token = int32_t(token);
+      row.index.assign(size_t(L_ * H_ * k), -1);
+      row.weight.assign(size_t(L_ * H_ * k), 0.0f);
+    }
+    for (int64_t r = 0; r < R_; ++r) {
+      const float* w = p + (r * b + i) * mk;
+      std::iota(order.begin(), order.end(), 0);
+      const int64_t top = std::min(k, mk);
+      std::partial_sort(order.begin(), order.begin() + top, order.end(), [&](int64_t x, int64_t y) {
+        return w[x] > w[y] || (w[x] == w[y] && key_pos[x] < key_pos[y]);
+      });
+      const int64_t base = ((cur_.layer * H_) + cur_.kv_head * R_ + r) * k;
+      for (int64_t t = 0; t < top; ++t) {
+        row.index[size_t(base + t)] = static_cast<int32_t>(key_pos[order[size_t(t)]]);
+        row.weight[size_t(base + t)] = w[order[size_t(t)]];
       }
     }
   }
 }
 
-void Recorder::pool(int64_t layer, int64_t kv_head, const float* p, int64_t R, int64_t n, int64_t m,
-                    const int64_t* key_pos, int64_t q_pos0) {
-  const int64_t B = levels_.pooled_block;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t qpos = q_pos0 + i, qb = qpos / B;
-    PooledBlock& blk = open_blocks_[{layer, qb}];
+namespace {
+
+// Keys of one pooled key block that sit next to each other in the cache's
+// order: [j0, j1), the earliest position among them first_pos.
+struct KeyRun {
+  int64_t kb, j0, j1, first_pos;
+};
+
+// The cache holds keys mostly in position order, so a block's keys form a
+// few runs: the pooling loops then read weights sequentially, without a
+// division per weight.
+std::vector<KeyRun> key_runs(const int64_t* key_pos, int64_t m, int64_t B) {
+  std::vector<KeyRun> runs;
+  for (int64_t j = 0; j < m; ++j) {
+    const int64_t kb = key_pos[j] / B;
+    if (!runs.empty() && runs.back().kb == kb && runs.back().j1 == j) {
+      runs.back().j1 = j + 1;
+      runs.back().first_pos = std::min(runs.back().first_pos, key_pos[j]);
+    } else {
+      runs.push_back({kb, j, j + 1, key_pos[j]});
+    }
+  }
+  return runs;
+}
+
+}  // namespace
+
+void Recorder::pool(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) {
+  const int64_t B = levels_.pooled_block, kv_head = cur_.kv_head;
+  const std::vector<KeyRun> runs = key_runs(cur_.key_pos + k0, mk, B);
+  std::vector<float> col_sum(static_cast<size_t>(mk)), col_max(static_cast<size_t>(mk));
+  for (int64_t g0 = 0; g0 < b;) {
+    // Queries g0 .. g1 - 1 of the block share one query block qb: their rows
+    // are first reduced per key (sequential, vectorised), then per key run.
+    const int64_t qpos0 = cur_.q_pos0 + i0 + g0, qb = qpos0 / B;
+    const int64_t g1 = std::min(b, g0 + (qb + 1) * B - qpos0),
+                  last_qpos = cur_.q_pos0 + i0 + g1 - 1;
+    PooledBlock& blk = open_blocks_[{cur_.layer, qb}];
     if (blk.sum.empty()) {
       blk.sum.assign(size_t(H_ * KB_), 0.0f);
       blk.max.assign(size_t(H_ * KB_), 0.0f);
       blk.pairs.assign(size_t(KB_), 0.0);
     }
-    if (kv_head == 0)  // causal pairs of this query with each key block, counted once
-      for (int64_t kb = 0; kb <= qb && kb < KB_; ++kb)
-        blk.pairs[size_t(kb)] += double(std::clamp<int64_t>(qpos - kb * B + 1, 0, B));
-    for (int64_t r = 0; r < R; ++r) {
-      const float* w = p + (r * n + i) * m;
-      float* sum = blk.sum.data() + (kv_head * R + r) * KB_;
-      float* mx = blk.max.data() + (kv_head * R + r) * KB_;
-      for (int64_t j = 0; j < m; ++j) {
-        int64_t kb = key_pos[j] / B;
-        sum[kb] += w[j];
-        mx[kb] = std::max(mx[kb], w[j]);
+    if (kv_head == 0)  // causal pairs of these queries with each key block, counted once
+      for (int64_t qpos = qpos0; qpos <= last_qpos; ++qpos)
+        for (int64_t kb = 0; kb <= qb && kb < KB_; ++kb)
+          blk.pairs[size_t(kb)] += double(std::clamp<int64_t>(qpos - kb * B + 1, 0, B));
+    for (int64_t r = 0; r < R_; ++r) {
+      std::fill(col_sum.begin(), col_sum.end(), 0.0f);
+      std::fill(col_max.begin(), col_max.end(), 0.0f);
+      for (int64_t i = g0; i < g1; ++i) {
+        const float* w = p + (r * b + i) * mk;
+        for (int64_t j = 0; j < mk; ++j) {
+          col_sum[size_t(j)] += w[j];
+          col_max[size_t(j)] = col_max[size_t(j)] < w[j] ? w[j] : col_max[size_t(j)];
+        }
+      }
+      float* sum = blk.sum.data() + (kv_head * R_ + r) * KB_;
+      float* mx = blk.max.data() + (kv_head * R_ + r) * KB_;
+      for (const KeyRun& run : runs) {
+        if (run.first_pos > last_qpos) continue;  // keys after every query: weight 0 (causal)
+        float s = 0, x = mx[run.kb];
+        for (int64_t j = run.j0; j < run.j1; ++j) {
+          s += col_sum[size_t(j)];
+          x = std::max(x, col_max[size_t(j)]);
+        }
+        sum[run.kb] += s;
+        mx[run.kb] = x;
       }
     }
+    g0 = g1;
   }
 }
 

@@ -26,8 +26,10 @@ class Recorder : public cache::AttentionObserver {
 
   // AttentionObserver (the policy cache)
   bool wants_probs(int64_t layer) const override;
-  void on_attention(int64_t layer, int64_t kv_head, const float* probs, int64_t R, int64_t n,
-                    int64_t m, const int64_t* key_pos, int64_t q_pos0) override;
+  void on_attention_begin(int64_t layer, int64_t kv_head, int64_t R, int64_t n, int64_t m,
+                          const int64_t* key_pos, int64_t q_pos0) override;
+  void on_attention_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) override;
+  void on_attention_end() override;
 
   // Keys the policy's queries could read at `layer`, kv head `kv_head`, in the
   // step just run (for the oracle's lost mass): a bitmap over positions.
@@ -51,8 +53,9 @@ class Recorder : public cache::AttentionObserver {
     std::vector<double> pairs;    // [KB]: causal (query, key) pairs seen so far
   };
   trace::TokenRole role_of(int32_t id) const;
-  void pool(int64_t layer, int64_t kv_head, const float* probs, int64_t R, int64_t n, int64_t m,
-            const int64_t* key_pos, int64_t q_pos0);
+  void pool(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0);
+  void dense_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0);
+  void topk_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0);
 
   cache::RaggedKvCache& cache_;
   const tokenizer::Tokenizer* tokenizer_;
@@ -64,6 +67,14 @@ class Recorder : public cache::AttentionObserver {
 
   bool track_attended_ = false;
   std::vector<std::vector<uint8_t>> attended_;  // [L*K][M]
+
+  // The (layer, kv head) being observed: between on_attention_begin and _end.
+  struct Head {
+    int64_t layer = 0, kv_head = 0, n = 0, m = 0, q_pos0 = 0;
+    const int64_t* key_pos = nullptr;
+    size_t first_dense = 0;  // its rows in dense_ start here
+  } cur_;
+  trace::ReceivedRow received_row_;
 
   // Per step.
   std::vector<trace::ReceivedRow> received_;

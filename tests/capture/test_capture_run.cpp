@@ -21,7 +21,8 @@ using namespace kvscope;
 
 namespace {
 
-const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378, 432, 317, 272, 277, 264, 261, 352, 266, 268, 388};
+const std::vector<int32_t> kPrompt = {1,   403, 407, 261, 378, 432, 317, 272,
+                                      277, 264, 261, 352, 266, 268, 388};
 
 std::vector<torch::Tensor> step_logits(model::Transformer& m, model::AttentionBackend& backend,
                                        int64_t chunk, int64_t max_new) {
@@ -60,15 +61,17 @@ TEST_CASE("policy full gives logits identical to the plain engine", "[capture][f
   }
 }
 
-TEST_CASE("budgets, sinks and windows hold at every step of real captures", "[capture][invariants]") {
+TEST_CASE("budgets, sinks and windows hold at every step of real captures",
+          "[capture][invariants]") {
   torch::InferenceMode guard;
   auto model = test::load_stories();
   struct Case {
     std::string spec;
     int64_t budget, sinks, recent;
   };
-  for (const Case& k : {Case{"window:window=8", 8, 0, 8}, Case{"streaming_llm:sinks=2,window=6", 8, 2, 6},
-                        Case{"h2o:heavy=5,recent=4", 9, 0, 4}, Case{"h2o:heavy=3,recent=3,sinks=1", 7, 1, 3}}) {
+  for (const Case& k :
+       {Case{"window:window=8", 8, 0, 8}, Case{"streaming_llm:sinks=2,window=6", 8, 2, 6},
+        Case{"h2o:heavy=5,recent=4", 9, 0, 4}, Case{"h2o:heavy=3,recent=3,sinks=1", 7, 1, 3}}) {
     for (int64_t chunk : {15, 4}) {
       INFO(k.spec << ", prefill chunk " << chunk);
       policy::PolicyInstance pi = policy::make_policy(k.spec);
@@ -88,12 +91,14 @@ TEST_CASE("budgets, sinks and windows hold at every step of real captures", "[ca
           for (int64_t h = 0; h < cache.n_kv_heads(); ++h) {
             REQUIRE(cache.count(l, h) <= k.budget);
             for (int64_t p = 0; p < std::min(k.sinks, fed); ++p) REQUIRE(cache.holds(l, h, p));
-            for (int64_t p = std::max<int64_t>(0, fed - k.recent); p < fed; ++p) REQUIRE(cache.holds(l, h, p));
+            for (int64_t p = std::max<int64_t>(0, fed - k.recent); p < fed; ++p)
+              REQUIRE(cache.holds(l, h, p));
           }
         // Memory follows what is held: at most one partly filled page per head.
         int64_t page_bytes = 2 * 16 * cache.head_dim() * 4, entries = cache.entries();
         REQUIRE(cache.bytes_in_use() >= (entries + 15) / 16 * page_bytes);
-        REQUIRE(cache.bytes_in_use() <= (entries / 16 + cache.n_layers() * cache.n_kv_heads()) * page_bytes);
+        REQUIRE(cache.bytes_in_use() <=
+                (entries / 16 + cache.n_layers() * cache.n_kv_heads()) * page_bytes);
         cache.take_events();
       });
       CHECK(steps >= 60);
@@ -101,7 +106,8 @@ TEST_CASE("budgets, sinks and windows hold at every step of real captures", "[ca
   }
 }
 
-TEST_CASE("H2O's scores are the attention each entry received, summed step by step", "[capture][h2o]") {
+TEST_CASE("H2O's scores are the attention each entry received, summed step by step",
+          "[capture][h2o]") {
   generate::Engine engine = stories_engine();
   recorder::CaptureRequest req;
   req.prompt_ids = kPrompt;
@@ -150,8 +156,8 @@ TEST_CASE("the trace's generated text keeps the leading space of the first Sente
   // chunks here). stories260K's ids (< 512) are valid Llama 2 pieces; its own
   // tok512.bin decodes llama2.c's way and never strips.
   generate::Engine engine = stories_engine();
-  engine.tokenizer =
-      tokenizer::Tokenizer::load(test::source_dir() + "/tests/fixtures/tokenizer/llama2/tokenizer.json");
+  engine.tokenizer = tokenizer::Tokenizer::load(test::source_dir() +
+                                                "/tests/fixtures/tokenizer/llama2/tokenizer.json");
   recorder::CaptureRequest req;
   req.prompt_ids = kPrompt;
   req.prompt_text = engine.tokenizer->decode(kPrompt);
@@ -165,7 +171,8 @@ TEST_CASE("the trace's generated text keeps the leading space of the first Sente
   for (int32_t id : out) REQUIRE_FALSE(engine.tokenizer->is_special(id));
   std::vector<int32_t> all = kPrompt;
   all.insert(all.end(), out.begin(), out.end());
-  const std::string before = engine.tokenizer->decode(kPrompt), whole = engine.tokenizer->decode(all);
+  const std::string before = engine.tokenizer->decode(kPrompt),
+                    whole = engine.tokenizer->decode(all);
   REQUIRE(whole.compare(0, before.size(), before) == 0);
   const std::string expected = whole.substr(before.size());
   // The first generated token alone decodes without the space it has here.
@@ -175,14 +182,19 @@ TEST_CASE("the trace's generated text keeps the leading space of the first Sente
   CHECK(trace::TraceReader::open(req.output)->generated_text() == expected);
 }
 
-TEST_CASE("kvscope capture writes a valid trace and rejects bad input with exit 2", "[capture][cli]") {
+TEST_CASE("kvscope capture writes a valid trace and rejects bad input with exit 2",
+          "[capture][cli]") {
   std::string dir = test::temp_dir(), out;
   std::string model = " --model " + test::stories_dir() + "/stories260K.bin --tokenizer " +
-                      test::stories_dir() + "/tok512.bin --prompt 'Once upon a time' --max-new 20 -q";
+                      test::stories_dir() +
+                      "/tok512.bin --prompt 'Once upon a time' --max-new 20 -q";
   std::string trace = dir + "/h2o.kvtrace.h5";
-  REQUIRE(test::run_command(test::kvscope_exe() + " capture" + model +
-                                " --policy h2o:heavy=8,recent=8 --capture received+pooled:8+topk:4+dense:1.3"
-                                " --oracle -o " + trace, &out) == 0);
+  REQUIRE(test::run_command(
+              test::kvscope_exe() + " capture" + model +
+                  " --policy h2o:heavy=8,recent=8 --capture received+pooled:8+topk:4+dense:1.3"
+                  " --oracle -o " +
+                  trace,
+              &out) == 0);
   REQUIRE(test::run_command(test::kvscope_exe() + " info --check " + trace, &out) == 0);
   auto r = trace::TraceReader::open(trace);
   CHECK(r->complete());
@@ -193,14 +205,53 @@ TEST_CASE("kvscope capture writes a valid trace and rejects bad input with exit 
   CHECK(kl[0] == Approx(0.0).margin(1e-6));  // nothing evicted yet after the prompt
   CHECK(*std::max_element(kl.begin(), kl.end()) > 0.0f);
 
-  CHECK(test::run_command(test::kvscope_exe() + " capture" + model + " --policy nope -o " + dir + "/x.h5", &out) == 2);
+  SECTION("pooled maps are the block max and mean of the full attention rows") {
+    // Layer 1, query head 3 is also captured dense: pool its rows by hand.
+    const int64_t B = 8, T = r->n_tokens(), M = r->layout().max_tokens;
+    const int64_t QB = (T + B - 1) / B, KB = r->pooled_key_blocks();
+    std::vector<float> dense = r->dense_rows(0, 0, T);
+    trace::PooledTile tile = r->pooled(1, 3, 0, QB, 0, KB);
+    REQUIRE(tile.max.size() == size_t(QB * KB));
+    int64_t checked = 0;
+    for (int64_t qb = 0; qb < QB; ++qb)
+      for (int64_t kb = 0; kb < KB; ++kb) {
+        double sum = 0, pairs = 0;
+        float mx = 0;
+        for (int64_t t = qb * B; t < std::min(T, (qb + 1) * B); ++t)
+          for (int64_t k = kb * B; k < (kb + 1) * B && k <= t; ++k) {
+            const float w = dense[size_t(t * M + k)];
+            sum += w;
+            mx = std::max(mx, w);
+            pairs += 1;
+          }
+        const float mean = pairs > 0 ? float(sum / pairs) : 0.0f;
+        INFO("query block " << qb << " key block " << kb);
+        // Stored as float16: a relative error of 2^-11, and subnormals below 6e-5.
+        CHECK(tile.max[size_t(qb * KB + kb)] == Approx(mx).epsilon(1e-3).margin(1e-6));
+        CHECK(tile.mean[size_t(qb * KB + kb)] == Approx(mean).epsilon(1e-3).margin(1e-6));
+        checked += mx > 0;
+      }
+    CHECK(checked > QB);  // the comparison saw real weights
+  }
+
+  CHECK(test::run_command(
+            test::kvscope_exe() + " capture" + model + " --policy nope -o " + dir + "/x.h5",
+            &out) == 2);
   CHECK_THAT(out, Catch::Contains("unknown policy"));
-  CHECK(test::run_command(test::kvscope_exe() + " capture" + model + " --policy h2o:heavy=x -o " + dir + "/x.h5", &out) == 2);
+  CHECK(test::run_command(
+            test::kvscope_exe() + " capture" + model + " --policy h2o:heavy=x -o " + dir + "/x.h5",
+            &out) == 2);
   CHECK_THAT(out, Catch::Contains("h2o:heavy: 'x' is not an integer"));
-  CHECK(test::run_command(test::kvscope_exe() + " capture" + model + " --policy h2o:colour=3 -o " + dir + "/x.h5", &out) == 2);
+  CHECK(test::run_command(
+            test::kvscope_exe() + " capture" + model + " --policy h2o:colour=3 -o " + dir + "/x.h5",
+            &out) == 2);
   CHECK_THAT(out, Catch::Contains("unknown parameter"));
-  CHECK(test::run_command(test::kvscope_exe() + " capture" + model + " --capture bogus -o " + dir + "/x.h5", &out) == 2);
+  CHECK(test::run_command(
+            test::kvscope_exe() + " capture" + model + " --capture bogus -o " + dir + "/x.h5",
+            &out) == 2);
   CHECK_THAT(out, Catch::Contains("unknown level"));
-  CHECK(test::run_command(test::kvscope_exe() + " capture" + model + " --capture dense:9.0 -o " + dir + "/x.h5", &out) == 2);
+  CHECK(test::run_command(
+            test::kvscope_exe() + " capture" + model + " --capture dense:9.0 -o " + dir + "/x.h5",
+            &out) == 2);
   CHECK(test::run_command(test::kvscope_exe() + " capture" + model, &out) == 2);  // no -o
 }

@@ -25,12 +25,14 @@ struct Run {
   std::vector<trace::Event> events;
   explicit Run(policy::Policy& p, int64_t prompt = 32) {
     p.setup({&c, kM, prompt, kPage});
-    cache = std::make_unique<cache::RaggedKvCache>(c, cache::RaggedKvCache::Options{kPage, kM, prompt}, p);
+    cache = std::make_unique<cache::RaggedKvCache>(
+        c, cache::RaggedKvCache::Options{kPage, kM, prompt}, p);
   }
   torch::Tensor step(int64_t pos0, int64_t n, uint64_t seed = 1) {
     cache->begin_step(pos0, n);
     torch::Tensor out;
-    for (int64_t l = 0; l < c.n_layers; ++l) out = cache->attend(test::random_inputs(c, l, pos0, n, seed));
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      out = cache->attend(test::random_inputs(c, l, pos0, n, seed));
     cache->end_step();
     for (auto& e : cache->take_events()) events.push_back(e);
     return out;
@@ -64,7 +66,8 @@ TEST_CASE("admission: a rejected token serves its own step and never enters the 
   Run run(policy);
   run.step(0, 8);
   for (int64_t h = 0; h < 2; ++h) CHECK(run.cache->count(1, h) == 4);
-  CHECK(run.count_events(trace::EventKind::Reject) == 4 * 2 * 2);  // 4 odd tokens, 2 heads, 2 layers
+  CHECK(run.count_events(trace::EventKind::Reject) ==
+        4 * 2 * 2);  // 4 odd tokens, 2 heads, 2 layers
   CHECK(run.count_events(trace::EventKind::Admit) == 4 * 2 * 2);
   // The next decode query reads only the even positions and itself.
   model::AttentionInputs prev = test::random_inputs(run.c, 1, 0, 8, 1);
@@ -80,7 +83,8 @@ TEST_CASE("admission: a rejected token serves its own step and never enters the 
   CHECK((out[0][0] - want).abs().max().item<float>() < 1e-5f);
 }
 
-TEST_CASE("selection: a read-time mask restricts what a query reads, the cache is untouched", "[hooks]") {
+TEST_CASE("selection: a read-time mask restricts what a query reads, the cache is untouched",
+          "[hooks]") {
   torch::InferenceMode guard;
   struct SelectLowHalf : policy::Policy {  // Quest-like: pages 0 and 2 only
     void select(policy::SelectContext& c) override {
@@ -90,7 +94,8 @@ TEST_CASE("selection: a read-time mask restricts what a query reads, the cache i
         for (size_t j = 0; j < cand.size(); ++j) {
           bool page_selected = (cand[j] / 16) % 2 == 0;
           if (page_selected) mask.select(1, int64_t(j)).fill_(true);
-          if (page_selected && cand[j] % 16 == 0) c.cache.record_select(c.layer, h, cand[j], 1.0f, 0);
+          if (page_selected && cand[j] % 16 == 0)
+            c.cache.record_select(c.layer, h, cand[j], 1.0f, 0);
         }
         c.masks[size_t(h)] = mask;
       }
@@ -118,7 +123,8 @@ TEST_CASE("selection: a read-time mask restricts what a query reads, the cache i
   CHECK(run.count_events(trace::EventKind::Select) > 0);
 }
 
-TEST_CASE("placement: entries move between tiers, cold entries are not read until promoted", "[hooks]") {
+TEST_CASE("placement: entries move between tiers, cold entries are not read until promoted",
+          "[hooks]") {
   torch::InferenceMode guard;
   struct Tiers : policy::Policy {
     std::vector<cache::TierSpec> tiers() const override {
@@ -142,10 +148,10 @@ TEST_CASE("placement: entries move between tiers, cold entries are not read unti
   CHECK(run.cache->count(0, 0, 2) == 4);
   CHECK(run.count_events(trace::EventKind::Demote) == 8 * 2 * 2);
   // Decode: the cold entries 0..3 are not read.
-  struct Watch : cache::AttentionObserver {
+  struct Watch : cache::FullMatrixObserver {
     bool wants_probs(int64_t) const override { return true; }
-    void on_attention(int64_t, int64_t, const float*, int64_t, int64_t, int64_t m, const int64_t* key_pos,
-                      int64_t) override {
+    void on_attention(int64_t, int64_t, const float*, int64_t, int64_t, int64_t m,
+                      const int64_t* key_pos, int64_t) override {
       keys.assign(key_pos, key_pos + m);
     }
     std::vector<int64_t> keys;
@@ -160,7 +166,8 @@ TEST_CASE("placement: entries move between tiers, cold entries are not read unti
   CHECK(std::count_if(watch.keys.begin(), watch.keys.end(), [](int64_t p) { return p < 4; }) == 4);
 }
 
-TEST_CASE("end_step: one global ranking over all layers and heads gives unequal head budgets", "[hooks]") {
+TEST_CASE("end_step: one global ranking over all layers and heads gives unequal head budgets",
+          "[hooks]") {
   torch::InferenceMode guard;
   struct GlobalTopB : policy::Policy {  // DBTrimKV-shaped: keep the B best entries of the model
     int64_t B = 40;
@@ -170,10 +177,13 @@ TEST_CASE("end_step: one global ranking over all layers and heads gives unequal 
       for (int64_t l = 0; l < c.cache.n_layers(); ++l)
         for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h)
           for (int32_t p : c.cache.positions(l, h, 0))
-            all.emplace_back(c.cache.stats(l).received[size_t(h)][size_t(p)] + float(l * 2 + h) * 0.05f, l, h, p);
+            all.emplace_back(
+                c.cache.stats(l).received[size_t(h)][size_t(p)] + float(l * 2 + h) * 0.05f, l, h,
+                p);
       std::sort(all.begin(), all.end(), std::greater<>());
       for (size_t i = size_t(B); i < all.size(); ++i)
-        c.cache.evict(std::get<1>(all[i]), std::get<2>(all[i]), std::get<3>(all[i]), std::get<0>(all[i]), 0);
+        c.cache.evict(std::get<1>(all[i]), std::get<2>(all[i]), std::get<3>(all[i]),
+                      std::get<0>(all[i]), 0);
     }
   } policy;
   Run run(policy);
@@ -183,10 +193,12 @@ TEST_CASE("end_step: one global ranking over all layers and heads gives unequal 
   std::vector<int64_t> per_head;
   for (int64_t l = 0; l < 2; ++l)
     for (int64_t h = 0; h < 2; ++h) per_head.push_back(run.cache->count(l, h));
-  CHECK(*std::max_element(per_head.begin(), per_head.end()) > *std::min_element(per_head.begin(), per_head.end()));
+  CHECK(*std::max_element(per_head.begin(), per_head.end()) >
+        *std::min_element(per_head.begin(), per_head.end()));
 }
 
-TEST_CASE("delayed scoring: tokens are judged when they leave a protected window (KVpop)", "[hooks]") {
+TEST_CASE("delayed scoring: tokens are judged when they leave a protected window (KVpop)",
+          "[hooks]") {
   torch::InferenceMode guard;
   // Scores accumulate while a token is inside the last W positions; when it
   // crosses the boundary it stays only if its accumulated score beats a
@@ -224,7 +236,9 @@ TEST_CASE("delayed scoring: tokens are judged when they leave a protected window
   CHECK(run.count_events(trace::EventKind::Evict) > 0);
 }
 
-TEST_CASE("shared statistics: received sums to one per decode query, windows accumulate over chunks", "[hooks]") {
+TEST_CASE(
+    "shared statistics: received sums to one per decode query, windows accumulate over chunks",
+    "[hooks]") {
   torch::InferenceMode guard;
   struct Stats : policy::Policy {
     cache::StatsNeeds stats_needs() const override { return {true, true, 12}; }

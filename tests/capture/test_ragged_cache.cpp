@@ -43,7 +43,8 @@ class RandomPolicy : public policy::Policy {
         policy::Admission& a = c.at(h, i);
         a.reject = coin(0.15);
         a.tier = (tiered_ && coin(0.2)) ? 1 : 0;
-        log.push_back({a.reject ? Decision::Reject : Decision::Admit, c.layer, h, c.pos0 + i, a.reject ? 0 : a.tier});
+        log.push_back({a.reject ? Decision::Reject : Decision::Admit, c.layer, h, c.pos0 + i,
+                       a.reject ? 0 : a.tier});
       }
   }
   void after_attention(policy::LayerContext& c) override {
@@ -91,7 +92,8 @@ struct Oracle {
   }
 
   // Attention of the step's queries over held attended entries plus the new tokens.
-  torch::Tensor attend(const model::AttentionInputs& in, const std::vector<cache::TierSpec>& tiers) {
+  torch::Tensor attend(const model::AttentionInputs& in,
+                       const std::vector<cache::TierSpec>& tiers) {
     const int64_t n = in.q.size(0);
     torch::Tensor out = torch::zeros({n, K * R, hd}, torch::kFloat64);
     for (int64_t h = 0; h < K; ++h) {
@@ -110,7 +112,8 @@ struct Oracle {
         ks.push_back(in.k[i][h]);
         vs.push_back(in.v[i][h]);
       }
-      torch::Tensor Kt = torch::stack(ks).to(torch::kFloat64), Vt = torch::stack(vs).to(torch::kFloat64);
+      torch::Tensor Kt = torch::stack(ks).to(torch::kFloat64),
+                    Vt = torch::stack(vs).to(torch::kFloat64);
       for (int64_t r = 0; r < R; ++r)
         for (int64_t i = 0; i < n; ++i) {
           torch::Tensor s = torch::mv(Kt, in.q[i][h * R + r].to(torch::kFloat64)) * in.scale;
@@ -127,10 +130,14 @@ struct Oracle {
     switch (d.kind) {
       case Decision::Admit:
         m[d.pos] = d.tier;
-        kv[{d.layer, d.head, d.pos}] = {in->k[d.pos - in->pos0][d.head].clone(), in->v[d.pos - in->pos0][d.head].clone()};
+        kv[{d.layer, d.head, d.pos}] = {in->k[d.pos - in->pos0][d.head].clone(),
+                                        in->v[d.pos - in->pos0][d.head].clone()};
         break;
-      case Decision::Reject: break;
-      case Decision::Evict: m.erase(d.pos); break;
+      case Decision::Reject:
+        break;
+      case Decision::Evict:
+        m.erase(d.pos);
+        break;
       case Decision::Move: {
         // A move re-reads the entry: a warm entry moves on as its INT4 value.
         auto& e = kv.at({d.layer, d.head, d.pos});
@@ -142,7 +149,7 @@ struct Oracle {
   }
 };
 
-class KeyWatcher : public cache::AttentionObserver {
+class KeyWatcher : public cache::FullMatrixObserver {
  public:
   bool wants_probs(int64_t) const override { return true; }
   void on_attention(int64_t layer, int64_t kv_head, const float* probs, int64_t R, int64_t n,
@@ -185,7 +192,8 @@ void run_random(uint64_t seed, bool tiered) {
       }
       size_t admitted_end = before;
       while (admitted_end < policy.log.size() &&
-             (policy.log[admitted_end].kind == Decision::Admit || policy.log[admitted_end].kind == Decision::Reject))
+             (policy.log[admitted_end].kind == Decision::Admit ||
+              policy.log[admitted_end].kind == Decision::Reject))
         ++admitted_end;
       // Entries admitted this step are visible to the step's queries in
       // their new tier; replay admissions, attend, then the layer's evictions.
@@ -206,17 +214,20 @@ void run_random(uint64_t seed, bool tiered) {
         const auto& want = oracle.held[size_t(l)][size_t(h)];
         REQUIRE(cache.count(l, h) == static_cast<int64_t>(want.size()));
         for (auto [p, tier] : want) REQUIRE(cache.tier_of(l, h, p) == tier);
-        for (int64_t t = 0; t < cache.n_tiers(); ++t) pages += (cache.count(l, h, t) + page - 1) / page;
+        for (int64_t t = 0; t < cache.n_tiers(); ++t)
+          pages += (cache.count(l, h, t) + page - 1) / page;
       }
     int64_t page_bytes_f32 = 2 * page * c.head_dim * 4;
     int64_t expected_bytes = 0;
     for (int64_t t = 0; t < cache.n_tiers(); ++t) {
       int64_t tier_pages = 0;
       for (int64_t l = 0; l < c.n_layers; ++l)
-        for (int64_t h = 0; h < c.n_kv_heads; ++h) tier_pages += (cache.count(l, h, t) + page - 1) / page;
-      int64_t row = cache.tiers()[size_t(t)].format == cache::RowFormat::F32
-                        ? c.head_dim * 4
-                        : kernels::int4_code_bytes(c.head_dim) + kernels::int4_groups(c.head_dim) * 8;
+        for (int64_t h = 0; h < c.n_kv_heads; ++h)
+          tier_pages += (cache.count(l, h, t) + page - 1) / page;
+      int64_t row =
+          cache.tiers()[size_t(t)].format == cache::RowFormat::F32
+              ? c.head_dim * 4
+              : kernels::int4_code_bytes(c.head_dim) + kernels::int4_groups(c.head_dim) * 8;
       expected_bytes += tier_pages * 2 * page * row;
     }
     REQUIRE(cache.bytes_in_use() == expected_bytes);
@@ -259,7 +270,8 @@ TEST_CASE("an evicted entry is never read again", "[cache]") {
     for (int64_t l = 0; l < c.n_layers; ++l) {
       // Read every head of the layer: the watcher sees the last head's keys.
       cache.attend(test::random_inputs(c, l, pos, 1, 9));
-      for (int64_t p : watcher.seen) REQUIRE(gone.count({l * c.n_kv_heads + watcher.last_head, p}) == 0);
+      for (int64_t p : watcher.seen)
+        REQUIRE(gone.count({l * c.n_kv_heads + watcher.last_head, p}) == 0);
       REQUIRE(std::abs(watcher.rows_sum - 1.0) < 1e-4);  // weights still sum to 1 per query
     }
     cache.end_step();

@@ -6,6 +6,7 @@
 #undef CHECK
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <limits>
 #include <random>
 
@@ -110,15 +111,49 @@ TEST_CASE("a long prefill in query blocks equals plain causal attention", "[kern
   }
 }
 
-TEST_CASE("sum_rows equals each column summed top to bottom, bit for bit", "[kernels]") {
+TEST_CASE("the block sink sees every weight once, as the whole matrix has it", "[kernels]") {
+  // Blocks assembled into [R, n, m] (zeros outside each block) must equal the
+  // probs output: for the blocked path (keys in order, a window, a mask) and
+  // for the dense path (keys out of order).
+  torch::manual_seed(17);
+  const int64_t R = 2, hd = 16, n = 600, m = 650;
+  torch::Tensor q = torch::randn({R, n, hd}), k = torch::randn({m, hd}), v = torch::randn({m, hd});
+  torch::Tensor allowed = torch::rand({n, m}) > 0.2;
+  allowed.diagonal(m - n).fill_(true);
+  for (bool shuffled : {false, true}) {
+    torch::Tensor pos = torch::arange(m, torch::kInt64);
+    if (shuffled) pos = pos.flip(0);
+    std::vector<float> assembled(size_t(R * n * m), 0.0f);
+    std::vector<int> seen(size_t(n), 0);
+    int64_t blocks = 0;
+    const BlockSink sink = [&](const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) {
+      ++blocks;
+      for (int64_t i = 0; i < b; ++i) ++seen[size_t(i0 + i)];
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t i = 0; i < b; ++i)
+          for (int64_t j = 0; j < mk; ++j)
+            assembled[size_t((r * n + i0 + i) * m + k0 + j)] = p[(r * b + i) * mk + j];
+    };
+    torch::Tensor probs;
+    torch::Tensor out = attention_multi(q, k, v, pos, m - n, 0.25, 200, &probs, &allowed, &sink);
+    INFO("keys " << (shuffled ? "out of order" : "in order"));
+    CHECK(blocks == (shuffled ? 1 : 3));  // 600 queries: blocks of 256, 256, 88
+    CHECK(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
+    torch::Tensor got = torch::from_blob(assembled.data(), {R, n, m});
+    CHECK(torch::equal(got, probs));
+    CHECK(probs.sum(-1).sub(1).abs().max().item<float>() < 1e-5f);
+  }
+}
+
+TEST_CASE("sum_rows_add adds each column summed top to bottom, bit for bit", "[kernels]") {
   torch::manual_seed(13);
   const int64_t rows = 37, cols = 101;
   torch::Tensor p = torch::rand({rows, cols});
   std::vector<float> out(static_cast<size_t>(cols), -1.0f);
-  sum_rows(p.data_ptr<float>(), rows, cols, out.data());
+  sum_rows_add(p.data_ptr<float>(), rows, cols, out.data());
   const float* d = p.data_ptr<float>();
   for (int64_t j = 0; j < cols; ++j) {
-    float s = 0;
+    float s = -1.0f;
     for (int64_t r = 0; r < rows; ++r) s += d[r * cols + j];
     CHECK(out[size_t(j)] == s);
   }

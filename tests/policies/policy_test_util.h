@@ -37,7 +37,7 @@ struct HeadProbs {
   std::vector<int64_t> key_pos;
 };
 
-class PolicyRun : public model::AttentionBackend, public cache::AttentionObserver {
+class PolicyRun : public model::AttentionBackend, public cache::FullMatrixObserver {
  public:
   PolicyRun(const model::Transformer& model, const std::string& spec, int64_t max_tokens,
             int64_t prompt_tokens);
