@@ -13,6 +13,7 @@ ratio is measured in the same run. usage:
          [--repeats 3] [--no-policies]
 """
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -54,8 +55,11 @@ def main():
     a = ap.parse_args()
     exe = os.path.join(a.build, "app", "kvscope")
     work = tempfile.mkdtemp(prefix="kvscope-capture-bench-")
-    L, K, hd, page = 30, 3, 64, 16  # SmolLM2-135M
-    entry_bytes = 2 * hd * 4
+    # The model's cache shape (for bytes per entry and pages of slack).
+    info = json.loads(subprocess.run([exe, "model-info", "--json", a.model], capture_output=True,
+                                     text=True, check=True).stdout)
+    L, K, hd, page = info["n_layers"], info["n_kv_heads"], info["head_dim"], 16  # page: the cache's default
+    entry_bytes = 2 * hd * 4  # float32 key + value
     for ctx in [int(c) for c in a.contexts.split(",")]:
         print(f"\n## ~{ctx}-token passkey prompt, {a.max_new} new tokens, {a.threads} threads\n")
         out = os.path.join(work, "t.kvtrace.h5")
