@@ -200,6 +200,67 @@ void RaggedKvCache::begin_step(int64_t pos0, int64_t n) {
 
 namespace {
 
+// The shared statistics (LayerStats) of one kv head of a step, gathered from
+// the attention weights block by block (p [R, b, mk]: queries i0.., keys k0..).
+class HeadStatsSink {
+ public:
+  HeadStatsSink(const StatsNeeds& needs, LayerStats& st, int64_t h, int64_t R, int64_t n,
+                int64_t pos0, int64_t prompt_tokens, const std::vector<int64_t>& key_pos)
+      : needs_(needs),
+        st_(st),
+        h_(h),
+        R_(R),
+        n_(n),
+        pos0_(pos0),
+        prompt_tokens_(prompt_tokens),
+        key_pos_(key_pos) {
+    if (needs.received) mass_.assign(key_pos.size(), 0.0f);
+    if (needs.last_query)  // keys outside the block holding the last query weigh 0
+      for (int64_t pos : key_pos) st.last_query[size_t(h)][size_t(pos)] = 0.0f;
+  }
+
+  void block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) {
+    const int64_t* kp = key_pos_.data() + k0;
+    if (needs_.received) kernels::sum_rows_add(p, R_ * b, mk, mass_.data() + k0);
+    if (needs_.last_query && i0 <= n_ - 1 && n_ - 1 < i0 + b) {
+      std::vector<float>& lq = st_.last_query[size_t(h_)];
+      for (int64_t j = 0; j < mk; ++j) lq[size_t(kp[j])] = group_mean(p, b, mk, n_ - 1 - i0, j);
+    }
+    if (needs_.observation_window > 0) {
+      std::vector<float>& win = st_.window[size_t(h_)];
+      const int64_t w0 = prompt_tokens_ - needs_.observation_window;
+      for (int64_t i = 0; i < b; ++i) {
+        const int64_t qp = pos0_ + i0 + i;
+        if (qp < w0 || qp >= prompt_tokens_) continue;
+        if (h_ == 0) ++st_.window_queries;
+        for (int64_t j = 0; j < mk; ++j) win[size_t(kp[j])] += group_mean(p, b, mk, i, j);
+      }
+    }
+  }
+
+  // Received mass: the mean over the step's queries and the group's heads.
+  void finish() {
+    if (!needs_.received) return;
+    std::vector<float>& rec = st_.received[size_t(h_)];
+    const float norm = 1.0f / float(R_ * n_);
+    for (size_t j = 0; j < key_pos_.size(); ++j) rec[size_t(key_pos_[j])] = mass_[j] * norm;
+  }
+
+ private:
+  // Weight of key j for query i of the block, averaged over the group's heads.
+  float group_mean(const float* p, int64_t b, int64_t mk, int64_t i, int64_t j) const {
+    float s = 0;
+    for (int64_t r = 0; r < R_; ++r) s += p[(r * b + i) * mk + j];
+    return s / float(R_);
+  }
+
+  const StatsNeeds& needs_;
+  LayerStats& st_;
+  int64_t h_, R_, n_, pos0_, prompt_tokens_;
+  const std::vector<int64_t>& key_pos_;
+  std::vector<float> mass_;
+};
+
 // Rows [0, count) of one tier of one head as decode segments, or copied into
 // a scratch buffer when the tier is not float32.
 void tier_segments(const KvPool& pool, const std::vector<int32_t>& pages, int64_t count,
@@ -337,7 +398,6 @@ torch::Tensor RaggedKvCache::attend(const model::AttentionInputs& in) {
   LayerStats& st = stats_[size_t(l)];
   torch::Tensor out = torch::empty({n, H_, hd_}, torch::kFloat32);
   std::vector<int64_t> key_pos;
-  std::vector<float> mass;
   for (int64_t h = 0; h < K_; ++h) {
     torch::Tensor& mask = masks[size_t(h)];
     if (mask.defined()) {  // a query always sees its own key
@@ -348,47 +408,17 @@ torch::Tensor RaggedKvCache::attend(const model::AttentionInputs& in) {
     }
     attended_positions(l, h, &key_pos);
     const int64_t m = static_cast<int64_t>(key_pos.size());
-    if (needs.received) mass.assign(size_t(m), 0.0f);
-    if (needs.last_query)
-      for (int64_t pos : key_pos) st.last_query[size_t(h)][size_t(pos)] = 0.0f;
+    HeadStatsSink stats(needs, st, h, R_, n, pos0_, prompt_tokens_, key_pos);
     if (observe) observer_->on_attention_begin(l, h, R_, n, m, key_pos.data(), pos0_);
-    // The statistics, one block of queries at a time (p [R, b, mk]).
     const kernels::BlockSink sink = [&](const float* p, int64_t b, int64_t mk, int64_t i0,
                                         int64_t k0) {
-      const int64_t* kp = key_pos.data() + k0;
-      if (needs.received) kernels::sum_rows_add(p, R_ * b, mk, mass.data() + k0);
-      if (needs.last_query && i0 <= n - 1 && n - 1 < i0 + b) {
-        std::vector<float>& lq = st.last_query[size_t(h)];
-        for (int64_t j = 0; j < mk; ++j) {
-          float s = 0;
-          for (int64_t r = 0; r < R_; ++r) s += p[(r * b + (n - 1 - i0)) * mk + j];
-          lq[size_t(kp[j])] = s / float(R_);
-        }
-      }
-      if (needs.observation_window > 0) {
-        std::vector<float>& win = st.window[size_t(h)];
-        const int64_t w0 = prompt_tokens_ - needs.observation_window;
-        for (int64_t i = 0; i < b; ++i) {
-          int64_t qp = pos0_ + i0 + i;
-          if (qp < w0 || qp >= prompt_tokens_) continue;
-          if (h == 0) ++st.window_queries;
-          for (int64_t j = 0; j < mk; ++j) {
-            float s = 0;
-            for (int64_t r = 0; r < R_; ++r) s += p[(r * b + i) * mk + j];
-            win[size_t(kp[j])] += s / float(R_);
-          }
-        }
-      }
+      stats.block(p, b, mk, i0, k0);
       if (observe) observer_->on_attention_block(p, b, mk, i0, k0);
     };
     torch::Tensor oh =
         attend_head(in, h, mask.defined() ? &mask : nullptr, key_pos, want_probs ? &sink : nullptr);
     out.narrow(1, h * R_, R_).copy_(oh.permute({1, 0, 2}));
-    if (needs.received) {
-      std::vector<float>& rec = st.received[size_t(h)];
-      const float norm = 1.0f / float(R_ * n);
-      for (int64_t j = 0; j < m; ++j) rec[size_t(key_pos[size_t(j)])] = mass[size_t(j)] * norm;
-    }
+    stats.finish();
     if (observe) observer_->on_attention_end();
   }
 

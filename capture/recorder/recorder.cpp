@@ -32,10 +32,9 @@ const std::vector<uint8_t>& Recorder::attended(int64_t layer, int64_t kv_head) c
   return attended_[size_t(layer * K_ + kv_head)];
 }
 
-void Recorder::on_attention_begin(int64_t layer, int64_t kv_head, int64_t R, int64_t n, int64_t m,
-                                  const int64_t* key_pos, int64_t q_pos0) {
+void Recorder::on_attention_begin(int64_t layer, int64_t kv_head, int64_t /*R: the cache's, R_*/,
+                                  int64_t n, int64_t m, const int64_t* key_pos, int64_t q_pos0) {
   cur_ = Head{layer, kv_head, n, m, q_pos0, key_pos, dense_.size()};
-  (void)R;  // the cache's R_, fixed
   if (track_attended_) {
     if (attended_.empty()) attended_.assign(size_t(L_ * K_), std::vector<uint8_t>(size_t(M_), 0));
     std::vector<uint8_t>& bits = attended_[size_t(layer * K_ + kv_head)];
