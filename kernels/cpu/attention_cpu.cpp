@@ -66,8 +66,8 @@ void hide_invisible(float* s, int64_t R, int64_t b, int64_t mk, const int64_t* p
     const bool* ok = allowed ? allowed + i * mk : nullptr;
     for (int64_t r = 0; r < R; ++r) {
       float* row = s + (r * b + i) * mk;
-      std::fill(row, row + std::min(lo, mk), neg_inf);
-      if (hi > lo) std::fill(row + hi, row + mk, neg_inf);
+      std::fill(row, row + lo, neg_inf);  // lo <= hi: qp - window < qp
+      std::fill(row + hi, row + mk, neg_inf);
       if (ok)
         for (int64_t j = lo; j < hi; ++j)
           if (!ok[j]) row[j] = neg_inf;

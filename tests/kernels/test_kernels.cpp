@@ -145,6 +145,20 @@ TEST_CASE("the block sink sees every weight once, as the whole matrix has it", "
   }
 }
 
+TEST_CASE("a query that sees no key gets what a dense softmax gives", "[kernels]") {
+  // Keys at 0..9 and 30..39; the query at 20 with a window of 5 sees none of
+  // them (the older ones are out of the window, the newer ones in its future).
+  torch::manual_seed(19);
+  const int64_t R = 2, hd = 8;
+  torch::Tensor q = torch::randn({R, 1, hd}), k = torch::randn({20, hd}),
+                v = torch::randn({20, hd});
+  torch::Tensor pos = torch::cat({torch::arange(0, 10), torch::arange(30, 40)}).to(torch::kInt64);
+  torch::Tensor probs;
+  torch::Tensor out = attention_multi(q, k, v, pos, 20, 0.5, 5, &probs);
+  CHECK(torch::isnan(probs).all().item<bool>());
+  CHECK(torch::isnan(out).all().item<bool>());
+}
+
 TEST_CASE("sum_rows_add adds each column summed top to bottom, bit for bit", "[kernels]") {
   torch::manual_seed(13);
   const int64_t rows = 37, cols = 101;
