@@ -63,11 +63,26 @@ void sum_rows_add(const float* p, int64_t rows, int64_t cols, float* out);
 // One query (decode): q [R, hd] (float32, contiguous) at position q_pos over
 // the rows of the segments in order, whose positions are key_pos (one per
 // row). out [R, hd] is written; probs (size R * rows, may be null) receives
-// the weights, row-major [R, rows]. Rows not visible get weight 0. Plain C++
-// loops, parallel over query heads.
+// the weights, row-major [R, rows]. Rows not visible get weight 0; a query
+// seeing no row gets zeros. Plain C++ loops over chunks of rows, split over
+// the kernel threads (kernels/parallel.h) with results independent of them.
 void attention_decode_segments(const float* q, int64_t R, int64_t hd,
                                const std::vector<Segment>& segments, const int64_t* key_pos,
                                int64_t q_pos, double scale, int64_t window, float* out,
                                float* probs);
+
+// One kv head's share of a decode step, for attention_decode_heads.
+struct DecodeHead {
+  const float* q;                        // [R, hd]
+  const std::vector<Segment>* segments;  // its rows, in order
+  const int64_t* key_pos;                // one per row
+  float* out;                            // [R, hd]
+  float* probs;                          // [R, rows] or null
+};
+
+// attention_decode_segments for several kv heads at once (one split over the
+// threads instead of one per head; the same numbers).
+void attention_decode_heads(const DecodeHead* heads, int64_t n_heads, int64_t R, int64_t hd,
+                            int64_t q_pos, double scale, int64_t window);
 
 }  // namespace kvscope::kernels

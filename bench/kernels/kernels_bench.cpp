@@ -3,13 +3,14 @@
 // Prefill attention: attention_multi (causal query blocks) against one
 // LibTorch mm + additive causal mask + softmax + mm over the full square, and
 // with its weights streamed to a received-mass sink (what capture levels add).
-// usage: bench_kernels [threads]
+// usage: bench_kernels [threads]  (split as the engine's --threads splits them)
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cstdio>
 #include <vector>
 
+#include "capture/generate/engine.h"
 #include "kernels/attention.h"
 
 using Clock = std::chrono::steady_clock;
@@ -62,7 +63,7 @@ void prefill(int threads) {
 
 int main(int argc, char** argv) {
   int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  torch::set_num_threads(threads);
+  kvscope::generate::set_threads(threads);         // as the engine's --threads
   const int64_t K = 3, R = 3, hd = 64, page = 16;  // SmolLM2-135M attention shapes
   for (int64_t m : {256, 1024, 4096}) {
     torch::Tensor q = torch::randn({K, R, hd});

@@ -4,9 +4,9 @@
 
 #include <limits>
 
-#include "kernels/attention.h"
 #include <stdexcept>
 #include <string>
+#include "kernels/attention.h"
 
 namespace kvscope::generate {
 
@@ -93,7 +93,8 @@ torch::Tensor DenseKvCache::attend(const model::AttentionInputs& in) {
   // Query heads grouped by their kv head: [K, R * n, hd] (HF repeat_kv order).
   torch::Tensor q = in.q.permute({1, 0, 2}).reshape({K, R * n, hd});
   torch::Tensor scores = torch::bmm(q, keys.transpose(1, 2));
-  if (scores.scalar_type() != torch::kFloat32) scores = scores.to(torch::kFloat32);  // softmax in fp32
+  if (scores.scalar_type() != torch::kFloat32)
+    scores = scores.to(torch::kFloat32);  // softmax in fp32
   scores.mul_(in.scale);
   const bool need_mask = n > 1 || (in.sliding_window > 0 && L - start > in.sliding_window);
   if (need_mask)
@@ -106,26 +107,32 @@ torch::Tensor DenseKvCache::attend(const model::AttentionInputs& in) {
 }
 
 torch::Tensor DenseKvCache::attend_shared_kernels(const model::AttentionInputs& in,
-                                                 const torch::Tensor& keys,
-                                                 const torch::Tensor& values, int64_t start) {
+                                                  const torch::Tensor& keys,
+                                                  const torch::Tensor& values, int64_t start) {
   const int64_t n = in.q.size(0), K = n_kv_heads_, hd = head_dim_, R = n_heads_ / K;
   const int64_t m = keys.size(1);
   torch::Tensor pos = torch::arange(start, start + m, torch::kInt64);
+  if (n == 1) {
+    // Decode: every kv head in one call (one split over the kernel threads).
+    // q [1, H, hd] holds the R query heads of kv head h at rows h * R ...
+    torch::Tensor q = in.q.to(torch::kFloat32).contiguous();
+    torch::Tensor out = torch::empty({1, n_heads_, hd}, torch::kFloat32);
+    std::vector<std::vector<kernels::Segment>> segs(static_cast<size_t>(K));
+    std::vector<kernels::DecodeHead> heads;
+    for (int64_t h = 0; h < K; ++h) {
+      torch::Tensor kh = keys[h], vh = values[h];  // [m, hd], rows hd apart
+      segs[size_t(h)] = {{kh.data_ptr<float>(), vh.data_ptr<float>(), m, hd}};
+      heads.push_back({q.data_ptr<float>() + h * R * hd, &segs[size_t(h)], pos.data_ptr<int64_t>(),
+                       out.data_ptr<float>() + h * R * hd, nullptr});
+    }
+    kernels::attention_decode_heads(heads.data(), K, R, hd, in.pos0, in.scale, in.sliding_window);
+    return out;
+  }
   torch::Tensor out = torch::empty({n, n_heads_, hd}, torch::kFloat32);
   for (int64_t h = 0; h < K; ++h) {
     torch::Tensor q = in.q.narrow(1, h * R, R).permute({1, 0, 2}).to(torch::kFloat32).contiguous();
-    torch::Tensor oh;
-    if (n == 1) {
-      oh = torch::empty({R, 1, hd}, torch::kFloat32);
-      torch::Tensor kh = keys[h], vh = values[h];  // [m, hd], rows hd apart
-      std::vector<kernels::Segment> seg{{kh.data_ptr<float>(), vh.data_ptr<float>(), m, hd}};
-      kernels::attention_decode_segments(q.data_ptr<float>(), R, hd, seg, pos.data_ptr<int64_t>(),
-                                         in.pos0, in.scale, in.sliding_window,
-                                         oh.data_ptr<float>(), nullptr);
-    } else {
-      oh = kernels::attention_multi(q, keys[h], values[h], pos, in.pos0, in.scale,
-                                    in.sliding_window, nullptr);
-    }
+    torch::Tensor oh = kernels::attention_multi(q, keys[h], values[h], pos, in.pos0, in.scale,
+                                                in.sliding_window, nullptr);
     out.narrow(1, h * R, R).copy_(oh.permute({1, 0, 2}));
   }
   return out;

@@ -8,6 +8,7 @@
 
 #include "capture/formats/gguf.h"
 #include "core/common/input_error.h"
+#include "kernels/parallel.h"
 
 namespace kvscope::generate {
 
@@ -88,6 +89,9 @@ void set_threads(int threads) {
   const bool own_pool = set_blas && !(get_parallel && get_parallel() == kOpenBlasOpenMp);
   if (set_blas) set_blas(threads);
   torch::set_num_threads(own_pool ? 1 : threads);
+  // The kernels' workers sleep when idle, so they can share the cores with
+  // either pool (kernels/parallel.h).
+  kernels::set_kernel_threads(threads);
 }
 
 std::unique_ptr<tokenizer::Tokenizer> open_tokenizer(const std::string& model_path,

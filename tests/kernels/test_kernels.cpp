@@ -7,10 +7,16 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <stdexcept>
 
 #include "kernels/attention.h"
+#include "kernels/cpu/float_loops.h"
+#include "kernels/parallel.h"
 #include "kernels/quant_int4.h"
 
 using namespace kvscope::kernels;
@@ -58,6 +64,141 @@ TEST_CASE("decode segments equal the multi-query path for any cut into segments"
                 .item<float>() < 1e-6f);
     }
   }
+}
+
+namespace {
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Rows of k and v cut into segments of random lengths, empty ones included.
+std::vector<Segment> random_cut(const torch::Tensor& k, const torch::Tensor& v, std::mt19937& rng) {
+  const int64_t m = k.size(0), hd = k.size(1);
+  std::vector<Segment> segs;
+  for (int64_t r = 0; r < m;) {
+    const int64_t len = std::min<int64_t>(m - r, int64_t(rng() % 300));  // 0: an empty page
+    segs.push_back({k.data_ptr<float>() + r * hd, v.data_ptr<float>() + r * hd, len, hd});
+    r += len;
+  }
+  return segs;
+}
+
+}  // namespace
+
+TEST_CASE("decode splits keys into chunks whose combination is exact softmax attention",
+          "[kernels]") {
+  // 1500 keys: six chunks combined (max, sum and value rescaling), against a
+  // float64 softmax; with a window that empties the first chunks entirely.
+  torch::manual_seed(23);
+  std::mt19937 rng(23);
+  const int64_t R = 3, hd = 64, m = 1500;
+  torch::Tensor q = torch::randn({R, hd}) * 2, k = torch::randn({m, hd}), v = torch::randn({m, hd});
+  std::vector<int64_t> pos(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) pos[size_t(i)] = i;
+  for (int64_t window : {0, 700}) {
+    torch::Tensor s = torch::matmul(q.to(torch::kFloat64), k.to(torch::kFloat64).t()) * 0.125;
+    if (window > 0) s.narrow(1, 0, m - window + 1).fill_(-std::numeric_limits<double>::infinity());
+    torch::Tensor p_ref = torch::softmax(s, -1);
+    torch::Tensor out_ref = torch::matmul(p_ref, v.to(torch::kFloat64));
+    std::vector<float> out(size_t(R * hd)), probs(size_t(R * m));
+    attention_decode_segments(q.data_ptr<float>(), R, hd, random_cut(k, v, rng), pos.data(), m,
+                              0.125, window, out.data(), probs.data());
+    INFO("window " << window);
+    const torch::Tensor o = torch::from_blob(out.data(), {R, hd}).to(torch::kFloat64);
+    const torch::Tensor p = torch::from_blob(probs.data(), {R, m}).to(torch::kFloat64);
+    CHECK((o - out_ref).abs().max().item<double>() < 1e-5);
+    CHECK((p - p_ref).abs().max().item<double>() < 1e-6);
+    if (window > 0) CHECK(p.narrow(1, 0, m - window + 1).abs().max().item<double>() == 0.0);
+  }
+}
+
+TEST_CASE("decode gives the same bits for any thread count, cut into segments or head batch",
+          "[kernels]") {
+  torch::manual_seed(29);
+  std::mt19937 rng(29);
+  const int64_t K = 3, R = 2, hd = 64, m = 2100;
+  torch::Tensor q = torch::randn({K, R, hd}), k = torch::randn({K, m, hd}),
+                v = torch::randn({K, m, hd});
+  std::vector<int64_t> pos(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) pos[size_t(i)] = i;
+  // Reference: one call per head, one segment per head, on the calling thread.
+  set_kernel_threads(1);
+  std::vector<float> out_ref(size_t(K * R * hd)), probs_ref(size_t(K * R * m));
+  for (int64_t h = 0; h < K; ++h) {
+    const std::vector<Segment> one{{k[h].data_ptr<float>(), v[h].data_ptr<float>(), m, hd}};
+    attention_decode_segments(q[h].data_ptr<float>(), R, hd, one, pos.data(), m, 0.125, 0,
+                              out_ref.data() + h * R * hd, probs_ref.data() + h * R * m);
+  }
+  for (int threads : {1, 2, 3}) {
+    set_kernel_threads(threads);
+    std::vector<std::vector<Segment>> segs;
+    for (int64_t h = 0; h < K; ++h) segs.push_back(random_cut(k[h], v[h], rng));
+    std::vector<float> out(out_ref.size()), probs(probs_ref.size());
+    std::vector<DecodeHead> heads;
+    for (int64_t h = 0; h < K; ++h)
+      heads.push_back({q[h].data_ptr<float>(), &segs[size_t(h)], pos.data(),
+                       out.data() + h * R * hd, probs.data() + h * R * m});
+    attention_decode_heads(heads.data(), K, R, hd, m, 0.125, 0);
+    INFO(threads << " threads");
+    CHECK(same_bits(out, out_ref));
+    CHECK(same_bits(probs, probs_ref));
+  }
+  set_kernel_threads(1);
+}
+
+TEST_CASE("prefill gives the same bits for any thread count", "[kernels]") {
+  torch::manual_seed(31);
+  const int64_t R = 3, hd = 32, n = 300, m = 340;
+  torch::Tensor q = torch::randn({R, n, hd}), k = torch::randn({m, hd}), v = torch::randn({m, hd});
+  torch::Tensor pos = torch::arange(m, torch::kInt64);
+  torch::Tensor probs1, probs2;
+  set_kernel_threads(1);
+  torch::Tensor out1 = attention_multi(q, k, v, pos, m - n, 0.2, 90, &probs1);
+  set_kernel_threads(2);
+  torch::Tensor out2 = attention_multi(q, k, v, pos, m - n, 0.2, 90, &probs2);
+  set_kernel_threads(1);
+  CHECK(torch::equal(out1, out2));
+  CHECK(torch::equal(probs1, probs2));
+}
+
+TEST_CASE("the vectorised exp is exp to a float's rounding on the scores' range", "[kernels]") {
+  float worst = 0.0f;
+  for (float x = -87.0f; x <= 0.0f; x += 0.001f) {
+    const double want = std::exp(double(x));
+    worst = std::max(worst, float(std::abs(cpu::exp_nonpositive(x) - want) / want));
+  }
+  CHECK(worst < 4e-7f);
+  CHECK(cpu::exp_nonpositive(0.0f) == 1.0f);
+  CHECK(cpu::exp_nonpositive(-std::numeric_limits<float>::infinity()) == 0.0f);
+  CHECK(cpu::exp_nonpositive(-1000.0f) < 1e-37f);  // clamped below: weight ~0, not garbage
+  CHECK(cpu::max8(nullptr, 0) == -std::numeric_limits<float>::infinity());
+  std::vector<float> x{3, -1, 7.5f, 2, 0, 7, -9, 1, 4, 7.25f, 8, -2};  // 8 lanes + a tail
+  CHECK(cpu::max8(x.data(), int64_t(x.size())) == 8.0f);
+  CHECK(cpu::max8(x.data(), 8) == 7.5f);
+}
+
+TEST_CASE("kernel threads run every item once, nest serially and pass errors on", "[kernels]") {
+  set_kernel_threads(2);
+  REQUIRE(kernel_threads() == 2);
+  std::vector<std::atomic<int>> runs(1000);
+  parallel_items(1000, [&](int64_t i) {
+    runs[size_t(i)].fetch_add(1);
+    // A nested call runs on this thread, all of it.
+    int inner = 0;
+    parallel_items(3, [&](int64_t) { ++inner; });
+    if (inner != 3) runs[size_t(i)].fetch_add(100);
+  });
+  CHECK(std::all_of(runs.begin(), runs.end(), [](const std::atomic<int>& r) { return r == 1; }));
+  CHECK_THROWS_WITH(parallel_items(50,
+                                   [](int64_t i) {
+                                     if (i == 7) throw std::runtime_error("item 7 failed");
+                                   }),
+                    "item 7 failed");
+  std::atomic<int> after{0};
+  parallel_items(64, [&](int64_t) { after.fetch_add(1); });  // the pool still works
+  CHECK(after == 64);
+  set_kernel_threads(1);
 }
 
 TEST_CASE("the multi-query path is causal by position and honours the selection mask",

@@ -1,0 +1,33 @@
+// The CPU kernels' own worker threads.
+//
+// Debian's LibTorch runs its matrix products on OpenBLAS, whose pthreads build
+// keeps a pool of its own; LibTorch's pool must then stay at one thread (two
+// spinning pools on the same cores stall each other, see
+// generate::set_threads). The kernels that are not BLAS products (decode
+// attention, the element-wise parts of prefill attention) split their work
+// over these workers instead. Idle workers sleep on a condition variable, so
+// they never take a core from OpenBLAS's workers.
+//
+// Work is a count of independent items claimed dynamically by the calling
+// thread and the workers. Callers make each item's result independent of
+// which thread runs it and combine results in item order, so the numbers do
+// not depend on the thread count or on scheduling.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace kvscope::kernels {
+
+// Threads the kernels use, the caller's included (1: the caller alone).
+void set_kernel_threads(int threads);
+int kernel_threads();
+
+// Runs item(i) for every i in [0, n) and returns when all have run. Items
+// needing scratch memory keep it thread_local. A call from inside an item,
+// or while another thread's call is running, runs its items serially on the
+// calling thread. An exception thrown by an item is rethrown here (the first
+// one; the items not yet claimed are skipped).
+void parallel_items(int64_t n, const std::function<void(int64_t item)>& item);
+
+}  // namespace kvscope::kernels
