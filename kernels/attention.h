@@ -43,6 +43,18 @@ torch::Tensor attention_multi(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor* allowed = nullptr,
                               const BlockSink* sink = nullptr);
 
+// attention_multi for the kv heads of a layer (no probs, mask or sink):
+// q[h] [R, n, hd], k[h] and v[h] [m, hd], keys at key_pos for every head.
+// With OpenBLAS and more than one kernel thread, the (head, query block)
+// pairs run on the kernel threads, each with single-threaded BLAS (so the
+// softmax between the products runs on every core too); otherwise one head
+// after another. The same numbers either way.
+std::vector<torch::Tensor> attention_multi_heads(const std::vector<torch::Tensor>& q,
+                                                 const std::vector<torch::Tensor>& k,
+                                                 const std::vector<torch::Tensor>& v,
+                                                 const torch::Tensor& key_pos, int64_t q_pos0,
+                                                 double scale, int64_t window);
+
 // Rows of K and V stored in one contiguous run: keys k[i * stride], values
 // v[i * stride], i < rows. A ragged cache passes one segment per page, a
 // dense cache one segment for everything.

@@ -30,4 +30,27 @@ int kernel_threads();
 // one; the items not yet claimed are skipped).
 void parallel_items(int64_t n, const std::function<void(int64_t item)>& item);
 
+// OpenBLAS's own pool, when LibTorch's BLAS is OpenBLAS (found at run time:
+// Debian's LibTorch links it, an MKL LibTorch does not).
+int blas_threads();                  // 0 without OpenBLAS
+void set_blas_threads(int threads);  // no-op without OpenBLAS
+bool blas_uses_openmp();             // its OpenMP build, which shares LibTorch's pool
+
+// Sets OpenBLAS's thread count for a scope (kernels that run one product per
+// kernel thread at once), and restores it.
+class BlasThreadsScope {
+ public:
+  explicit BlasThreadsScope(int threads) : saved_(blas_threads()) {
+    if (saved_ > 0) set_blas_threads(threads);
+  }
+  ~BlasThreadsScope() {
+    if (saved_ > 0) set_blas_threads(saved_);
+  }
+  BlasThreadsScope(const BlasThreadsScope&) = delete;
+  BlasThreadsScope& operator=(const BlasThreadsScope&) = delete;
+
+ private:
+  int saved_;
+};
+
 }  // namespace kvscope::kernels

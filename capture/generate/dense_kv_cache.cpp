@@ -128,13 +128,17 @@ torch::Tensor DenseKvCache::attend_shared_kernels(const model::AttentionInputs& 
     kernels::attention_decode_heads(heads.data(), K, R, hd, in.pos0, in.scale, in.sliding_window);
     return out;
   }
-  torch::Tensor out = torch::empty({n, n_heads_, hd}, torch::kFloat32);
+  // Prefill: the (kv head, query block) pairs of the layer in one split.
+  std::vector<torch::Tensor> q, k, v;
   for (int64_t h = 0; h < K; ++h) {
-    torch::Tensor q = in.q.narrow(1, h * R, R).permute({1, 0, 2}).to(torch::kFloat32).contiguous();
-    torch::Tensor oh = kernels::attention_multi(q, keys[h], values[h], pos, in.pos0, in.scale,
-                                                in.sliding_window, nullptr);
-    out.narrow(1, h * R, R).copy_(oh.permute({1, 0, 2}));
+    q.push_back(in.q.narrow(1, h * R, R).permute({1, 0, 2}).to(torch::kFloat32).contiguous());
+    k.push_back(keys[h]);
+    v.push_back(values[h]);
   }
+  const std::vector<torch::Tensor> oh =
+      kernels::attention_multi_heads(q, k, v, pos, in.pos0, in.scale, in.sliding_window);
+  torch::Tensor out = torch::empty({n, n_heads_, hd}, torch::kFloat32);
+  for (int64_t h = 0; h < K; ++h) out.narrow(1, h * R, R).copy_(oh[size_t(h)].permute({1, 0, 2}));
   return out;
 }
 

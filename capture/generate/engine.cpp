@@ -1,10 +1,11 @@
 #include "capture/generate/engine.h"
 
-#include <dlfcn.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "capture/formats/gguf.h"
 #include "core/common/input_error.h"
@@ -70,8 +71,10 @@ torch::ScalarType parse_dtype(const std::string& dtype, torch::Device device) {
 }
 
 void set_threads(int threads) {
-  if (threads < 0) throw InputError("", "--threads", "must be positive (0 keeps the default)");
-  if (threads == 0) return;
+  if (threads < 0) throw InputError("", "--threads", "must be positive (0: one per core)");
+  // 0: one per core, split between the pools as below (LibTorch's and
+  // OpenBLAS's defaults, both one per core, would stall each other).
+  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Debian's LibTorch runs matrix products on OpenBLAS. Its OpenMP build
   // (libopenblas0-openmp) shares LibTorch's OpenMP pool, so both get the
   // threads. Its pthreads build has a worker pool of its own; both pools spin
@@ -81,13 +84,8 @@ void set_threads(int threads) {
   // pool gets the threads and LibTorch's element-wise ops run on the
   // caller's thread. Without OpenBLAS (e.g. an MKL LibTorch) LibTorch gets
   // them.
-  using SetThreads = void (*)(int);
-  using GetParallel = int (*)();
-  auto set_blas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  auto get_parallel = reinterpret_cast<GetParallel>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
-  constexpr int kOpenBlasOpenMp = 2;  // openblas_get_parallel(): 0 serial, 1 pthreads, 2 OpenMP
-  const bool own_pool = set_blas && !(get_parallel && get_parallel() == kOpenBlasOpenMp);
-  if (set_blas) set_blas(threads);
+  const bool own_pool = kernels::blas_threads() > 0 && !kernels::blas_uses_openmp();
+  kernels::set_blas_threads(threads);
   torch::set_num_threads(own_pool ? 1 : threads);
   // The kernels' workers sleep when idle, so they can share the cores with
   // either pool (kernels/parallel.h).

@@ -38,7 +38,7 @@ struct Engine {
 // Throws InputError (naming --device/--dtype/--threads/--model/--tokenizer).
 torch::Device parse_device(const std::string& device);
 torch::ScalarType parse_dtype(const std::string& dtype, torch::Device device);
-void set_threads(int threads);  // LibTorch intra-op and OpenBLAS pools
+void set_threads(int threads);  // LibTorch, OpenBLAS and kernel threads (0: one per core)
 const char* dtype_name(torch::ScalarType t);
 
 // Loads the tokenizer for a model (see the file comment); null plus a reason

@@ -25,7 +25,7 @@ inline void add_model_options(CLI::App* app, ModelOptions* o) {
                   "tokenizer.json, llama2.c tokenizer.bin or .gguf (default: the model's own)");
   app->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
   app->add_option("--dtype", o->dtype, "fp32, bf16 or fp16")->capture_default_str();
-  app->add_option("--threads", o->threads, "compute threads (0: LibTorch default)")
+  app->add_option("--threads", o->threads, "compute threads (0: one per core)")
       ->capture_default_str();
 }
 

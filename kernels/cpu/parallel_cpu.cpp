@@ -1,3 +1,4 @@
+#include <dlfcn.h>
 #include <sched.h>
 
 #include <atomic>
@@ -135,6 +136,31 @@ void parallel_items(int64_t n, const std::function<void(int64_t item)>& item) {
   if (n <= 0) return;
   if (n > 1 && !t_in_items && pool().run(n, item)) return;
   for (int64_t i = 0; i < n; ++i) item(i);
+}
+
+namespace {
+
+template <typename Fn>
+Fn openblas_symbol(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+
+}  // namespace
+
+int blas_threads() {
+  static const auto get = openblas_symbol<int (*)()>("openblas_get_num_threads");
+  return get ? get() : 0;
+}
+
+void set_blas_threads(int threads) {
+  static const auto set = openblas_symbol<void (*)(int)>("openblas_set_num_threads");
+  if (set) set(threads);
+}
+
+bool blas_uses_openmp() {
+  static const auto get = openblas_symbol<int (*)()>("openblas_get_parallel");
+  constexpr int kOpenMp = 2;  // openblas_get_parallel(): 0 serial, 1 pthreads, 2 OpenMP
+  return get && get() == kOpenMp;
 }
 
 }  // namespace kvscope::kernels

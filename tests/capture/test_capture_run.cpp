@@ -48,8 +48,13 @@ generate::Engine stories_engine() {
 TEST_CASE("policy full gives logits identical to the plain engine", "[capture][full]") {
   torch::InferenceMode guard;
   auto model = test::load_stories();
-  for (int64_t chunk : {15, 4}) {
-    INFO("prefill chunk " << chunk);
+  // Two threads: the dense cache splits a prefill's (kv head, query block)
+  // pairs over the kernel threads with one BLAS thread each, the ragged
+  // cache runs head by head on OpenBLAS's two threads; the numbers must not
+  // differ.
+  for (const auto& [chunk, threads] : {std::pair<int64_t, int>{15, 1}, {4, 1}, {15, 2}, {4, 2}}) {
+    INFO("prefill chunk " << chunk << ", " << threads << " threads");
+    generate::set_threads(threads);
     generate::DenseKvCache dense(model->config(), 256, torch::kCPU, torch::kFloat32);
     std::vector<torch::Tensor> want = step_logits(*model, dense, chunk, 40);
     policy::PolicyInstance full = policy::make_policy("full");

@@ -162,6 +162,32 @@ TEST_CASE("prefill gives the same bits for any thread count", "[kernels]") {
   CHECK(torch::equal(probs1, probs2));
 }
 
+TEST_CASE("prefill of a layer's kv heads in one split equals head by head, bit for bit",
+          "[kernels]") {
+  torch::manual_seed(37);
+  const int64_t K = 3, R = 2, hd = 32, n = 330, m = 400;
+  std::vector<torch::Tensor> q, k, v;
+  for (int64_t h = 0; h < K; ++h) {
+    q.push_back(torch::randn({R, n, hd}));
+    k.push_back(torch::randn({m, hd}));
+    v.push_back(torch::randn({m, hd}));
+  }
+  torch::Tensor pos = torch::arange(m, torch::kInt64);
+  for (int64_t window : {0, 100}) {
+    set_kernel_threads(1);
+    std::vector<torch::Tensor> want;
+    for (int64_t h = 0; h < K; ++h)
+      want.push_back(attention_multi(q[size_t(h)], k[size_t(h)], v[size_t(h)], pos, m - n, 0.2,
+                                     window, nullptr));
+    set_kernel_threads(2);  // (head, block) items, one BLAS thread each where OpenBLAS is
+    const std::vector<torch::Tensor> got = attention_multi_heads(q, k, v, pos, m - n, 0.2, window);
+    set_kernel_threads(1);
+    INFO("window " << window);
+    REQUIRE(got.size() == size_t(K));
+    for (int64_t h = 0; h < K; ++h) CHECK(torch::equal(got[size_t(h)], want[size_t(h)]));
+  }
+}
+
 TEST_CASE("the vectorised exp is exp to a float's rounding on the scores' range", "[kernels]") {
   float worst = 0.0f;
   for (float x = -87.0f; x <= 0.0f; x += 0.001f) {
