@@ -28,11 +28,11 @@ namespace {
 
 // Rows per chunk. Measured on one decode step of SmolLM2's shape (30 layers
 // x 3 kv heads x 2048 keys, 94 MB: read from DRAM, as in a real decode;
-// 2-core EPYC VM): 64 rows 10.9 / 7.5 ms on 1 / 2 threads, 256 rows
-// 10.5 / 5.6 ms, 1024 rows 9.8 / 9.7 ms (too few chunks left to split).
-// Longer runs of rows keep the prefetchers streaming; a chunk's keys and
-// values (64 KB each at head_dim 64) stay in L2 while its R query heads walk
-// them.
+// 2-core EPYC VM; docs/performance.md): 64 rows 10.9 / 7.5 ms on 1 / 2
+// threads, 256 rows 10.5 / 5.6 ms, 1024 rows 9.8 / 9.7 ms (too few chunks
+// left to split). Longer runs of rows keep the prefetchers streaming; a
+// chunk's keys and values (64 KB each at head_dim 64) stay in L2 while its
+// R query heads walk them.
 constexpr int64_t kChunk = 256;
 // A call with fewer chunks runs on the calling thread.
 constexpr int64_t kParallelMinChunks = 2;
@@ -94,18 +94,17 @@ inline __attribute__((always_inline)) void chunk_body(const float* q, int64_t R,
 }
 
 // The chunk body per head_dim (each built for AVX2 and the baseline).
-#define KVSCOPE_CLONES KVSCOPE_CPU_CLONES
 #define KVSCOPE_CHUNK_ARGS                                                                   \
   const float *q, int64_t R, int64_t hd, const float *const *k, const float *const *v,       \
       const unsigned char *visible, int64_t n, float scale, float *w, int64_t ws, float *mx, \
       float *sum, float *o
-KVSCOPE_CLONES void chunk_hd64(KVSCOPE_CHUNK_ARGS) {
+KVSCOPE_CPU_CLONES void chunk_hd64(KVSCOPE_CHUNK_ARGS) {
   chunk_body<64>(q, R, hd, k, v, visible, n, scale, w, ws, mx, sum, o);
 }
-KVSCOPE_CLONES void chunk_hd128(KVSCOPE_CHUNK_ARGS) {
+KVSCOPE_CPU_CLONES void chunk_hd128(KVSCOPE_CHUNK_ARGS) {
   chunk_body<128>(q, R, hd, k, v, visible, n, scale, w, ws, mx, sum, o);
 }
-KVSCOPE_CLONES void chunk_any(KVSCOPE_CHUNK_ARGS) {
+KVSCOPE_CPU_CLONES void chunk_any(KVSCOPE_CHUNK_ARGS) {
   chunk_body<0>(q, R, hd, k, v, visible, n, scale, w, ws, mx, sum, o);
 }
 #undef KVSCOPE_CHUNK_ARGS
