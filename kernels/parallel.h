@@ -3,10 +3,11 @@
 // Debian's LibTorch runs its matrix products on OpenBLAS, whose pthreads build
 // keeps a pool of its own; LibTorch's pool must then stay at one thread (two
 // spinning pools on the same cores stall each other, see
-// generate::set_threads). The kernels that are not BLAS products (decode
-// attention, the element-wise parts of prefill attention) split their work
-// over these workers instead. Idle workers sleep on a condition variable, so
-// they never take a core from OpenBLAS's workers.
+// generate::set_threads). The attention kernels split their work over these
+// workers instead: decode attention by chunks of keys, prefill attention by
+// (kv head, query block) with OpenBLAS set to one thread meanwhile. Idle
+// workers sleep on a condition variable, so they never take a core from
+// OpenBLAS's workers.
 //
 // Work is a count of independent items claimed dynamically by the calling
 // thread and the workers. Callers make each item's result independent of
@@ -37,7 +38,8 @@ void set_blas_threads(int threads);  // no-op without OpenBLAS
 bool blas_uses_openmp();             // its OpenMP build, which shares LibTorch's pool
 
 // Sets OpenBLAS's thread count for a scope (kernels that run one product per
-// kernel thread at once), and restores it.
+// kernel thread at once), and restores it. The count is process-wide: one
+// caller at a time (as parallel_items runs one job at a time).
 class BlasThreadsScope {
  public:
   explicit BlasThreadsScope(int threads) : saved_(blas_threads()) {

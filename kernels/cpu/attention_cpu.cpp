@@ -153,9 +153,11 @@ struct HeadJob {
 // single-threaded ones), and the softmax between the products runs on every
 // core. Measured on SmolLM2's 2048-token prefill (5 alternating rounds):
 // best / median 575 / 530 tokens/s against 506 / 448 with each head's
-// products on OpenBLAS's two threads. `deliver(head, block, weights, k0)`,
+// products on OpenBLAS's two threads. `deliver(head, i0, b, weights, k0, k1)`,
 // when set, receives each block's weights in (head, block) order: items then
-// run in waves of one per kernel thread, each with its own buffers.
+// run in waves of one per kernel thread, each with its own buffers. Without
+// it, each thread keeps its score buffers (thread_local, the size of the
+// largest block it has run) for the next call.
 class BlockedPrefill {
  public:
   using Deliver = std::function<void(int64_t head, int64_t i0, int64_t b, const torch::Tensor& p,
