@@ -3,9 +3,10 @@
 #include <torch/torch.h>
 
 #include <limits>
-
 #include <stdexcept>
 #include <string>
+#include <vector>
+
 #include "kernels/attention.h"
 
 namespace kvscope::generate {
