@@ -25,7 +25,8 @@ void set_kernel_threads(int threads);
 int kernel_threads();
 
 // Runs item(i) for every i in [0, n) and returns when all have run. Items
-// needing scratch memory keep it thread_local. A call from inside an item,
+// run under the caller's LibTorch thread-local state (grad mode, inference
+// mode) and keep any scratch memory thread_local. A call from inside an item,
 // or while another thread's call is running, runs its items serially on the
 // calling thread. An exception thrown by an item is rethrown here (the first
 // one; the items not yet claimed are skipped).

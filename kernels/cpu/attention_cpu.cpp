@@ -1,7 +1,6 @@
 #include <torch/torch.h>
 
 #include <ATen/Parallel.h>
-#include <ATen/ThreadLocalState.h>
 
 #include <algorithm>
 #include <cmath>
@@ -172,15 +171,10 @@ class BlockedPrefill {
 
   void run(const Deliver* deliver) {
     const BlasThreadsScope one_blas_thread(1);
-    // Workers take the caller's LibTorch thread-local state (grad and
-    // inference mode): outputs made under InferenceMode may only be written
-    // under it.
-    const at::ThreadLocalState caller_state;
     const int64_t items = int64_t(heads_.size()) * blocks_;
     if (!deliver) {
       // The blocks seeing the most keys first, so the last items are short.
       parallel_items(items, [&](int64_t i) {
-        const at::ThreadLocalStateGuard state(caller_state);
         thread_local Buffers buf;
         compute(int64_t(heads_.size()) - 1 - i % int64_t(heads_.size()),
                 blocks_ - 1 - i / int64_t(heads_.size()), buf);
@@ -192,7 +186,6 @@ class BlockedPrefill {
     for (int64_t w0 = 0; w0 < items; w0 += wave) {
       const int64_t count = std::min(wave, items - w0);
       parallel_items(count, [&](int64_t j) {
-        const at::ThreadLocalStateGuard state(caller_state);
         compute((w0 + j) / blocks_, (w0 + j) % blocks_, bufs[size_t(j)]);
       });
       for (int64_t j = 0; j < count; ++j) {

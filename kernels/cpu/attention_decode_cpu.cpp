@@ -34,8 +34,6 @@ namespace {
 // chunk's keys and values (64 KB each at head_dim 64) stay in L2 while its
 // R query heads walk them.
 constexpr int64_t kChunk = 256;
-// A call with fewer chunks runs on the calling thread.
-constexpr int64_t kParallelMinChunks = 2;
 
 using cpu::dot;
 using cpu::exp_nonpositive;
@@ -226,10 +224,7 @@ void attention_decode_heads(const DecodeHead* heads, int64_t n_heads, int64_t R,
     run_chunk(heads[h], plans[size_t(h)], i - plans[size_t(h)].first_item, R, hd, q_pos, sc, window,
               parts.data() + i * stride);
   };
-  if (items >= kParallelMinChunks)
-    parallel_items(items, item);
-  else
-    for (int64_t i = 0; i < items; ++i) item(i);
+  parallel_items(items, item);  // one chunk: on this thread
   for (int64_t h = 0; h < n_heads; ++h)
     combine_head(heads[h], plans[size_t(h)], R, hd,
                  parts.data() + plans[size_t(h)].first_item * stride);

@@ -1,3 +1,4 @@
+#include <ATen/ThreadLocalState.h>
 #include <dlfcn.h>
 #include <sched.h>
 
@@ -5,6 +6,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -44,6 +46,7 @@ class WorkerPool {
   bool run(int64_t n, const std::function<void(int64_t)>& item) {
     std::unique_lock<std::mutex> job(job_mutex_, std::try_to_lock);
     if (!job.owns_lock() || workers_.empty()) return false;
+    const at::ThreadLocalState caller_state;  // grad mode, inference mode, ...
     {
       // Workers join a job only under mutex_, so once no worker is active
       // with the mutex held, none can be reading the fields written here.
@@ -54,13 +57,14 @@ class WorkerPool {
         lk.lock();
       }
       item_ = &item;
+      state_ = &caller_state;
       n_ = n;
       next_.store(0);
       error_ = nullptr;
       ++generation_;
     }
     wake_.notify_all();
-    claim_items();
+    claim_items(nullptr);
     // The workers that joined finish their last item. One joining later
     // claims nothing (all are claimed) and never calls item.
     while (active_.load(std::memory_order_acquire) != 0) sched_yield();
@@ -69,9 +73,14 @@ class WorkerPool {
   }
 
  private:
-  void claim_items() {
+  // Claims items until none is left. A worker passes the caller's LibTorch
+  // thread-local state, entered once it has claimed an item: only then is
+  // the caller still waiting for it, and the state (on its stack) alive.
+  void claim_items(const at::ThreadLocalState* caller_state) {
     t_in_items = true;
+    std::optional<at::ThreadLocalStateGuard> state;
     for (int64_t i = next_.fetch_add(1); i < n_; i = next_.fetch_add(1)) {
+      if (caller_state && !state) state.emplace(*caller_state);
       try {
         (*item_)(i);
       } catch (...) {
@@ -97,8 +106,11 @@ class WorkerPool {
       if (stop_) return;
       seen = generation_;
       active_.fetch_add(1);
+      // Items run under the caller's LibTorch thread-local state: tensors
+      // made under InferenceMode, for one, may only be written under it.
+      const at::ThreadLocalState* state = state_;
       lk.unlock();
-      claim_items();
+      claim_items(state);
       active_.fetch_sub(1, std::memory_order_release);
       lk.lock();
     }
@@ -112,6 +124,7 @@ class WorkerPool {
   uint64_t generation_ = 0;
   std::atomic<int> active_{0};
   const std::function<void(int64_t)>* item_ = nullptr;
+  const at::ThreadLocalState* state_ = nullptr;
   int64_t n_ = 0;
   std::atomic<int64_t> next_{0};
   std::exception_ptr error_;

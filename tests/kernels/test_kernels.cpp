@@ -227,6 +227,25 @@ TEST_CASE("kernel threads run every item once, nest serially and pass errors on"
   set_kernel_threads(1);
 }
 
+TEST_CASE("kernel threads run items under the caller's LibTorch modes, job after job",
+          "[kernels]") {
+  // Tensors made under InferenceMode may only be written under it: a worker
+  // that ran items without the caller's state would throw. Many short jobs
+  // in a row also give workers that wake after their job has ended.
+  set_kernel_threads(2);
+  c10::InferenceMode guard;
+  torch::Tensor t = torch::zeros({2, 4});
+  std::atomic<int> outside{0};  // Catch's assertions are not thread-safe
+  for (int job = 0; job < 2000; ++job)
+    parallel_items(2, [&](int64_t i) {
+      if (!c10::InferenceMode::is_enabled()) outside.fetch_add(1);
+      t[i].add_(1);
+    });
+  CHECK(outside == 0);
+  CHECK(t.eq(2000).all().item<bool>());
+  set_kernel_threads(1);
+}
+
 TEST_CASE("the multi-query path is causal by position and honours the selection mask",
           "[kernels]") {
   torch::manual_seed(3);
