@@ -93,13 +93,17 @@ KVSCOPE_CPU_CLONES void softmax_visible_row(const float* x, float* y, int64_t mk
 // static split then waits for it.
 void softmax_visible(const float* s, float* p, int64_t R, int64_t b, int64_t mk, const int64_t* pos,
                      int64_t qpos0, int64_t window, const bool* allowed) {
-  for (int64_t row = 0; row < R * b; ++row) {
-    const int64_t i = row % b, qp = qpos0 + i;
+  // A query's visible run of keys is the same for its R heads: found once.
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t qp = qpos0 + i;
     const int64_t hi = std::upper_bound(pos, pos + mk, qp) - pos;
     const int64_t lo =
         window > 0 ? std::min(hi, std::upper_bound(pos, pos + mk, qp - window) - pos) : 0;
-    softmax_visible_row(s + row * mk, p + row * mk, mk, lo, hi,
-                        allowed ? allowed + i * mk : nullptr);
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t row = r * b + i;
+      softmax_visible_row(s + row * mk, p + row * mk, mk, lo, hi,
+                          allowed ? allowed + i * mk : nullptr);
+    }
   }
 }
 
