@@ -41,8 +41,10 @@ endif()
 
 # CUDA is optional: kernels/ compiles its .cu twins when nvcc is found.
 include(CheckLanguage)
-check_language(CUDA)
-if(CMAKE_CUDA_COMPILER)
+if(KVSCOPE_WITH_CUDA)
+  check_language(CUDA)
+endif()
+if(KVSCOPE_WITH_CUDA AND CMAKE_CUDA_COMPILER)
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
     # No GPU to ask; sm_80 SASS plus compute_80 PTX runs on Ampere and newer.
     set(CMAKE_CUDA_ARCHITECTURES 80)

@@ -19,13 +19,27 @@ void Handle::reset() {
   id_ = -1;
 }
 
-Handle file(hid_t id) { return Handle(id, H5Fclose); }
-Handle group(hid_t id) { return Handle(id, H5Gclose); }
-Handle dataset(hid_t id) { return Handle(id, H5Dclose); }
-Handle dataspace(hid_t id) { return Handle(id, H5Sclose); }
-Handle datatype(hid_t id) { return Handle(id, H5Tclose); }
-Handle attribute(hid_t id) { return Handle(id, H5Aclose); }
-Handle plist(hid_t id) { return Handle(id, H5Pclose); }
+Handle file(hid_t id) {
+  return Handle(id, H5Fclose);
+}
+Handle group(hid_t id) {
+  return Handle(id, H5Gclose);
+}
+Handle dataset(hid_t id) {
+  return Handle(id, H5Dclose);
+}
+Handle dataspace(hid_t id) {
+  return Handle(id, H5Sclose);
+}
+Handle datatype(hid_t id) {
+  return Handle(id, H5Tclose);
+}
+Handle attribute(hid_t id) {
+  return Handle(id, H5Aclose);
+}
+Handle plist(hid_t id) {
+  return Handle(id, H5Pclose);
+}
 
 void silence_library_errors() {
   static std::once_flag once;
@@ -68,30 +82,48 @@ hid_t half_type() {
 
 hid_t memory_type(Elem elem) {
   switch (elem) {
-    case Elem::U8: return H5T_NATIVE_UINT8;
-    case Elem::I8: return H5T_NATIVE_INT8;
-    case Elem::U16: return H5T_NATIVE_UINT16;
-    case Elem::I16: return H5T_NATIVE_INT16;
-    case Elem::I32: return H5T_NATIVE_INT32;
-    case Elem::I64: return H5T_NATIVE_INT64;
-    case Elem::F16: return half_type();  // written and read as raw binary16 bits
-    case Elem::F32: return H5T_NATIVE_FLOAT;
-    case Elem::F64: return H5T_NATIVE_DOUBLE;
+    case Elem::U8:
+      return H5T_NATIVE_UINT8;
+    case Elem::I8:
+      return H5T_NATIVE_INT8;
+    case Elem::U16:
+      return H5T_NATIVE_UINT16;
+    case Elem::I16:
+      return H5T_NATIVE_INT16;
+    case Elem::I32:
+      return H5T_NATIVE_INT32;
+    case Elem::I64:
+      return H5T_NATIVE_INT64;
+    case Elem::F16:
+      return half_type();  // written and read as raw binary16 bits
+    case Elem::F32:
+      return H5T_NATIVE_FLOAT;
+    case Elem::F64:
+      return H5T_NATIVE_DOUBLE;
   }
   return -1;
 }
 
 hid_t file_type(Elem elem) {
   switch (elem) {
-    case Elem::U8: return H5T_STD_U8LE;
-    case Elem::I8: return H5T_STD_I8LE;
-    case Elem::U16: return H5T_STD_U16LE;
-    case Elem::I16: return H5T_STD_I16LE;
-    case Elem::I32: return H5T_STD_I32LE;
-    case Elem::I64: return H5T_STD_I64LE;
-    case Elem::F16: return half_type();
-    case Elem::F32: return H5T_IEEE_F32LE;
-    case Elem::F64: return H5T_IEEE_F64LE;
+    case Elem::U8:
+      return H5T_STD_U8LE;
+    case Elem::I8:
+      return H5T_STD_I8LE;
+    case Elem::U16:
+      return H5T_STD_U16LE;
+    case Elem::I16:
+      return H5T_STD_I16LE;
+    case Elem::I32:
+      return H5T_STD_I32LE;
+    case Elem::I64:
+      return H5T_STD_I64LE;
+    case Elem::F16:
+      return half_type();
+    case Elem::F32:
+      return H5T_IEEE_F32LE;
+    case Elem::F64:
+      return H5T_IEEE_F64LE;
   }
   return -1;
 }
@@ -99,29 +131,42 @@ hid_t file_type(Elem elem) {
 size_t elem_size(Elem elem) {
   switch (elem) {
     case Elem::U8:
-    case Elem::I8: return 1;
+    case Elem::I8:
+      return 1;
     case Elem::U16:
     case Elem::I16:
-    case Elem::F16: return 2;
+    case Elem::F16:
+      return 2;
     case Elem::I32:
-    case Elem::F32: return 4;
+    case Elem::F32:
+      return 4;
     case Elem::I64:
-    case Elem::F64: return 8;
+    case Elem::F64:
+      return 8;
   }
   return 0;
 }
 
 const char* elem_name(Elem elem) {
   switch (elem) {
-    case Elem::U8: return "uint8";
-    case Elem::I8: return "int8";
-    case Elem::U16: return "uint16";
-    case Elem::I16: return "int16";
-    case Elem::I32: return "int32";
-    case Elem::I64: return "int64";
-    case Elem::F16: return "float16";
-    case Elem::F32: return "float32";
-    case Elem::F64: return "float64";
+    case Elem::U8:
+      return "uint8";
+    case Elem::I8:
+      return "int8";
+    case Elem::U16:
+      return "uint16";
+    case Elem::I16:
+      return "int16";
+    case Elem::I32:
+      return "int32";
+    case Elem::I64:
+      return "int64";
+    case Elem::F16:
+      return "float16";
+    case Elem::F32:
+      return "float32";
+    case Elem::F64:
+      return "float64";
   }
   return "?";
 }
@@ -132,7 +177,9 @@ bool classify_type(hid_t type, Elem* elem) {
   if (cls == H5T_INTEGER) {
     bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
     switch (size) {
-      case 1: *elem = is_signed ? Elem::I8 : Elem::U8; return true;
+      case 1:
+        *elem = is_signed ? Elem::I8 : Elem::U8;
+        return true;
       case 2:
         if (!is_signed) {
           *elem = Elem::U16;
@@ -148,15 +195,23 @@ bool classify_type(hid_t type, Elem* elem) {
         if (!is_signed) return false;
         *elem = Elem::I64;
         return true;
-      default: return false;
+      default:
+        return false;
     }
   }
   if (cls == H5T_FLOAT) {
     switch (size) {
-      case 2: *elem = Elem::F16; return true;
-      case 4: *elem = Elem::F32; return true;
-      case 8: *elem = Elem::F64; return true;
-      default: return false;
+      case 2:
+        *elem = Elem::F16;
+        return true;
+      case 4:
+        *elem = Elem::F32;
+        return true;
+      case 8:
+        *elem = Elem::F64;
+        return true;
+      default:
+        return false;
     }
   }
   return false;
@@ -226,48 +281,72 @@ void write_attr_f64(hid_t obj, const char* name, double value) {
 
 namespace {
 // Opens an attribute and checks it is a string (scalar or 1-D with at most
-// max_count elements). Returns the element count, or -1.
-int64_t open_string_attr(hid_t obj, const char* name, size_t max_count, Handle* attr,
-                         Handle* space, Handle* type) {
+// max_count elements). Returns the element count, or -1 with *why set.
+int64_t open_string_attr(hid_t obj, const char* name, size_t max_count, Handle* attr, Handle* space,
+                         Handle* type, std::string* why) {
   if (H5Aexists(obj, name) <= 0) {
     H5Eclear2(H5E_DEFAULT);
+    *why = "missing (expected a string)";
     return -1;
   }
   *attr = attribute(H5Aopen(obj, name, H5P_DEFAULT));
-  if (!*attr) return -1;
+  if (!*attr) {
+    *why = "cannot be opened: " + take_error_message();
+    return -1;
+  }
   *type = datatype(H5Aget_type(attr->get()));
-  if (H5Tget_class(type->get()) != H5T_STRING) return -1;
+  if (H5Tget_class(type->get()) != H5T_STRING) {
+    H5Eclear2(H5E_DEFAULT);
+    *why = "is not a string (expected a string)";
+    return -1;
+  }
   *space = dataspace(H5Aget_space(attr->get()));
   int rank = H5Sget_simple_extent_ndims(space->get());
-  if (rank > 1) return -1;
   hssize_t n = H5Sget_simple_extent_npoints(space->get());
-  if (n < 0 || static_cast<size_t>(n) > max_count) return -1;
+  if (rank > 1 || n < 0 || static_cast<size_t>(n) > max_count) {
+    H5Eclear2(H5E_DEFAULT);
+    *why = "holds " + std::to_string(n) + " strings in " + std::to_string(rank) +
+           " dimension(s) (expected at most " + std::to_string(max_count) + " in one)";
+    return -1;
+  }
   return n;
 }
 }  // namespace
 
-bool read_attr_strings(hid_t obj, const char* name, std::vector<std::string>* out,
-                       size_t max_count) {
+bool read_attr_strings(hid_t obj, const char* name, std::vector<std::string>* out, size_t max_count,
+                       std::string* why) {
+  std::string reason;
+  if (!why) why = &reason;
   Handle attr, space, type;
-  int64_t n = open_string_attr(obj, name, max_count, &attr, &space, &type);
+  int64_t n = open_string_attr(obj, name, max_count, &attr, &space, &type, why);
   if (n < 0) return false;
   out->clear();
   if (H5Tis_variable_str(type.get()) > 0) {
     Handle mem = vlen_string_type();
     H5Tset_cset(mem.get(), H5Tget_cset(type.get()));  // HDF5 does not convert between charsets
     std::vector<char*> data(static_cast<size_t>(n), nullptr);
-    if (n > 0 && H5Aread(attr.get(), mem.get(), data.data()) < 0) return false;
+    if (n > 0 && H5Aread(attr.get(), mem.get(), data.data()) < 0) {
+      *why = "cannot be read: " + take_error_message();
+      return false;
+    }
     for (char* s : data) out->push_back(s ? s : "");
     if (n > 0) H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, data.data());
     return true;
   }
   size_t len = H5Tget_size(type.get());
-  if (len > (1u << 24)) return false;
+  if (len > (1u << 24)) {
+    *why =
+        "is a fixed-length string of " + std::to_string(len) + " bytes (expected at most 16 MiB)";
+    return false;
+  }
   Handle mem = datatype(H5Tcopy(H5T_C_S1));
   H5Tset_size(mem.get(), len);
   H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
   std::vector<char> buf(static_cast<size_t>(n) * len);
-  if (n > 0 && H5Aread(attr.get(), mem.get(), buf.data()) < 0) return false;
+  if (n > 0 && H5Aread(attr.get(), mem.get(), buf.data()) < 0) {
+    *why = "cannot be read: " + take_error_message();
+    return false;
+  }
   for (int64_t i = 0; i < n; ++i) {
     const char* s = buf.data() + i * len;
     size_t l = 0;
@@ -277,9 +356,13 @@ bool read_attr_strings(hid_t obj, const char* name, std::vector<std::string>* ou
   return true;
 }
 
-bool read_attr_string(hid_t obj, const char* name, std::string* out) {
+bool read_attr_string(hid_t obj, const char* name, std::string* out, std::string* why) {
   std::vector<std::string> values;
-  if (!read_attr_strings(obj, name, &values, 1) || values.size() != 1) return false;
+  if (!read_attr_strings(obj, name, &values, 1, why)) return false;
+  if (values.size() != 1) {
+    if (why) *why = "is an empty list of strings (expected one string)";
+    return false;
+  }
   *out = values[0];
   return true;
 }

@@ -64,9 +64,11 @@ void write_attr_string(hid_t obj, const char* name, const std::string& value);
 void write_attr_strings(hid_t obj, const char* name, const std::vector<std::string>& values);
 void write_attr_i64(hid_t obj, const char* name, int64_t value);
 void write_attr_f64(hid_t obj, const char* name, double value);
-bool read_attr_string(hid_t obj, const char* name, std::string* out);
-bool read_attr_strings(hid_t obj, const char* name, std::vector<std::string>* out,
-                       size_t max_count);
+// String readers: false when the attribute is missing, not a string (or
+// too many), or unreadable, with the reason in words in *why when given.
+bool read_attr_string(hid_t obj, const char* name, std::string* out, std::string* why = nullptr);
+bool read_attr_strings(hid_t obj, const char* name, std::vector<std::string>* out, size_t max_count,
+                       std::string* why = nullptr);
 bool read_attr_i64(hid_t obj, const char* name, int64_t* out);
 bool read_attr_f64(hid_t obj, const char* name, double* out);
 

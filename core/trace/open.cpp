@@ -2,10 +2,12 @@
 
 #include <sys/stat.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
+
+#include "core/trace/heap_checked_driver.h"
 
 namespace kvscope::trace {
 
@@ -22,6 +24,33 @@ void check_readable(const std::string& path) {
     throw TraceError(ErrorCode::NotATrace, path, "", "empty file, not a KVScope trace");
 }
 
+// A writer in SWMR mode marks the superblock ("file consistency flags"), and
+// a writer that has not started SWMR yet holds the file lock; a plain open
+// refuses both, and only then is SWMR read needed.
+bool refused_for_writer(const std::string& hdf5_message) {
+  for (const char* sign : {"consistency flags", "already open for write", "lock"})
+    if (hdf5_message.find(sign) != std::string::npos) return true;
+  return false;
+}
+
+// Opens read-only through the heap-checked driver (heap_checked_driver.h);
+// on failure *error holds HDF5's reason (taken before the property list
+// closes: every HDF5 call clears the error stack).
+h5::Handle open_read_only(const std::string& path, bool swmr, std::string* error) {
+  h5::Handle fapl = h5::plist(h5::checked_read_fapl());
+  unsigned flags = H5F_ACC_RDONLY;
+  if (swmr) {
+    // HDF5 retries a metadata read whose checksum fails, sleeping 1, 2, 4, ...
+    // ns between attempts; its SWMR default of 100 attempts sleeps for 2^100
+    // ns on a damaged file. kSwmrReadAttempts bounds the wait (see open.h).
+    H5Pset_metadata_read_attempts(fapl.get(), kSwmrReadAttempts);
+    flags |= H5F_ACC_SWMR_READ;
+  }
+  h5::Handle file = h5::file(H5Fopen(path.c_str(), flags, fapl.get()));
+  if (!file) *error = h5::take_error_message();
+  return file;
+}
+
 }  // namespace
 
 OpenedTrace open_trace_file(const std::string& path) {
@@ -33,27 +62,33 @@ OpenedTrace open_trace_file(const std::string& path) {
                      "not an HDF5 file (no HDF5 signature), so not a KVScope trace");
   }
   OpenedTrace out;
-  // SWMR read first: it opens files a writer still holds or left behind after
-  // a crash; plain read-only for files in older HDF5 formats.
-  out.file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT));
-  if (!out.file) {
-    H5Eclear2(H5E_DEFAULT);
-    out.file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  // A complete trace opens plainly: one read attempt per metadata object, so
+  // a damaged file fails at once. Both opens read through the heap-checked
+  // driver (heap_checked_driver.h). SWMR read is only for a trace a writer
+  // holds open (being captured, or left so by a killed capture).
+  std::string plain_error;
+  out.file = open_read_only(path, /*swmr=*/false, &plain_error);
+  if (!out.file && refused_for_writer(plain_error)) {
+    out.file = open_read_only(path, /*swmr=*/true, &plain_error);
+    out.swmr = static_cast<bool>(out.file);
   }
   if (!out.file)
-    throw TraceError(ErrorCode::Io, path, "",
-                     "HDF5 file is damaged or truncated: " + h5::take_error_message());
+    throw TraceError(ErrorCode::Io, path, "", "HDF5 file is damaged or truncated: " + plain_error);
 
   hid_t f = out.file.get();
-  std::string format;
-  if (!h5::read_attr_string(f, "format", &format))
+  std::string format, why;
+  if (!h5::read_attr_string(f, "format", &format, &why)) {
+    if (H5Aexists(f, "format") > 0)
+      throw TraceError(ErrorCode::Io, path, "/ attribute format", why);
+    H5Eclear2(H5E_DEFAULT);
     throw TraceError(ErrorCode::NotATrace, path, "/ attribute format",
                      "missing; this HDF5 file is not a KVScope trace (expected format = \"" +
                          std::string(kFormatName) + "\")");
+  }
   if (format != kFormatName)
-    throw TraceError(ErrorCode::NotATrace, path, "/ attribute format",
-                     "is \"" + format + "\"; not a KVScope trace (expected \"" + kFormatName +
-                         "\")");
+    throw TraceError(
+        ErrorCode::NotATrace, path, "/ attribute format",
+        "is \"" + format + "\"; not a KVScope trace (expected \"" + kFormatName + "\")");
   if (!h5::read_attr_i64(f, "version", &out.version))
     throw TraceError(ErrorCode::Schema, path, "/ attribute version",
                      "missing or not an integer (expected " + std::to_string(kFormatVersion) + ")");
@@ -84,17 +119,19 @@ struct RunAttrReader {
     problems->push_back({code, "/run attribute " + name, message});
   }
   void str(const char* name, std::string* out) {
-    if (!h5::read_attr_string(run, name, out)) problem(ErrorCode::Schema, name, "missing or not a string");
+    std::string why;
+    if (!h5::read_attr_string(run, name, out, &why)) problem(ErrorCode::Schema, name, why);
   }
   void strs(const char* name, std::vector<std::string>* out, int64_t max_count) {
-    if (!h5::read_attr_strings(run, name, out, static_cast<size_t>(max_count)))
-      problem(ErrorCode::Schema, name,
-              "missing, not strings, or more than " + std::to_string(max_count) + " of them");
+    std::string why;
+    if (!h5::read_attr_strings(run, name, out, static_cast<size_t>(max_count), &why))
+      problem(ErrorCode::Schema, name, why);
     else if (out->empty())
       problem(ErrorCode::Schema, name, "is empty (expected at least one name)");
   }
   void i64(const char* name, int64_t* out) {
-    if (!h5::read_attr_i64(run, name, out)) problem(ErrorCode::Schema, name, "missing or not an integer");
+    if (!h5::read_attr_i64(run, name, out))
+      problem(ErrorCode::Schema, name, "missing or not an integer");
   }
   void range(const char* name, int64_t value, int64_t lo, int64_t hi) {
     if (value < lo || value > hi)
@@ -139,7 +176,8 @@ void read_layout(hid_t file, const RunInfo& run, CaptureLayout* layout,
       std::vector<int32_t> pairs(dims[0] * 2);
       if (!pairs.empty() &&
           H5Dread(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, pairs.data()) < 0) {
-        problems->push_back({ErrorCode::Schema, "/attention/dense/heads", h5::take_error_message()});
+        problems->push_back(
+            {ErrorCode::Schema, "/attention/dense/heads", h5::take_error_message()});
       } else {
         for (size_t i = 0; i < dims[0]; ++i) {
           int32_t l = pairs[2 * i], h = pairs[2 * i + 1];
@@ -166,14 +204,14 @@ void read_layout(hid_t file, const RunInfo& run, CaptureLayout* layout,
         },
         &names);
     if (names.size() > static_cast<size_t>(kMaxGates))
-      problems->push_back({ErrorCode::TooLarge, "/gates",
-                           "more than " + std::to_string(kMaxGates) + " gates"});
+      problems->push_back(
+          {ErrorCode::TooLarge, "/gates", "more than " + std::to_string(kMaxGates) + " gates"});
     // Gate indices follow the writer's order (attribute "order"), not name order.
     std::vector<std::string> order;
     if (names.size() <= static_cast<size_t>(kMaxGates)) {
       if (!h5::read_attr_strings(g.get(), "order", &order, static_cast<size_t>(kMaxGates))) {
-        problems->push_back({ErrorCode::Schema, "/gates attribute order",
-                             "missing or not a list of gate names"});
+        problems->push_back(
+            {ErrorCode::Schema, "/gates attribute order", "missing or not a list of gate names"});
       } else {
         std::vector<std::string> a = order, b = names;
         std::sort(a.begin(), a.end());
@@ -208,7 +246,8 @@ void read_layout(hid_t file, const RunInfo& run, CaptureLayout* layout,
 
 }  // namespace
 
-void read_run_info(hid_t file, RunInfo* run, CaptureLayout* layout, std::vector<Problem>* problems) {
+void read_run_info(hid_t file, RunInfo* run, CaptureLayout* layout,
+                   std::vector<Problem>* problems) {
   if (!h5::link_exists(file, "/run")) {
     problems->push_back({ErrorCode::Schema, "/run", "group missing"});
     return;
@@ -254,8 +293,8 @@ void read_run_info(hid_t file, RunInfo* run, CaptureLayout* layout, std::vector<
   r.range("n_kv_heads", m.n_kv_heads, 1, std::max<int64_t>(1, std::min(m.n_heads, kMaxHeads)));
   if (m.n_kv_heads >= 1 && m.n_heads >= 1 && m.n_heads % m.n_kv_heads != 0)
     r.problem(ErrorCode::Schema, "n_kv_heads",
-              "is " + std::to_string(m.n_kv_heads) + " (expected a divisor of n_heads = " +
-                  std::to_string(m.n_heads) + ")");
+              "is " + std::to_string(m.n_kv_heads) +
+                  " (expected a divisor of n_heads = " + std::to_string(m.n_heads) + ")");
   r.range("max_tokens", layout->max_tokens, 1, kMaxTokens);
   if (problems->size() != before) return;
   read_layout(file, *run, layout, problems);

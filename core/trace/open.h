@@ -28,15 +28,22 @@ inline constexpr int64_t kMaxGates = 64;
 inline constexpr int64_t kMaxDenseHeads = 4096;
 inline constexpr int64_t kMaxTopK = 1024;
 
+// Metadata read attempts when following a trace in SWMR mode: HDF5 sleeps
+// 2^i ns before attempt i, so 24 attempts wait at most ~33 ms per object
+// (a torn read of metadata the writer is updating resolves far sooner).
+inline constexpr unsigned kSwmrReadAttempts = 24;
+
 struct OpenedTrace {
   h5::Handle file;
+  bool swmr = false;  // opened in SWMR-read mode (a writer holds, or held, the file)
   int64_t version = 0;
   int64_t minor_version = 0;
   std::string writer;
 };
 
-// Opens read-only (SWMR read when the file allows it, so a capture in
-// progress or a crashed capture opens too) and checks format and version.
+// Opens read-only and checks format and version. Complete traces open
+// plainly; a trace a writer holds in SWMR mode (a capture in progress, or one
+// killed) opens in SWMR-read mode with bounded metadata retries.
 // Throws TraceError: Io, NotATrace, TooNew, TooOld.
 OpenedTrace open_trace_file(const std::string& path);
 

@@ -17,23 +17,47 @@ namespace {
 
 template <typename T>
 struct ElemOf;
-template <> struct ElemOf<uint8_t> { static constexpr Elem value = Elem::U8; };
-template <> struct ElemOf<int8_t> { static constexpr Elem value = Elem::I8; };
-template <> struct ElemOf<uint16_t> { static constexpr Elem value = Elem::U16; };
-template <> struct ElemOf<int16_t> { static constexpr Elem value = Elem::I16; };
-template <> struct ElemOf<int32_t> { static constexpr Elem value = Elem::I32; };
-template <> struct ElemOf<int64_t> { static constexpr Elem value = Elem::I64; };
-template <> struct ElemOf<float> { static constexpr Elem value = Elem::F32; };
-template <> struct ElemOf<double> { static constexpr Elem value = Elem::F64; };
+template <>
+struct ElemOf<uint8_t> {
+  static constexpr Elem value = Elem::U8;
+};
+template <>
+struct ElemOf<int8_t> {
+  static constexpr Elem value = Elem::I8;
+};
+template <>
+struct ElemOf<uint16_t> {
+  static constexpr Elem value = Elem::U16;
+};
+template <>
+struct ElemOf<int16_t> {
+  static constexpr Elem value = Elem::I16;
+};
+template <>
+struct ElemOf<int32_t> {
+  static constexpr Elem value = Elem::I32;
+};
+template <>
+struct ElemOf<int64_t> {
+  static constexpr Elem value = Elem::I64;
+};
+template <>
+struct ElemOf<float> {
+  static constexpr Elem value = Elem::F32;
+};
+template <>
+struct ElemOf<double> {
+  static constexpr Elem value = Elem::F64;
+};
 
-const char* kStepColumns[] = {"/steps/kind",        "/steps/first_token", "/steps/n_tokens",
-                              "/steps/t_start_s",   "/steps/wall_s",      "/steps/entries",
-                              "/steps/kv_bytes",    "/steps/event_begin", "/steps/event_count"};
-const char* kTokenColumns[] = {"/tokens/id",         "/tokens/position",  "/tokens/role",
-                               "/tokens/step",       "/tokens/text_begin", "/tokens/text_len",
+const char* kStepColumns[] = {"/steps/kind",      "/steps/first_token", "/steps/n_tokens",
+                              "/steps/t_start_s", "/steps/wall_s",      "/steps/entries",
+                              "/steps/kv_bytes",  "/steps/event_begin", "/steps/event_count"};
+const char* kTokenColumns[] = {"/tokens/id",           "/tokens/position",   "/tokens/role",
+                               "/tokens/step",         "/tokens/text_begin", "/tokens/text_len",
                                "/tokens/prompt_offset"};
-const char* kEventColumns[] = {"/events/step",  "/events/layer",  "/events/kv_head",
-                               "/events/token", "/events/kind",   "/events/score",
+const char* kEventColumns[] = {"/events/step",   "/events/layer",     "/events/kv_head",
+                               "/events/token",  "/events/kind",      "/events/score",
                                "/events/reason", "/events/from_tier", "/events/to_tier"};
 
 }  // namespace
@@ -97,14 +121,15 @@ struct TraceReader::Impl {
       total *= count[i];
       if (total * sizeof(T) > static_cast<uint64_t>(kMaxReadBytes))
         fail(ErrorCode::TooLarge, p,
-             "a read of this size exceeds the reader's limit of " +
-                 std::to_string(kMaxReadBytes) + " bytes");
+             "a read of this size exceeds the reader's limit of " + std::to_string(kMaxReadBytes) +
+                 " bytes");
     }
     std::vector<T> out(static_cast<size_t>(total));
     if (total == 0) return out;
     h5::Handle fspace = h5::dataspace(H5Dget_space(d));
     if (!extent.empty())
-      H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+      H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
+                          nullptr);
     h5::Handle mspace = h5::dataspace(
         extent.empty() ? H5Screate(H5S_SCALAR)
                        : H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
@@ -190,17 +215,39 @@ std::unique_ptr<TraceReader> TraceReader::open(const std::string& path) {
 TraceReader::TraceReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TraceReader::~TraceReader() = default;
 
-const std::string& TraceReader::path() const { return impl_->path; }
-int64_t TraceReader::format_version() const { return impl_->opened.version; }
-int64_t TraceReader::format_minor_version() const { return impl_->opened.minor_version; }
-std::string TraceReader::writer() const { return impl_->opened.writer; }
-const RunInfo& TraceReader::run() const { return impl_->run; }
-const CaptureLayout& TraceReader::layout() const { return impl_->layout; }
-void TraceReader::refresh() { impl_->refresh(); }
-bool TraceReader::complete() const { return impl_->complete; }
-int64_t TraceReader::n_steps() const { return impl_->n_steps; }
-int64_t TraceReader::n_tokens() const { return impl_->n_tokens; }
-int64_t TraceReader::n_events() const { return impl_->n_events; }
+const std::string& TraceReader::path() const {
+  return impl_->path;
+}
+int64_t TraceReader::format_version() const {
+  return impl_->opened.version;
+}
+int64_t TraceReader::format_minor_version() const {
+  return impl_->opened.minor_version;
+}
+std::string TraceReader::writer() const {
+  return impl_->opened.writer;
+}
+const RunInfo& TraceReader::run() const {
+  return impl_->run;
+}
+const CaptureLayout& TraceReader::layout() const {
+  return impl_->layout;
+}
+void TraceReader::refresh() {
+  impl_->refresh();
+}
+bool TraceReader::complete() const {
+  return impl_->complete;
+}
+int64_t TraceReader::n_steps() const {
+  return impl_->n_steps;
+}
+int64_t TraceReader::n_tokens() const {
+  return impl_->n_tokens;
+}
+int64_t TraceReader::n_events() const {
+  return impl_->n_events;
+}
 
 std::string TraceReader::finish_reason() const {
   static const char* names[] = {"unknown", "length", "eos", "stop", "error", "interrupted"};
@@ -208,7 +255,9 @@ std::string TraceReader::finish_reason() const {
   return v < 6 ? names[v] : "unknown";
 }
 
-int8_t TraceReader::task_success() const { return impl_->read_scalar<int8_t>("/generation/success"); }
+int8_t TraceReader::task_success() const {
+  return impl_->read_scalar<int8_t>("/generation/success");
+}
 
 std::vector<StepRecord> TraceReader::steps(int64_t begin, int64_t end) const {
   Impl& m = *impl_;
@@ -261,8 +310,8 @@ std::vector<TokenRecord> TraceReader::tokens(int64_t begin, int64_t end) const {
   if (hi > nbytes)
     m.fail(ErrorCode::Schema, "/tokens/text_begin",
            "points past the end of /tokens/text_bytes (" + std::to_string(nbytes) + " bytes)");
-  std::vector<uint8_t> text = hi > lo ? m.read_1d<uint8_t>("/tokens/text_bytes", lo, hi)
-                                      : std::vector<uint8_t>{};
+  std::vector<uint8_t> text =
+      hi > lo ? m.read_1d<uint8_t>("/tokens/text_bytes", lo, hi) : std::vector<uint8_t>{};
   for (size_t i = 0; i < out.size(); ++i) {
     TokenRecord& t = out[i];
     t.id = id[i];
@@ -294,7 +343,7 @@ std::vector<Event> TraceReader::events(int64_t begin, int64_t end) const {
       m.fail(ErrorCode::Schema, "/events/kind",
              "row " + std::to_string(begin + int64_t(i)) + " has unknown kind " +
                  std::to_string(kind[i]));
-    out[i] = Event{step[i], layer[i], head[i], token[i], static_cast<EventKind>(kind[i]),
+    out[i] = Event{step[i],  layer[i],  head[i], token[i], static_cast<EventKind>(kind[i]),
                    score[i], reason[i], from[i], to[i]};
   }
   return out;
@@ -327,6 +376,14 @@ HeadLifetimes TraceReader::lifetimes(int layer, int kv_head, int64_t token_begin
   std::vector<hsize_t> count{1, 1, hsize_t(token_end - token_begin)};
   out.admit_step = m.read<int32_t>("/lifetimes/admit_step", start, count);
   out.evict_step = m.read<int32_t>("/lifetimes/evict_step", start, count);
+  if (!m.complete) {
+    // A flush writes lifetimes before it commits its steps (/steps last), so
+    // an incomplete trace can hold values of steps not committed yet; in
+    // this view those admissions and evictions have not happened.
+    for (std::vector<int32_t>* steps : {&out.admit_step, &out.evict_step})
+      for (int32_t& s : *steps)
+        if (s >= m.n_steps) s = -1;
+  }
   return out;
 }
 
@@ -355,7 +412,8 @@ std::vector<TierInterval> TraceReader::intervals(int layer, int kv_head) const {
     auto s0 = m.read_1d<int32_t>("/lifetimes/intervals/begin_step", b, e);
     auto s1 = m.read_1d<int32_t>("/lifetimes/intervals/end_step", b, e);
     for (size_t i = 0; i < l.size(); ++i)
-      if (l[i] == layer && h[i] == kv_head) out.push_back({l[i], h[i], t[i], tier[i], s0[i], s1[i]});
+      if (l[i] == layer && h[i] == kv_head)
+        out.push_back({l[i], h[i], t[i], tier[i], s0[i], s1[i]});
   }
   return out;
 }
@@ -373,7 +431,8 @@ std::vector<int32_t> TraceReader::occupancy_series(int layer, int kv_head, int64
   m.check_head(layer, kv_head);
   m.check_range("/occupancy/entries", begin, end, m.n_steps);
   hsize_t R = hsize_t(n_tiers());
-  return m.read<int32_t>("/occupancy/entries", {hsize_t(begin), hsize_t(layer), hsize_t(kv_head), 0},
+  return m.read<int32_t>("/occupancy/entries",
+                         {hsize_t(begin), hsize_t(layer), hsize_t(kv_head), 0},
                          {hsize_t(end - begin), 1, 1, R});
 }
 

@@ -95,7 +95,11 @@ class Validator {
   template <typename T>
   std::vector<T> read_rows(const std::string& p, hsize_t begin, hsize_t end, hid_t mem = -1) {
     hid_t d = open(p);
-    std::vector<hsize_t> e = h5::extent(d);
+    std::vector<hsize_t> e = d < 0 ? std::vector<hsize_t>{} : h5::extent(d);
+    if (e.empty() || end > e[0] || begin > end) {
+      add(p, "cannot read rows " + std::to_string(begin) + ".." + std::to_string(end));
+      return {};
+    }
     std::vector<hsize_t> start(e.size(), 0), count = e;
     start[0] = begin;
     count[0] = end - begin;
@@ -105,18 +109,33 @@ class Validator {
     if (n == 0) return out;
     h5::Handle fs = h5::dataspace(H5Dget_space(d));
     H5Sselect_hyperslab(fs.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
-    h5::Handle ms = h5::dataspace(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
+    h5::Handle ms =
+        h5::dataspace(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
     hid_t mt = mem;
     if (mt < 0) {
-      if (std::is_same<T, float>::value) mt = H5T_NATIVE_FLOAT;
-      else if (std::is_same<T, double>::value) mt = H5T_NATIVE_DOUBLE;
-      else mt = H5T_NATIVE_INT64;
+      if (std::is_same<T, float>::value)
+        mt = H5T_NATIVE_FLOAT;
+      else if (std::is_same<T, double>::value)
+        mt = H5T_NATIVE_DOUBLE;
+      else
+        mt = H5T_NATIVE_INT64;
     }
     if (H5Dread(d, mt, ms.get(), fs.get(), H5P_DEFAULT, out.data()) < 0) {
       add(p, "read failed: " + h5::take_error_message());
       return {};
     }
     return out;
+  }
+
+  // Row `row` of a 1-D integer column, when the column exists, is that long
+  // and reads (a failed read is reported by read_rows).
+  bool value_at(const std::string& p, int64_t row, int64_t* out) {
+    if (open(p) < 0 || extent0(p) <= row) return false;
+    std::vector<int64_t> v =
+        read_rows<int64_t>(p, static_cast<hsize_t>(row), static_cast<hsize_t>(row) + 1);
+    if (v.size() != 1) return false;
+    *out = v[0];
+    return true;
   }
 
   template <typename T>
@@ -140,7 +159,8 @@ class Validator {
     std::vector<hsize_t> e = h5::extent(d);
     hsize_t row_elems = 1;
     for (size_t i = 1; i < e.size(); ++i) row_elems *= e[i];
-    hsize_t block = std::max<hsize_t>(1, kScanBlockBytes / (sizeof(T) * std::max<hsize_t>(1, row_elems)));
+    hsize_t block =
+        std::max<hsize_t>(1, kScanBlockBytes / (sizeof(T) * std::max<hsize_t>(1, row_elems)));
     for (hsize_t b = 0; b < static_cast<hsize_t>(rows); b += block) {
       hsize_t end = std::min<hsize_t>(static_cast<hsize_t>(rows), b + block);
       std::vector<T> values = read_rows<T>(p, b, end, mem);
@@ -153,9 +173,11 @@ class Validator {
     hid_t root = file_;
     std::string s;
     int64_t v;
-    if (!h5::read_attr_i64(root, "minor_version", &v)) add("/ attribute minor_version", "missing or not an integer");
-    if (!h5::read_attr_string(root, "writer", &s)) add("/ attribute writer", "missing or not a string");
-    if (!h5::read_attr_string(root, "created_utc", &s)) add("/ attribute created_utc", "missing or not a string");
+    if (!h5::read_attr_i64(root, "minor_version", &v))
+      add("/ attribute minor_version", "missing or not an integer");
+    std::string why;
+    if (!h5::read_attr_string(root, "writer", &s, &why)) add("/ attribute writer", why);
+    if (!h5::read_attr_string(root, "created_utc", &s, &why)) add("/ attribute created_utc", why);
   }
 
   void check_complete_flag() {
@@ -175,13 +197,15 @@ class Validator {
     int64_t S = extent0("/steps/kind");
     int64_t T = extent0("/tokens/id");
     int64_t E = extent0("/events/step");
-    if (!complete_ && S > 0 && open("/steps/first_token") >= 0 && open("/steps/n_tokens") >= 0 &&
-        open("/steps/event_begin") >= 0 && open("/steps/event_count") >= 0 &&
-        extent0("/steps/first_token") >= S && extent0("/steps/event_count") >= S) {
-      T = read_rows<int64_t>("/steps/first_token", S - 1, S)[0] +
-          read_rows<int64_t>("/steps/n_tokens", S - 1, S)[0];
-      E = read_rows<int64_t>("/steps/event_begin", S - 1, S)[0] +
-          read_rows<int64_t>("/steps/event_count", S - 1, S)[0];
+    if (!complete_ && S > 0) {
+      // The committed lengths are where the last committed step ends; a
+      // column that cannot be read leaves the extents (and its own report).
+      int64_t first = 0, n = 0, begin = 0, count = 0;
+      if (value_at("/steps/first_token", S - 1, &first) && value_at("/steps/n_tokens", S - 1, &n))
+        T = first + n;
+      if (value_at("/steps/event_begin", S - 1, &begin) &&
+          value_at("/steps/event_count", S - 1, &count))
+        E = begin + count;
     }
     sizes_[Axis::Steps] = S;
     sizes_[Axis::Tokens] = T;
@@ -264,11 +288,12 @@ class Validator {
     }
     if (rank > 0) {
       h5::Handle dcpl = h5::plist(H5Dget_create_plist(d));
-      if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) add(p, "is not chunked (expected chunked layout)");
+      if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED)
+        add(p, "is not chunked (expected chunked layout)");
     }
-    std::string s;
-    if (!h5::read_attr_string(d, "units", &s)) add(p + " attribute units", "missing or not a string");
-    if (!h5::read_attr_string(d, "meaning", &s)) add(p + " attribute meaning", "missing or not a string");
+    std::string s, why;
+    if (!h5::read_attr_string(d, "units", &s, &why)) add(p + " attribute units", why);
+    if (!h5::read_attr_string(d, "meaning", &s, &why)) add(p + " attribute meaning", why);
   }
 
   static std::string axes_text(const DatasetSpec& spec) {
@@ -357,9 +382,11 @@ class Validator {
       check_float_column("/oracle/kl", S, -1e-4, 1e9, true);
     }
     int64_t reason = read_scalar<int64_t>("/generation/finish_reason");
-    if (reason < 0 || reason > 5) add("/generation/finish_reason", "is " + std::to_string(reason) + " (expected 0..5)");
+    if (reason < 0 || reason > 5)
+      add("/generation/finish_reason", "is " + std::to_string(reason) + " (expected 0..5)");
     int64_t success = read_scalar<int64_t>("/generation/success");
-    if (success < -1 || success > 1) add("/generation/success", "is " + std::to_string(success) + " (expected -1, 0 or 1)");
+    if (success < -1 || success > 1)
+      add("/generation/success", "is " + std::to_string(success) + " (expected -1, 0 or 1)");
   }
 
   void check_steps(int64_t S, int64_t T, int64_t E) {
@@ -372,12 +399,14 @@ class Validator {
       auto n = read_rows<int64_t>("/steps/n_tokens", b, e);
       auto eb = read_rows<int64_t>("/steps/event_begin", b, e);
       auto ec = read_rows<int64_t>("/steps/event_count", b, e);
-      if (first.size() != size_t(e - b) || eb.size() != size_t(e - b)) return;
+      const size_t rows = static_cast<size_t>(e - b);
+      if (first.size() != rows || n.size() != rows || eb.size() != rows || ec.size() != rows)
+        return;
       for (int64_t i = 0; i < e - b; ++i) {
         if (!reported_tokens && (n[i] < 0 || (n[i] > 0 && first[i] != expect_token))) {
-          add("/steps/first_token", "step " + std::to_string(b + i) + " starts at token " +
-                                        std::to_string(first[i]) + " (expected " +
-                                        std::to_string(expect_token) + ", steps feed tokens in order)");
+          add("/steps/first_token",
+              "step " + std::to_string(b + i) + " starts at token " + std::to_string(first[i]) +
+                  " (expected " + std::to_string(expect_token) + ", steps feed tokens in order)");
           reported_tokens = true;
         }
         if (!reported_events && (ec[i] < 0 || eb[i] != expect_event)) {
@@ -391,11 +420,13 @@ class Validator {
       }
     }
     if (!reported_tokens && expect_token != T)
-      add("/steps/n_tokens", "steps feed " + std::to_string(expect_token) + " tokens but /tokens holds " +
-                                 std::to_string(T) + " (expected equal)");
+      add("/steps/n_tokens", "steps feed " + std::to_string(expect_token) +
+                                 " tokens but /tokens holds " + std::to_string(T) +
+                                 " (expected equal)");
     if (!reported_events && expect_event != E)
       add("/steps/event_count", "steps account for " + std::to_string(expect_event) +
-                                    " events but /events holds " + std::to_string(E) + " (expected equal)");
+                                    " events but /events holds " + std::to_string(E) +
+                                    " (expected equal)");
   }
 
   void check_text_ranges(int64_t T) {
@@ -405,49 +436,65 @@ class Validator {
       int64_t e = std::min(T, b + 65536);
       auto begin = read_rows<int64_t>("/tokens/text_begin", b, e);
       auto len = read_rows<int64_t>("/tokens/text_len", b, e);
-      if (begin.size() != size_t(e - b)) return;
+      if (begin.size() != size_t(e - b) || len.size() != size_t(e - b)) return;
       for (int64_t i = 0; i < e - b; ++i)
         if (begin[i] < 0 || len[i] < 0 || begin[i] + len[i] > bytes)
           if (bad++ == 0) first = b + i;
     }
     if (bad > 0)
-      add("/tokens/text_begin", std::to_string(bad) + " token piece(s) outside /tokens/text_bytes (" +
-                                    std::to_string(bytes) + " bytes); first at token " +
-                                    std::to_string(first));
+      add("/tokens/text_begin",
+          std::to_string(bad) + " token piece(s) outside /tokens/text_bytes (" +
+              std::to_string(bytes) + " bytes); first at token " + std::to_string(first));
   }
 
+  // Lifetimes of the committed tokens. An incomplete trace may hold values
+  // of steps a flush wrote but did not commit (>= S): they are not part of
+  // the committed view (the reader shows them as -1), so they are allowed.
   void check_lifetimes(int64_t S) {
     const int64_t L = run_.model.n_layers, K = run_.model.n_kv_heads;
-    int64_t T = static_cast<int64_t>(h5::extent(open("/lifetimes/admit_step"))[2]);
-    int64_t bad_range = 0, bad_order = 0;
-    std::string first_bad;
+    const int64_t T = sizes_[Axis::Tokens];
+    const int64_t hi = complete_ ? S : INT32_MAX;
+    if (T <= 0) return;
+    struct Column {
+      const char* path;
+      std::vector<int32_t> values;
+      int64_t bad = 0;
+      std::string first_bad;
+    };
+    Column admit{"/lifetimes/admit_step", {}, 0, {}}, evict{"/lifetimes/evict_step", {}, 0, {}};
+    int64_t bad_order = 0;
+    hsize_t start[3] = {0, 0, 0}, count[3] = {1, hsize_t(K), hsize_t(T)};
+    h5::Handle ms = h5::dataspace(H5Screate_simple(3, count, nullptr));
     for (int64_t l = 0; l < L; ++l) {
-      hid_t da = open("/lifetimes/admit_step"), de = open("/lifetimes/evict_step");
-      std::vector<int32_t> a(static_cast<size_t>(K * T)), e(static_cast<size_t>(K * T));
-      if (T == 0) return;
-      hsize_t start[3] = {hsize_t(l), 0, 0}, count[3] = {1, hsize_t(K), hsize_t(T)};
-      for (int which = 0; which < 2; ++which) {
-        hid_t d = which ? de : da;
+      start[0] = hsize_t(l);
+      for (Column* c : {&admit, &evict}) {
+        c->values.assign(static_cast<size_t>(K * T), 0);
+        hid_t d = open(c->path);
         h5::Handle fs = h5::dataspace(H5Dget_space(d));
         H5Sselect_hyperslab(fs.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
-        h5::Handle ms = h5::dataspace(H5Screate_simple(3, count, nullptr));
-        if (H5Dread(d, H5T_NATIVE_INT32, ms.get(), fs.get(), H5P_DEFAULT, which ? e.data() : a.data()) < 0) {
-          add("/lifetimes", "read failed: " + h5::take_error_message());
+        if (H5Dread(d, H5T_NATIVE_INT32, ms.get(), fs.get(), H5P_DEFAULT, c->values.data()) < 0) {
+          add(c->path, "read failed: " + h5::take_error_message());
           return;
         }
+        for (size_t i = 0; i < c->values.size(); ++i) {
+          int32_t v = c->values[i];
+          if (v >= -1 && v < hi) continue;
+          if (c->bad++ == 0)
+            c->first_bad = "layer " + std::to_string(l) + ", kv head " +
+                           std::to_string(int64_t(i) / T) + ", token " +
+                           std::to_string(int64_t(i) % T) + " = " + std::to_string(v);
+        }
       }
-      for (size_t i = 0; i < a.size(); ++i) {
-        bool range_ok = a[i] >= -1 && a[i] < S && e[i] >= -1 && e[i] < S;
-        bool order_ok = e[i] < 0 || (a[i] >= 0 && e[i] >= a[i]);
-        if (!range_ok && bad_range++ == 0)
-          first_bad = "layer " + std::to_string(l) + ", kv head " + std::to_string(int64_t(i) / T) +
-                      ", token " + std::to_string(int64_t(i) % T);
-        if (range_ok && !order_ok) ++bad_order;
+      for (size_t i = 0; i < admit.values.size(); ++i) {
+        int32_t a = admit.values[i] < S ? admit.values[i] : -1;
+        int32_t e = evict.values[i] < S ? evict.values[i] : -1;
+        if (e >= 0 && (a < 0 || e < a)) ++bad_order;
       }
     }
-    if (bad_range > 0)
-      add("/lifetimes/admit_step", std::to_string(bad_range) + " step value(s) outside [-1, " +
-                                       std::to_string(S) + "); first at " + first_bad);
+    for (const Column* c : {&admit, &evict})
+      if (c->bad > 0)
+        add(c->path, std::to_string(c->bad) + " step value(s) outside [-1, " + std::to_string(hi) +
+                         "); first at " + c->first_bad);
     if (bad_order > 0)
       add("/lifetimes/evict_step", std::to_string(bad_order) +
                                        " token(s) evicted before they were admitted (expected "
@@ -472,11 +519,14 @@ class Validator {
         if (sum != entries[size_t(s)] && mismatch++ == 0) first_mismatch = b + s;
       }
     }
-    if (negative > 0) add("/occupancy/entries", std::to_string(negative) + " negative count(s) (expected >= 0)");
+    if (negative > 0)
+      add("/occupancy/entries", std::to_string(negative) + " negative count(s) (expected >= 0)");
     if (mismatch > 0)
-      add("/steps/entries", std::to_string(mismatch) +
-                                " step(s) whose entries differ from the sum of /occupancy/entries; first "
-                                "at step " + std::to_string(first_mismatch));
+      add("/steps/entries",
+          std::to_string(mismatch) +
+              " step(s) whose entries differ from the sum of /occupancy/entries; first "
+              "at step " +
+              std::to_string(first_mismatch));
   }
 
   void check_intervals(int64_t S, int64_t T, int64_t L, int64_t K) {
@@ -510,9 +560,9 @@ class Validator {
           if (bad++ == 0) first = b + int64_t(i) / (run_.model.n_layers * run_.model.n_kv_heads);
     }
     if (bad > 0)
-      add("/attention/received/offset", std::to_string(bad) + " (offset, count) pair(s) outside the " +
-                                            std::to_string(N) + " rows of token/mass; first at step " +
-                                            std::to_string(first));
+      add("/attention/received/offset",
+          std::to_string(bad) + " (offset, count) pair(s) outside the " + std::to_string(N) +
+              " rows of token/mass; first at step " + std::to_string(first));
     check_int_column("/attention/received/token", N, 0, T);
     check_float_column("/attention/received/mass", N, 0.0, 1.0001, false);
   }
@@ -530,7 +580,8 @@ class Validator {
         h5::Handle fs = h5::dataspace(H5Dget_space(d));
         H5Sselect_hyperslab(fs.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
         h5::Handle ms = h5::dataspace(H5Screate_simple(4, count, nullptr));
-        if (H5Dread(d, h5::memory_type(Elem::F16), ms.get(), fs.get(), H5P_DEFAULT, raw.data()) < 0) {
+        if (H5Dread(d, h5::memory_type(Elem::F16), ms.get(), fs.get(), H5P_DEFAULT, raw.data()) <
+            0) {
           add(p, "read failed: " + h5::take_error_message());
           return;
         }
@@ -546,6 +597,8 @@ class Validator {
 
 }  // namespace
 
-ValidationReport validate_trace(const std::string& path) { return Validator(path).run(); }
+ValidationReport validate_trace(const std::string& path) {
+  return Validator(path).run();
+}
 
 }  // namespace kvscope::trace

@@ -1,8 +1,10 @@
 #include "core/trace/writer.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -77,7 +79,7 @@ struct HeadTokenArray {
   int64_t capacity = 0;  // tokens allocated per slot
   int64_t tokens = 0;    // tokens on the axis
   T fill{};
-  std::vector<T> data;   // slot-major: [slot * capacity + t]
+  std::vector<T> data;  // slot-major: [slot * capacity + t]
   std::vector<DirtyRange> dirty;
 
   void init(h5::Handle d, Elem e, int64_t n_slots, T fill_value) {
@@ -182,8 +184,8 @@ struct TraceWriter::Impl {
   h5::Handle make_group(const std::string& group_path, const std::string& meaning) {
     h5::Handle lcpl = h5::plist(H5Pcreate(H5P_LINK_CREATE));
     H5Pset_create_intermediate_group(lcpl.get(), 1);
-    h5::Handle g = h5::group(
-        H5Gcreate2(file.get(), group_path.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
+    h5::Handle g =
+        h5::group(H5Gcreate2(file.get(), group_path.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
     if (!g) throw TraceError(ErrorCode::Io, path, group_path, h5::take_error_message());
     if (!meaning.empty()) h5::write_attr_string(g.get(), "meaning", meaning);
     return g;
@@ -217,10 +219,10 @@ struct TraceWriter::Impl {
       dims.push_back(n);
       maxdims.push_back(axis_grows(a) ? H5S_UNLIMITED : n);
     }
-    h5::Handle space = h5::dataspace(spec.dims.empty()
-                                         ? H5Screate(H5S_SCALAR)
-                                         : H5Screate_simple(static_cast<int>(dims.size()),
-                                                            dims.data(), maxdims.data()));
+    h5::Handle space =
+        h5::dataspace(spec.dims.empty() ? H5Screate(H5S_SCALAR)
+                                        : H5Screate_simple(static_cast<int>(dims.size()),
+                                                           dims.data(), maxdims.data()));
     h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE));
     if (!spec.dims.empty()) {
       std::vector<hsize_t> chunk = chunk_shape(spec, dims);
@@ -240,7 +242,8 @@ struct TraceWriter::Impl {
       size_t bytes = h5::elem_size(spec.elem);
       for (size_t i = 0; i < spec.dims.size(); ++i)
         if (!axis_grows(spec.dims[i])) bytes *= std::max<hsize_t>(1, dims[i]);
-      bytes *= static_cast<size_t>(spec.chunk[static_cast<size_t>(spec.append_axis >= 0 ? spec.append_axis : 0)]);
+      bytes *= static_cast<size_t>(
+          spec.chunk[static_cast<size_t>(spec.append_axis >= 0 ? spec.append_axis : 0)]);
       H5Pset_chunk_cache(dapl.get(), 12421, std::min<size_t>(bytes * 2, size_t(256) << 20), 1.0);
     }
     h5::Handle d = h5::dataset(H5Dcreate2(file.get(), spec.path.c_str(), h5::file_type(spec.elem),
@@ -277,7 +280,8 @@ struct TraceWriter::Impl {
         H5Pset_fill_value(dcpl, H5T_NATIVE_DOUBLE, &v);
         break;
       }
-      case Elem::F16: break;  // zero fill
+      case Elem::F16:
+        break;  // zero fill
       default: {
         int64_t v = static_cast<int64_t>(spec.fill);
         H5Pset_fill_value(dcpl, H5T_NATIVE_INT64, &v);
@@ -384,8 +388,14 @@ struct TraceWriter::Impl {
     h5::Handle fapl = h5::plist(H5Pcreate(H5P_FILE_ACCESS));
     // SWMR needs the latest file format (superblock v3).
     H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
-    file = h5::file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
-    if (!file) throw TraceError(ErrorCode::Io, path, "", "cannot create: " + h5::take_error_message());
+    // The file is built under a temporary name and renamed once its
+    // superblock, groups, datasets and /run are on disk, so the trace's own
+    // path never names a file a reader cannot open, even if the capture is
+    // killed while creating it (a killed creation leaves only `<path>.creating`).
+    const std::string creating = path + ".creating";
+    file = h5::file(H5Fcreate(creating.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
+    if (!file)
+      throw TraceError(ErrorCode::Io, path, "", "cannot create: " + h5::take_error_message());
 
     for (const GroupSpec& g : group_catalogue()) {
       bool wanted = true;
@@ -405,8 +415,8 @@ struct TraceWriter::Impl {
     H5Dwrite(datasets.at("/generation/success").get(), H5T_NATIVE_INT8, H5S_ALL, H5S_ALL,
              H5P_DEFAULT, &no_success);
 
-    ev = {&col("/events/step"),  &col("/events/layer"),  &col("/events/kv_head"),
-          &col("/events/token"), &col("/events/kind"),   &col("/events/score"),
+    ev = {&col("/events/step"),   &col("/events/layer"),     &col("/events/kv_head"),
+          &col("/events/token"),  &col("/events/kind"),      &col("/events/score"),
           &col("/events/reason"), &col("/events/from_tier"), &col("/events/to_tier")};
     admit.init(take_dataset("/lifetimes/admit_step"), Elem::I32, L * K, -1);
     evict.init(take_dataset("/lifetimes/evict_step"), Elem::I32, L * K, -1);
@@ -418,8 +428,15 @@ struct TraceWriter::Impl {
     if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0)
       throw TraceError(ErrorCode::Io, path, "", h5::take_error_message());
     if (options.swmr && H5Fstart_swmr_write(file.get()) < 0)
-      throw TraceError(ErrorCode::Io, path, "", "cannot start SWMR writing: " +
-                                                    h5::take_error_message());
+      throw TraceError(ErrorCode::Io, path, "",
+                       "cannot start SWMR writing: " + h5::take_error_message());
+    // HDF5 holds the file by descriptor, so the open file can be renamed; a
+    // reader finds it already in SWMR mode (no window where the writer's
+    // exclusive lock refuses it).
+    if (std::rename(creating.c_str(), path.c_str()) != 0)
+      throw TraceError(
+          ErrorCode::Io, path, "",
+          std::string("cannot move ") + creating + " into place: " + std::strerror(errno));
   }
 
   h5::Handle take_dataset(const std::string& p) {
@@ -471,7 +488,8 @@ struct TraceWriter::Impl {
     ++steps_appended;
     ++steps_since_flush;
 
-    double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_flush).count();
+    double since =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_flush).count();
     if (steps_since_flush >= options.flush_every_steps || since >= options.flush_every_seconds)
       flush_all();
   }
@@ -549,7 +567,8 @@ struct TraceWriter::Impl {
         open_interval(slot, e, e.to_tier);
         break;
       case EventKind::Reject:
-      case EventKind::Select: break;
+      case EventKind::Select:
+        break;
     }
   }
 
@@ -655,7 +674,8 @@ struct TraceWriter::Impl {
 
   void append_oracle(const StepData& sd) {
     float nan = std::numeric_limits<float>::quiet_NaN();
-    std::vector<float> lost(static_cast<size_t>(L * H), nan), recall(static_cast<size_t>(L * K), nan);
+    std::vector<float> lost(static_cast<size_t>(L * H), nan),
+        recall(static_cast<size_t>(L * K), nan);
     float kl = nan;
     if (sd.has_oracle) {
       if (static_cast<int64_t>(sd.oracle.lost_mass.size()) != L * H ||
@@ -688,7 +708,8 @@ struct TraceWriter::Impl {
     start[0] = start0;
     count[0] = rows;
     H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
-    h5::Handle mspace = h5::dataspace(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
+    h5::Handle mspace =
+        h5::dataspace(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
     if (H5Dwrite(c.dset.get(), h5::memory_type(c.elem), mspace.get(), fspace.get(), H5P_DEFAULT,
                  c.pending.data()) < 0)
       io_fail(c.path);
@@ -771,7 +792,8 @@ struct TraceWriter::Impl {
     if (pending_dense.empty()) return;
     h5::Handle& d = datasets.at("/attention/dense/weight");
     hsize_t need = dense_tokens_on_disk;
-    for (const DenseRow& row : pending_dense) need = std::max<hsize_t>(need, hsize_t(row.token) + 1);
+    for (const DenseRow& row : pending_dense)
+      need = std::max<hsize_t>(need, hsize_t(row.token) + 1);
     hsize_t m = static_cast<hsize_t>(layout.max_tokens);
     if (need > dense_tokens_on_disk) {
       hsize_t dims[3] = {hsize_t(layout.dense_heads.size()), need, m};
@@ -894,16 +916,26 @@ TraceWriter::~TraceWriter() {
   impl_->close_file();
 }
 
-void TraceWriter::append_step(const StepData& step) { impl_->append(step); }
+void TraceWriter::append_step(const StepData& step) {
+  impl_->append(step);
+}
 void TraceWriter::flush() {
   if (!impl_->closed) impl_->flush_all();
 }
 void TraceWriter::close(const GenerationSummary& summary) {
   if (!impl_->closed) impl_->finish(summary);
 }
-int64_t TraceWriter::steps_appended() const { return impl_->steps_appended; }
-int64_t TraceWriter::steps_on_disk() const { return impl_->steps_on_disk; }
-int64_t TraceWriter::tokens_appended() const { return impl_->tokens_appended; }
-const std::string& TraceWriter::path() const { return impl_->path; }
+int64_t TraceWriter::steps_appended() const {
+  return impl_->steps_appended;
+}
+int64_t TraceWriter::steps_on_disk() const {
+  return impl_->steps_on_disk;
+}
+int64_t TraceWriter::tokens_appended() const {
+  return impl_->tokens_appended;
+}
+const std::string& TraceWriter::path() const {
+  return impl_->path;
+}
 
 }  // namespace kvscope::trace

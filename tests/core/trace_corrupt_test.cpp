@@ -264,7 +264,7 @@ TEST_CASE("missing, mistyped and mis-shaped datasets", "[trace][corrupt]") {
       REQUIRE(H5Adelete(run, "policy") >= 0);
       H5Oclose(run);
     }
-    Damaged d{p, ErrorCode::Schema, "/run attribute policy", "missing or not a string"};
+    Damaged d{p, ErrorCode::Schema, "/run attribute policy", "missing (expected a string)"};
     expect_reader_error(d);
     expect_violation(p, d.field, d.message);
   }
