@@ -15,3 +15,6 @@ as_root() {
 # ccache settings that make precompiled headers cacheable.
 export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+# Paths relative to the checkout: clones and worktrees at other paths (CI's
+# fresh clone included) hit the same cache entries.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$KVSCOPE_ROOT}"
