@@ -100,16 +100,21 @@ int run_capture_cli(const CaptureCliOptions& o) {
   if (!o.quiet) std::cout << r.generation.text << "\n";
   char line[512];
   std::snprintf(line, sizeof line,
-                "capture: %lld steps, policy %s, %lld entries held at the end in %.1f KiB, peak %.1f KiB KV | "
+                "capture: %lld steps, policy %s, %lld entries held at the end in %.1f KiB, peak "
+                "%.1f KiB KV | "
                 "prefill %.1f tokens/s, decode %.1f tokens/s, policy %.3f ms per decode step | "
                 "finish: %s%s%s\n",
                 static_cast<long long>(r.steps), o.policy.c_str(),
                 static_cast<long long>(r.final_entries), double(r.final_kv_bytes) / 1024.0,
-                double(r.peak_kv_bytes) / 1024.0,
-                r.generation.prefill_tokens_per_second(), r.generation.decode_tokens_per_second(),
-                r.generation.decode_steps > 0 ? 1e3 * r.decode_policy_seconds / double(r.generation.decode_steps) : 0.0,
+                double(r.peak_kv_bytes) / 1024.0, r.generation.prefill_tokens_per_second(),
+                r.generation.decode_tokens_per_second(),
+                r.generation.decode_steps > 0
+                    ? 1e3 * r.decode_policy_seconds / double(r.generation.decode_steps)
+                    : 0.0,
                 r.generation.finish_reason.c_str(),
-                req.expected_answer.empty() ? "" : (r.success ? " | expected answer found" : " | expected answer MISSING"),
+                req.expected_answer.empty()
+                    ? ""
+                    : (r.success ? " | expected answer found" : " | expected answer MISSING"),
                 o.levels == "none" ? "" : (" | trace: " + o.output).c_str());
   std::cerr << line;
   return kExitOk;
@@ -117,7 +122,8 @@ int run_capture_cli(const CaptureCliOptions& o) {
 
 Command add_capture_command(CLI::App& app) {
   auto opt = std::make_shared<CaptureCliOptions>();
-  CLI::App* sub = app.add_subcommand("capture", "Generate under a KV-cache policy and record a trace");
+  CLI::App* sub =
+      app.add_subcommand("capture", "Generate under a KV-cache policy and record a trace");
   generate::add_model_options(sub, &opt->model);
   generate::add_prompt_options(sub, &opt->prompt);
   sub->add_option("--policy", opt->policy, "NAME[:key=value,...] (see `kvscope policies`)")
@@ -125,17 +131,24 @@ Command add_capture_command(CLI::App& app) {
   sub->add_option("--capture", opt->levels,
                   "none | events, received, pooled[:B], dense:L.H[,L.H], topk:K joined with '+'")
       ->capture_default_str();
-  sub->add_flag("--oracle", opt->oracle, "run a full-cache shadow: KL, lost attention, top-k recall");
-  sub->add_option("--oracle-k", opt->oracle_k, "k of the oracle's top-k recall")->capture_default_str();
-  sub->add_option("--page-size", opt->page_rows, "tokens per KV page")->capture_default_str();
+  sub->add_flag("--oracle", opt->oracle,
+                "run a full-cache shadow: KL, lost attention, top-k recall");
+  sub->add_option("--oracle-k", opt->oracle_k, "k of the oracle's top-k recall")
+      ->check(CLI::Range(int64_t(1), int64_t(1024)))
+      ->capture_default_str();
+  sub->add_option("--page-size", opt->page_rows, "tokens per KV page")
+      ->check(CLI::Range(int64_t(1), int64_t(4096)))
+      ->capture_default_str();
   sub->add_option("--expect", opt->expect, "text a successful generation contains (task success)");
-  sub->add_option("--task", opt->task,
-                  "needle[:tokens=N,depth=D,seed=S]: passkey retrieval prompt with the needle marked");
+  sub->add_option(
+      "--task", opt->task,
+      "needle[:tokens=N,depth=D,seed=S]: passkey retrieval prompt with the needle marked");
   sub->add_option("-o,--output", opt->output, "trace file to write (.kvtrace.h5)");
   sub->add_flag("-q,--quiet", opt->quiet, "no progress bar and no generated text");
   return {sub, [opt] {
             if (opt->output.empty() && opt->levels != "none")
               throw InputError("", "-o", "an output trace path is required (or --capture none)");
+            if (!opt->output.empty()) check_output_path(opt->output, "-o");
             return run_capture_cli(*opt);
           }};
 }

@@ -35,9 +35,11 @@ int run_generate(const GenerateOptions& o) {
   generate::GenerationOptions g = generate::generation_options(o.prompt);
 
   const model::ModelConfig& c = engine.model->config();
-  const int64_t capacity =
+  // The cache holds what the run can reach: the prompt and the new tokens,
+  // never more than the model's context (the Generator refuses a prompt that
+  // leaves no room in it).
+  g.max_positions =
       std::min<int64_t>(c.context_length, static_cast<int64_t>(ids.size()) + g.max_new_tokens);
-  g.max_positions = std::max<int64_t>(capacity, static_cast<int64_t>(ids.size()) + 1);
   generate::DenseKvCache cache(c, g.max_positions, engine.device, engine.dtype);
   generate::Generator generator(*engine.model, cache, engine.tokenizer.get());
 

@@ -8,6 +8,7 @@
 
 #include "app/cli/command.h"
 #include "core/analysis/summary.h"
+#include "core/common/input_error.h"
 #include "core/trace/reader.h"
 #include "core/trace/schema.h"
 #include "core/trace/validate.h"
@@ -57,11 +58,12 @@ nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSu
                 {"dtype", run.model.dtype},
                 {"device", run.model.device}};
   nlohmann::json params = nlohmann::json::parse(run.policy_params_json, nullptr, false);
-  j["policy"] = {{"spec", run.policy},
-                 {"name", run.policy_name},
-                 {"params", params.is_discarded() ? nlohmann::json(run.policy_params_json) : params},
-                 {"budget_kind", run.budget_kind},
-                 {"budget", run.budget}};
+  j["policy"] = {
+      {"spec", run.policy},
+      {"name", run.policy_name},
+      {"params", params.is_discarded() ? nlohmann::json(run.policy_params_json) : params},
+      {"budget_kind", run.budget_kind},
+      {"budget", run.budget}};
   j["seed"] = run.seed;
   j["capture_levels"] = run.capture_levels;
   j["tiers"] = run.tier_names;
@@ -91,7 +93,8 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
   auto& o = std::cout;
   const auto& m = j["model"];
   const auto& p = j["policy"];
-  o << "trace     " << j["trace"].get<std::string>() << " (" << human_bytes(j["file_bytes"]) << ")\n";
+  o << "trace     " << j["trace"].get<std::string>() << " (" << human_bytes(j["file_bytes"])
+    << ")\n";
   o << "format    kvscope-trace v" << j["format"]["version"] << "." << j["format"]["minor_version"]
     << ", written by " << j["format"]["writer"].get<std::string>() << "\n";
   o << "complete  " << (j["complete"].get<bool>() ? "yes" : "no (capture running or interrupted)")
@@ -100,8 +103,8 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
     << "): " << m["n_layers"] << " layers, " << m["n_heads"] << " heads, " << m["n_kv_heads"]
     << " kv heads, head_dim " << m["head_dim"] << ", " << m["dtype"].get<std::string>() << " on "
     << m["device"].get<std::string>() << "\n";
-  o << "policy    " << p["spec"].get<std::string>() << " (budget: " << p["budget_kind"].get<std::string>()
-    << " " << p["budget"] << ")\n";
+  o << "policy    " << p["spec"].get<std::string>()
+    << " (budget: " << p["budget_kind"].get<std::string>() << " " << p["budget"] << ")\n";
   o << "seed      " << j["seed"] << "\n";
   o << "capture   " << j["capture_levels"].get<std::string>() << "; tiers:";
   for (const auto& t : j["tiers"]) o << " " << t.get<std::string>();
@@ -162,10 +165,7 @@ int run_info(const InfoOptions& opt) {
     std::cout << trace::schema_markdown();
     return kExitOk;
   }
-  if (opt.trace.empty()) {
-    std::cerr << "kvscope info: a TRACE file is required (or --schema)\n";
-    return kExitBadInput;
-  }
+  if (opt.trace.empty()) throw InputError("", "TRACE", "a trace file is required (or --schema)");
   if (opt.check) return run_check(opt);
   auto reader = trace::TraceReader::open(opt.trace);
   analysis::TraceSummary s = analysis::summarize(*reader);

@@ -1,5 +1,7 @@
 // kvscope: the command-line front end. Parses, dispatches to one subcommand
 // and maps failures to exit codes (0 ok, 1 runtime failure, 2 bad input).
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <iostream>
 #include <vector>
@@ -20,6 +22,13 @@ int main(int argc, char** argv) {
   CLI::App app{"KVScope: a microscope for LLM KV-cache policies", "kvscope"};
   app.set_version_flag("--version", std::string("kvscope ") + KVSCOPE_VERSION_STRING);
   app.require_subcommand(1);
+  // Usage errors read like every other error: "kvscope: error: --option: why".
+  app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
+    std::string out = std::string("kvscope: error: ") + e.what() + "\n";
+    if (failed && failed->get_help_ptr())
+      out += "Run with " + failed->get_help_ptr()->get_name() + " for more information.\n";
+    return out;
+  });
   auto registry = command_registry();
   std::sort(registry.begin(), registry.end());
   std::vector<Command> commands;
@@ -37,6 +46,10 @@ int main(int argc, char** argv) {
   } catch (const kvscope::InputError& e) {
     std::cerr << "kvscope: error: " << e.what() << "\n";
     return kExitBadInput;
+  } catch (const c10::Error& e) {
+    // LibTorch's own message, without the C++ backtrace it appends.
+    std::cerr << "kvscope: error: " << e.what_without_backtrace() << "\n";
+    return kExitFailure;
   } catch (const std::exception& e) {
     std::cerr << "kvscope: error: " << e.what() << "\n";
     return kExitFailure;

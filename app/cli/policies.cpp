@@ -13,10 +13,14 @@ namespace {
 
 const char* type_name(policy::ParamType t) {
   switch (t) {
-    case policy::ParamType::Int: return "int";
-    case policy::ParamType::Float: return "float";
-    case policy::ParamType::Bool: return "bool";
-    case policy::ParamType::String: return "string";
+    case policy::ParamType::Int:
+      return "int";
+    case policy::ParamType::Float:
+      return "float";
+    case policy::ParamType::Bool:
+      return "bool";
+    case policy::ParamType::String:
+      return "string";
   }
   return "?";
 }
@@ -27,16 +31,25 @@ int run_policies(bool json) {
     for (const policy::PolicyDescriptor& d : policy::builtin_policies()) {
       nlohmann::json params = nlohmann::json::array();
       for (const policy::ParamSpec& p : d.params)
-        params.push_back({{"name", p.name}, {"type", type_name(p.type)}, {"default", p.default_value}, {"help", p.help}});
-      all.push_back({{"name", d.name}, {"summary", d.summary}, {"paper", d.paper}, {"doc", d.doc}, {"params", params}});
+        params.push_back({{"name", p.name},
+                          {"type", type_name(p.type)},
+                          {"default", p.default_value},
+                          {"help", p.help}});
+      all.push_back({{"name", d.name},
+                     {"summary", d.summary},
+                     {"paper", d.paper},
+                     {"doc", d.doc},
+                     {"params", params}});
     }
     std::cout << all.dump(2) << "\n";
     return kExitOk;
   }
   for (const policy::PolicyDescriptor& d : policy::builtin_policies()) {
-    std::cout << d.name << " — " << d.summary << "\n    paper: " << d.paper << "\n    doc:   " << d.doc << "\n";
+    std::cout << d.name << " — " << d.summary << "\n    paper: " << d.paper
+              << "\n    doc:   " << d.doc << "\n";
     for (const policy::ParamSpec& p : d.params)
-      std::cout << "    " << p.name << " (" << type_name(p.type) << ", default " << p.default_value << "): " << p.help << "\n";
+      std::cout << "    " << p.name << " (" << type_name(p.type) << ", default " << p.default_value
+                << "): " << p.help << "\n";
     std::cout << "\n";
   }
   std::cout << "usage: --policy NAME:key=value,...  e.g. --policy h2o:heavy=64,recent=64\n";
@@ -45,7 +58,8 @@ int run_policies(bool json) {
 
 Command add_policies_command(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
-  CLI::App* sub = app.add_subcommand("policies", "List the KV-cache policies, their parameters and papers");
+  CLI::App* sub =
+      app.add_subcommand("policies", "List the KV-cache policies, their parameters and papers");
   sub->add_flag("--json", *json, "print JSON");
   return {sub, [json] { return run_policies(*json); }};
 }

@@ -4,6 +4,8 @@
 #include <memory>
 
 #include "app/cli/command.h"
+#include "core/common/cli_checks.h"
+#include "core/common/input_error.h"
 #include "core/trace/synthetic.h"
 
 namespace kvscope::cli {
@@ -17,6 +19,7 @@ struct SynthOptions {
 };
 
 int run_synth(const SynthOptions& opt) {
+  check_output_path(opt.out, "-o");
   trace::TraceWriter::Options wopt;
   wopt.compression_level = opt.compression;
   int64_t steps = trace::write_synthetic_trace(opt.out, opt.spec, wopt);
@@ -33,28 +36,53 @@ Command add_synth_command(CLI::App& app) {
   trace::SyntheticSpec& s = opt->spec;
   CLI::App* sub = app.add_subcommand("synth", "Write a synthetic trace with known content");
   sub->add_option("-o,--output", opt->out, "output trace file")->required();
-  sub->add_option("--layers", s.layers, "layers")->check(CLI::Range(1, 4096))->capture_default_str();
-  sub->add_option("--heads", s.heads, "query heads")->check(CLI::Range(1, 4096))->capture_default_str();
-  sub->add_option("--kv-heads", s.kv_heads, "key/value heads")->check(CLI::Range(1, 4096))->capture_default_str();
-  sub->add_option("--prompt-tokens", s.prompt_tokens, "prompt length")->check(CLI::Range(1, 1 << 24))->capture_default_str();
-  sub->add_option("--decode-steps", s.decode_steps, "decode steps")->check(CLI::Range(0, 1 << 24))->capture_default_str();
-  sub->add_option("--prefill-chunk", s.prefill_chunk, "prefill chunk (0: whole prompt)")->capture_default_str();
-  sub->add_option("--sinks", s.sinks, "sink tokens per head")->capture_default_str();
-  sub->add_option("--window", s.window, "base recent window per head")->capture_default_str();
-  sub->add_option("--tiers", s.tiers, "1 or 2 tiers")->check(CLI::Range(1, 2))->capture_default_str();
-  sub->add_option("--pooled-block", s.pooled_block, "pooled attention block (0: none)")->capture_default_str();
-  sub->add_option("--topk", s.topk, "top-k per query (0: none)")->capture_default_str();
+  sub->add_option("--layers", s.layers, "layers")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  sub->add_option("--heads", s.heads, "query heads")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  sub->add_option("--kv-heads", s.kv_heads, "key/value heads")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  sub->add_option("--prompt-tokens", s.prompt_tokens, "prompt length")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  sub->add_option("--decode-steps", s.decode_steps, "decode steps")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  sub->add_option("--prefill-chunk", s.prefill_chunk, "prefill chunk (0: whole prompt)")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  sub->add_option("--sinks", s.sinks, "sink tokens per head")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  sub->add_option("--window", s.window, "base recent window per head")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  sub->add_option("--tiers", s.tiers, "1 or 2 tiers")
+      ->check(CLI::Range(1, 2))
+      ->capture_default_str();
+  sub->add_option("--pooled-block", s.pooled_block, "pooled attention block (0: none)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--topk", s.topk, "top-k per query (0: none)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   sub->add_flag("!--no-received", s.received, "omit /attention/received");
   sub->add_flag("!--no-oracle", s.oracle, "omit /oracle");
   sub->add_flag("!--no-dense", s.dense, "omit /attention/dense");
   sub->add_flag("!--no-gates", s.gates, "omit /gates");
   sub->add_option("--seed", s.seed, "seed")->capture_default_str();
-  sub->add_option("--compression", opt->compression, "deflate level 0-9")->check(CLI::Range(0, 9))->capture_default_str();
+  sub->add_option("--compression", opt->compression, "deflate level 0-9")
+      ->check(CLI::Range(0, 9))
+      ->capture_default_str();
   return {sub, [opt] {
-            if (opt->spec.heads % opt->spec.kv_heads != 0) {
-              std::cerr << "kvscope synth: --heads must be a multiple of --kv-heads\n";
-              return kExitBadInput;
-            }
+            if (opt->spec.heads % opt->spec.kv_heads != 0)
+              throw InputError("", "--heads",
+                               std::to_string(opt->spec.heads) +
+                                   " is not a multiple of --kv-heads " +
+                                   std::to_string(opt->spec.kv_heads));
             return run_synth(*opt);
           }};
 }

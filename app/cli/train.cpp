@@ -13,6 +13,7 @@
 #include "app/cli/command.h"
 #include "capture/gates/trainer.h"
 #include "capture/generate/engine_cli.h"
+#include "core/common/cli_checks.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::cli {
@@ -53,6 +54,7 @@ std::string own_command_line() {
 }
 
 int run_train(TrainCli& c) {
+  check_output_path(c.o.output, "-o");
   c.o.command_line = own_command_line();
   c.o.kind = gates::parse_gate_kind(c.policy, "", "--policy");
   c.o.hyper_given = parse_gate_values(c.gate_values);
@@ -65,41 +67,75 @@ int run_train(TrainCli& c) {
 Command add_train_command(CLI::App& app) {
   auto c = std::make_shared<TrainCli>();
   gates::TrainOptions& o = c->o;
-  CLI::App* sub = app.add_subcommand("train", "Train learned KV-cache gates (WG-KV, Attention-Gate, TrimKV/DBTrimKV)");
-  sub->add_option("--policy", c->policy, "wgkv | attention-gate | retention | retention-global")->required();
+  CLI::App* sub = app.add_subcommand(
+      "train", "Train learned KV-cache gates (WG-KV, Attention-Gate, TrimKV/DBTrimKV)");
+  sub->add_option("--policy", c->policy, "wgkv | attention-gate | retention | retention-global")
+      ->required();
   generate::add_model_options(sub, &o.model);
-  sub->add_option("--data", o.data.paths, "plain-text files or directories (e.g. a Debian docs corpus)");
-  sub->add_option("--generate", o.data.generate_tokens, "add this many tokens of text the model generates itself")
+  sub->add_option("--data", o.data.paths,
+                  "plain-text files or directories (e.g. a Debian docs corpus)");
+  sub->add_option("--generate", o.data.generate_tokens,
+                  "add this many tokens of text the model generates itself")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 26))
       ->capture_default_str();
-  sub->add_option("--generate-temperature", o.data.temperature, "sampling temperature of generated text")
+  sub->add_option("--generate-temperature", o.data.temperature,
+                  "sampling temperature of generated text")
+      ->check(finite_range(1e-4, 100))
       ->capture_default_str();
-  sub->add_option("--seq-len", o.seq_len, "tokens per training window")->capture_default_str();
-  sub->add_option("--steps", o.steps, "optimizer steps (one window each)")->capture_default_str();
-  sub->add_option("--lr", o.lr, "peak learning rate (AdamW, warmup then cosine)")->capture_default_str();
-  sub->add_option("--weight-decay", o.weight_decay, "AdamW weight decay")->capture_default_str();
-  sub->add_option("--warmup", o.warmup, "warmup share of the steps")->capture_default_str();
+  sub->add_option("--seq-len", o.seq_len, "tokens per training window")
+      ->check(CLI::Range(int64_t(2), int64_t(1) << 20))
+      ->capture_default_str();
+  sub->add_option("--steps", o.steps, "optimizer steps (one window each)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30))
+      ->capture_default_str();
+  sub->add_option("--lr", o.lr, "peak learning rate (AdamW, warmup then cosine)")
+      ->check(finite_range(1e-12, 10))
+      ->capture_default_str();
+  sub->add_option("--weight-decay", o.weight_decay, "AdamW weight decay")
+      ->check(finite_range(0, 10))
+      ->capture_default_str();
+  sub->add_option("--warmup", o.warmup, "warmup share of the steps")
+      ->check(finite_range(0, 1))
+      ->capture_default_str();
   sub->add_option("--seed", o.seed, "seed of the initialisation, data order and generated text")
       ->capture_default_str();
-  sub->add_option("--gate", c->gate_values,
-                  "gate hyperparameter key=value (wgkv: window, tau, expand; attention-gate: heads, "
-                  "head_dim, tau, gamma; retention*: hidden, bias_init, activation)");
+  sub->add_option(
+      "--gate", c->gate_values,
+      "gate hyperparameter key=value (wgkv: window, tau, expand; attention-gate: heads, "
+      "head_dim, tau, gamma; retention*: hidden, bias_init, activation)");
   sub->add_option("--lambda", o.lambda, "wgkv: weight of the sparsity loss mean(g + g(1-g))")
+      ->check(finite_range(0, 1e6))
       ->capture_default_str();
-  sub->add_option("--alpha", o.alpha, "attention-gate: weight of the eviction loss")->capture_default_str();
-  sub->add_option("--beta", o.beta, "attention-gate: target share of kept tokens")->capture_default_str();
+  sub->add_option("--alpha", o.alpha, "attention-gate: weight of the eviction loss")
+      ->check(finite_range(0, 1e6))
+      ->capture_default_str();
+  sub->add_option("--beta", o.beta, "attention-gate: target share of kept tokens")
+      ->check(finite_range(0, 1))
+      ->capture_default_str();
   sub->add_option("--budget", o.budget, "retention*: capacity M in tokens per head (0: seq-len/4)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 26))
       ->capture_default_str();
   sub->add_option("--cap-weight", o.cap_weight, "retention*: weight of the capacity hinge")
+      ->check(finite_range(0, 1e6))
       ->capture_default_str();
   sub->add_option("--ce-weight", o.ce_weight, "retention*: weight of the next-token cross-entropy")
+      ->check(finite_range(0, 1e6))
       ->capture_default_str();
-  sub->add_option("--eval-every", o.eval_every, "evaluate on held-out text every N steps (0: at the end)")
+  sub->add_option("--eval-every", o.eval_every,
+                  "evaluate on held-out text every N steps (0: at the end)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30))
       ->capture_default_str();
-  sub->add_option("--eval-windows", o.eval_windows, "held-out windows per evaluation")->capture_default_str();
-  sub->add_option("--checkpoint-every", o.checkpoint_every, "write the resumable .ckpt every N steps")
+  sub->add_option("--eval-windows", o.eval_windows, "held-out windows per evaluation")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->capture_default_str();
+  sub->add_option("--checkpoint-every", o.checkpoint_every,
+                  "write the resumable .ckpt every N steps")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30))
       ->capture_default_str();
   sub->add_flag("--resume", o.resume, "continue an interrupted run from its .ckpt (same options)");
-  sub->add_option("--stop-after", o.stop_after, "stop after N steps as if interrupted (to test --resume)");
+  sub->add_option("--stop-after", o.stop_after,
+                  "stop after N steps as if interrupted (to test --resume)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
   sub->add_flag("-q,--quiet", o.quiet, "no progress lines on stderr (the .log still gets them)");
   sub->add_option("-o,--output", o.output, "gate file to write (.safetensors)")->required();
   return {sub, [c] { return run_train(*c); }};

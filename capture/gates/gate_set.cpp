@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -33,12 +34,14 @@ const char* gate_kind_name(GateKind k) {
   return "?";
 }
 
-GateKind parse_gate_kind(const std::string& name, const std::string& file, const std::string& field) {
+GateKind parse_gate_kind(const std::string& name, const std::string& file,
+                         const std::string& field) {
   for (GateKind k : {GateKind::WriteGate, GateKind::AttentionGate, GateKind::Retention,
                      GateKind::RetentionGlobal})
     if (name == gate_kind_name(k)) return k;
-  throw InputError(file, field,
-                   "'" + name + "' is not a gate kind (wgkv, attention-gate, retention, retention-global)");
+  throw InputError(
+      file, field,
+      "'" + name + "' is not a gate kind (wgkv, attention-gate, retention, retention-global)");
 }
 
 double GateSet::hyper(const std::string& key) const {
@@ -65,8 +68,8 @@ std::vector<torch::Tensor> GateSet::trainable() const {
 json default_hyperparameters(GateKind kind, const GateShape& s) {
   switch (kind) {
     case GateKind::WriteGate:  // official WG-KV config defaults (seed 000 §5.1)
-      return {{"window", 256}, {"tau", 0.1}, {"expand", 4}, {"epsilon", 1e-3},
-              {"norm_eps", 1e-6}, {"activation", "gelu"}};
+      return {{"window", 256},   {"tau", 0.1},       {"expand", 4},
+              {"epsilon", 1e-3}, {"norm_eps", 1e-6}, {"activation", "gelu"}};
     case GateKind::AttentionGate:  // seed 001 §4.1 (CPT setting), Table 3 (1): 4 heads
       return {{"heads", 4}, {"head_dim", s.head_dim}, {"tau", 0.5}, {"gamma", 2.0}};
     case GateKind::Retention:  // official TrimKV config defaults
@@ -77,25 +80,56 @@ json default_hyperparameters(GateKind kind, const GateShape& s) {
   return json::object();
 }
 
+// The range of every numeric hyperparameter: sizes are positive integers,
+// tau is a probability threshold (WG-KV) or temperature (Attention-Gate).
+struct HyperRange {
+  const char* key;
+  double lo, hi;
+  bool integer;
+};
+constexpr HyperRange kHyperRanges[] = {
+    {"window", 1, 1 << 20, true},    {"expand", 1, 64, true},       {"heads", 1, 1024, true},
+    {"head_dim", 1, 4096, true},     {"hidden", 1, 1 << 16, true},  {"tau", 1e-9, 1e3, false},
+    {"epsilon", 0, 1, false},        {"norm_eps", 1e-12, 1, false}, {"gamma", 0, 1e3, false},
+    {"bias_init", -1e3, 1e3, false},
+};
+
+void check_hyperparameter_ranges(const json& h, const std::string& field) {
+  for (const HyperRange& r : kHyperRanges) {
+    if (!h.contains(r.key)) continue;
+    const json& v = h[r.key];
+    const double x = v.is_number() ? v.get<double>() : std::nan("");
+    char range[96];
+    std::snprintf(range, sizeof range, "%s in [%.10g, %.10g]",
+                  r.integer ? "an integer" : "a number", r.lo, r.hi);
+    if (!std::isfinite(x) || x < r.lo || x > r.hi || (r.integer && x != std::floor(x)))
+      throw InputError("", field + "." + r.key, "is " + v.dump() + " (expected " + range + ")");
+  }
+}
+
 json resolve_hyperparameters(GateKind kind, const GateShape& shape, const json& given,
                              const std::string& field) {
   json h = default_hyperparameters(kind, shape);
   if (given.is_null()) return h;
   for (auto it = given.begin(); it != given.end(); ++it) {
     if (!h.contains(it.key()))
-      throw InputError("", field,
-                       "'" + it.key() + "' is not a hyperparameter of " + gate_kind_name(kind) +
-                           " gates (known: " + [&] {
-                             std::string k;
-                             for (auto d = h.begin(); d != h.end(); ++d) k += (k.empty() ? "" : ", ") + d.key();
-                             return k;
-                           }() + ")");
+      throw InputError(
+          "", field,
+          "'" + it.key() + "' is not a hyperparameter of " + gate_kind_name(kind) +
+              " gates (known: " +
+              [&] {
+                std::string k;
+                for (auto d = h.begin(); d != h.end(); ++d) k += (k.empty() ? "" : ", ") + d.key();
+                return k;
+              }() +
+              ")");
     if (h[it.key()].is_string() != it.value().is_string())
       throw InputError("", field + "." + it.key(), "wrong type");
     h[it.key()] = it.value();
   }
   if (h.contains("activation") && h["activation"] != "silu" && h["activation"] != "gelu")
     throw InputError("", field + ".activation", "silu or gelu expected");
+  check_hyperparameter_ranges(h, field);
   return h;
 }
 
@@ -214,7 +248,8 @@ void save_gates(const GateSet& set, const std::string& path) {
   for (const auto& [name, t] : set.params) {
     torch::Tensor c = t.detach().to(torch::kFloat32).contiguous();
     const uint64_t nbytes = uint64_t(c.numel()) * 4;
-    header[name] = {{"dtype", "F32"}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + nbytes}}};
+    header[name] = {
+        {"dtype", "F32"}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
     data.push_back(c);
   }
@@ -238,7 +273,9 @@ void save_gates(const GateSet& set, const std::string& path) {
 
 namespace {
 
-GateShape shape_of(const model::ModelConfig& m) { return GateShape::of(m); }
+GateShape shape_of(const model::ModelConfig& m) {
+  return GateShape::of(m);
+}
 
 GateSet load_kvscope_file(const std::string& path, const model::ModelConfig& model) {
   formats::SafetensorsFile f(path);
@@ -266,7 +303,8 @@ GateSet load_kvscope_file(const std::string& path, const model::ModelConfig& mod
   for (const auto& [name, t] : f.tensors()) {
     if (t.dtype != formats::StDtype::F32)
       throw InputError(path, name, "dtype " + t.dtype_name + ", F32 expected");
-    torch::Tensor x = torch::from_blob(const_cast<uint8_t*>(f.data(t)), t.shape, torch::kFloat32).clone();
+    torch::Tensor x =
+        torch::from_blob(const_cast<uint8_t*>(f.data(t)), t.shape, torch::kFloat32).clone();
     set.params[name] = x;
   }
   return set;
@@ -287,10 +325,11 @@ void check_fits(const GateSet& set, const model::ModelConfig& model) {
   std::vector<std::string> problems;
   int64_t file_layers = 0;
   for (const auto& [name, t] : set.params)
-    if (name.rfind("layers.", 0) == 0) file_layers = std::max<int64_t>(file_layers, std::stoll(name.substr(7)) + 1);
+    if (name.rfind("layers.", 0) == 0)
+      file_layers = std::max<int64_t>(file_layers, std::stoll(name.substr(7)) + 1);
   if (file_layers != s.n_layers)
-    problems.push_back("the file has gates for " + std::to_string(file_layers) + " layers, the model has " +
-                       std::to_string(s.n_layers));
+    problems.push_back("the file has gates for " + std::to_string(file_layers) +
+                       " layers, the model has " + std::to_string(s.n_layers));
   for (const auto& [name, d] : want) {
     auto it = set.params.find(name);
     if (it == set.params.end()) {
@@ -298,15 +337,16 @@ void check_fits(const GateSet& set, const model::ModelConfig& model) {
       continue;
     }
     if (it->second.sizes().vec() != d && problems.size() < 12)
-      problems.push_back(name + " has shape " + dims(it->second.sizes().vec()) + ", the model needs " +
-                         dims(d));
+      problems.push_back(name + " has shape " + dims(it->second.sizes().vec()) +
+                         ", the model needs " + dims(d));
   }
   for (const auto& [name, t] : set.params)
-    if (!want.count(name) && problems.size() < 12) problems.push_back(name + " is not a parameter of this model's " +
-                                                                       std::string(gate_kind_name(set.kind)) + " gates");
+    if (!want.count(name) && problems.size() < 12)
+      problems.push_back(name + " is not a parameter of this model's " +
+                         std::string(gate_kind_name(set.kind)) + " gates");
   if (problems.empty()) return;
-  std::string msg = std::string(gate_kind_name(set.kind)) + " gates do not fit " + model.name + " (" +
-                    std::to_string(s.n_layers) + " layers, " + std::to_string(s.n_kv_heads) +
+  std::string msg = std::string(gate_kind_name(set.kind)) + " gates do not fit " + model.name +
+                    " (" + std::to_string(s.n_layers) + " layers, " + std::to_string(s.n_kv_heads) +
                     " kv heads, head_dim " + std::to_string(s.head_dim) + ", hidden " +
                     std::to_string(s.hidden_size) + "): ";
   for (size_t k = 0; k < problems.size(); ++k) msg += (k ? "; " : "") + problems[k];

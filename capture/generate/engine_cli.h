@@ -13,19 +13,31 @@
 
 #include "capture/generate/engine.h"
 #include "capture/generate/generator.h"
+#include "core/common/cli_checks.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::generate {
 
+// Bounds of the shared options (the model's own context bounds the prompt).
+inline constexpr int kMaxThreads = 1024;
+inline constexpr int64_t kMaxNewTokens = int64_t(1) << 24;
+
 inline void add_model_options(CLI::App* app, ModelOptions* o) {
   app->add_option("--model", o->model,
                   "model: Hugging Face directory, .gguf file or llama2.c .bin checkpoint")
-      ->required();
+      ->required()
+      ->check(CLI::ExistingPath);
   app->add_option("--tokenizer", o->tokenizer,
-                  "tokenizer.json, llama2.c tokenizer.bin or .gguf (default: the model's own)");
-  app->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
-  app->add_option("--dtype", o->dtype, "fp32, bf16 or fp16")->capture_default_str();
+                  "tokenizer.json, llama2.c tokenizer.bin or .gguf (default: the model's own)")
+      ->check(CLI::ExistingFile);
+  app->add_option("--device", o->device, "cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app->add_option("--dtype", o->dtype, "fp32, bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   app->add_option("--threads", o->threads, "compute threads (0: one per core)")
+      ->check(CLI::Range(0, kMaxThreads))
       ->capture_default_str();
 }
 
@@ -47,18 +59,25 @@ struct PromptCliOptions {
 
 inline void add_prompt_options(CLI::App* app, PromptCliOptions* o) {
   auto* prompt = app->add_option("--prompt", o->prompt, "prompt text");
-  auto* file = app->add_option("--prompt-file", o->prompt_file, "read the prompt from a file");
+  auto* file = app->add_option("--prompt-file", o->prompt_file, "read the prompt from a file")
+                   ->check(CLI::ExistingFile);
   prompt->excludes(file);
   app->add_flag("--chat", o->chat, "wrap the prompt in the model's chat template (ChatML)");
   app->add_option("--system", o->system, "system message for --chat");
   auto* greedy = app->add_flag("--greedy", o->greedy, "argmax decoding (the default)");
-  auto* temp = app->add_option("--temperature", o->temperature, "sample at this temperature");
-  auto* top_k = app->add_option("--top-k", o->top_k, "sample among the k most likely tokens");
-  auto* top_p = app->add_option("--top-p", o->top_p, "sample from the nucleus of mass p");
+  auto* temp = app->add_option("--temperature", o->temperature, "sample at this temperature")
+                   ->check(finite_range(1e-4, 100));
+  auto* top_k = app->add_option("--top-k", o->top_k, "sample among the k most likely tokens")
+                    ->check(CLI::Range(int64_t(1), int64_t(1) << 24));
+  auto* top_p = app->add_option("--top-p", o->top_p, "sample from the nucleus of mass p")
+                    ->check(finite_range(1e-6, 1));
   greedy->excludes(temp)->excludes(top_k)->excludes(top_p);
   app->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
-  app->add_option("--max-new", o->max_new, "most tokens to generate")->capture_default_str();
+  app->add_option("--max-new", o->max_new, "most tokens to generate")
+      ->check(CLI::Range(int64_t(1), kMaxNewTokens))
+      ->capture_default_str();
   app->add_option("--prefill-chunk", o->prefill_chunk, "prompt tokens per forward pass")
+      ->check(CLI::Range(int64_t(1), kMaxNewTokens))
       ->capture_default_str();
   app->add_option("--stop", o->stop, "stop before this text (repeatable)");
 }

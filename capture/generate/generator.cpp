@@ -76,6 +76,14 @@ std::vector<int32_t> end_of_sequence_ids(const model::ModelConfig& config,
   return ids;
 }
 
+void check_prompt_fits(int64_t prompt_tokens, int64_t max_positions) {
+  if (prompt_tokens == 0) throw InputError("", "prompt", "is empty (no tokens to start from)");
+  if (prompt_tokens >= max_positions)
+    throw InputError("", "prompt",
+                     "has " + std::to_string(prompt_tokens) + " tokens; the context holds " +
+                         std::to_string(max_positions) + " positions, leaving no room to generate");
+}
+
 Generator::Generator(model::Transformer& model, model::AttentionBackend& backend,
                      const tokenizer::Tokenizer* tokenizer)
     : model_(model), backend_(backend), tokenizer_(tokenizer) {}
@@ -84,11 +92,7 @@ GenerationResult Generator::run(const std::vector<int32_t>& prompt, const Genera
                                 const TextCallback& on_text, const StepCallback& on_step) {
   const int64_t max_positions =
       o.max_positions > 0 ? o.max_positions : model_.config().context_length;
-  if (prompt.empty()) throw InputError("", "prompt", "is empty (no tokens to start from)");
-  if (static_cast<int64_t>(prompt.size()) >= max_positions)
-    throw InputError("", "prompt",
-                     "has " + std::to_string(prompt.size()) + " tokens; the context holds " +
-                         std::to_string(max_positions) + " positions, leaving no room to generate");
+  check_prompt_fits(static_cast<int64_t>(prompt.size()), max_positions);
   if (!o.stop_strings.empty() && !tokenizer_)
     throw InputError("", "--stop", "stop strings need a tokenizer");
   if (o.max_new_tokens <= 0) throw InputError("", "--max-new", "must be positive");

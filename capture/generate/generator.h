@@ -54,6 +54,12 @@ struct StepEvent {
 using TextCallback = std::function<void(const std::string&)>;
 using StepCallback = std::function<void(const StepEvent&)>;
 
+// Throws InputError unless a prompt of this many tokens leaves room to
+// generate in a context of max_positions (run() checks it; callers that
+// prepare work before run(), such as a capture creating its trace, check it
+// first).
+void check_prompt_fits(int64_t prompt_tokens, int64_t max_positions);
+
 class Generator {
  public:
   // tokenizer may be null: ids only, no text and no stop strings.

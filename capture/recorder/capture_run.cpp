@@ -9,8 +9,9 @@
 #include "capture/policy/registry.h"
 #include "capture/recorder/capture_levels.h"
 #include "capture/recorder/oracle.h"
-#include "core/common/input_error.h"
 #include "capture/recorder/recorder.h"
+#include "core/common/input_error.h"
+#include "core/common/memory_limit.h"
 #include "core/trace/writer.h"
 #include "kvscope_version.h"
 
@@ -83,11 +84,14 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   const model::ModelConfig& config = engine.model->config();
   const int64_t prompt_tokens = static_cast<int64_t>(req.prompt_ids.size());
   const int64_t max_tokens = prompt_tokens + req.generation.max_new_tokens;
+  // Everything that can refuse the run does so before the trace exists.
+  generate::check_prompt_fits(prompt_tokens, std::min<int64_t>(config.context_length, max_tokens));
 
   policy::PolicyInstance pi = policy::make_policy(req.policy);
   CaptureLevels levels = parse_capture_levels(req.levels, config.n_layers, config.n_heads);
   if (levels.none && req.oracle)
-    throw InputError("--capture", "none", "--oracle needs a trace to write to (drop --capture none)");
+    throw InputError("--capture", "none",
+                     "--oracle needs a trace to write to (drop --capture none)");
   cache::RaggedKvCache::Options options{req.page_rows, max_tokens, prompt_tokens};
   pi.policy->setup({&config, max_tokens, prompt_tokens, req.page_rows});
   cache::RaggedKvCache cache(config, options, *pi.policy);
@@ -96,20 +100,27 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   std::unique_ptr<OracleShadow> oracle;
   if (req.oracle) {
     recorder.set_track_attended(true);
-    oracle = std::make_unique<OracleShadow>(*engine.model, options, req.oracle_recall_k, recorder, cache);
+    oracle = std::make_unique<OracleShadow>(*engine.model, options, req.oracle_recall_k, recorder,
+                                            cache);
   }
   if (recorder.wants_probs(0)) cache.set_observer(&recorder);
 
   std::unique_ptr<trace::TraceWriter> writer;
   if (!levels.none) {
     if (req.output.empty()) throw InputError("", "-o", "an output trace path is required");
-    writer = trace::TraceWriter::create(req.output, run_info(engine, pi, req, levels),
-                                        layout_of(levels, *pi.policy, max_tokens, req.oracle,
-                                                  req.oracle_recall_k));
+    const trace::RunInfo run = run_info(engine, pi, req, levels);
+    const trace::CaptureLayout layout =
+        layout_of(levels, *pi.policy, max_tokens, req.oracle, req.oracle_recall_k);
+    check_fits_in_memory(
+        "", "--capture",
+        trace::TraceWriter::estimate_memory_bytes(run, layout, max_tokens,
+                                                  req.generation.prefill_chunk, {}),
+        "the trace of " + std::to_string(max_tokens) + " tokens at --capture " + req.levels);
+    writer = trace::TraceWriter::create(req.output, run, layout);
   }
 
   CaptureResult result;
-  double decode_policy_start = -1;  // policy time when the prefill ended
+  double decode_policy_start = -1;     // policy time when the prefill ended
   std::vector<int32_t> fed_generated;  // the token each decode step feeds
   auto on_step = [&](const generate::StepEvent& ev) {
     if (ev.prefill && ev.token >= 0) decode_policy_start = cache.policy_seconds();  // prefill done
@@ -147,7 +158,8 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   // leaves complete = 0.
   result.generation = generator.run(req.prompt_ids, g, {}, on_step);
   result.policy_seconds = cache.policy_seconds();
-  result.decode_policy_seconds = decode_policy_start < 0 ? 0 : cache.policy_seconds() - decode_policy_start;
+  result.decode_policy_seconds =
+      decode_policy_start < 0 ? 0 : cache.policy_seconds() - decode_policy_start;
   if (!req.expected_answer.empty())
     result.success = result.generation.text.find(req.expected_answer) != std::string::npos;
   if (writer) {

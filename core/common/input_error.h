@@ -12,13 +12,16 @@ namespace kvscope {
 class InputError : public std::runtime_error {
  public:
   InputError(std::string file, std::string field, const std::string& what)
-      : std::runtime_error(format(file, field, what)), file_(std::move(file)), field_(std::move(field)) {}
+      : std::runtime_error(format(file, field, what)),
+        file_(std::move(file)),
+        field_(std::move(field)) {}
 
   const std::string& file() const { return file_; }
   const std::string& field() const { return field_; }
 
  private:
-  static std::string format(const std::string& file, const std::string& field, const std::string& what) {
+  static std::string format(const std::string& file, const std::string& field,
+                            const std::string& what) {
     std::string out = file;
     if (!field.empty()) out += out.empty() ? field : ": " + field;
     return out.empty() ? what : out + ": " + what;

@@ -8,6 +8,8 @@
 #include <unistd.h>
 #include <QGuiApplication>
 
+#include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -16,6 +18,7 @@
 #include "app/cli/command.h"
 #include "core/analysis/attention_lod.h"
 #include "core/analysis/perfetto.h"
+#include "core/common/cli_checks.h"
 #include "core/common/input_error.h"
 #include "views/figure_factory.h"
 
@@ -49,6 +52,18 @@ std::unique_ptr<QGuiApplication> headless_app() {
   return std::make_unique<QGuiApplication>(argc, argv);
 }
 
+// --metric values: the overview's metric names with '-' for ' ', the first
+// word of "head index" and "lost mass (oracle)".
+std::vector<std::string> overview_metric_options() {
+  std::vector<std::string> out;
+  for (QString name : views::overview_metric_names()) {
+    name = name.section(" (", 0, 0);
+    if (name == "head index") name = "head";
+    out.push_back(name.replace(' ', '-').toStdString());
+  }
+  return out;
+}
+
 // "q0:q1,k0:k1" in tokens (heatmap) or "s0:s1,t0:t1" (timeline).
 QRectF parse_zoom(const std::string& z) {
   if (z.empty()) return {};
@@ -79,7 +94,13 @@ int run_perfetto(const ExportOptions& o, const trace::TraceReader& reader) {
 }
 
 int run_export(const ExportOptions& o) {
+  check_output_path(o.output, "-o");
   auto reader = trace::TraceReader::open(o.trace);
+  const int64_t gates = static_cast<int64_t>(reader->layout().gates.size());
+  if (o.view == "gates" && o.gate >= gates)
+    throw InputError(o.trace, "--gate",
+                     std::to_string(o.gate) + " is outside [0, " + std::to_string(gates) +
+                         ") (the trace's gates: /gates)");
   if (o.view == "perfetto") return run_perfetto(o, *reader);
   auto app = headless_app();
   views::TraceData data(*reader);
@@ -109,11 +130,9 @@ int run_export(const ExportOptions& o) {
       {"head", views::TokenColoring::Head},
       {"score", views::TokenColoring::Score}};
   q.coloring = colorings.at(o.coloring);
-  q.metric = views::OverviewMetric(
-      views::overview_metric_names().indexOf(QString::fromStdString(o.metric).replace('-', ' ')) < 0
-          ? 0
-          : views::overview_metric_names().indexOf(
-                QString::fromStdString(o.metric).replace('-', ' ')));
+  const std::vector<std::string> metrics = overview_metric_options();
+  q.metric =
+      views::OverviewMetric(std::find(metrics.begin(), metrics.end(), o.metric) - metrics.begin());
   q.gate = o.gate;
   q.horizon = o.horizon;
   q.viewport = parse_zoom(o.zoom);
@@ -137,14 +156,18 @@ Command add_export_command(CLI::App& app) {
   for (const QString& n : views::figure_names()) views_list.push_back(n.toStdString());
   views_list.push_back("perfetto");
   sub->add_option("--view", o->view, "view to render")->check(CLI::IsMember(views_list));
-  sub->add_option("--layer", o->layer, "layer");
-  sub->add_option("--head", o->head, "query head (its kv head follows)");
-  sub->add_option("--step", o->step, "step (default: the last)");
-  sub->add_option("--token", o->token, "selected token (history view)");
+  // Indices are checked against the trace once it is open (selection_for).
+  const CLI::Range index(0, INT32_MAX);
+  sub->add_option("--layer", o->layer, "layer")->check(index);
+  sub->add_option("--head", o->head, "query head (its kv head follows)")->check(index);
+  sub->add_option("--step", o->step, "step (default: the last)")->check(index);
+  sub->add_option("--token", o->token, "selected token (history view)")->check(index);
   sub->add_option("--compare", o->compare, "second trace (compare view)")->check(CLI::ExistingFile);
-  sub->add_option("--width", o->width, "width in pixels (at --dpi)");
-  sub->add_option("--height", o->height, "height in pixels (at --dpi)");
-  sub->add_option("--dpi", o->dpi, "dots per inch: PDF/SVG page size is width/dpi inches");
+  sub->add_option("--width", o->width, "width in pixels (at --dpi)")->check(CLI::Range(16, 20000));
+  sub->add_option("--height", o->height, "height in pixels (at --dpi)")
+      ->check(CLI::Range(16, 20000));
+  sub->add_option("--dpi", o->dpi, "dots per inch: PDF/SVG page size is width/dpi inches")
+      ->check(finite_range(10, 2400));
   sub->add_option("--colormap", o->colormap, "viridis, magma, cividis or grey")
       ->check(CLI::IsMember({"viridis", "magma", "cividis", "grey"}));
   sub->add_flag("--linear", o->linear, "heatmap: linear colour scale (default log)");
@@ -154,9 +177,11 @@ Command add_export_command(CLI::App& app) {
   sub->add_option("--coloring", o->coloring, "tokens: all, layer, head or score")
       ->check(CLI::IsMember({"all", "layer", "head", "score"}));
   sub->add_option("--metric", o->metric,
-                  "overview sort: head, sink-mass, local-mass, entropy, entries-held");
-  sub->add_option("--gate", o->gate, "gates: gate index");
-  sub->add_option("--horizon", o->horizon, "survival: horizon h for the per-head map");
+                  "overview sort: head, sink-mass, local-mass, entropy, entries-held, lost-mass")
+      ->check(CLI::IsMember(overview_metric_options()));
+  sub->add_option("--gate", o->gate, "gates: gate index")->check(index);
+  sub->add_option("--horizon", o->horizon, "survival: horizon h for the per-head map")
+      ->check(CLI::Range(1, INT32_MAX));
   sub->add_option("--layers", o->perfetto_layers, "perfetto: layers to include (default all)");
   sub->add_flag(
       "--build-lod", o->build_lod,
