@@ -264,7 +264,7 @@ void write_attr_strings(hid_t obj, const char* name, const std::vector<std::stri
   Handle attr = make_attr(obj, name, type.get(), space.get());
   std::vector<const char*> data;
   for (const std::string& v : values) data.push_back(v.c_str());
-  H5Awrite(attr.get(), type.get(), data.data());
+  if (n > 0) H5Awrite(attr.get(), type.get(), data.data());
 }
 
 void write_attr_i64(hid_t obj, const char* name, int64_t value) {

@@ -246,6 +246,57 @@ void read_layout(hid_t file, const RunInfo& run, CaptureLayout* layout,
 
 }  // namespace
 
+// The groups the run says it recorded exist: every level of capture_levels
+// ("events+received+pooled:16+oracle", or comma-separated) and, from minor
+// version 1, every gate of /run gate_names. A deleted group must not read as
+// "not captured".
+void check_declared_groups(hid_t file, const RunInfo& run, const CaptureLayout& layout,
+                           std::vector<Problem>* problems) {
+  const struct {
+    const char* level;
+    const char* group;
+    bool present;
+  } levels[] = {{"received", "/attention/received", layout.received},
+                {"pooled", "/attention/pooled", layout.pooled_block > 0},
+                {"dense", "/attention/dense", !layout.dense_heads.empty()},
+                {"topk", "/attention/topk", layout.topk > 0},
+                {"oracle", "/oracle", layout.oracle}};
+  std::string levels_text = run.capture_levels;
+  std::replace(levels_text.begin(), levels_text.end(), ',', '+');
+  std::vector<std::string> names;
+  for (size_t at = 0; at <= levels_text.size();) {
+    size_t end = std::min(levels_text.find('+', at), levels_text.size());
+    const std::string item = levels_text.substr(at, end - at);
+    names.push_back(item.substr(0, item.find(':')));
+    at = end + 1;
+  }
+  for (const auto& l : levels)
+    if (!l.present && std::find(names.begin(), names.end(), l.level) != names.end())
+      problems->push_back({ErrorCode::Schema, l.group,
+                           std::string("group missing (/run attribute capture_levels \"") +
+                               run.capture_levels + "\" lists " + l.level + ")"});
+
+  h5::Handle g = h5::group(H5Gopen2(file, "/run", H5P_DEFAULT));
+  if (H5Aexists(g.get(), "gate_names") <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return;  // minor version 0
+  }
+  std::vector<std::string> gate_names;
+  std::string why;
+  if (!h5::read_attr_strings(g.get(), "gate_names", &gate_names, static_cast<size_t>(kMaxGates),
+                             &why)) {
+    problems->push_back({ErrorCode::Schema, "/run attribute gate_names", why});
+    return;
+  }
+  for (const std::string& name : gate_names) {
+    const bool found = std::any_of(layout.gates.begin(), layout.gates.end(),
+                                   [&](const GateSpec& spec) { return spec.name == name; });
+    if (!found)
+      problems->push_back({ErrorCode::Schema, "/gates/" + name,
+                           "group missing (/run attribute gate_names lists " + name + ")"});
+  }
+}
+
 void read_run_info(hid_t file, RunInfo* run, CaptureLayout* layout,
                    std::vector<Problem>* problems) {
   if (!h5::link_exists(file, "/run")) {
@@ -296,8 +347,18 @@ void read_run_info(hid_t file, RunInfo* run, CaptureLayout* layout,
               "is " + std::to_string(m.n_kv_heads) +
                   " (expected a divisor of n_heads = " + std::to_string(m.n_heads) + ")");
   r.range("max_tokens", layout->max_tokens, 1, kMaxTokens);
+  r.range("head_dim", m.head_dim, 1, kMaxHeadDim);
+  r.range("vocab_size", m.vocab_size, 1, kMaxVocab);
+  r.range("context_length", m.context_length, 1, kMaxTokens);
+  r.range("budget", run->budget, 0, kMaxTokens * kMaxLayers * kMaxHeads);
+  if (run->budget_kind != "none" && run->budget_kind != "head" && run->budget_kind != "layer" &&
+      run->budget_kind != "global")
+    r.problem(ErrorCode::Schema, "budget_kind",
+              "is \"" + run->budget_kind + "\" (expected none, head, layer or global)");
   if (problems->size() != before) return;
   read_layout(file, *run, layout, problems);
+  if (problems->size() != before) return;
+  check_declared_groups(file, *run, *layout, problems);
 }
 
 }  // namespace kvscope::trace

@@ -27,6 +27,8 @@ inline constexpr int64_t kMaxReasons = 65535;
 inline constexpr int64_t kMaxGates = 64;
 inline constexpr int64_t kMaxDenseHeads = 4096;
 inline constexpr int64_t kMaxTopK = 1024;
+inline constexpr int64_t kMaxHeadDim = 65536;
+inline constexpr int64_t kMaxVocab = int64_t(1) << 31;
 
 // Metadata read attempts when following a trace in SWMR mode: HDF5 sleeps
 // 2^i ns before attempt i, so 24 attempts wait at most ~33 ms per object

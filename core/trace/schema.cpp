@@ -319,6 +319,8 @@ const std::vector<AttributeSpec>& attribute_catalogue() {
       {"/run", "run_json", "string", "everything else as JSON (sampling, task, ...)"},
       {"/run", "tier_names", "string[]", "R names; tier r of /events and /occupancy"},
       {"/run", "reason_names", "string[]", "names of /events/reason values"},
+      {"/run", "gate_names", "string[]",
+       "names of the /gates groups the policy declared (minor version 1; absent before)"},
       {"/run", "tool_version", "string", "KVScope version"},
       {"/run", "task_kind", "string", "task of the run (e.g. needle), or empty"},
       {"/run", "expected_answer", "string", "answer a successful generation contains"},

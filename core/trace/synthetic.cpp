@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/common/memory_limit.h"
+
 namespace kvscope::trace {
 
 namespace {
@@ -17,7 +19,8 @@ uint64_t mix(uint64_t x) {
 }
 
 float unit(uint64_t seed, int64_t a, int64_t b, int64_t c, int64_t d) {
-  uint64_t h = mix(seed ^ mix(uint64_t(a) ^ mix(uint64_t(b) ^ mix(uint64_t(c) ^ mix(uint64_t(d))))));
+  uint64_t h =
+      mix(seed ^ mix(uint64_t(a) ^ mix(uint64_t(b) ^ mix(uint64_t(c) ^ mix(uint64_t(d))))));
   return static_cast<float>((h >> 40) + 1) / static_cast<float>(1ull << 24);  // (0, 1]
 }
 
@@ -79,8 +82,8 @@ void add_head_events(const Synth& sy, int64_t l, int64_t k, int32_t step, int64_
   int64_t w = sy.window(l, k);
   auto ev = [&](int64_t j, EventKind kind, uint8_t from, uint8_t to, uint16_t reason) {
     sd->events.push_back(Event{step, static_cast<int16_t>(l), static_cast<int16_t>(k),
-                               static_cast<int32_t>(j), kind,
-                               synthetic_gate(spec, l, k, j), reason, from, to});
+                               static_cast<int32_t>(j), kind, synthetic_gate(spec, l, k, j), reason,
+                               from, to});
   };
   for (int64_t j = a; j < b; ++j) ev(j, EventKind::Admit, kNoTier, 0, j < spec.sinks ? 2 : 0);
   // Keys leaving the hot window: previous last fed a-1, now b-1.
@@ -144,8 +147,8 @@ SyntheticCapture::SyntheticCapture(const SyntheticSpec& spec) : spec_(spec) {
   run.model.head_dim = 16;
   run.model.vocab_size = 1000;
   run.model.context_length = sy.T;
-  run.policy = "synthetic:sinks=" + std::to_string(spec.sinks) + ",window=" +
-               std::to_string(spec.window);
+  run.policy =
+      "synthetic:sinks=" + std::to_string(spec.sinks) + ",window=" + std::to_string(spec.window);
   run.policy_name = "synthetic";
   run.policy_params_json = "{\"sinks\":" + std::to_string(spec.sinks) +
                            ",\"window\":" + std::to_string(spec.window) + "}";
@@ -153,14 +156,9 @@ SyntheticCapture::SyntheticCapture(const SyntheticSpec& spec) : spec_(spec) {
   run.budget = spec.sinks + spec.window;
   run.seed = spec.seed;
   run.capture_levels = "events";
-  run.tier_names = spec.tiers > 1 ? std::vector<std::string>{"hot", "cold"}
-                                  : std::vector<std::string>{"hot"};
+  run.tier_names =
+      spec.tiers > 1 ? std::vector<std::string>{"hot", "cold"} : std::vector<std::string>{"hot"};
   run.reason_names = {"new token", "outside window", "sink"};
-  texts_.resize(static_cast<size_t>(sy.T));
-  for (int64_t t = 0; t < sy.T; ++t) {
-    texts_[size_t(t)] = (t < sy.P ? " p" : " g") + std::to_string(t);
-    if (t < sy.P) run.prompt += texts_[size_t(t)];
-  }
 
   CaptureLayout& layout = layout_;
   layout.max_tokens = sy.T;
@@ -169,7 +167,8 @@ SyntheticCapture::SyntheticCapture(const SyntheticSpec& spec) : spec_(spec) {
   layout.topk = spec.topk;
   layout.oracle = spec.oracle;
   layout.oracle_recall_k = 8;
-  if (spec.dense) layout.dense_heads = {{0, 0}, {int32_t(spec.layers - 1), int32_t(spec.heads - 1)}};
+  if (spec.dense)
+    layout.dense_heads = {{0, 0}, {int32_t(spec.layers - 1), int32_t(spec.heads - 1)}};
   if (spec.gates) {
     layout.gates.push_back({"synthetic_gate", "deterministic score in (0, 1]", "1", 0.5, false});
     layout.gates.push_back({"forecast", "time-varying synthetic forecast", "1", NAN, true});
@@ -177,9 +176,27 @@ SyntheticCapture::SyntheticCapture(const SyntheticSpec& spec) : spec_(spec) {
   if (spec.received) run.capture_levels += ",received";
   if (spec.pooled_block > 0) run.capture_levels += ",pooled";
   if (spec.topk > 0) run.capture_levels += ",topk:" + std::to_string(spec.topk);
+  if (spec.dense) run.capture_levels += ",dense";
+  if (spec.oracle) run.capture_levels += ",oracle";
+
+  // Sizes inside the advertised ranges can still multiply past the machine:
+  // refuse before allocating (token texts ~48 bytes each, the writer's share).
+  const int64_t fed = spec.prefill_chunk > 0 ? std::min(spec.prefill_chunk, sy.P) : sy.P;
+  const double bytes =
+      double(sy.T) * 48 + TraceWriter::estimate_memory_bytes(run, layout, sy.T, fed, {});
+  check_fits_in_memory("", "--layers x --kv-heads x tokens", bytes,
+                       std::to_string(spec.layers) + " layers x " + std::to_string(spec.kv_heads) +
+                           " kv heads x " + std::to_string(sy.T) + " tokens");
+  texts_.resize(static_cast<size_t>(sy.T));
+  for (int64_t t = 0; t < sy.T; ++t) {
+    texts_[size_t(t)] = (t < sy.P ? " p" : " g") + std::to_string(t);
+    if (t < sy.P) run.prompt += texts_[size_t(t)];
+  }
 }
 
-int64_t SyntheticCapture::n_steps() const { return Synth(spec_).n_steps(); }
+int64_t SyntheticCapture::n_steps() const {
+  return Synth(spec_).n_steps();
+}
 
 StepData SyntheticCapture::step(int64_t s) const {
   const SyntheticSpec& spec = spec_;
@@ -190,7 +207,8 @@ StepData SyntheticCapture::step(int64_t s) const {
   const int64_t a = sy.step_first(s), b = sy.step_end(s);
   const int32_t step = static_cast<int32_t>(s);
   int64_t prompt_offset = 0;
-  for (int64_t t = 0; t < std::min(a, sy.P); ++t) prompt_offset += int64_t(texts_[size_t(t)].size());
+  for (int64_t t = 0; t < std::min(a, sy.P); ++t)
+    prompt_offset += int64_t(texts_[size_t(t)].size());
   StepData sd;
   sd.step.kind = s < sy.prefill_steps() ? StepKind::Prefill : StepKind::Decode;
   sd.step.first_token = static_cast<int32_t>(a);
@@ -225,8 +243,8 @@ StepData SyntheticCapture::step(int64_t s) const {
         if (spec.gates) {
           sd.gates.push_back(GateValue{0, int16_t(l), int16_t(k), int32_t(j),
                                        synthetic_gate(spec, l, k, j), false});
-          sd.gates.push_back(GateValue{1, int16_t(l), int16_t(k), int32_t(j),
-                                       unit(spec.seed, l, k, j, s), true});
+          sd.gates.push_back(
+              GateValue{1, int16_t(l), int16_t(k), int32_t(j), unit(spec.seed, l, k, j, s), true});
         }
     }
   }

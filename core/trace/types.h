@@ -13,7 +13,7 @@ namespace kvscope::trace {
 
 inline constexpr const char* kFormatName = "kvscope-trace";
 inline constexpr int kFormatVersion = 1;     // major: readers refuse other majors
-inline constexpr int kFormatMinorVersion = 0;  // minor: additive changes only
+inline constexpr int kFormatMinorVersion = 1;  // minor: additive changes only (1: /run gate_names)
 inline constexpr int kOldestReadableVersion = 1;
 
 // A tier index meaning "not in the cache" (from_tier of an admission, to_tier

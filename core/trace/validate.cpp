@@ -17,7 +17,8 @@ namespace {
 constexpr hsize_t kScanBlockBytes = 8u << 20;  // values are checked 8 MiB at a time
 
 std::string range_text(int64_t lo, int64_t hi) {
-  return "[" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
+  return "[" + std::to_string(lo) + ", " +
+         (hi == INT64_MAX ? std::string("+inf") : std::to_string(hi)) + ")";
 }
 
 class Validator {
@@ -175,6 +176,8 @@ class Validator {
     int64_t v;
     if (!h5::read_attr_i64(root, "minor_version", &v))
       add("/ attribute minor_version", "missing or not an integer");
+    else if (v < 0 || v > 65535)
+      add("/ attribute minor_version", "is " + std::to_string(v) + " (expected 0..65535)");
     std::string why;
     if (!h5::read_attr_string(root, "writer", &s, &why)) add("/ attribute writer", why);
     if (!h5::read_attr_string(root, "created_utc", &s, &why)) add("/ attribute created_utc", why);
@@ -330,12 +333,16 @@ class Validator {
                           hid_t mem = -1) {
     int64_t bad = 0, first_row = -1;
     double first_value = 0;
+    size_t per_row = 1;  // elements per row of axis 0
+    if (hid_t d = open(p); d >= 0)
+      for (size_t i = 1; i < h5::extent(d).size(); ++i)
+        per_row *= static_cast<size_t>(h5::extent(d)[i]);
     auto check = [&](int64_t off, const std::vector<float>& v) {
       for (size_t i = 0; i < v.size(); ++i) {
         float x = v[i];
         if (std::isnan(x) ? allow_nan : (x >= lo && x <= hi)) continue;
         if (bad++ == 0) {
-          first_row = off;
+          first_row = off + static_cast<int64_t>(i / per_row);
           first_value = x;
         }
       }
@@ -343,7 +350,7 @@ class Validator {
     scan<float>(p, rows, check, mem);
     if (bad > 0)
       add(p, std::to_string(bad) + " value(s) outside [" + fmt(lo) + ", " + fmt(hi) + "]" +
-                 (allow_nan ? " (NaN allowed)" : "") + "; first in the block from row " +
+                 (allow_nan ? " (NaN allowed)" : "") + "; first at row " +
                  std::to_string(first_row) + " = " + fmt(first_value));
   }
 
@@ -357,7 +364,14 @@ class Validator {
     const int64_t S = sizes_[Axis::Steps], T = sizes_[Axis::Tokens], E = sizes_[Axis::Events];
     const int64_t L = run_.model.n_layers, K = run_.model.n_kv_heads;
     check_steps(S, T, E);
+    check_int_column("/tokens/id", T, 0, run_.model.vocab_size);
     check_int_column("/tokens/role", T, 0, kTokenRoleCount);
+    check_int_column("/tokens/prompt_offset", T, -1, INT64_MAX);
+    check_float_column("/steps/t_start_s", S, 0.0, 1e12, false, H5T_NATIVE_FLOAT);
+    check_float_column("/steps/wall_s", S, 0.0, 1e12, false, H5T_NATIVE_FLOAT);
+    check_int_column("/steps/entries", S, 0, INT64_MAX);
+    check_int_column("/steps/kv_bytes", S, 0, INT64_MAX);
+    check_int_column("/occupancy/tier_bytes", S, 0, INT64_MAX);
     check_int_column("/tokens/step", T, 0, std::max<int64_t>(S, 1));
     check_int_column("/tokens/position", T, 0, kMaxTokens);
     check_int_column("/tokens/text_len", T, 0, INT32_MAX);
@@ -375,7 +389,11 @@ class Validator {
     if (R_ > 1) check_intervals(S, T, L, K);
     if (layout_.received) check_received(S, T);
     if (layout_.pooled_block > 0) check_pooled();
-    if (layout_.topk > 0) check_int_column("/attention/topk/index", T, -1, T);
+    if (layout_.topk > 0) {
+      check_int_column("/attention/topk/index", T, -1, T);
+      check_float_column("/attention/topk/weight", T, 0.0, 1.0001, true);
+    }
+    if (!layout_.dense_heads.empty()) check_dense(T);
     if (layout_.oracle) {
       check_float_column("/oracle/lost_mass", S, 0.0, 1.0001, true);
       check_float_column("/oracle/recall", S, 0.0, 1.0, true);
@@ -565,6 +583,39 @@ class Validator {
               " rows of token/mass; first at step " + std::to_string(first));
     check_int_column("/attention/received/token", N, 0, T);
     check_float_column("/attention/received/mass", N, 0.0, 1.0001, false);
+  }
+
+  // Dense rows [D, T, T]: attention weights, 0 where not attended, never NaN.
+  // Read a block of query rows of one head at a time (a whole plane of a long
+  // capture does not fit in a bounded read).
+  void check_dense(int64_t T) {
+    const char* p = "/attention/dense/weight";
+    hid_t d = open(p);
+    std::vector<hsize_t> e = h5::extent(d);
+    if (e.size() != 3 || T <= 0) return;
+    const hsize_t rows = std::max<hsize_t>(1, kScanBlockBytes / (4 * std::max<hsize_t>(1, e[2])));
+    int64_t bad = 0;
+    std::string first;
+    for (hsize_t h = 0; h < e[0]; ++h)
+      for (hsize_t q = 0; q < static_cast<hsize_t>(T); q += rows) {
+        hsize_t start[3] = {h, q, 0}, count[3] = {1, std::min<hsize_t>(rows, hsize_t(T) - q), e[2]};
+        std::vector<float> v(static_cast<size_t>(count[1] * count[2]));
+        h5::Handle fs = h5::dataspace(H5Dget_space(d));
+        H5Sselect_hyperslab(fs.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+        h5::Handle ms = h5::dataspace(H5Screate_simple(3, count, nullptr));
+        if (H5Dread(d, H5T_NATIVE_FLOAT, ms.get(), fs.get(), H5P_DEFAULT, v.data()) < 0) {
+          add(p, "read failed: " + h5::take_error_message());
+          return;
+        }
+        for (size_t i = 0; i < v.size(); ++i)
+          if (!(v[i] >= 0.0f && v[i] <= 1.0001f) && bad++ == 0)
+            first = "dense head " + std::to_string(h) + ", query token " +
+                    std::to_string(q + i / e[2]) + ", key token " + std::to_string(i % e[2]) +
+                    " = " + fmt(v[i]);
+      }
+    if (bad > 0)
+      add(p,
+          std::to_string(bad) + " weight(s) outside [0, 1] (attention weights); first at " + first);
   }
 
   void check_pooled() {

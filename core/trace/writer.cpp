@@ -326,6 +326,11 @@ struct TraceWriter::Impl {
     h5::write_attr_string(r, "run_json", run.run_json);
     h5::write_attr_strings(r, "tier_names", run.tier_names);
     h5::write_attr_strings(r, "reason_names", run.reason_names);
+    // Minor version 1: the gates the policy declared, so a validator knows
+    // which /gates groups the file must hold.
+    std::vector<std::string> gate_names;
+    for (const GateSpec& g : layout.gates) gate_names.push_back(g.name);
+    h5::write_attr_strings(r, "gate_names", gate_names);
     h5::write_attr_string(r, "tool_version", run.tool_version);
     h5::write_attr_string(r, "task_kind", run.task_kind);
     h5::write_attr_string(r, "expected_answer", run.expected_answer);
@@ -902,6 +907,28 @@ std::unique_ptr<TraceWriter> TraceWriter::create(const std::string& path, const 
   impl->options = std::move(options);
   impl->create_file();
   return std::unique_ptr<TraceWriter>(new TraceWriter(std::move(impl)));
+}
+
+double TraceWriter::estimate_memory_bytes(const RunInfo& run, const CaptureLayout& layout,
+                                          int64_t tokens, int64_t tokens_per_step,
+                                          const Options& options) {
+  const double L = double(run.model.n_layers), H = double(run.model.n_heads);
+  const double heads = L * double(run.model.n_kv_heads), T = double(tokens);
+  const double fed = double(std::max<int64_t>(1, tokens_per_step));
+  const double steps = double(std::max<int64_t>(1, options.flush_every_steps));
+  // Whole-capture arrays: admit and evict steps, gate values (int32/float).
+  double bytes = heads * T * (8.0 + 4.0 * double(layout.gates.size()));
+  // Per step, kept until the flush: every head admits (and may evict or
+  // select) each token it is fed: ~3 events of ~28 bytes each.
+  double per_step = heads * fed * 3 * 28;
+  if (layout.received) per_step += heads * T * 8;  // (token, mass) per held entry
+  if (layout.pooled_block > 0) {
+    const double blocks = std::ceil(T / double(layout.pooled_block));
+    per_step += L * H * std::ceil(fed / double(layout.pooled_block)) * blocks * 2 * 4;
+  }
+  per_step += double(layout.dense_heads.size()) * fed * T * 4;
+  if (layout.topk > 0) per_step += L * H * fed * double(layout.topk) * 8;
+  return bytes + per_step * steps;
 }
 
 TraceWriter::TraceWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -35,6 +35,15 @@ class TraceWriter {
   static std::unique_ptr<TraceWriter> create(const std::string& path, const RunInfo& run,
                                              const CaptureLayout& layout, Options options);
 
+  // An upper bound on the memory a capture of `tokens` tokens needs in the
+  // writer and the steps it is handed, fed at most `tokens_per_step` per step:
+  // lifetime and gate arrays (every head x token), the events, attention rows
+  // and pooled maps of the steps buffered between flushes. Callers check it
+  // (check_fits_in_memory) before creating the writer.
+  static double estimate_memory_bytes(const RunInfo& run, const CaptureLayout& layout,
+                                      int64_t tokens, int64_t tokens_per_step,
+                                      const Options& options);
+
   // Without close(): flushes what it can and leaves complete = 0.
   ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;

@@ -10,91 +10,15 @@
 #include "core/trace/error.h"
 #include "core/trace/reader.h"
 #include "core/trace/validate.h"
+#include "tests/core/trace_edit.h"
 #include "tests/core/trace_test_util.h"
 #include "tests/support/paths.h"
 
 using namespace kvscope;
 using namespace kvscope::trace;
+using kvscope::test::Edit;
 
 namespace {
-
-// Opens a trace for editing with the raw HDF5 API (the file is closed cleanly,
-// so a plain read-write open works).
-struct Edit {
-  hid_t file;
-  explicit Edit(const std::string& path) {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-    file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    REQUIRE(file >= 0);
-  }
-  ~Edit() { H5Fclose(file); }
-
-  void set_i64_attr(const char* object, const char* name, int64_t value) {
-    hid_t obj = H5Oopen(file, object, H5P_DEFAULT);
-    H5Adelete(obj, name);
-    hid_t space = H5Screate(H5S_SCALAR);
-    hid_t attr = H5Acreate2(obj, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
-    REQUIRE(H5Awrite(attr, H5T_NATIVE_INT64, &value) >= 0);
-    H5Aclose(attr);
-    H5Sclose(space);
-    H5Oclose(obj);
-  }
-  void set_string_attr(const char* object, const char* name, const char* value) {
-    hid_t obj = H5Oopen(file, object, H5P_DEFAULT);
-    H5Adelete(obj, name);
-    hid_t type = H5Tcopy(H5T_C_S1);
-    H5Tset_size(type, H5T_VARIABLE);
-    hid_t space = H5Screate(H5S_SCALAR);
-    hid_t attr = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
-    REQUIRE(H5Awrite(attr, type, &value) >= 0);
-    H5Aclose(attr);
-    H5Sclose(space);
-    H5Tclose(type);
-    H5Oclose(obj);
-  }
-  void remove(const char* path) { REQUIRE(H5Ldelete(file, path, H5P_DEFAULT) >= 0); }
-  // Replaces a 1-D dataset with a float32 one of the same length.
-  void retype_to_float(const char* path) {
-    hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
-    hid_t space = H5Dget_space(d);
-    hsize_t n = 0;
-    H5Sget_simple_extent_dims(space, &n, nullptr);
-    H5Sclose(space);
-    H5Dclose(d);
-    remove(path);
-    hsize_t maxd = H5S_UNLIMITED, chunk = 64;
-    hid_t s = H5Screate_simple(1, &n, &maxd);
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    H5Pset_chunk(dcpl, 1, &chunk);
-    hid_t nd = H5Dcreate2(file, path, H5T_IEEE_F32LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    REQUIRE(nd >= 0);
-    H5Dclose(nd);
-    H5Pclose(dcpl);
-    H5Sclose(s);
-  }
-  void extend(const char* path, hsize_t by) {
-    hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
-    hid_t space = H5Dget_space(d);
-    hsize_t dims[4];
-    int rank = H5Sget_simple_extent_dims(space, dims, nullptr);
-    REQUIRE(rank >= 1);
-    dims[0] += by;
-    REQUIRE(H5Dset_extent(d, dims) >= 0);
-    H5Sclose(space);
-    H5Dclose(d);
-  }
-  void write_i64(const char* path, hsize_t index, int64_t value) {
-    hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
-    hid_t fs = H5Dget_space(d);
-    hsize_t one = 1;
-    H5Sselect_hyperslab(fs, H5S_SELECT_SET, &index, nullptr, &one, nullptr);
-    hid_t ms = H5Screate_simple(1, &one, nullptr);
-    REQUIRE(H5Dwrite(d, H5T_NATIVE_INT64, ms, fs, H5P_DEFAULT, &value) >= 0);
-    H5Sclose(ms);
-    H5Sclose(fs);
-    H5Dclose(d);
-  }
-};
 
 struct Damaged {
   std::string path;
@@ -308,6 +232,7 @@ TEST_CASE("values out of range are listed by dataset path", "[trace][corrupt]") 
   expect_violation(p, "/tokens/role", "1 value(s) outside [0, 5); first at row 0 = 200");
   expect_violation(p, "/steps/entries",
                    "1 step(s) whose entries differ from the sum of /occupancy/entries; first at step 2");
+  expect_violation(p, "/steps/entries", "1 value(s) outside [0, +inf); first at row 2 = -5");
   ValidationReport report = validate_trace(p);
-  CHECK(report.violations.size() == 4);
+  CHECK(report.violations.size() == 5);
 }
