@@ -4,7 +4,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -18,6 +20,25 @@
 #include "kvscope_version.h"
 
 namespace kvscope::trace {
+
+namespace {
+
+// Fault injection for the kill test (tests/capture/test_kill.cpp): with
+// KVSCOPE_KILL_AT_WRITE=N in the environment, the process SIGKILLs itself at
+// the N-th point where the writer is about to change the file (creating a
+// group or dataset, writing a column, flushing, renaming), so seeded runs
+// cover every phase of a capture, the file's creation included. Unset, it
+// costs one comparison per point.
+void fault_point() {
+  static const long long kill_at = [] {
+    const char* v = std::getenv("KVSCOPE_KILL_AT_WRITE");
+    return v ? std::atoll(v) : -1LL;
+  }();
+  static long long count = 0;
+  if (kill_at >= 0 && count++ == kill_at) raise(SIGKILL);
+}
+
+}  // namespace
 
 namespace {
 
@@ -182,6 +203,7 @@ struct TraceWriter::Impl {
   }
 
   h5::Handle make_group(const std::string& group_path, const std::string& meaning) {
+    fault_point();
     h5::Handle lcpl = h5::plist(H5Pcreate(H5P_LINK_CREATE));
     H5Pset_create_intermediate_group(lcpl.get(), 1);
     h5::Handle g =
@@ -212,6 +234,7 @@ struct TraceWriter::Impl {
   }
 
   void create_dataset(const DatasetSpec& spec) {
+    fault_point();
     std::vector<hsize_t> dims, maxdims;
     for (size_t i = 0; i < spec.dims.size(); ++i) {
       Axis a = spec.dims[i];
@@ -430,14 +453,17 @@ struct TraceWriter::Impl {
       gate_values.back().init(take_dataset("/gates/" + g.name + "/value"), Elem::F32, L * K,
                               std::numeric_limits<float>::quiet_NaN());
     }
+    fault_point();
     if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0)
       throw TraceError(ErrorCode::Io, path, "", h5::take_error_message());
+    fault_point();
     if (options.swmr && H5Fstart_swmr_write(file.get()) < 0)
       throw TraceError(ErrorCode::Io, path, "",
                        "cannot start SWMR writing: " + h5::take_error_message());
     // HDF5 holds the file by descriptor, so the open file can be renamed; a
     // reader finds it already in SWMR mode (no window where the writer's
     // exclusive lock refuses it).
+    fault_point();
     if (std::rename(creating.c_str(), path.c_str()) != 0)
       throw TraceError(
           ErrorCode::Io, path, "",
@@ -702,6 +728,7 @@ struct TraceWriter::Impl {
   }
 
   void write_column(AppendColumn& c) {
+    fault_point();
     size_t rows = c.pending_rows();
     if (rows == 0) return;
     std::vector<hsize_t> dims = h5::extent(c.dset.get());
@@ -724,6 +751,7 @@ struct TraceWriter::Impl {
 
   template <typename T>
   void write_head_token_array(HeadTokenArray<T>& a, const char* field) {
+    fault_point();
     std::vector<hsize_t> dims = h5::extent(a.dset.get());
     if (dims[2] < static_cast<hsize_t>(a.tokens)) {
       dims[2] = static_cast<hsize_t>(a.tokens);
@@ -745,6 +773,7 @@ struct TraceWriter::Impl {
   }
 
   void write_intervals(const std::vector<TierInterval>& rows, size_t from) {
+    fault_point();
     for (size_t i = from; i < rows.size(); ++i) {
       const TierInterval& iv = rows[i];
       col("/lifetimes/intervals/layer").push1(iv.layer);
@@ -757,6 +786,7 @@ struct TraceWriter::Impl {
   }
 
   void write_pooled() {
+    fault_point();
     if (pending_pooled.empty()) return;
     h5::Handle& dmax = datasets.at("/attention/pooled/max");
     h5::Handle& dmean = datasets.at("/attention/pooled/mean");
@@ -794,6 +824,7 @@ struct TraceWriter::Impl {
   }
 
   void write_dense() {
+    fault_point();
     if (pending_dense.empty()) return;
     h5::Handle& d = datasets.at("/attention/dense/weight");
     hsize_t need = dense_tokens_on_disk;
@@ -838,6 +869,7 @@ struct TraceWriter::Impl {
     for (auto& [p, c] : columns)
       if (p.rfind("/steps/", 0) == 0 && p != "/steps/kind") write_column(c);
     write_column(col("/steps/kind"));  // the commit marker: readers count steps by it
+    fault_point();
     if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) io_fail("");
     steps_on_disk = steps_appended;
     steps_since_flush = 0;
@@ -857,6 +889,7 @@ struct TraceWriter::Impl {
     H5Dwrite(datasets.at("/generation/success").get(), H5T_NATIVE_INT8, H5S_ALL, H5S_ALL,
              H5P_DEFAULT, &success);
     write_scalar_u8("/run/complete", 1);
+    fault_point();
     if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) io_fail("");
     close_file();
   }
