@@ -77,10 +77,11 @@ MainWindow::MainWindow(QWidget* parent)
 
 MainWindow::~MainWindow() {
   state_.detach(this);
-  // Views detach from the state in their destructors; delete them while the
-  // state still exists.
-  for (QDockWidget* d : docks_) delete d;
-  delete centralWidget();
+  // Views, the step bar and the trace info detach from the state in their
+  // destructors: delete every child widget (docks, central widget, tool bars)
+  // while the state still exists, not in ~QWidget after it is gone (ASan
+  // caught the step bar in a tool bar detaching from a destroyed state).
+  qDeleteAll(findChildren<QWidget*>(QString(), Qt::FindDirectChildrenOnly));
 }
 
 QDockWidget* MainWindow::add_dock(const QString& name, const QString& title, QWidget* content,

@@ -70,7 +70,10 @@ TEST_CASE("stories260K reproduces the llama2.c reference sequences exactly",
   CHECK(c.n_kv_heads == 4);
   CHECK(c.head_dim == 8);
   CHECK(c.tied_embeddings);
-  for (const auto& ref : reference()["references"]) {
+  // A named copy: iterating reference()["references"] would iterate a part
+  // of a temporary destroyed before the loop body runs (ASan caught it).
+  const nlohmann::json all = reference();
+  for (const auto& ref : all["references"]) {
     const auto prompt = ref["prompt_token_ids"].get<std::vector<int32_t>>();
     const auto sequence = ref["sequence_token_ids"].get<std::vector<int32_t>>();
     const int64_t steps = ref["steps"].get<int64_t>();
