@@ -147,9 +147,12 @@ void read_scalar(Cursor& c, GgufValueType t, const std::string& key, GgufValue* 
     case GgufValueType::I32:
       v->i = c.read<int32_t>(key);
       break;
-    case GgufValueType::U64:
-      v->i = static_cast<int64_t>(c.read<uint64_t>(key));
+    case GgufValueType::U64: {
+      const uint64_t u = c.read<uint64_t>(key);
+      v->u64_overflow = u > static_cast<uint64_t>(INT64_MAX);
+      v->i = v->u64_overflow ? INT64_MAX : static_cast<int64_t>(u);
       break;
+    }
     case GgufValueType::I64:
       v->i = c.read<int64_t>(key);
       break;
@@ -356,7 +359,17 @@ namespace {
 int64_t GgufFile::get_int(const std::string& key) const {
   const GgufValue* v = find(key);
   if (!v || !v->is_integer()) missing(path(), key, "an integer");
+  if (v->u64_overflow) throw InputError(path(), key, "a U64 value above 2^63 - 1 (out of range)");
   return v->i;
+}
+
+int64_t GgufFile::get_int_in(const std::string& key, int64_t lo, int64_t hi) const {
+  const int64_t x = get_int(key);
+  if (x < lo || x > hi)
+    throw InputError(
+        path(), key,
+        std::to_string(x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return x;
 }
 
 double GgufFile::get_float(const std::string& key) const {
