@@ -126,6 +126,13 @@ uint64_t scalar_size(GgufValueType t) {
   }
 }
 
+// The integer view of a float value (never read as an integer: get_int
+// wants an integer type), 0 when it has none: converting NaN or a value
+// beyond int64 is undefined behaviour.
+int64_t integer_view(double f) {
+  return f > -9.2e18 && f < 9.2e18 ? static_cast<int64_t>(f) : 0;
+}
+
 // Reads one scalar into v (integer and float views).
 void read_scalar(Cursor& c, GgufValueType t, const std::string& key, GgufValue* v) {
   switch (t) {
@@ -158,11 +165,11 @@ void read_scalar(Cursor& c, GgufValueType t, const std::string& key, GgufValue* 
       break;
     case GgufValueType::F32:
       v->f = c.read<float>(key);
-      v->i = static_cast<int64_t>(v->f);
+      v->i = integer_view(v->f);
       return;
     case GgufValueType::F64:
       v->f = c.read<double>(key);
-      v->i = static_cast<int64_t>(v->f);
+      v->i = integer_view(v->f);
       return;
     case GgufValueType::Bool: {
       uint8_t b = c.read<uint8_t>(key);
