@@ -24,7 +24,7 @@ nlohmann::json parse_json(const std::string& path) {
   std::string text = read_file(path);
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e400
     throw InputError(path, "", std::string("malformed JSON: ") + e.what());
   }
 }
