@@ -132,6 +132,34 @@ TEST_CASE("truncated or malformed tokenizer.bin is an InputError", "[tokenizer][
   CHECK_THROWS_WITH(Tokenizer::from_llama2c(path, 512), Catch::Contains("token 0 length"));
 }
 
+// Fuzzing finding (tests/fuzz/regressions/llama2c_tokenizer): encode fell
+// back to run.c's byte ids 3..258 in a vocabulary without them and read past
+// the pieces.
+TEST_CASE("tokenizer.bin without the byte tokens of the fallback is an InputError",
+          "[tokenizer][errors]") {
+  std::string data(4, '\0');
+  const int32_t max_len = 8;
+  std::memcpy(&data[0], &max_len, 4);
+  for (const char* piece : {"<unk>", "<s>", "</s>", "a"}) {
+    const float score = 0;
+    const int32_t len = int32_t(std::strlen(piece));
+    data.append(reinterpret_cast<const char*>(&score), 4);
+    data.append(reinterpret_cast<const char*>(&len), 4);
+    data += piece;
+  }
+  const std::string path = temp_dir() + "/no-bytes.bin";
+  write_binary(path, data);
+  try {
+    Tokenizer::from_llama2c(path, 0);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(e.field() == "vocab_size");
+    CHECK_THAT(e.what(), Catch::Contains(path));
+    CHECK_THAT(e.what(), Catch::Contains("4 entries and no piece <0x01>"));
+    CHECK_THAT(e.what(), Catch::Contains("ids 3..258"));
+  }
+}
+
 TEST_CASE("text that is not UTF-8 is rejected by encode", "[tokenizer][errors]") {
   auto tok = kvscope::test::load_fixture_tokenizer("smollm2");
   auto bin =
