@@ -30,11 +30,15 @@ int run_policies(bool json) {
     nlohmann::json all = nlohmann::json::array();
     for (const policy::PolicyDescriptor& d : policy::builtin_policies()) {
       nlohmann::json params = nlohmann::json::array();
-      for (const policy::ParamSpec& p : d.params)
-        params.push_back({{"name", p.name},
-                          {"type", type_name(p.type)},
-                          {"default", p.default_value},
-                          {"help", p.help}});
+      for (const policy::ParamSpec& p : d.params) {
+        nlohmann::json j = {{"name", p.name},
+                            {"type", type_name(p.type)},
+                            {"default", p.default_value},
+                            {"help", p.help}};
+        if (p.type == policy::ParamType::Int || p.type == policy::ParamType::Float)
+          j["range"] = {p.min, p.max};
+        params.push_back(j);
+      }
       all.push_back({{"name", d.name},
                      {"summary", d.summary},
                      {"paper", d.paper},
@@ -47,9 +51,12 @@ int run_policies(bool json) {
   for (const policy::PolicyDescriptor& d : policy::builtin_policies()) {
     std::cout << d.name << " — " << d.summary << "\n    paper: " << d.paper
               << "\n    doc:   " << d.doc << "\n";
-    for (const policy::ParamSpec& p : d.params)
-      std::cout << "    " << p.name << " (" << type_name(p.type) << ", default " << p.default_value
-                << "): " << p.help << "\n";
+    for (const policy::ParamSpec& p : d.params) {
+      const bool number = p.type == policy::ParamType::Int || p.type == policy::ParamType::Float;
+      std::cout << "    " << p.name << " (" << type_name(p.type) << ", default "
+                << (p.default_value.empty() && number ? "unset" : p.default_value)
+                << (number ? ", " + policy::range_text(p) : "") << "): " << p.help << "\n";
+    }
     std::cout << "\n";
   }
   std::cout << "usage: --policy NAME:key=value,...  e.g. --policy h2o:heavy=64,recent=64\n";

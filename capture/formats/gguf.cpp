@@ -126,6 +126,13 @@ uint64_t scalar_size(GgufValueType t) {
   }
 }
 
+// The integer view of a float value (never read as an integer: get_int
+// wants an integer type), 0 when it has none: converting NaN or a value
+// beyond int64 is undefined behaviour.
+int64_t integer_view(double f) {
+  return f > -9.2e18 && f < 9.2e18 ? static_cast<int64_t>(f) : 0;
+}
+
 // Reads one scalar into v (integer and float views).
 void read_scalar(Cursor& c, GgufValueType t, const std::string& key, GgufValue* v) {
   switch (t) {
@@ -147,19 +154,22 @@ void read_scalar(Cursor& c, GgufValueType t, const std::string& key, GgufValue* 
     case GgufValueType::I32:
       v->i = c.read<int32_t>(key);
       break;
-    case GgufValueType::U64:
-      v->i = static_cast<int64_t>(c.read<uint64_t>(key));
+    case GgufValueType::U64: {
+      const uint64_t u = c.read<uint64_t>(key);
+      v->u64_overflow = u > static_cast<uint64_t>(INT64_MAX);
+      v->i = v->u64_overflow ? INT64_MAX : static_cast<int64_t>(u);
       break;
+    }
     case GgufValueType::I64:
       v->i = c.read<int64_t>(key);
       break;
     case GgufValueType::F32:
       v->f = c.read<float>(key);
-      v->i = static_cast<int64_t>(v->f);
+      v->i = integer_view(v->f);
       return;
     case GgufValueType::F64:
       v->f = c.read<double>(key);
-      v->i = static_cast<int64_t>(v->f);
+      v->i = integer_view(v->f);
       return;
     case GgufValueType::Bool: {
       uint8_t b = c.read<uint8_t>(key);
@@ -356,7 +366,17 @@ namespace {
 int64_t GgufFile::get_int(const std::string& key) const {
   const GgufValue* v = find(key);
   if (!v || !v->is_integer()) missing(path(), key, "an integer");
+  if (v->u64_overflow) throw InputError(path(), key, "a U64 value above 2^63 - 1 (out of range)");
   return v->i;
+}
+
+int64_t GgufFile::get_int_in(const std::string& key, int64_t lo, int64_t hi) const {
+  const int64_t x = get_int(key);
+  if (x < lo || x > hi)
+    throw InputError(
+        path(), key,
+        std::to_string(x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return x;
 }
 
 double GgufFile::get_float(const std::string& key) const {

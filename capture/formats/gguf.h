@@ -24,6 +24,7 @@ struct GgufValue {
   GgufValueType type = GgufValueType::U8;
   GgufValueType elem_type = GgufValueType::U8;  // for arrays
   int64_t i = 0;
+  bool u64_overflow = false;  // a U64 value above 2^63 - 1: i cannot hold it
   double f = 0;
   std::string s;
   std::vector<std::string> strings;  // array of strings
@@ -62,8 +63,11 @@ class GgufFile {
 
   bool has(const std::string& key) const { return metadata_.count(key) != 0; }
   const GgufValue* find(const std::string& key) const;
-  // Typed getters: throw InputError naming the key when absent or mistyped.
+  // Typed getters: throw InputError naming the key when absent or mistyped
+  // (or, for get_int, beyond int64).
   int64_t get_int(const std::string& key) const;
+  // get_int within [lo, hi]; the message names the key, the value and the range.
+  int64_t get_int_in(const std::string& key, int64_t lo, int64_t hi) const;
   double get_float(const std::string& key) const;  // accepts integers too
   bool get_bool(const std::string& key) const;
   const std::string& get_string(const std::string& key) const;

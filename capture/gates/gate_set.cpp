@@ -111,6 +111,8 @@ json resolve_hyperparameters(GateKind kind, const GateShape& shape, const json& 
                              const std::string& field) {
   json h = default_hyperparameters(kind, shape);
   if (given.is_null()) return h;
+  if (!given.is_object())
+    throw InputError("", field, "an object of hyperparameters expected, got " + given.dump());
   for (auto it = given.begin(); it != given.end(); ++it) {
     if (!h.contains(it.key()))
       throw InputError(
@@ -290,16 +292,35 @@ GateSet load_kvscope_file(const std::string& path, const model::ModelConfig& mod
   } catch (const std::exception& e) {
     throw InputError(path, "__metadata__.kvscope.gates", std::string("invalid JSON: ") + e.what());
   }
-  if (set.meta.value("format", "") != "kvscope-gates")
+  // Every field is checked for its type before it is read: nlohmann's
+  // value() throws its own type_error for a mistyped field.
+  const json& meta = set.meta;
+  if (!meta.is_object())
+    throw InputError(path, "__metadata__.kvscope.gates", "a JSON object expected");
+  if (!meta.contains("format") || meta["format"] != "kvscope-gates")
     throw InputError(path, "format", "'kvscope-gates' expected");
-  if (set.meta.value("version", 0) != 1)
+  if (!meta.contains("version") || !meta["version"].is_number_integer() || meta["version"] != 1)
     throw InputError(path, "version",
-                     "gate file version " + std::to_string(set.meta.value("version", 0)) +
+                     "gate file version " +
+                         (meta.contains("version") ? meta["version"].dump() : "missing") +
                          " is not read by this KVScope (it reads version 1)");
-  set.kind = parse_gate_kind(set.meta.value("policy", ""), path, "policy");
+  if (!meta.contains("policy") || !meta["policy"].is_string())
+    throw InputError(
+        path, "policy",
+        "a gate kind name expected (wgkv, attention-gate, retention, retention-global)");
+  set.kind = parse_gate_kind(meta["policy"].get<std::string>(), path, "policy");
   set.shape = shape_of(model);
-  set.meta["hyperparameters"] = resolve_hyperparameters(
-      set.kind, set.shape, set.meta.value("hyperparameters", json::object()), "hyperparameters");
+  try {
+    set.meta["hyperparameters"] = resolve_hyperparameters(
+        set.kind, set.shape,
+        meta.contains("hyperparameters") ? meta["hyperparameters"] : json::object(),
+        "hyperparameters");
+  } catch (const InputError& e) {
+    // resolve_hyperparameters names no file (it serves the CLI too): add it.
+    std::string what = e.what();
+    if (what.rfind(e.field() + ": ", 0) == 0) what = what.substr(e.field().size() + 2);
+    throw InputError(path, e.field(), what);
+  }
   for (const auto& [name, t] : f.tensors()) {
     if (t.dtype != formats::StDtype::F32)
       throw InputError(path, name, "dtype " + t.dtype_name + ", F32 expected");
@@ -318,6 +339,23 @@ std::string dims(const std::vector<int64_t>& d) {
 
 }  // namespace
 
+namespace {
+
+// The layer of "layers.<l>.<rest>", or -1 for any other name (a tensor that
+// is not a parameter of these gates, reported as such below).
+int64_t layer_of(const std::string& name) {
+  if (name.rfind("layers.", 0) != 0) return -1;
+  int64_t l = 0;
+  size_t i = 7;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) {
+    l = l * 10 + (name[i] - '0');
+    if (l > (int64_t(1) << 24)) return -1;
+  }
+  return i > 7 && i < name.size() && name[i] == '.' ? l : -1;
+}
+
+}  // namespace
+
 void check_fits(const GateSet& set, const model::ModelConfig& model) {
   const GateShape s = shape_of(model);
   const json& h = set.meta.at("hyperparameters");
@@ -325,8 +363,7 @@ void check_fits(const GateSet& set, const model::ModelConfig& model) {
   std::vector<std::string> problems;
   int64_t file_layers = 0;
   for (const auto& [name, t] : set.params)
-    if (name.rfind("layers.", 0) == 0)
-      file_layers = std::max<int64_t>(file_layers, std::stoll(name.substr(7)) + 1);
+    file_layers = std::max<int64_t>(file_layers, layer_of(name) + 1);
   if (file_layers != s.n_layers)
     problems.push_back("the file has gates for " + std::to_string(file_layers) +
                        " layers, the model has " + std::to_string(s.n_layers));
@@ -351,7 +388,8 @@ void check_fits(const GateSet& set, const model::ModelConfig& model) {
                     std::to_string(s.hidden_size) + "): ";
   for (size_t k = 0; k < problems.size(); ++k) msg += (k ? "; " : "") + problems[k];
   if (problems.size() >= 12) msg += "; ...";
-  if (set.meta.contains("base_model") && set.meta["base_model"].contains("name"))
+  if (set.meta.contains("base_model") && set.meta["base_model"].is_object() &&
+      set.meta["base_model"].contains("name") && set.meta["base_model"]["name"].is_string())
     msg += " (the file was trained for " + set.meta["base_model"]["name"].get<std::string>() + ")";
   throw InputError(set.source, "shape", msg);
 }

@@ -47,20 +47,23 @@ class GgufSource : public WeightSource {
   bool interleaved_;
 };
 
-int64_t positive_int(const formats::GgufFile& g, const std::string& key) {
+// A size in [1, max] (ModelLimits), checked before anything it sizes exists.
+int64_t positive_int(const formats::GgufFile& g, const std::string& key, int64_t max) {
   const formats::GgufValue* v = g.find(key);
   if (v && v->type == formats::GgufValueType::Array)
     throw InputError(g.path(), key, "per-layer arrays are not supported (expected one integer)");
   int64_t x = g.get_int(key);
   if (x <= 0) throw InputError(g.path(), key, "must be positive, got " + std::to_string(x));
+  check_size(g.path(), key, x, 1, max);
   return x;
 }
 
+// Token ids: in [0, 2^31 - 1], never truncated to their low 32 bits.
 std::vector<int32_t> special_ids(const formats::GgufFile& g,
                                  std::initializer_list<const char*> keys) {
   std::vector<int32_t> ids;
   for (const char* k : keys)
-    if (g.has(k)) ids.push_back(static_cast<int32_t>(g.get_int(k)));
+    if (g.has(k)) ids.push_back(static_cast<int32_t>(g.get_int_in(k, 0, INT32_MAX)));
   return ids;
 }
 
@@ -84,23 +87,26 @@ ModelConfig gguf_model_config(const formats::GgufFile& g) {
         "unknown architecture \"" + arch + "\" (KVScope runs llama, qwen2, qwen3 and gpt2 GGUFs)");
   c.name = g.get_string_or("general.name", std::filesystem::path(g.path()).stem().string());
   const std::string p = arch + ".";
-  c.hidden_size = positive_int(g, p + "embedding_length");
-  c.n_layers = positive_int(g, p + "block_count");
-  c.intermediate_size = positive_int(g, p + "feed_forward_length");
-  c.n_heads = positive_int(g, p + "attention.head_count");
+  using L = ModelLimits;
+  c.hidden_size = positive_int(g, p + "embedding_length", L::kMaxHidden);
+  c.n_layers = positive_int(g, p + "block_count", L::kMaxLayers);
+  c.intermediate_size = positive_int(g, p + "feed_forward_length", L::kMaxIntermediate);
+  c.n_heads = positive_int(g, p + "attention.head_count", L::kMaxHeads);
   c.n_kv_heads = g.has(p + "attention.head_count_kv")
-                     ? positive_int(g, p + "attention.head_count_kv")
+                     ? positive_int(g, p + "attention.head_count_kv", L::kMaxHeads)
                      : c.n_heads;
-  c.head_dim = g.has(p + "attention.key_length") ? positive_int(g, p + "attention.key_length")
-                                                 : c.hidden_size / c.n_heads;
+  c.head_dim = g.has(p + "attention.key_length")
+                   ? positive_int(g, p + "attention.key_length", L::kMaxHeadDim)
+                   : c.hidden_size / c.n_heads;
   if (g.has(p + "attention.value_length") && g.get_int(p + "attention.value_length") != c.head_dim)
     throw InputError(g.path(), p + "attention.value_length", "must equal attention.key_length");
-  c.context_length = positive_int(g, p + "context_length");
+  c.context_length = positive_int(g, p + "context_length", L::kMaxContext);
 
   const formats::GgufTensor* embd = g.find_tensor("token_embd.weight");
   if (!embd || embd->ne.size() != 2)
     throw InputError(g.path(), "token_embd.weight", "missing or not 2-D");
   c.vocab_size = embd->ne[1];
+  check_size(g.path(), "token_embd.weight", c.vocab_size, 1, L::kMaxVocab);
   c.tied_embeddings = g.find_tensor("output.weight") == nullptr;
   c.sliding_window.assign(static_cast<size_t>(c.n_layers),
                           g.get_int_or(p + "attention.sliding_window", 0));

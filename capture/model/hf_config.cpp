@@ -2,7 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -48,6 +50,9 @@ class Fields {
  private:
   int64_t integer_value(const std::string& key, const json& v) const {
     if (!v.is_number_integer()) throw InputError(file_, key, "must be an integer");
+    // Above 2^63 - 1: refused, not wrapped to a negative value.
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      throw InputError(file_, key, v.dump() + " is outside the 64-bit integer range");
     return v.get<int64_t>();
   }
   const json& j_;
@@ -100,16 +105,27 @@ Architecture architecture_of(const json& j, const std::string& file) {
       "unknown architecture \"" + type + "\" (KVScope runs llama, mistral, qwen2, qwen3 and gpt2)");
 }
 
+// A token id: an integer in [0, 2^31 - 1]. get<int32_t>() would keep the
+// low 32 bits of a larger value (2^32 + 248 became 248).
+int32_t token_id(const json& v, const std::string& file, const std::string& key) {
+  if (!v.is_number_integer())
+    throw InputError(file, key, "must be an integer or a list of integers");
+  const bool in_range = v.is_number_unsigned()
+                            ? v.get<uint64_t>() <= static_cast<uint64_t>(INT32_MAX)
+                            : v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX;
+  if (!in_range)
+    throw InputError(file, key,
+                     v.dump() + " is outside [0, " + std::to_string(INT32_MAX) + "] (a token id)");
+  return static_cast<int32_t>(v.get<int64_t>());
+}
+
 std::vector<int32_t> token_ids(const json& v, const std::string& file, const char* key) {
   std::vector<int32_t> ids;
   if (v.is_null()) return ids;
-  if (v.is_number_integer()) return {v.get<int32_t>()};
+  if (v.is_number_integer()) return {token_id(v, file, key)};
   if (!v.is_array()) throw InputError(file, key, "must be an integer or a list of integers");
-  for (const auto& e : v) {
-    if (!e.is_number_integer())
-      throw InputError(file, key, "must be an integer or a list of integers");
-    ids.push_back(e.get<int32_t>());
-  }
+  for (size_t i = 0; i < v.size(); ++i)
+    ids.push_back(token_id(v[i], file, std::string(key) + "[" + std::to_string(i) + "]"));
   return ids;
 }
 
@@ -186,6 +202,8 @@ void parse_llama_family(const Fields& f, ModelConfig* c) {
   c->o_bias = a != Architecture::Qwen2 && attention_bias;
   c->mlp_bias = a == Architecture::Llama && f.boolean_or("mlp_bias", false);
   c->qk_norm = a == Architecture::Qwen3;
+  // Before anything sized by them (one sliding window per layer below).
+  c->check_limits(f.file());
   parse_rope(f, c);
 
   c->sliding_window.assign(static_cast<size_t>(c->n_layers), 0);
@@ -203,12 +221,13 @@ void parse_llama_family(const Fields& f, ModelConfig* c) {
       for (size_t i = 0; i < types.size(); ++i)
         if (types[i] == "sliding_attention") c->sliding_window[i] = w;
     } else if (w > 0) {
-      const int64_t first = f.integer_or("max_window_layers", 28);
+      // Layers from max_window_layers on use the window (a negative value: all).
+      const int64_t first = std::max<int64_t>(0, f.integer_or("max_window_layers", 28));
       for (int64_t i = first; i < c->n_layers; ++i) c->sliding_window[static_cast<size_t>(i)] = w;
     }
   }
   c->bos_token_id =
-      f.present("bos_token_id") ? static_cast<int32_t>(f.integer("bos_token_id")) : -1;
+      f.present("bos_token_id") ? token_id(f.raw("bos_token_id"), f.file(), "bos_token_id") : -1;
   if (f.present("eos_token_id"))
     c->eos_token_ids = token_ids(f.raw("eos_token_id"), f.file(), "eos_token_id");
 }
@@ -237,8 +256,10 @@ void parse_gpt2(const Fields& f, ModelConfig* c) {
   c->rope.enabled = false;
   c->scale_attn_weights = f.boolean_or("scale_attn_weights", true);
   c->scale_attn_by_inverse_layer_idx = f.boolean_or("scale_attn_by_inverse_layer_idx", false);
+  c->check_limits(f.file());
   c->sliding_window.assign(static_cast<size_t>(c->n_layers), 0);
-  c->bos_token_id = static_cast<int32_t>(f.integer_or("bos_token_id", 50256));
+  c->bos_token_id =
+      f.present("bos_token_id") ? token_id(f.raw("bos_token_id"), f.file(), "bos_token_id") : 50256;
   c->eos_token_ids = f.present("eos_token_id")
                          ? token_ids(f.raw("eos_token_id"), f.file(), "eos_token_id")
                          : std::vector<int32_t>{50256};

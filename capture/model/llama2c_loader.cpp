@@ -19,7 +19,9 @@ constexpr uint32_t kMagicV1 = 0x616b3432;  // "ak42"
 
 struct Header {
   int version = 0;  // 0: legacy run.c header, 1: ak42 v1
-  int32_t dim = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, vocab = 0, seq_len = 0;
+  // Read as int32, held as int64: the legacy header's vocab_size is negated
+  // to say "unshared classifier", and -INT32_MIN does not fit an int32.
+  int64_t dim = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, vocab = 0, seq_len = 0;
   bool shared_classifier = true;
   uint64_t weights_offset = 0;
 };
@@ -65,34 +67,41 @@ Header read_header(const formats::MappedFile& f) {
 }
 
 void check_header(const Header& h, const std::string& path) {
-  auto positive = [&](const char* field, int64_t x) {
-    if (x <= 0 || x > (int64_t(1) << 24))
-      throw InputError(path, field, "must be a positive size, got " + std::to_string(x));
+  auto positive = [&](const char* field, int64_t x, int64_t max) {
+    if (x <= 0) throw InputError(path, field, "must be a positive size, got " + std::to_string(x));
+    check_size(path, field, x, 1, max);
   };
-  positive("dim", h.dim);
-  positive("hidden_dim", h.hidden);
-  positive("n_layers", h.layers);
-  positive("n_heads", h.heads);
-  positive("n_kv_heads", h.kv_heads);
-  positive("vocab_size", h.vocab);
-  positive("seq_len", h.seq_len);
+  using L = ModelLimits;
+  positive("dim", h.dim, L::kMaxHidden);
+  positive("hidden_dim", h.hidden, L::kMaxIntermediate);
+  positive("n_layers", h.layers, L::kMaxLayers);
+  positive("n_heads", h.heads, L::kMaxHeads);
+  positive("n_kv_heads", h.kv_heads, L::kMaxHeads);
+  positive("vocab_size", h.vocab, L::kMaxVocab);
+  positive("seq_len", h.seq_len, L::kMaxContext);
   if (h.dim % h.heads != 0)
     throw InputError(path, "n_heads", "must divide dim=" + std::to_string(h.dim));
   if (h.heads % h.kv_heads != 0)
     throw InputError(path, "n_kv_heads", "must divide n_heads=" + std::to_string(h.heads));
 }
 
-// Where each canonical tensor lives, and the total byte size implied.
+// Where each canonical tensor lives, and the total byte size implied
+// (UINT64_MAX when it exceeds 64 bits: check_header allows dimensions up to
+// 2^24, so vocab x dim x 4 x layers can, and a wrapped total could match the
+// file size).
 std::map<std::string, Array> layout(const Header& h, uint64_t* total) {
   const int64_t D = h.dim, F = h.hidden, L = h.layers, V = h.vocab, S = h.seq_len;
   const int64_t kv = D * h.kv_heads / h.heads, hd = D / h.heads;
   std::map<std::string, Array> a;
   uint64_t off = h.weights_offset;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, bool layered) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
+    uint64_t bytes = 4;
+    for (int64_t d : shape)
+      if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) bytes = UINT64_MAX;
+    if (layered && __builtin_mul_overflow(bytes, static_cast<uint64_t>(L), &bytes))
+      bytes = UINT64_MAX;
     a[name] = {off, shape, layered};
-    off += static_cast<uint64_t>(n) * 4 * (layered ? static_cast<uint64_t>(L) : 1);
+    if (__builtin_add_overflow(off, bytes, &off)) off = UINT64_MAX;
   };
   if (h.version == 0) {
     add("token_embd.weight", {V, D}, false);
@@ -189,6 +198,18 @@ ModelConfig config_from(const Header& h, const std::string& path) {
   return c;
 }
 
+// The file holds exactly the arrays its header implies.
+void check_size(const Header& h, uint64_t total, uint64_t file_size, const std::string& path) {
+  if (total == file_size) return;
+  throw InputError(
+      path, "size",
+      "file has " + std::to_string(file_size) + " bytes but the header (dim=" +
+          std::to_string(h.dim) + ", hidden_dim=" + std::to_string(h.hidden) +
+          ", n_layers=" + std::to_string(h.layers) + ", n_heads=" + std::to_string(h.heads) +
+          ", n_kv_heads=" + std::to_string(h.kv_heads) + ", vocab_size=" + std::to_string(h.vocab) +
+          ", seq_len=" + std::to_string(h.seq_len) + ") implies " + std::to_string(total));
+}
+
 }  // namespace
 
 bool looks_like_llama2c(const std::string& path) {
@@ -198,7 +219,10 @@ bool looks_like_llama2c(const std::string& path) {
     check_header(h, path);
     uint64_t total = 0;
     layout(h, &total);
-    return h.version == 1 || total == f.size();
+    // A plausible header in a .bin file is a checkpoint even when the size
+    // disagrees: the loader then says what the header implies (truncated?).
+    const bool bin = path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0;
+    return h.version == 1 || total == f.size() || bin;
   } catch (const InputError&) {
     return false;
   }
@@ -208,6 +232,9 @@ ModelConfig llama2c_model_config(const std::string& path) {
   formats::MappedFile f(path);
   Header h = read_header(f);
   check_header(h, path);
+  uint64_t total = 0;
+  layout(h, &total);
+  check_size(h, total, f.size(), path);
   return config_from(h, path);
 }
 
@@ -218,15 +245,7 @@ std::unique_ptr<Transformer> load_llama2c_model(const std::string& path,
   check_header(h, path);
   uint64_t total = 0;
   std::map<std::string, Array> arrays = layout(h, &total);
-  if (total != f->size())
-    throw InputError(
-        path, "size",
-        "file has " + std::to_string(f->size()) +
-            " bytes but the header (dim=" + std::to_string(h.dim) +
-            ", hidden_dim=" + std::to_string(h.hidden) + ", n_layers=" + std::to_string(h.layers) +
-            ", n_heads=" + std::to_string(h.heads) + ", n_kv_heads=" + std::to_string(h.kv_heads) +
-            ", vocab_size=" + std::to_string(h.vocab) + ", seq_len=" + std::to_string(h.seq_len) +
-            ") implies " + std::to_string(total));
+  check_size(h, total, f->size(), path);
   ModelConfig config = config_from(h, path);
   Llama2cSource source(f, std::move(arrays));
   ModelWeights weights = build_weights(config, source, target);

@@ -37,6 +37,37 @@ const char* rope_scaling_name(RopeConfig::Scaling s) {
   return "?";
 }
 
+void check_size(const std::string& file, const std::string& field, int64_t value, int64_t lo,
+                int64_t hi) {
+  if (value < lo || value > hi)
+    throw InputError(file, field,
+                     std::to_string(value) + " is outside [" + std::to_string(lo) + ", " +
+                         std::to_string(hi) + "]" +
+                         (value > hi ? " (the limit of what KVScope loads)" : ""));
+}
+
+void ModelConfig::check_limits(const std::string& file) const {
+  using L = ModelLimits;
+  check_size(file, "num_hidden_layers", n_layers, 1, L::kMaxLayers);
+  check_size(file, "num_attention_heads", n_heads, 1, L::kMaxHeads);
+  check_size(file, "num_key_value_heads", n_kv_heads, 1, L::kMaxHeads);
+  check_size(file, "head_dim", head_dim, 1, L::kMaxHeadDim);
+  check_size(file, "hidden_size", hidden_size, 1, L::kMaxHidden);
+  check_size(file, "intermediate_size", intermediate_size, 1, L::kMaxIntermediate);
+  check_size(file, "vocab_size", vocab_size, 1, L::kMaxVocab);
+  check_size(file, "max_position_embeddings", context_length, 1, L::kMaxContext);
+}
+
+double ModelConfig::parameter_estimate() const {
+  const double D = double(hidden_size), F = double(intermediate_size), V = double(vocab_size);
+  const double q = double(n_heads) * double(head_dim), kv = double(n_kv_heads) * double(head_dim);
+  const double attention = D * (q + 2 * kv) + q * D;
+  const double ffn = (mlp == MlpKind::SwiGlu ? 3.0 : 2.0) * D * F;
+  const double per_layer = attention + ffn + 2 * D;
+  return V * D * (tied_embeddings ? 1 : 2) + (learned_positions ? double(context_length) * D : 0) +
+         double(n_layers) * per_layer + D;
+}
+
 double ModelConfig::attention_scale(int64_t layer) const {
   double s = scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(head_dim)) : 1.0;
   if (scale_attn_by_inverse_layer_idx) s /= static_cast<double>(layer + 1);
@@ -55,6 +86,7 @@ void ModelConfig::validate(const std::string& file) const {
   positive("num_key_value_heads", n_kv_heads);
   positive("head_dim", head_dim);
   positive("max_position_embeddings", context_length);
+  check_limits(file);
   if (n_heads % n_kv_heads != 0)
     throw InputError(file, "num_key_value_heads",
                      std::to_string(n_kv_heads) +

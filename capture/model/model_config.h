@@ -11,6 +11,27 @@
 namespace kvscope::model {
 
 enum class Architecture { Llama, Mistral, Qwen2, Qwen3, Gpt2 };
+
+// Bounds of the sizes a model file may declare. Every loader checks the
+// sizes it reads against them before it allocates anything they size: a
+// config.json saying 10^9 layers is refused, not grown to gigabytes. They are
+// far above any model KVScope runs (Llama 3.1 405B: 126 layers, 128 heads,
+// hidden 16384, MLP 53248, vocabulary 128256) and far below where size
+// arithmetic overflows; layers and heads match the trace reader's limits.
+struct ModelLimits {
+  static constexpr int64_t kMaxLayers = 4096;
+  static constexpr int64_t kMaxHeads = 4096;
+  static constexpr int64_t kMaxHeadDim = 16384;
+  static constexpr int64_t kMaxHidden = int64_t(1) << 20;
+  static constexpr int64_t kMaxIntermediate = int64_t(1) << 22;
+  static constexpr int64_t kMaxVocab = int64_t(1) << 24;
+  static constexpr int64_t kMaxContext = int64_t(1) << 26;  // the trace's token axis
+};
+
+// Throws InputError(file, field, ...) naming the value and the range unless
+// lo <= value <= hi.
+void check_size(const std::string& file, const std::string& field, int64_t value, int64_t lo,
+                int64_t hi);
 const char* architecture_name(Architecture a);
 
 enum class NormKind { RmsNorm, LayerNorm };
@@ -69,6 +90,12 @@ struct ModelConfig {
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  // Checks every size against ModelLimits (HF field names); the loaders
+  // call it, or check_size with their own names, before allocating.
+  void check_limits(const std::string& file) const;
+  // Parameters the config describes (embeddings, attention, MLP, norms), in
+  // double: a hostile config can describe more than int64 counts.
+  double parameter_estimate() const;
   double attention_scale(int64_t layer) const;
   // Checks the numbers are coherent (positive, heads divisible, ...); throws
   // InputError naming `file` and the offending field.

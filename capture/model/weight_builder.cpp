@@ -1,5 +1,9 @@
 #include "capture/model/weight_builder.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include <torch/torch.h>
 
 #include <sstream>
@@ -162,8 +166,33 @@ torch::Tensor interleaved_to_rotate_half(const torch::Tensor& w, int64_t n_heads
   return w.reshape(split).transpose(1, 2).reshape(w.sizes()).contiguous();
 }
 
+namespace {
+
+// The weights in the target dtype must fit in this machine's memory: a
+// config that describes more is refused with both numbers before the first
+// tensor is built, not found out by the OOM killer halfway through.
+void check_fits_in_memory(const ModelConfig& c, const torch::TensorOptions& target,
+                          const std::string& file) {
+  const double bytes = c.parameter_estimate() *
+                       double(torch::elementSize(torch::typeMetaToScalarType(target.dtype())));
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  if (memory > 0 && bytes > memory) {
+    char what[256];
+    std::snprintf(what, sizeof what,
+                  "describes %.3g parameters, %.1f GiB of weights as %s; this machine has "
+                  "%.1f GiB of memory",
+                  c.parameter_estimate(), bytes / double(1 << 30),
+                  c10::toString(torch::typeMetaToScalarType(target.dtype())),
+                  memory / double(1 << 30));
+    throw InputError(file, "config", what);
+  }
+}
+
+}  // namespace
+
 ModelWeights build_weights(const ModelConfig& c, WeightSource& src,
                            const torch::TensorOptions& target) {
+  check_fits_in_memory(c, target, src.file());
   Builder b(c, src, target);
   ModelWeights m;
   const int64_t D = c.hidden_size, V = c.vocab_size;

@@ -3,7 +3,10 @@
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 #include "core/common/input_error.h"
 
@@ -34,6 +37,41 @@ bool valid(ParamType t, const std::string& v) {
   return false;
 }
 
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+}  // namespace
+
+std::string range_text(const ParamSpec& spec) {
+  return "[" + number_text(spec.min) + ", " + number_text(spec.max) + "]";
+}
+
+namespace {
+
+// A number parameter's value against its declared range; NaN and inf are
+// refused whatever the range (strtod accepts "nan" and "inf").
+void check_range(const std::string& policy, const ParamSpec& spec, const std::string& value) {
+  const double v = std::strtod(value.c_str(), nullptr);
+  const std::string field = policy + ":" + spec.name;
+  if (!std::isfinite(v))
+    throw InputError("--policy", field,
+                     "'" + value + "' is not a finite number (expected " +
+                         (spec.type == ParamType::Int ? "an integer" : "a number") + " in " +
+                         range_text(spec) + ")");
+  // An Int beyond what a double holds exactly is beyond any range too.
+  const bool out = spec.type == ParamType::Int
+                       ? (std::strtoll(value.c_str(), nullptr, 10) < spec.min ||
+                          std::strtoll(value.c_str(), nullptr, 10) > spec.max)
+                       : (v < spec.min || v > spec.max);
+  if (out)
+    throw InputError("--policy", field,
+                     "'" + value + "' is outside " + range_text(spec) + " (the values " +
+                         spec.name + " accepts)");
+}
+
 }  // namespace
 
 Params::Params(std::string policy, const std::vector<ParamSpec>& specs,
@@ -53,6 +91,8 @@ Params::Params(std::string policy, const std::vector<ParamSpec>& specs,
     if (!valid(spec->type, value))
       throw InputError("--policy", policy_ + ":" + key,
                        "'" + value + "' is not " + type_name(spec->type));
+    if (spec->type == ParamType::Int || spec->type == ParamType::Float)
+      check_range(policy_, *spec, value);
     values_[key] = value;
   }
 }
@@ -64,7 +104,10 @@ const std::string& Params::raw(const std::string& name) const {
 }
 
 int64_t Params::get_int(const std::string& name) const { return std::strtoll(raw(name).c_str(), nullptr, 10); }
-double Params::get_float(const std::string& name) const { return std::strtod(raw(name).c_str(), nullptr); }
+double Params::get_float(const std::string& name) const {
+  const std::string& v = raw(name);
+  return v.empty() ? std::numeric_limits<double>::quiet_NaN() : std::strtod(v.c_str(), nullptr);
+}
 bool Params::get_bool(const std::string& name) const {
   const std::string& v = raw(name);
   return v == "true" || v == "1";
@@ -77,12 +120,19 @@ std::string Params::to_json() const {
     const std::string& v = raw(s.name);
     switch (s.type) {
       case ParamType::Int: j[s.name] = get_int(s.name); break;
-      case ParamType::Float: j[s.name] = get_float(s.name); break;
+      case ParamType::Float:
+        if (v.empty())
+          j[s.name] = nullptr;  // unset: the policy's own choice
+        else
+          j[s.name] = get_float(s.name);
+        break;
       case ParamType::Bool: j[s.name] = get_bool(s.name); break;
       case ParamType::String: j[s.name] = v; break;
     }
   }
-  return j.dump();
+  // String values are bytes as given (paths need not be UTF-8): dump()
+  // would throw on them, so invalid sequences become U+FFFD here.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void parse_policy_spec(const std::string& spec, std::string* name,

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 
 #include "core/common/input_error.h"
@@ -53,9 +54,21 @@ struct JsonAt {
   bool bool_or(const std::string& key, bool fallback) const {
     return has(key) ? child(key).boolean() : fallback;
   }
+  // An integer that fits int64 (a JSON integer above 2^63 - 1 is refused
+  // rather than wrapped to a negative value).
   int64_t integer() const {
     if (!value.is_number_integer()) fail("an integer");
+    if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      fail_value(value.dump() + " is outside the 64-bit integer range");
     return value.get<int64_t>();
+  }
+  // A token id: an integer in [0, 2^31 - 1], never truncated to 32 bits.
+  int32_t token_id() const {
+    const int64_t id = integer();
+    if (id < 0 || id > INT32_MAX)
+      fail_value(std::to_string(id) + " is outside [0, " + std::to_string(INT32_MAX) +
+                 "] (a token id)");
+    return static_cast<int32_t>(id);
   }
   int64_t int_or(const std::string& key, int64_t fallback) const {
     return has(key) ? child(key).integer() : fallback;

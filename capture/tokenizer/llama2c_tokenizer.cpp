@@ -80,6 +80,13 @@ Llama2cTokenizer::Llama2cTokenizer(const std::string& path, int64_t vocab_size) 
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
     auto it = index_.find(name);
     byte_ids_[b] = it != index_.end() ? it->second : b + 3;  // run.c assumes ids 3..258
+    // Without the piece, run.c's fallback id must at least exist: encode
+    // emits it for any character that has no token.
+    if (static_cast<size_t>(byte_ids_[b]) >= pieces_.size())
+      throw InputError(path, "vocab_size",
+                       std::to_string(pieces_.size()) + " entries and no piece " + name +
+                           ": the byte fallback needs the byte tokens at ids 3..258 (expected at "
+                           "least 259 entries, or <0xNN> pieces)");
   }
   bos_id_ = 1;
   eos_ids_ = {2};

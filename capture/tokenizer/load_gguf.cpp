@@ -51,16 +51,26 @@ std::vector<int32_t> token_types(const formats::GgufFile& g, size_t n) {
   if (raw.size() != n)
     throw InputError(g.path(), "tokenizer.ggml.token_type",
                      std::to_string(raw.size()) + " entries for " + std::to_string(n) + " tokens");
-  for (size_t i = 0; i < n; ++i) types[i] = static_cast<int32_t>(raw[i]);
+  for (size_t i = 0; i < n; ++i) {
+    // llama.cpp's token types: 0 undefined .. 6 byte; a double outside int
+    // range would not even convert.
+    if (!(raw[i] >= 0 && raw[i] <= 6) || raw[i] != static_cast<double>(static_cast<int>(raw[i])))
+      throw InputError(g.path(), "tokenizer.ggml.token_type[" + std::to_string(i) + "]",
+                       std::to_string(raw[i]) + " is not a token type (0..6)");
+    types[i] = static_cast<int32_t>(raw[i]);
+  }
   return types;
 }
 
+// A special token id: -1 (none) or an id of the vocabulary; anything else
+// is refused, never truncated to 32 bits.
 int32_t special_id(const formats::GgufFile& g, const std::string& key, int64_t fallback, size_t n) {
   int64_t id = g.get_int_or(key, fallback);
-  if (id >= static_cast<int64_t>(n))
-    throw InputError(
-        g.path(), key,
-        "id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(n));
+  if (id < -1 || id >= static_cast<int64_t>(n))
+    throw InputError(g.path(), key,
+                     "id " + std::to_string(id) + " is outside the vocabulary of " +
+                         std::to_string(n) + " (expected -1 for none, or 0.." +
+                         std::to_string(int64_t(n) - 1) + ")");
   return static_cast<int32_t>(id);
 }
 

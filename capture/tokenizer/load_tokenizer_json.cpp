@@ -24,7 +24,7 @@ nlohmann::json parse_json(const std::string& path) {
   std::string text = read_file(path);
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e400
     throw InputError(path, "", std::string("malformed JSON: ") + e.what());
   }
 }
@@ -85,11 +85,8 @@ std::unique_ptr<BpeModel> read_model(const JsonAt& model) {
   std::unordered_map<std::string, int32_t> tokens;
   tokens.reserve(vocab.value.size());
   for (auto it = vocab.value.begin(); it != vocab.value.end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > INT32_MAX)
-      throw InputError(model.file, vocab.field + "[\"" + it.key() + "\"]",
-                       "expected a non-negative integer id");
-    tokens.emplace(it.key(), static_cast<int32_t>(it.value().get<int64_t>()));
+    JsonAt id{it.value(), model.file, vocab.field + "[\"" + it.key() + "\"]"};
+    tokens.emplace(it.key(), id.token_id());
   }
   BpeOptions opt;
   opt.unk_token = model.str_or("unk_token", "");
@@ -109,9 +106,7 @@ std::vector<AddedToken> read_added_tokens(const JsonAt& list) {
   for (size_t i = 0; i < list.array().size(); ++i) {
     JsonAt t = list.at(i);
     AddedToken a;
-    int64_t id = t.child("id").integer();
-    if (id < 0 || id > INT32_MAX) t.child("id").fail_value("expected a non-negative id");
-    a.id = static_cast<int32_t>(id);
+    a.id = t.child("id").token_id();
     a.content = t.child("content").str();
     a.special = t.bool_or("special", false);
     a.single_word = t.bool_or("single_word", false);

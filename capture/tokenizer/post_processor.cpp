@@ -22,17 +22,15 @@ void add_template(const JsonAt& j, PostProcessor* out) {
           .child("id")
           .fail_value("\"" + name + "\" is not listed in special_tokens");
     JsonAt ids = specials.child(name).child("ids");
-    for (size_t k = 0; k < ids.array().size(); ++k) {
-      int64_t id = ids.at(k).integer();
-      (seen_sequence ? out->suffix : out->prefix).push_back(static_cast<int32_t>(id));
-    }
+    for (size_t k = 0; k < ids.array().size(); ++k)
+      (seen_sequence ? out->suffix : out->prefix).push_back(ids.at(k).token_id());
   }
 }
 
 void add_cls_sep(const JsonAt& j, PostProcessor* out) {
   // "cls": ["[CLS]", 101], "sep": ["[SEP]", 102]
-  out->prefix.push_back(static_cast<int32_t>(j.child("cls").at(1).integer()));
-  out->suffix.push_back(static_cast<int32_t>(j.child("sep").at(1).integer()));
+  out->prefix.push_back(j.child("cls").at(1).token_id());
+  out->suffix.push_back(j.child("sep").at(1).token_id());
 }
 
 void add_post_processor(const JsonAt& j, PostProcessor* out) {

@@ -35,6 +35,13 @@ void GgufWriter::add_u32(const std::string& key, uint32_t value) {
   ++n_kv_;
 }
 
+void GgufWriter::add_u64(const std::string& key, uint64_t value) {
+  put_string(&kv_, key);
+  put<uint32_t>(&kv_, 10);
+  put<uint64_t>(&kv_, value);
+  ++n_kv_;
+}
+
 void GgufWriter::add_f32(const std::string& key, float value) {
   put_string(&kv_, key);
   put<uint32_t>(&kv_, 6);

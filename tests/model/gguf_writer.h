@@ -13,6 +13,7 @@ class GgufWriter {
  public:
   void add_string(const std::string& key, const std::string& value);
   void add_u32(const std::string& key, uint32_t value);
+  void add_u64(const std::string& key, uint64_t value);
   void add_f32(const std::string& key, float value);
   void add_strings(const std::string& key, const std::vector<std::string>& values);
   // ne: ggml order (fastest first); bytes: the tensor data as stored.

@@ -8,10 +8,15 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "capture/formats/gguf.h"
 #include "capture/formats/safetensors.h"
+#include "capture/model/gguf_loader.h"
+#include "capture/model/hf_config.h"
+#include "capture/model/llama2c_loader.h"
 #include "core/common/input_error.h"
 #include "tests/model/gguf_writer.h"
 #include "tests/support/paths.h"
@@ -272,4 +277,171 @@ TEST_CASE("safetensors: truncation and corrupt headers are clean InputErrors", "
   huge[5] = 1;  // header length 2^40
   write_bytes(dir + "/huge.safetensors", huge, huge.size());
   CHECK_THROWS_WITH(SafetensorsFile(dir + "/huge.safetensors"), Catch::Contains("header length"));
+}
+
+// ---- model configs: sizes and ids are checked before they size anything ----
+
+namespace {
+
+std::string write_config(const nlohmann::json& j) {
+  static int n = 0;
+  const std::string dir = kvscope::test::temp_dir() + "/config" + std::to_string(n++);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << j.dump();
+  return dir + "/config.json";
+}
+
+nlohmann::json tiny_llama_config() {
+  return {{"model_type", "llama"},    {"vocab_size", 512},
+          {"hidden_size", 64},        {"intermediate_size", 172},
+          {"num_hidden_layers", 5},   {"num_attention_heads", 8},
+          {"num_key_value_heads", 4}, {"max_position_embeddings", 512}};
+}
+
+std::string config_error(const nlohmann::json& j) {
+  const std::string path = write_config(j);
+  try {
+    kvscope::model::parse_hf_config(path);
+  } catch (const InputError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(path));
+    return e.what();
+  }
+  return "no InputError";
+}
+
+}  // namespace
+
+TEST_CASE("config.json sizes beyond the limits are refused before anything is allocated",
+          "[formats][config]") {
+  // 10^9 layers used to grow one sliding-window entry per layer (7.8 GB)
+  // before std::bad_alloc.
+  nlohmann::json j = tiny_llama_config();
+  j["num_hidden_layers"] = 1000000000;
+  CHECK_THAT(config_error(j), Catch::Contains("num_hidden_layers") &&
+                                  Catch::Contains("1000000000") && Catch::Contains("4096"));
+  nlohmann::json gpt2 = {{"model_type", "gpt2"}, {"n_layer", 2000000000}};
+  CHECK_THAT(config_error(gpt2),
+             Catch::Contains("num_hidden_layers") && Catch::Contains("2000000000"));
+  j = tiny_llama_config();
+  j["vocab_size"] = int64_t(1) << 40;
+  CHECK_THAT(config_error(j), Catch::Contains("vocab_size") && Catch::Contains("16777216"));
+  j = tiny_llama_config();
+  j["hidden_size"] = uint64_t(1) << 63;  // beyond int64: refused, not wrapped negative
+  CHECK_THAT(config_error(j), Catch::Contains("hidden_size") &&
+                                  Catch::Contains("9223372036854775808") &&
+                                  Catch::Contains("64-bit integer range"));
+  // A negative max_window_layers once indexed before the per-layer windows:
+  // it means every layer.
+  j = tiny_llama_config();
+  j["model_type"] = "qwen2";
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 64;
+  j["max_window_layers"] = -3;
+  const auto c = kvscope::model::parse_hf_config(write_config(j));
+  CHECK(c.sliding_window == std::vector<int64_t>(5, 64));
+}
+
+TEST_CASE("token ids beyond 32 bits in config.json are refused, not truncated",
+          "[formats][config]") {
+  nlohmann::json j = tiny_llama_config();
+  j["eos_token_id"] = (int64_t(1) << 32) + 248;  // used to become 248
+  CHECK_THAT(config_error(j), Catch::Contains("eos_token_id") && Catch::Contains("4294967544") &&
+                                  Catch::Contains("[0, 2147483647]"));
+  j["eos_token_id"] = {2, (int64_t(1) << 32) + 248};
+  CHECK_THAT(config_error(j), Catch::Contains("eos_token_id[1]"));
+  j["eos_token_id"] = 2;
+  j["bos_token_id"] = -1;
+  CHECK_THAT(config_error(j), Catch::Contains("bos_token_id") && Catch::Contains("-1"));
+  j["bos_token_id"] = 1;
+  const auto c = kvscope::model::parse_hf_config(write_config(j));
+  CHECK(c.bos_token_id == 1);
+  CHECK(c.eos_token_ids == std::vector<int32_t>{2});
+}
+
+TEST_CASE("GGUF metadata: sizes beyond the limits and ids beyond 32 bits name the key",
+          "[formats][gguf][config]") {
+  // A small llama GGUF with `block_count` layers and whatever `add` adds.
+  auto config_error = [](uint32_t block_count, const std::function<void(GgufWriter&)>& add) {
+    GgufWriter w;
+    w.add_string("general.architecture", "llama");
+    w.add_u32("llama.embedding_length", 64);
+    w.add_u32("llama.block_count", block_count);
+    w.add_u32("llama.feed_forward_length", 128);
+    w.add_u32("llama.attention.head_count", 8);
+    w.add_u32("llama.context_length", 256);
+    w.add_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    add(w);
+    w.add_tensor("token_embd.weight", {64, 4}, 0, std::vector<uint8_t>(64 * 4 * 4));
+    static int n = 0;
+    const std::string path = kvscope::test::temp_dir() + "/meta" + std::to_string(n++) + ".gguf";
+    w.write(path);
+    try {
+      kvscope::model::gguf_model_config(GgufFile(path));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no InputError");
+  };
+  CHECK(config_error(2, [](GgufWriter&) {}) == "no InputError");
+  CHECK_THAT(config_error(1000000000, [](GgufWriter&) {}), Catch::Contains("llama.block_count") &&
+                                                               Catch::Contains("1000000000") &&
+                                                               Catch::Contains("4096"));
+  CHECK_THAT(config_error(2,
+                          [](GgufWriter& w) {
+                            w.add_u64("tokenizer.ggml.eos_token_id", (uint64_t(1) << 32) + 248);
+                          }),
+             Catch::Contains("tokenizer.ggml.eos_token_id") && Catch::Contains("4294967544"));
+  CHECK_THAT(
+      config_error(
+          2, [](GgufWriter& w) { w.add_u64("tokenizer.ggml.bos_token_id", uint64_t(1) << 63); }),
+      Catch::Contains("tokenizer.ggml.bos_token_id") && Catch::Contains("out of range"));
+}
+
+TEST_CASE("llama2.c headers: sizes beyond the limits and vocab_size -2^31 are InputErrors",
+          "[formats][llama2c]") {
+  auto header_error = [](const std::vector<int32_t>& h) {
+    static int n = 0;
+    const std::string path = kvscope::test::temp_dir() + "/header" + std::to_string(n++) + ".bin";
+    std::vector<uint8_t> bytes(h.size() * 4 + 64, 0);
+    std::memcpy(bytes.data(), h.data(), h.size() * 4);
+    write_bytes(path, bytes, bytes.size());
+    CHECK_FALSE(kvscope::model::looks_like_llama2c(path));
+    try {
+      kvscope::model::llama2c_model_config(path);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no InputError");
+  };
+  // vocab_size -2^31 (an unshared classifier of 2^31 tokens) was negated in
+  // int32: undefined behaviour.
+  CHECK_THAT(header_error({64, 172, 5, 8, 4, INT32_MIN, 512}),
+             Catch::Contains("vocab_size") && Catch::Contains("2147483648"));
+  CHECK_THAT(header_error({64, 172, 1000000, 8, 4, 512, 512}),
+             Catch::Contains("n_layers") && Catch::Contains("1000000") && Catch::Contains("4096"));
+}
+
+TEST_CASE("a model larger than this machine's memory is refused before its weights are built",
+          "[formats][config]") {
+  // Within every size limit, but 4096 layers of hidden size 2^20 are ~10^16
+  // parameters: the loader must say so, not start allocating.
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_u32("llama.embedding_length", 1 << 20);
+  w.add_u32("llama.block_count", 4096);
+  w.add_u32("llama.feed_forward_length", 1 << 22);
+  w.add_u32("llama.attention.head_count", 4096);
+  w.add_u32("llama.context_length", 256);
+  w.add_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.add_tensor("token_embd.weight", {64, 4}, 0, std::vector<uint8_t>(64 * 4 * 4));
+  const std::string path = kvscope::test::temp_dir() + "/huge.gguf";
+  w.write(path);
+  try {
+    kvscope::model::load_gguf_model(path, torch::TensorOptions().dtype(torch::kFloat32));
+    FAIL("no InputError");
+  } catch (const InputError& e) {
+    CHECK(e.field() == "config");
+    CHECK_THAT(e.what(), Catch::Contains(path) && Catch::Contains("GiB of weights") &&
+                             Catch::Contains("GiB of memory"));
+  }
 }

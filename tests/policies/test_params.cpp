@@ -1,5 +1,8 @@
 // Parameters: every policy is registered with its paper and doc page, and bad
 // parameters or head-pattern files give InputErrors naming what is wrong.
+#include <nlohmann/json.hpp>
+
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -55,6 +58,52 @@ TEST_CASE("bad policy parameters name the parameter and what it takes") {
   CHECK_THAT(error_of("adakv:alpha=2"), Catch::Contains("adakv:alpha"));
   CHECK_THAT(error_of("duo_attention"),
              Catch::Contains("duo_attention:pattern") && Catch::Contains("required"));
+}
+
+TEST_CASE("number parameters: NaN, inf and out-of-range values name the parameter and its range") {
+  // pyramidkv:beta=nan used to be accepted: NaN compares false with the
+  // policy's own "beta < 1" check.
+  for (const char* v : {"nan", "NaN", "inf", "-inf", "infinity"})
+    CHECK_THAT(error_of(std::string("pyramidkv:beta=") + v),
+               Catch::Contains("pyramidkv:beta") && Catch::Contains("not a finite number") &&
+                   Catch::Contains("[1, 1000000]"));
+  CHECK_THAT(error_of("pyramidkv:beta=0.5"),
+             Catch::Contains("pyramidkv:beta") && Catch::Contains("outside [1, 1000000]"));
+  CHECK_THAT(error_of("adakv:alpha=nan"),
+             Catch::Contains("adakv:alpha") && Catch::Contains("[0, 1]"));
+  CHECK_THAT(error_of("duo_attention:sparsity=1.5"),
+             Catch::Contains("duo_attention:sparsity") && Catch::Contains("[0, 1]"));
+  CHECK_THAT(error_of("wgkv:tau=inf"), Catch::Contains("wgkv:tau") && Catch::Contains("[-1, 1]"));
+  CHECK_THAT(error_of("attention_gate:gamma=nan"),
+             Catch::Contains("attention_gate:gamma") && Catch::Contains("[-1000, 1000]"));
+  CHECK_THAT(error_of("expected_attention:epsilon=-1"),
+             Catch::Contains("expected_attention:epsilon") && Catch::Contains("[0, 1000000]"));
+  // Integers too: a budget beyond 2^30 is no size a cache can hold.
+  CHECK_THAT(error_of("h2o:heavy=9223372036854775807"),
+             Catch::Contains("h2o:heavy") && Catch::Contains("[-1, 1073741824]"));
+  CHECK_THAT(error_of("tova:budget=-5"),
+             Catch::Contains("tova:budget") && Catch::Contains("outside"));
+  CHECK(error_of("pyramidkv:beta=1.5").empty());
+}
+
+TEST_CASE("every policy's defaults lie within their declared ranges") {
+  for (const policy::PolicyDescriptor& d : policy::builtin_policies()) {
+    for (const policy::ParamSpec& p : d.params) {
+      if (p.type != policy::ParamType::Int && p.type != policy::ParamType::Float) continue;
+      INFO(d.name << ":" << p.name << " default '" << p.default_value << "'");
+      CHECK(p.min <= p.max);
+      if (p.default_value.empty()) continue;  // unset: the policy decides
+      const double v = std::stod(p.default_value);
+      CHECK(std::isfinite(v));
+      CHECK(v >= p.min);
+      CHECK(v <= p.max);
+    }
+  }
+  // An unset number is recorded as null, not as NaN.
+  policy::PolicyInstance p = policy::make_policy("attention_gate:gates=g.safetensors");
+  const auto j = nlohmann::json::parse(p.params.to_json());
+  CHECK(j["gamma"].is_null());
+  CHECK(j["tau"] == -1.0);
 }
 
 TEST_CASE("duo_attention head-pattern files: errors name the file, row and column") {

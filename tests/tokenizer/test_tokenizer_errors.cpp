@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <functional>
 #include <random>
 
 #include "capture/formats/gguf.h"
@@ -131,6 +132,34 @@ TEST_CASE("truncated or malformed tokenizer.bin is an InputError", "[tokenizer][
   CHECK_THROWS_WITH(Tokenizer::from_llama2c(path, 512), Catch::Contains("token 0 length"));
 }
 
+// Fuzzing finding (tests/fuzz/regressions/llama2c_tokenizer): encode fell
+// back to run.c's byte ids 3..258 in a vocabulary without them and read past
+// the pieces.
+TEST_CASE("tokenizer.bin without the byte tokens of the fallback is an InputError",
+          "[tokenizer][errors]") {
+  std::string data(4, '\0');
+  const int32_t max_len = 8;
+  std::memcpy(&data[0], &max_len, 4);
+  for (const char* piece : {"<unk>", "<s>", "</s>", "a"}) {
+    const float score = 0;
+    const int32_t len = int32_t(std::strlen(piece));
+    data.append(reinterpret_cast<const char*>(&score), 4);
+    data.append(reinterpret_cast<const char*>(&len), 4);
+    data += piece;
+  }
+  const std::string path = temp_dir() + "/no-bytes.bin";
+  write_binary(path, data);
+  try {
+    Tokenizer::from_llama2c(path, 0);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(e.field() == "vocab_size");
+    CHECK_THAT(e.what(), Catch::Contains(path));
+    CHECK_THAT(e.what(), Catch::Contains("4 entries and no piece <0x01>"));
+    CHECK_THAT(e.what(), Catch::Contains("ids 3..258"));
+  }
+}
+
 TEST_CASE("text that is not UTF-8 is rejected by encode", "[tokenizer][errors]") {
   auto tok = kvscope::test::load_fixture_tokenizer("smollm2");
   auto bin =
@@ -180,6 +209,47 @@ TEST_CASE("GGUF without a supported tokenizer names the key", "[tokenizer][error
   w3.write(path3);
   kvscope::formats::GgufFile gguf3(path3);
   CHECK_THROWS_WITH(Tokenizer::from_gguf(gguf3), Catch::Contains("tokenizer.ggml.merges[0]"));
+}
+
+TEST_CASE("out-of-range integers in tokenizer.json and GGUF vocabularies name the field",
+          "[tokenizer][errors]") {
+  // 2^32 + 248 used to become id 248 (the low 32 bits).
+  CHECK_THAT(json_error(small_json("", R"("added_tokens": [{"id": 4294967544, "content": "x"}],)")),
+             Catch::Contains("added_tokens[0].id") && Catch::Contains("4294967544") &&
+                 Catch::Contains("[0, 2147483647]"));
+  CHECK_THAT(json_error(small_json(
+                 "", R"("post_processor": {"type": "BertProcessing", "cls": ["a", 4294967296],
+                        "sep": ["b", 1]},)")),
+             Catch::Contains("post_processor.cls[1]") && Catch::Contains("4294967296"));
+  CHECK_THAT(json_error(R"({"model": {"type": "BPE", "vocab": {"a": 18446744073709551615},
+                            "merges": []}})"),
+             Catch::Contains("model.vocab[\"a\"]") && Catch::Contains("18446744073709551615"));
+
+  auto gguf_error = [](const std::function<void(kvscope::test::GgufMetadataWriter&)>& add) {
+    kvscope::test::GgufMetadataWriter w;
+    w.add_string("tokenizer.ggml.model", "llama");
+    w.add_strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "a"});
+    add(w);
+    static int n = 0;
+    const std::string path = temp_dir() + "/range" + std::to_string(n++) + ".gguf";
+    w.write(path);
+    try {
+      Tokenizer::from_gguf(kvscope::formats::GgufFile(path));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no InputError");
+  };
+  // -4294967048 truncated to 32 bits is 248.
+  CHECK_THAT(gguf_error([](auto& w) { w.add_i64("tokenizer.ggml.eos_token_id", -4294967048); }),
+             Catch::Contains("tokenizer.ggml.eos_token_id") && Catch::Contains("-4294967048"));
+  CHECK_THAT(gguf_error([](auto& w) { w.add_i64("tokenizer.ggml.bos_token_id", 4294967297); }),
+             Catch::Contains("tokenizer.ggml.bos_token_id") &&
+                 Catch::Contains("outside the vocabulary of 4"));
+  CHECK_THAT(gguf_error([](auto& w) {
+               w.add_i32s("tokenizer.ggml.token_type", {1, 1, 1, 99});
+             }),
+             Catch::Contains("tokenizer.ggml.token_type[3]") && Catch::Contains("0..6"));
 }
 
 namespace {

@@ -189,6 +189,11 @@ void GgufMetadataWriter::add_u32(const std::string& k, uint32_t value) {
   raw(&value, 4);
 }
 
+void GgufMetadataWriter::add_i64(const std::string& k, int64_t value) {
+  key(k, 11);
+  raw(&value, 8);
+}
+
 void GgufMetadataWriter::add_bool(const std::string& k, bool value) {
   key(k, 7);
   uint8_t b = value ? 1 : 0;

@@ -28,6 +28,7 @@ class GgufMetadataWriter {
  public:
   void add_string(const std::string& key, const std::string& value);
   void add_u32(const std::string& key, uint32_t value);
+  void add_i64(const std::string& key, int64_t value);
   void add_bool(const std::string& key, bool value);
   void add_strings(const std::string& key, const std::vector<std::string>& values);
   void add_f32s(const std::string& key, const std::vector<float>& values);

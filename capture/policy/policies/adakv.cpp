@@ -112,7 +112,7 @@ PolicyDescriptor adakv_descriptor() {
        "per-head scorer: snapkv, tova, knorm or expected_attention"},
       {"budget", ParamType::Int, "256", "mean entries per head; the layer holds budget x kv heads"},
       {"alpha", ParamType::Float, "0.2",
-       "safeguard: every head keeps its top floor(alpha x budget) entries"},
+       "safeguard: every head keeps its top floor(alpha x budget) entries", 0, 1},
       {"decode", ParamType::Bool, "true",
        "also compress at every decode step (false: prefill only)"}};
   for (const ParamSpec& s : forwarded_params()) params.push_back(s);

@@ -94,17 +94,21 @@ class AttentionGatePolicy : public Policy {
 
 PolicyDescriptor attention_gate_descriptor() {
   return {"attention_gate",
-          "learned keep flags per token and kv head from a small attention module over the prompt; evicted at prefill",
+          "learned keep flags per token and kv head from a small attention module over the prompt; "
+          "evicted at prefill",
           "Zeng et al., In-context KV-Cache Eviction for LLMs via Attention-Gate, seed 001",
           "docs/policies/attention_gate.md",
           {{"gates", ParamType::String, "", "gate file: kvscope .safetensors (attention-gate)"},
-           {"tau", ParamType::Float, "-1", "flag threshold on sigmoid(s + gamma) (negative: the gate file's)"},
-           {"gamma", ParamType::Float, "nan", "constant inside the sigmoid (nan: the gate file's)"}},
+           {"tau", ParamType::Float, "-1",
+            "flag threshold on sigmoid(s + gamma) (negative: the gate file's)", -1, 1},
+           {"gamma", ParamType::Float, "", "constant inside the sigmoid (unset: the gate file's)",
+            -1000, 1000}},
           [](const Params& p) {
             if (p.get_string("gates").empty())
               throw InputError("--policy", "attention_gate:gates",
                                "a gate file is required (e.g. attention_gate:gates=resources/gates/<model>-attention-gate.safetensors)");
-            if (p.get_float("tau") >= 1) throw InputError("--policy", "attention_gate:tau", "a threshold < 1 expected");
+            if (p.get_float("tau") >= 1)
+              throw InputError("--policy", "attention_gate:tau", "a threshold < 1 expected");
             return std::make_unique<AttentionGatePolicy>(p.get_string("gates"), p.get_float("tau"),
                                                          p.get_float("gamma"));
           }};

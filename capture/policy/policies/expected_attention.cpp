@@ -218,7 +218,7 @@ std::vector<ParamSpec> ea_params() {
       {"covariance", ParamType::Bool, "true", "use the query covariance term (false: mean only)"},
       {"vnorm", ParamType::Bool, "true", "multiply by ||v||_2 (false: expected attention alone)"},
       {"epsilon", ParamType::Float, "0",
-       "added to the expected attention before the ||v|| rescaling"},
+       "added to the expected attention before the ||v|| rescaling", 0, 1e6},
       {"refresh", ParamType::Int, "16", "decode steps between re-derivations of the statistics"}};
 }
 

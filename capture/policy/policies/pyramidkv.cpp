@@ -54,7 +54,7 @@ PolicyDescriptor pyramidkv_descriptor() {
       {"budget", ParamType::Int, "256",
        "mean entries kept per head over the layers, window included"},
       {"beta", ParamType::Float, "20",
-       "pyramid steepness: top layer keeps (budget - window) / beta prefix entries"},
+       "pyramid steepness: top layer keeps (budget - window) / beta prefix entries", 1, 1e6},
       {"decode", ParamType::Bool, "true",
        "also compress at every decode step, per-layer budgets unchanged (false: the paper, prefill "
        "only)"}};

@@ -162,7 +162,7 @@ PolicyDescriptor wgkv_descriptor() {
        {"window", ParamType::Int, "0",
         "W, the local window (0: the gate file's, 256 for official checkpoints)"},
        {"tau", ParamType::Float, "-1",
-        "admission threshold (negative: the gate file's, 0.1 in the paper)"}},
+        "admission threshold (negative: the gate file's, 0.1 in the paper)", -1, 1}},
       [](const Params& p) {
         if (p.get_int("window") < 0) throw InputError("--policy", "wgkv:window", ">= 0 expected");
         if (p.get_float("tau") > 1)
