@@ -100,17 +100,34 @@ bool read_fully(int fd, void* buf, size_t size, off_t at) {
   return true;
 }
 
-// "Size of lengths" from the superblock (signature at 0, 512, 1024, ...).
-unsigned read_length_bytes(int fd, haddr_t eof) {
+// The superblock's sizes of offsets and lengths (signature at 0, 512, 1024,
+// ...). HDF5 accepts up to 32-byte addresses and sizes and then allocates by
+// what it decodes with them: a flipped bit there made it ask for gigabytes
+// (found by fuzzing). Every file HDF5 writes uses 8 (4 and 2 exist in old
+// files), so anything else is refused; no signature is HDF5's to report.
+struct SuperblockSizes {
+  bool found = false;
+  unsigned offsets = 8, lengths = 8;
+};
+
+SuperblockSizes read_superblock_sizes(int fd, haddr_t eof) {
   static const uint8_t kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  SuperblockSizes out;
   for (haddr_t at = 0; at + 16 <= eof; at = at == 0 ? 512 : at * 2) {
     uint8_t sb[16];
     if (!read_fully(fd, sb, sizeof sb, static_cast<off_t>(at))) break;
     if (std::memcmp(sb, kSignature, 8) != 0) continue;
-    const unsigned v = sb[8] <= 1 ? sb[14] : sb[10];  // superblock v0/1 vs v2/3 layout
-    return (v == 2 || v == 4 || v == 8) ? v : 8;
+    const bool v01 = sb[8] <= 1;  // superblock v0/1 vs v2/3 layout
+    out.found = true;
+    out.offsets = v01 ? sb[13] : sb[9];
+    out.lengths = v01 ? sb[14] : sb[10];
+    return out;
   }
-  return 8;
+  return out;
+}
+
+bool plausible_size(unsigned bytes) {
+  return bytes == 2 || bytes == 4 || bytes == 8;
 }
 
 H5FD_t* checked_open(const char* name, unsigned flags, hid_t, haddr_t) {
@@ -138,7 +155,16 @@ H5FD_t* checked_open(const char* name, unsigned flags, hid_t, haddr_t) {
   f->device = st.st_dev;
   f->inode = st.st_ino;
   f->eof = static_cast<haddr_t>(st.st_size);
-  f->length_bytes = read_length_bytes(fd, f->eof);
+  const SuperblockSizes sizes = read_superblock_sizes(fd, f->eof);
+  if (sizes.found && !(plausible_size(sizes.offsets) && plausible_size(sizes.lengths))) {
+    push_error(H5E_BADVALUE, "damaged superblock: sizes of offsets " +
+                                 std::to_string(sizes.offsets) + " and lengths " +
+                                 std::to_string(sizes.lengths) + " bytes (expected 2, 4 or 8)");
+    ::close(fd);
+    std::free(f);
+    return nullptr;
+  }
+  f->length_bytes = sizes.lengths;
   return &f->pub;
 }
 

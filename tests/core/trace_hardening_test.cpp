@@ -159,6 +159,30 @@ TEST_CASE("a file cut to a few bytes fails at once", "[trace][corrupt]") {
   }
 }
 
+TEST_CASE("a superblock with absurd address sizes is refused before HDF5 allocates by it",
+          "[trace][corrupt]") {
+  // Found by fuzz_trace_read: sizes of offsets 32 made HDF5 1.10.8 allocate
+  // 3 GB while reading the superblock.
+  std::string original = read_bytes(small_trace("sizes.kvtrace.h5"));
+  for (int field : {9, 10}) {  // superblock v2/v3: size of offsets, size of lengths
+    std::string bytes = original;
+    bytes[size_t(field)] = char(32);
+    std::string path = test::temp_dir() + "/sizes-" + std::to_string(field) + ".h5";
+    write_bytes(path, bytes);
+    try {
+      TraceReader::open(path);
+      FAIL("opened a trace with a damaged superblock");
+    } catch (const TraceError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("damaged superblock: sizes of offsets"));
+      CHECK_THAT(e.what(), Catch::Contains("(expected 2, 4 or 8)"));
+    }
+  }
+  const std::string fuzzed =
+      test::source_dir() + "/tests/fuzz/regressions/trace/oom-superblock-offsets-32";
+  CHECK_THROWS_WITH(TraceReader::open(fuzzed),
+                    Catch::Contains("damaged superblock: sizes of offsets 32 and lengths 8 bytes"));
+}
+
 TEST_CASE("undecompressable chunks are violations, not crashes", "[trace][corrupt]") {
   SECTION("/steps/n_tokens of an incomplete trace") {
     // The validator measured the committed length from /steps and indexed the
