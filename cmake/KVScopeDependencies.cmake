@@ -26,6 +26,33 @@ target_link_libraries(kvscope_torch INTERFACE ${TORCH_LIBRARIES})
 separate_arguments(_kvscope_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 target_compile_options(kvscope_torch INTERFACE ${_kvscope_torch_flags})
 message(STATUS "LibTorch ${Torch_VERSION}: ${TORCH_INSTALL_PREFIX}")
+# One LibTorch per process: every c10/torch library LibTorch's config hands
+# us must lie in its own install. A build against pip's torch on a machine
+# with Debian's libtorch-dev once linked Debian's libc10 beside pip's
+# libtorch_cpu and aborted at start-up (2026-11-21).
+get_filename_component(_kvscope_torch_root "${TORCH_INSTALL_PREFIX}" REALPATH)
+set(_kvscope_torch_files "")
+foreach(_lib IN LISTS TORCH_LIBRARIES)
+  if(TARGET ${_lib})
+    foreach(_prop IMPORTED_LOCATION IMPORTED_LOCATION_RELEASE IMPORTED_LOCATION_NOCONFIG)
+      get_target_property(_loc ${_lib} ${_prop})
+      if(_loc)
+        list(APPEND _kvscope_torch_files "${_loc}")
+      endif()
+    endforeach()
+  elseif(EXISTS "${_lib}")
+    list(APPEND _kvscope_torch_files "${_lib}")
+  endif()
+endforeach()
+foreach(_file IN LISTS _kvscope_torch_files)
+  get_filename_component(_name "${_file}" NAME)
+  get_filename_component(_real "${_file}" REALPATH)
+  if(_name MATCHES "^lib(c10|torch)" AND NOT _real MATCHES "^${_kvscope_torch_root}/")
+    message(FATAL_ERROR "Two LibTorch installs would meet: ${_file} is not part of the LibTorch "
+                        "found at ${TORCH_INSTALL_PREFIX}. Point CMAKE_PREFIX_PATH at one LibTorch "
+                        "only (scripts/build chooses it; see README, 'LibTorch').")
+  endif()
+endforeach()
 
 if(KVSCOPE_BUILD_GUI)
   find_package(Qt6 6.2 REQUIRED COMPONENTS Core Gui Widgets Svg PrintSupport Concurrent)

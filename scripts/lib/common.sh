@@ -3,6 +3,8 @@ KVSCOPE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 KVSCOPE_BUILD_DIR="${KVSCOPE_BUILD_DIR:-$KVSCOPE_ROOT/build}"
 KVSCOPE_MODELS_DIR="${KVSCOPE_MODELS_DIR:-$KVSCOPE_ROOT/models}"
 KVSCOPE_SHARED_DIR="${KVSCOPE_SHARED_DIR:-$(cd "$KVSCOPE_ROOT/.." && pwd)/shared}"
+# Caches that outlive build trees and clones (the pinned PyPI torch, llama.cpp).
+KVSCOPE_CACHE_DIR="${KVSCOPE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvscope}"
 export KVSCOPE_SHARED_DIR
 
 log() { printf '\033[1m[kvscope]\033[0m %s\n' "$*" >&2; }
