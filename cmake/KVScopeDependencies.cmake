@@ -20,7 +20,38 @@ find_package(ICU REQUIRED COMPONENTS uc)
 
 # LibTorch: Debian's libtorch-dev by default, or any other LibTorch through
 # -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)').
+# A CUDA build of LibTorch (pip's torch) adds nvcc -gencode flags for the GPUs
+# it autodetects, or for a list from Maxwell on when there is none; CUDA 13's
+# nvcc rejects compute_50. Our kernels target Ampere and Hopper (sm_80, sm_90).
+if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
+endif()
+# LibTorch's config looks its libraries up with find_library(... PATHS
+# <its prefix>/lib), which searches the system folders first: with Debian's
+# libtorch-dev installed, pip's torch got Debian's libc10. Pin them to the
+# LibTorch CMAKE_PREFIX_PATH names before its config runs.
+find_file(KVSCOPE_TORCH_CONFIG TorchConfig.cmake PATHS ${CMAKE_PREFIX_PATH}
+          PATH_SUFFIXES Torch share/cmake/Torch NO_DEFAULT_PATH)
+if(KVSCOPE_TORCH_CONFIG)
+  get_filename_component(_kvscope_torch_prefix "${KVSCOPE_TORCH_CONFIG}/../../../.." ABSOLUTE)
+  foreach(_pair c10_LIBRARY:c10 kineto_LIBRARY:kineto C10_CUDA_LIBRARY:c10_cuda TORCH_LIBRARY:torch)
+    string(REPLACE ":" ";" _pair "${_pair}")
+    list(GET _pair 0 _var)
+    list(GET _pair 1 _name)
+    find_library(${_var} ${_name} PATHS "${_kvscope_torch_prefix}/lib" NO_DEFAULT_PATH)
+  endforeach()
+endif()
 find_package(Torch REQUIRED)
+if(KVSCOPE_TORCH_CONFIG)
+  # pip's CUDA torch finds NCCL, cuDNN, cuBLAS... in the nvidia-* packages
+  # beside it (its RPATH). At link time ld would take the CUDA toolkit's
+  # older copies from our own -rpath first (undefined ncclPutSignal): name
+  # the packaged ones for resolving LibTorch's dependencies.
+  file(GLOB _kvscope_nvidia_libs "${_kvscope_torch_prefix}/../nvidia/*/lib")
+  foreach(_dir IN LISTS _kvscope_nvidia_libs)
+    add_link_options("LINKER:-rpath-link,${_dir}")
+  endforeach()
+endif()
 add_library(kvscope_torch INTERFACE)
 target_link_libraries(kvscope_torch INTERFACE ${TORCH_LIBRARIES})
 separate_arguments(_kvscope_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")

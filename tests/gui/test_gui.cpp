@@ -7,7 +7,6 @@
 #include <QMimeData>
 #include <QProcess>
 #include <QSignalSpy>
-#include <QStandardPaths>
 #include <QTest>
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -29,8 +28,15 @@ namespace {
 constexpr int kWaitMs = 60000;  // generous: a loaded CI machine is slow, never a timed assertion
 
 void setup() {
+  // Settings (the recent-files list) go to a folder of this process's own:
+  // CTest runs several GUI tests at once, and a shared ~/.qttest/config let
+  // one test's recent file land in another's list. QSettings reads
+  // XDG_CONFIG_HOME on first use, so this runs before any window exists.
+  static const bool isolated = [] {
+    return qputenv("XDG_CONFIG_HOME", QByteArray::fromStdString(test::temp_dir() + "/config"));
+  }();
+  (void)isolated;
   test::qt_app(false);
-  QStandardPaths::setTestModeEnabled(true);  // recent files go to a test location
 }
 
 bool all_loaded(MainWindow& w) {
