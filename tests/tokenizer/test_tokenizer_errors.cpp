@@ -252,6 +252,14 @@ TEST_CASE("out-of-range integers in tokenizer.json and GGUF vocabularies name th
              Catch::Contains("tokenizer.ggml.token_type[3]") && Catch::Contains("0..6"));
 }
 
+// Fuzzing finding (tests/fuzz/regressions/tokenizer_json): nlohmann's
+// out_of_range for a number no double holds escaped the parse (terminate).
+TEST_CASE("tokenizer.json with a number beyond double range is malformed JSON",
+          "[tokenizer][errors]") {
+  CHECK_THAT(json_error(R"({"model": {"type": "BPE", "dropout": 1e400}})"),
+             Catch::Contains("malformed JSON") && Catch::Contains("1e400"));
+}
+
 // Fuzzing findings (tests/fuzz/regressions/tokenizer_json): an unk_token
 // missing from the vocabulary threw std::runtime_error at encode time (exit
 // 1), and one large id sized the id tables (2^31 - 1: 64 GB).
