@@ -11,11 +11,18 @@ namespace kvscope::tokenizer {
 BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
                    const std::vector<std::pair<std::string, std::string>>& merges,
                    BpeOptions options, const std::string& source, const std::string& merges_field)
-    : vocab_(std::move(vocab)), options_(std::move(options)) {
+    : vocab_(std::move(vocab)), source_(source), options_(std::move(options)) {
+  // Tables below are sized by the largest id: one id of 2^31 - 1 would ask
+  // for 64 GB. 2^24 is far above any vocabulary (Llama 3: 128256).
+  constexpr int32_t kMaxId = (1 << 24) - 1;
   int32_t max_id = -1;
   for (const auto& [token, id] : vocab_) {
     if (id < 0)
       throw InputError(source, "vocab[\"" + token + "\"]", "negative id " + std::to_string(id));
+    if (id > kMaxId)
+      throw InputError(source, "vocab[\"" + token + "\"]",
+                       "id " + std::to_string(id) + " is outside [0, " + std::to_string(kMaxId) +
+                           "] (the largest id sizes the id tables)");
     max_id = std::max(max_id, id);
   }
   id_to_token_.assign(static_cast<size_t>(max_id + 1), std::string());
@@ -132,8 +139,12 @@ void BpeModel::merge_word(const std::string& w, std::vector<int32_t>* out) const
       if (pending_unk >= 0 && !options_.fuse_unk) symbols.push_back(pending_unk);
       pending_unk = unk_id_;
     } else if (!options_.unk_token.empty()) {
-      throw std::runtime_error("BPE: unk_token \"" + options_.unk_token +
-                               "\" is not in the vocabulary");
+      // As `tokenizers` does, only when a character needs it; but the file is
+      // what is wrong, so this is bad input like any other.
+      throw InputError(source_, "model.unk_token",
+                       "\"" + options_.unk_token +
+                           "\" is not in the vocabulary, and the text has a character no token "
+                           "covers");
     }
   }
   if (pending_unk >= 0) symbols.push_back(pending_unk);

@@ -52,6 +52,7 @@ class BpeModel {
   void apply_merges(std::vector<int32_t>* symbols) const;
 
   std::unordered_map<std::string, int32_t> vocab_;
+  std::string source_;  // the file, for errors at encode time
   std::vector<std::string> id_to_token_;
   std::vector<bool> has_id_;
   std::unordered_map<uint64_t, Merge> merges_;

@@ -100,6 +100,14 @@ struct TraceReader::Impl {
   bool has(const std::string& p) const { return h5::link_exists(opened.file.get(), p); }
 
   std::vector<hsize_t> dims(const std::string& p) { return h5::extent(dataset(p)); }
+  // The extent of p, which must have `rank` axes: callers index it.
+  std::vector<hsize_t> dims(const std::string& p, size_t rank) {
+    std::vector<hsize_t> e = dims(p);
+    if (e.size() != rank)
+      fail(ErrorCode::Schema, p,
+           "has rank " + std::to_string(e.size()) + " (expected " + std::to_string(rank) + ")");
+    return e;
+  }
 
   // Reads the hyperslab [start, start + count) of dataset p into memory of
   // type T, after checking rank, bounds and size.
@@ -118,6 +126,11 @@ struct TraceReader::Impl {
         fail(ErrorCode::Usage, p,
              "read of [" + std::to_string(start[i]) + ", " + std::to_string(start[i] + count[i]) +
                  ") on axis " + std::to_string(i) + " outside extent " + std::to_string(extent[i]));
+      // Checked before it is multiplied: extents come from the file.
+      if (count[i] != 0 && total > static_cast<uint64_t>(kMaxReadBytes) / count[i])
+        fail(ErrorCode::TooLarge, p,
+             "a read of this size exceeds the reader's limit of " + std::to_string(kMaxReadBytes) +
+                 " bytes");
       total *= count[i];
       if (total * sizeof(T) > static_cast<uint64_t>(kMaxReadBytes))
         fail(ErrorCode::TooLarge, p,
@@ -173,7 +186,8 @@ struct TraceReader::Impl {
       int64_t eb = read_1d<int64_t>("/steps/event_begin", s - 1, s)[0];
       int64_t ec = read_1d<int64_t>("/steps/event_count", s - 1, s)[0];
       t_committed = int64_t(first) + count;
-      e_committed = eb + ec;
+      // Values from the file: a sum past int64 is no event count either.
+      e_committed = eb >= 0 && ec >= 0 && ec <= INT64_MAX - eb ? eb + ec : -1;
     }
     if (t_committed > t || e_committed > e || t_committed < 0 || e_committed < 0)
       fail(ErrorCode::Schema, "/steps",
@@ -301,12 +315,12 @@ std::vector<TokenRecord> TraceReader::tokens(int64_t begin, int64_t end) const {
   // One read for all the text of the range.
   int64_t lo = INT64_MAX, hi = 0;
   for (size_t i = 0; i < out.size(); ++i) {
-    if (tb[i] < 0 || tl[i] < 0)
-      m.fail(ErrorCode::Schema, "/tokens/text_begin", "negative offset or length");
+    if (tb[i] < 0 || tl[i] < 0 || tb[i] > INT64_MAX - tl[i])
+      m.fail(ErrorCode::Schema, "/tokens/text_begin", "negative or overflowing offset or length");
     lo = std::min(lo, tb[i]);
     hi = std::max(hi, tb[i] + tl[i]);
   }
-  int64_t nbytes = static_cast<int64_t>(m.dims("/tokens/text_bytes")[0]);
+  int64_t nbytes = static_cast<int64_t>(m.dims("/tokens/text_bytes", 1)[0]);
   if (hi > nbytes)
     m.fail(ErrorCode::Schema, "/tokens/text_begin",
            "points past the end of /tokens/text_bytes (" + std::to_string(nbytes) + " bytes)");
@@ -351,6 +365,9 @@ std::vector<Event> TraceReader::events(int64_t begin, int64_t end) const {
 
 std::vector<Event> TraceReader::step_events(int64_t step) const {
   StepRecord s = steps(step, step + 1)[0];
+  if (s.event_begin < 0 || s.event_count < 0 || s.event_count > INT64_MAX - s.event_begin)
+    impl_->fail(ErrorCode::Schema, "/steps/event_begin",
+                "step " + std::to_string(step) + " has a negative or overflowing event range");
   return events(s.event_begin, s.event_begin + s.event_count);
 }
 
@@ -391,7 +408,7 @@ std::vector<TierInterval> TraceReader::intervals(int layer, int kv_head) const {
   Impl& m = *impl_;
   m.check_head(layer, kv_head);
   if (n_tiers() <= 1) return {};
-  int64_t rows = static_cast<int64_t>(m.dims("/lifetimes/intervals/layer")[0]);
+  int64_t rows = static_cast<int64_t>(m.dims("/lifetimes/intervals/layer", 1)[0]);
   int64_t slot = int64_t(layer) * n_kv_heads() + kv_head;
   int64_t begin = 0, end = rows;
   if (m.complete) {  // sorted with an index: read only this head's rows
@@ -455,7 +472,8 @@ ReceivedRow TraceReader::received(int64_t step, int layer, int kv_head) const {
   row.layer = static_cast<int16_t>(layer);
   row.kv_head = static_cast<int16_t>(kv_head);
   if (count <= 0) return row;
-  if (offset < 0) m.fail(ErrorCode::Schema, "/attention/received/offset", "negative offset");
+  if (offset < 0 || offset > INT64_MAX - count)
+    m.fail(ErrorCode::Schema, "/attention/received/offset", "negative or overflowing offset");
   row.tokens = m.read_1d<int32_t>("/attention/received/token", offset, offset + count);
   row.mass = m.read_1d<float>("/attention/received/mass", offset, offset + count);
   return row;
@@ -463,12 +481,12 @@ ReceivedRow TraceReader::received(int64_t step, int layer, int kv_head) const {
 
 int64_t TraceReader::pooled_query_blocks() const {
   if (impl_->layout.pooled_block <= 0) return 0;
-  return static_cast<int64_t>(impl_->dims("/attention/pooled/max")[2]);
+  return static_cast<int64_t>(impl_->dims("/attention/pooled/max", 4)[2]);
 }
 
 int64_t TraceReader::pooled_key_blocks() const {
   if (impl_->layout.pooled_block <= 0) return 0;
-  return static_cast<int64_t>(impl_->dims("/attention/pooled/max")[3]);
+  return static_cast<int64_t>(impl_->dims("/attention/pooled/max", 4)[3]);
 }
 
 PooledTile TraceReader::pooled(int layer, int head, int64_t qb_begin, int64_t qb_end,
@@ -498,7 +516,7 @@ std::vector<float> TraceReader::dense_rows(int head_index, int64_t token_begin,
   Impl& m = *impl_;
   if (head_index < 0 || head_index >= static_cast<int>(m.layout.dense_heads.size()))
     m.fail(ErrorCode::Usage, "/attention/dense/weight", "no such dense head");
-  std::vector<hsize_t> e = m.dims("/attention/dense/weight");
+  std::vector<hsize_t> e = m.dims("/attention/dense/weight", 3);
   m.check_range("/attention/dense/weight", token_begin, token_end, static_cast<int64_t>(e[1]));
   return m.read<float>("/attention/dense/weight", {hsize_t(head_index), hsize_t(token_begin), 0},
                        {1, hsize_t(token_end - token_begin), e[2]});
@@ -507,7 +525,7 @@ std::vector<float> TraceReader::dense_rows(int head_index, int64_t token_begin,
 TopkRow TraceReader::topk(int64_t token) const {
   Impl& m = *impl_;
   if (m.layout.topk <= 0) m.fail(ErrorCode::Usage, "/attention/topk", "not captured");
-  std::vector<hsize_t> e = m.dims("/attention/topk/index");
+  std::vector<hsize_t> e = m.dims("/attention/topk/index", 4);
   m.check_range("/attention/topk/index", token, token + 1, static_cast<int64_t>(e[0]));
   hsize_t L = hsize_t(n_layers()), H = hsize_t(n_heads()), k = hsize_t(m.layout.topk);
   TopkRow row;
@@ -543,7 +561,7 @@ int64_t TraceReader::gate_sample_count(int gate) const {
       !m.layout.gates[size_t(gate)].time_varying)
     return 0;
   return static_cast<int64_t>(
-      m.dims("/gates/" + m.layout.gates[size_t(gate)].name + "/samples/step")[0]);
+      m.dims("/gates/" + m.layout.gates[size_t(gate)].name + "/samples/step", 1)[0]);
 }
 
 std::vector<GateValue> TraceReader::gate_samples(int gate, int64_t begin, int64_t end,
@@ -588,7 +606,7 @@ std::vector<float> TraceReader::oracle_recall(int64_t step) const {
 
 std::string TraceReader::generated_text() const {
   Impl& m = *impl_;
-  int64_t n = static_cast<int64_t>(m.dims("/generation/text_bytes")[0]);
+  int64_t n = static_cast<int64_t>(m.dims("/generation/text_bytes", 1)[0]);
   std::vector<uint8_t> bytes = m.read_1d<uint8_t>("/generation/text_bytes", 0, n);
   return std::string(bytes.begin(), bytes.end());
 }

@@ -236,3 +236,81 @@ TEST_CASE("values out of range are listed by dataset path", "[trace][corrupt]") 
   ValidationReport report = validate_trace(p);
   CHECK(report.violations.size() == 5);
 }
+
+namespace {
+
+// One element of an integer dataset of any rank, by coordinate (the last
+// along axis 0 when `last` is set), written with the raw HDF5 API.
+void write_element(const std::string& path, const char* dataset, std::vector<hsize_t> coord,
+                   int64_t value, bool last = false) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(file >= 0);
+  hid_t d = H5Dopen2(file, dataset, H5P_DEFAULT);
+  hid_t fs = H5Dget_space(d);
+  std::vector<hsize_t> dims(coord.size());
+  REQUIRE(H5Sget_simple_extent_dims(fs, dims.data(), nullptr) == int(coord.size()));
+  if (last) coord[0] = dims[0] - 1;
+  H5Sselect_elements(fs, H5S_SELECT_SET, 1, coord.data());
+  hid_t ms = H5Screate(H5S_SCALAR);
+  REQUIRE(H5Dwrite(d, H5T_NATIVE_INT64, ms, fs, H5P_DEFAULT, &value) >= 0);
+  H5Sclose(ms);
+  H5Sclose(fs);
+  H5Dclose(d);
+  H5Fclose(file);
+}
+
+bool has_violation(const std::string& path, const std::string& field) {
+  for (const Violation& v : validate_trace(path).violations)
+    if (v.field == field) return true;
+  return false;
+}
+
+}  // namespace
+
+// Fuzzing findings (tests/fuzz/regressions/trace_read, trace_validate): values
+// whose sums overflow int64 (UBSan: signed integer overflow) and a dataset of
+// rank 0 where the reader indexed axis 0 of its extent (out of bounds).
+TEST_CASE("overflowing offsets and datasets of the wrong rank are errors, not crashes",
+          "[trace][corrupt]") {
+  const std::string dir = test::temp_dir();
+  {
+    const std::string p = fresh_copy(dir, "text_begin.kvtrace.h5");
+    write_element(p, "/tokens/text_begin", {0}, INT64_MAX);
+    auto r = TraceReader::open(p);
+    CHECK_THROWS_WITH(r->tokens(0, 1),
+                      Catch::Contains("/tokens/text_begin") && Catch::Contains("overflowing"));
+    CHECK(has_violation(p, "/tokens/text_begin"));
+  }
+  {
+    const std::string p = fresh_copy(dir, "event_begin.kvtrace.h5");
+    write_element(p, "/steps/event_begin", {0}, INT64_MAX, /*last=*/true);
+    CHECK_THROWS_WITH(TraceReader::open(p), Catch::Contains("/steps"));
+    CHECK(has_violation(p, "/steps/event_begin"));
+  }
+  {
+    const std::string p = fresh_copy(dir, "received.kvtrace.h5");
+    write_element(p, "/attention/received/offset", {0, 0, 0}, INT64_MAX);
+    write_element(p, "/attention/received/count", {0, 0, 0}, 5);
+    auto r = TraceReader::open(p);
+    CHECK_THROWS_WITH(r->received(0, 0, 0), Catch::Contains("/attention/received/offset"));
+    CHECK(has_violation(p, "/attention/received/offset"));
+  }
+  {
+    const std::string p = fresh_copy(dir, "text_bytes.kvtrace.h5");
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    hid_t file = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(H5Ldelete(file, "/generation/text_bytes", H5P_DEFAULT) >= 0);
+    hid_t s = H5Screate(H5S_SCALAR);
+    hid_t d = H5Dcreate2(file, "/generation/text_bytes", H5T_STD_U8LE, s, H5P_DEFAULT, H5P_DEFAULT,
+                         H5P_DEFAULT);
+    REQUIRE(d >= 0);
+    H5Dclose(d);
+    H5Sclose(s);
+    H5Fclose(file);
+    auto r = TraceReader::open(p);
+    CHECK_THROWS_WITH(r->generated_text(), Catch::Contains("/generation/text_bytes: has rank 0 "
+                                                           "(expected 1)"));
+    CHECK(has_violation(p, "/generation/text_bytes"));
+  }
+}

@@ -27,4 +27,6 @@ fuzz_target_flags() {
 _fuzz_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$_fuzz_dir/lsan.supp:print_suppressions=0}"
+# Always these suppressions (LSan takes one file): a caller's LSAN_OPTIONS,
+# e.g. the sanitizer stage's, does not know LibTorch's leak on a damaged zip.
+export LSAN_OPTIONS="suppressions=$_fuzz_dir/lsan.supp:print_suppressions=0"

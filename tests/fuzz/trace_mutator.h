@@ -26,8 +26,9 @@
 namespace kvscope::fuzz {
 
 // The targets call this for every input the trace reader opened: the mutator
-// only hands HDF5's (unchecked) core driver files the checked reader took,
-// so a crash inside HDF5 cannot happen in the mutator instead of the target.
+// only hands HDF5's (unchecked) core driver files the checked reader took (or
+// that it wrote itself), and does so in a forked child, so a crash inside
+// HDF5 cannot happen in the mutator instead of the target.
 void note_trace_opened(const uint8_t* data, size_t size);
 
 // One API-level mutation of an HDF5 file image in place; returns the new

@@ -445,3 +445,17 @@ TEST_CASE("a model larger than this machine's memory is refused before its weigh
                              Catch::Contains("GiB of memory"));
   }
 }
+
+// Fuzzing finding (tests/fuzz/regressions/gguf): the integer view of a float
+// value beyond int64 (or NaN) was a static_cast, undefined behaviour.
+TEST_CASE("GGUF: float metadata beyond int64 and NaN parse as floats", "[formats][gguf]") {
+  GgufWriter w;
+  w.add_f32("test.huge", 6.9e22f);
+  w.add_f32("test.nan", std::nanf(""));
+  const std::string path = kvscope::test::temp_dir() + "/floats.gguf";
+  w.write(path);
+  GgufFile g(path);
+  CHECK(g.get_float("test.huge") == Approx(6.9e22));
+  CHECK(std::isnan(g.get_float("test.nan")));
+  CHECK_THROWS_WITH(g.get_int("test.huge"), Catch::Contains("test.huge"));
+}

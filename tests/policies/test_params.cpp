@@ -86,6 +86,16 @@ TEST_CASE("number parameters: NaN, inf and out-of-range values name the paramete
   CHECK(error_of("pyramidkv:beta=1.5").empty());
 }
 
+// Fuzzing finding (tests/fuzz/regressions/policy_spec): a string value that
+// is not UTF-8 (paths need not be) made Params::to_json throw nlohmann's
+// type_error.
+TEST_CASE("parameters that are not UTF-8 are recorded with replacement characters") {
+  policy::PolicyInstance p = policy::make_policy("wgkv:gates=g\xff.safetensors");
+  std::string json;
+  REQUIRE_NOTHROW(json = p.params.to_json());
+  CHECK_THAT(json, Catch::Contains("g\xEF\xBF\xBD.safetensors"));
+}
+
 TEST_CASE("every policy's defaults lie within their declared ranges") {
   for (const policy::PolicyDescriptor& d : policy::builtin_policies()) {
     for (const policy::ParamSpec& p : d.params) {

@@ -252,6 +252,37 @@ TEST_CASE("out-of-range integers in tokenizer.json and GGUF vocabularies name th
              Catch::Contains("tokenizer.ggml.token_type[3]") && Catch::Contains("0..6"));
 }
 
+// Fuzzing finding (tests/fuzz/regressions/tokenizer_json): nlohmann's
+// out_of_range for a number no double holds escaped the parse (terminate).
+TEST_CASE("tokenizer.json with a number beyond double range is malformed JSON",
+          "[tokenizer][errors]") {
+  CHECK_THAT(json_error(R"({"model": {"type": "BPE", "dropout": 1e400}})"),
+             Catch::Contains("malformed JSON") && Catch::Contains("1e400"));
+}
+
+// Fuzzing findings (tests/fuzz/regressions/tokenizer_json): an unk_token
+// missing from the vocabulary threw std::runtime_error at encode time (exit
+// 1), and one large id sized the id tables (2^31 - 1: 64 GB).
+TEST_CASE("BPE: a missing unk_token and ids beyond the id tables are InputErrors",
+          "[tokenizer][errors]") {
+  std::string path;
+  const std::string missing_unk =
+      R"({"model": {"type": "BPE", "unk_token": "<unk>", "vocab": {"a": 0, "b": 1}, "merges": []}})";
+  write_binary(path = temp_dir() + "/unk.json", missing_unk);
+  auto tok = Tokenizer::from_tokenizer_json(path);
+  CHECK(tok->encode("ab", false) == std::vector<int32_t>{0, 1});
+  try {
+    tok->encode("abz", false);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK(e.field() == "model.unk_token");
+    CHECK_THAT(e.what(),
+               Catch::Contains(path) && Catch::Contains("\"<unk>\" is not in the vocabulary"));
+  }
+  CHECK_THAT(json_error(R"({"model": {"type": "BPE", "vocab": {"a": 2147483647}, "merges": []}})"),
+             Catch::Contains("vocab[\"a\"]") && Catch::Contains("[0, 16777215]"));
+}
+
 namespace {
 
 // Replaces one random node of `j` by a value of another JSON type.
