@@ -18,8 +18,15 @@ pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 # ICU (uc): Unicode normalization and character classes for the tokenizers.
 find_package(ICU REQUIRED COMPONENTS uc)
 
-# LibTorch: Debian's libtorch-dev by default, or any other LibTorch through
-# -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)').
+# LibTorch: KVSCOPE_TORCH (set by scripts/build) says which. pip: the one
+# CMAKE_PREFIX_PATH names (scripts/setup-torch prints it); debian: Debian's
+# libtorch-dev, whatever the prefix path holds. Empty: whichever LibTorch
+# find_package finds first (CMAKE_PREFIX_PATH, then the system's).
+set(KVSCOPE_TORCH "" CACHE STRING "Which LibTorch: pip (the prefix CMAKE_PREFIX_PATH names) or debian (libtorch-dev)")
+set_property(CACHE KVSCOPE_TORCH PROPERTY STRINGS "" pip debian)
+if(NOT KVSCOPE_TORCH MATCHES "^(|pip|debian)$")
+  message(FATAL_ERROR "KVSCOPE_TORCH=${KVSCOPE_TORCH}: expected pip or debian")
+endif()
 # A CUDA build of LibTorch (pip's torch) adds nvcc -gencode flags for the GPUs
 # it autodetects, or for a list from Maxwell on when there is none; CUDA 13's
 # nvcc rejects compute_50. Our kernels target Ampere and Hopper (sm_80, sm_90).
@@ -30,8 +37,16 @@ endif()
 # <its prefix>/lib), which searches the system folders first: with Debian's
 # libtorch-dev installed, pip's torch got Debian's libc10. Pin them to the
 # LibTorch CMAKE_PREFIX_PATH names before its config runs.
-find_file(KVSCOPE_TORCH_CONFIG TorchConfig.cmake PATHS ${CMAKE_PREFIX_PATH}
-          PATH_SUFFIXES Torch share/cmake/Torch NO_DEFAULT_PATH)
+if(KVSCOPE_TORCH STREQUAL "debian")
+  set(Torch_DIR "/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/cmake/Torch" CACHE PATH "" FORCE)
+else()
+  find_file(KVSCOPE_TORCH_CONFIG TorchConfig.cmake PATHS ${CMAKE_PREFIX_PATH}
+            PATH_SUFFIXES Torch share/cmake/Torch NO_DEFAULT_PATH)
+  if(KVSCOPE_TORCH STREQUAL "pip" AND NOT KVSCOPE_TORCH_CONFIG)
+    message(FATAL_ERROR "KVSCOPE_TORCH=pip, but no TorchConfig.cmake in CMAKE_PREFIX_PATH "
+                        "('${CMAKE_PREFIX_PATH}'): pass -DCMAKE_PREFIX_PATH=$(scripts/setup-torch)")
+  endif()
+endif()
 if(KVSCOPE_TORCH_CONFIG)
   get_filename_component(_kvscope_torch_prefix "${KVSCOPE_TORCH_CONFIG}/../../../.." ABSOLUTE)
   foreach(_pair c10_LIBRARY:c10 kineto_LIBRARY:kineto C10_CUDA_LIBRARY:c10_cuda TORCH_LIBRARY:torch)

@@ -1,13 +1,16 @@
-// The CPU kernels' own worker threads.
+// The CPU kernels' threads.
 //
-// Debian's LibTorch runs its matrix products on OpenBLAS, whose pthreads build
-// keeps a pool of its own; LibTorch's pool must then stay at one thread (two
-// spinning pools on the same cores stall each other, see
-// generate::set_threads). The attention kernels split their work over these
-// workers instead: decode attention by chunks of keys, prefill attention by
-// (kv head, query block) with OpenBLAS set to one thread meanwhile. Idle
-// workers sleep on a condition variable, so they never take a core from
-// OpenBLAS's workers.
+// The attention kernels split their work into items: decode attention by
+// chunks of keys, prefill attention by (kv head, query block) with the BLAS
+// set to one thread meanwhile. Which threads run them depends on where
+// LibTorch runs its products. Debian's LibTorch runs them on OpenBLAS, whose
+// pthreads build keeps a pool of its own; LibTorch's pool must then stay at
+// one thread (two spinning pools on the same cores stall each other, see
+// generate::set_threads) and the items run on workers of our own, which
+// sleep on a condition variable when idle so they never take a core from
+// OpenBLAS's workers. Where the products run on LibTorch's OpenMP pool (pip's
+// torch: MKL and oneDNN; OpenBLAS's OpenMP build), the items run on that
+// pool too.
 //
 // Work is a count of independent items claimed dynamically by the calling
 // thread and the workers. Callers make each item's result independent of
@@ -38,22 +41,32 @@ int blas_threads();                  // 0 without OpenBLAS
 void set_blas_threads(int threads);  // no-op without OpenBLAS
 bool blas_uses_openmp();             // its OpenMP build, which shares LibTorch's pool
 
-// Sets OpenBLAS's thread count for a scope (kernels that run one product per
-// kernel thread at once), and restores it. The count is process-wide: one
-// caller at a time (as parallel_items runs one job at a time).
+// MKL's thread count for the calling thread (MKL_Set_Num_Threads_Local,
+// found at run time: pip's LibTorch links MKL in and exports it). Returns the
+// previous local count (0: MKL's global setting), or -1 without MKL.
+int set_mkl_local_threads(int threads);
+
+// Sets the BLAS's thread count for a scope (kernels that run one product per
+// kernel thread at once, and need the same single-threaded products when
+// they run on one thread), and restores it. OpenBLAS's count is
+// process-wide: one caller at a time (as parallel_items runs one job at a
+// time); MKL's is the calling thread's.
 class BlasThreadsScope {
  public:
-  explicit BlasThreadsScope(int threads) : saved_(blas_threads()) {
-    if (saved_ > 0) set_blas_threads(threads);
+  explicit BlasThreadsScope(int threads)
+      : saved_openblas_(blas_threads()), saved_mkl_(set_mkl_local_threads(threads)) {
+    if (saved_openblas_ > 0) set_blas_threads(threads);
   }
   ~BlasThreadsScope() {
-    if (saved_ > 0) set_blas_threads(saved_);
+    if (saved_openblas_ > 0) set_blas_threads(saved_openblas_);
+    if (saved_mkl_ >= 0) set_mkl_local_threads(saved_mkl_);
   }
   BlasThreadsScope(const BlasThreadsScope&) = delete;
   BlasThreadsScope& operator=(const BlasThreadsScope&) = delete;
 
  private:
-  int saved_;
+  int saved_openblas_;
+  int saved_mkl_;
 };
 
 }  // namespace kvscope::kernels

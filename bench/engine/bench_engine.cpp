@@ -36,10 +36,10 @@ double peak_rss_mib() {
 
 // Bytes per second of y = W x (GEMV, what decode is made of) for a weight
 // matrix far larger than the caches; best of several runs.
-double gemv_bandwidth(int64_t rows, int64_t cols) {
-  torch::Tensor w = torch::randn({rows, cols});
-  torch::Tensor x = torch::randn({cols});
-  torch::Tensor y = torch::empty({rows});
+double gemv_bandwidth(int64_t rows, int64_t cols, torch::ScalarType dtype) {
+  torch::Tensor w = torch::randn({rows, cols}).to(dtype);
+  torch::Tensor x = torch::randn({cols}).to(dtype);
+  torch::Tensor y = torch::empty({rows}, dtype);
   for (int i = 0; i < 3; ++i) torch::mv_out(y, w, x);
   double best = 1e30;
   for (int rep = 0; rep < 5; ++rep) {
@@ -48,6 +48,47 @@ double gemv_bandwidth(int64_t rows, int64_t cols) {
     best = std::min(best, since(t) / 10);
   }
   return static_cast<double>(w.nbytes()) / best;
+}
+
+// Seconds of one pass of matrix-vector products over the model's own weight
+// matrices, in the order a decode step reads them (each layer's qkv, output,
+// up and down projections, then the output head), best of five passes: a
+// decode step that did nothing but stream its weights. Unlike one large
+// matrix multiplied again and again (gemv_bandwidth), which a CPU with a
+// last-level cache larger than the matrix serves from that cache (this Intel
+// machine reports 480 MB of L3), the model's 513 MB do not come back before
+// they are evicted.
+double model_gemv_seconds(const kvscope::model::Transformer& m) {
+  std::vector<torch::Tensor> mats;
+  for (const auto& l : m.weights().layers)
+    for (const torch::Tensor* t : {&l.wqkv, &l.wo, &l.w_up, &l.w_down})
+      if (t->defined()) mats.push_back(*t);
+  mats.push_back(m.weights().lm_head);
+  std::vector<torch::Tensor> xs, ys;
+  for (const torch::Tensor& w : mats) {
+    xs.push_back(torch::randn({w.size(1)}).to(w.scalar_type()));
+    ys.push_back(torch::empty({w.size(0)}, w.options()));
+  }
+  double best = 1e30;
+  for (int rep = 0; rep < 6; ++rep) {
+    const auto t = Clock::now();
+    for (size_t i = 0; i < mats.size(); ++i) {
+      if (mats[i].scalar_type() == torch::kFloat32)
+        torch::mv_out(ys[i], mats[i], xs[i]);
+      else  // as the engine's linear(): reduced-precision mv accumulates in that type
+        ys[i] = torch::mm(xs[i].unsqueeze(0), mats[i].t());
+    }
+    if (rep > 0) best = std::min(best, since(t));  // the first pass warms up
+  }
+  return best;
+}
+
+// "BLAS_INFO=..." of LibTorch's build configuration (openblas, mkl, ...).
+std::string blas_info() {
+  const std::string config = torch::show_config();
+  const auto at = config.find("BLAS_INFO=");
+  if (at == std::string::npos) return "unknown BLAS";
+  return config.substr(at + 10, config.find_first_of(", \n", at + 10) - at - 10);
 }
 
 std::vector<int64_t> parse_list(const std::string& s) {
@@ -61,7 +102,7 @@ std::vector<int64_t> parse_list(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, ids_path, lengths = "512,2048";
+  std::string model, ids_path, lengths = "512,2048", dtype = "fp32";
   int threads = 2;
   int64_t decode = 64, chunk = 512;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -78,6 +119,8 @@ int main(int argc, char** argv) {
       threads = std::stoi(v);
     else if (a == "--chunk")
       chunk = std::stoll(v);
+    else if (a == "--dtype")
+      dtype = v;
     else {
       std::cerr << "unknown option " << a << "\n";
       return 2;
@@ -85,13 +128,14 @@ int main(int argc, char** argv) {
   }
   if (model.empty() || ids_path.empty()) {
     std::cerr << "usage: bench_engine --model M --ids ids.json [--lengths 512,2048] [--decode 64] "
-                 "[--threads 2] [--chunk 512 (0: whole prompt)]\n";
+                 "[--threads 2] [--chunk 512 (0: whole prompt)] [--dtype fp32|bf16]\n";
     return 2;
   }
   torch::NoGradGuard no_grad;
   kvscope::generate::ModelOptions mo;
   mo.model = model;
   mo.threads = threads;
+  mo.dtype = dtype;
   const auto load_start = Clock::now();
   kvscope::generate::Engine engine = kvscope::generate::open_engine(mo);
   const double load_s = since(load_start);
@@ -103,13 +147,17 @@ int main(int argc, char** argv) {
   out["engine"] = "kvscope";
   out["model"] = model;
   out["threads"] = threads;
+  out["dtype"] = dtype;
+  out["libtorch"] = TORCH_VERSION;
+  out["blas"] = blas_info();
   out["prefill_chunk"] = chunk;
   out["load_seconds"] = load_s;
   out["weight_bytes"] = m.weight_bytes();
   out["parameters"] = m.parameter_count();
-  const double bw = gemv_bandwidth(8192, 4096);
+  const double bw = gemv_bandwidth(8192, 4096, m.dtype());
   out["gemv_bytes_per_second"] = bw;
   out["decode_floor_seconds"] = static_cast<double>(m.weight_bytes()) / bw;
+  out["model_gemv_seconds"] = model_gemv_seconds(m);
   kvscope::generate::Sampler greedy(kvscope::generate::SamplingOptions{});
 
   for (int64_t n : parse_list(lengths)) {
@@ -118,10 +166,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     torch::Tensor ids = torch::tensor(std::vector<int64_t>(all_ids.begin(), all_ids.begin() + n));
-    kvscope::generate::DenseKvCache cache(m.config(), n + decode, torch::kCPU, torch::kFloat32);
+    kvscope::generate::DenseKvCache cache(m.config(), n + decode, torch::kCPU, m.dtype());
     // Warm-up on a short prefix (first-touch of weights and buffers).
     {
-      kvscope::generate::DenseKvCache warm(m.config(), 64, torch::kCPU, torch::kFloat32);
+      kvscope::generate::DenseKvCache warm(m.config(), 64, torch::kCPU, m.dtype());
       m.forward(ids.narrow(0, 0, 32), 0, warm);
       for (int64_t p = 32; p < 40; ++p) m.forward(ids.narrow(0, p, 1), p, warm);
     }

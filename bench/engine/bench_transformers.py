@@ -32,7 +32,9 @@ def main():
     ap.add_argument("--lengths", default="512,2048")
     ap.add_argument("--decode", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     a = ap.parse_args()
+    dtype = torch.float32 if a.dtype == "fp32" else torch.bfloat16
 
     torch.set_num_threads(a.threads)
     with open(a.ids) as f:
@@ -41,15 +43,15 @@ def main():
     if a.model.endswith(".bin"):  # llama2.c checkpoint (stories260K)
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "support"))
         from llama2c_hf import load_llama2c
-        model = load_llama2c(a.model)
+        model = load_llama2c(a.model).to(dtype)
     else:
         model = AutoModelForCausalLM.from_pretrained(
             os.path.dirname(os.path.abspath(a.model)), gguf_file=os.path.basename(a.model),
-            dtype=torch.float32)
+            dtype=dtype)
     model.eval()
     load_s = time.perf_counter() - t
     out = {"engine": "transformers", "transformers": transformers.__version__,
-           "torch": torch.__version__, "threads": torch.get_num_threads(), "model": a.model,
+           "torch": torch.__version__, "dtype": a.dtype, "threads": torch.get_num_threads(), "model": a.model,
            "attn_implementation": model.config._attn_implementation,
            "load_seconds": load_s, "runs": []}
     with torch.inference_mode():

@@ -82,8 +82,9 @@ void set_threads(int threads) {
   // stalling each other (measured on 2 cores: decode at 512 tokens of
   // context 20 tok/s with one thread, 3 tok/s with two), so there the BLAS
   // pool gets the threads and LibTorch's element-wise ops run on the
-  // caller's thread. Without OpenBLAS (e.g. an MKL LibTorch) LibTorch gets
-  // them.
+  // caller's thread. Without OpenBLAS (pip's torch: MKL and oneDNN on
+  // LibTorch's OpenMP pool) LibTorch gets them, and the kernels' items run on
+  // that pool too (kernels/parallel.h).
   const bool own_pool = kernels::blas_threads() > 0 && !kernels::blas_uses_openmp();
   kernels::set_blas_threads(threads);
   torch::set_num_threads(own_pool ? 1 : threads);

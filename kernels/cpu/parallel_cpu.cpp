@@ -1,3 +1,4 @@
+#include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 #include <dlfcn.h>
 #include <sched.h>
@@ -135,43 +136,130 @@ WorkerPool& pool() {
   return p;
 }
 
+// LibTorch's own pool is OpenMP (GNU libgomp) in every LibTorch we build
+// against. Where its products run on that pool too (MKL or oneDNN, and
+// OpenBLAS's OpenMP build), a second pool of our own would take the cores
+// from it: OpenMP threads spin for a while after each region, and with pip's
+// torch 2.15 our sleeping workers and its spinning ones cost the engine a
+// quarter of its decode speed (docs/performance.md). So the items run on
+// LibTorch's OpenMP threads. at::parallel_for cannot be used for that: its
+// OpenMP implementation is a `#pragma omp parallel` in a header, which
+// compiles to serial code without -fopenmp, and compiling with -fopenmp
+// would link a runtime of the compiler's (clang: libomp) beside LibTorch's.
+// GOMP_parallel, the entry point `#pragma omp parallel` compiles to (libgomp
+// ABI GOMP_4.0), taken from the libgomp LibTorch loaded, runs on its pool.
+using GompParallel = void (*)(void (*)(void*), void*, unsigned, unsigned);
+
+GompParallel gomp_parallel() {
+  static const auto fn = reinterpret_cast<GompParallel>(dlsym(RTLD_DEFAULT, "GOMP_parallel"));
+  return fn;
+}
+
+struct OmpJob {
+  const std::function<void(int64_t)>* item;
+  int64_t n;
+  std::atomic<int64_t> next{0};
+  const at::ThreadLocalState* caller_state;
+  std::mutex error_mutex;
+  std::exception_ptr error;
+};
+
+// Every thread of the team, the caller's included, claims items until none
+// is left; nothing may leave it by exception (OpenMP regions cannot unwind).
+void omp_claim_items(void* data) {
+  auto& job = *static_cast<OmpJob*>(data);
+  const at::ThreadLocalStateGuard state(*job.caller_state);
+  t_in_items = true;
+  for (int64_t i = job.next.fetch_add(1); i < job.n; i = job.next.fetch_add(1)) {
+    try {
+      (*job.item)(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(job.error_mutex);
+      if (!job.error) job.error = std::current_exception();
+      job.next.store(job.n);  // skip what is left
+    }
+  }
+  t_in_items = false;
+}
+
+void run_on_libtorch_pool(int64_t n, int threads, const std::function<void(int64_t)>& item) {
+  const at::ThreadLocalState caller_state;  // grad mode, inference mode, ...
+  OmpJob job;
+  job.item = &item;
+  job.n = n;
+  job.caller_state = &caller_state;
+  gomp_parallel()(omp_claim_items, &job, static_cast<unsigned>(threads), 0);
+  if (job.error) std::rethrow_exception(job.error);
+}
+
+// Our own workers beside OpenBLAS's pthreads pool (Debian's LibTorch), whose
+// threads sleep when idle, and where no libgomp is loaded; LibTorch's OpenMP
+// pool otherwise.
+bool use_own_pool() {
+  return (blas_threads() > 0 && !blas_uses_openmp()) || !gomp_parallel();
+}
+
+std::atomic<int> g_threads{1};
+
 }  // namespace
 
 void set_kernel_threads(int threads) {
-  pool().resize(threads < 1 ? 1 : threads);
+  threads = threads < 1 ? 1 : threads;
+  g_threads.store(threads);
+  pool().resize(use_own_pool() ? threads : 1);
 }
 
 int kernel_threads() {
-  return pool().threads();
+  return g_threads.load();
 }
 
 void parallel_items(int64_t n, const std::function<void(int64_t item)>& item) {
   if (n <= 0) return;
-  if (n > 1 && !t_in_items && pool().run(n, item)) return;
+  if (n > 1 && !t_in_items) {
+    if (!use_own_pool()) {
+      // kernel_threads(), not LibTorch's count: a BlasThreadsScope may have
+      // set MKL's to one for the caller meanwhile.
+      const int threads = static_cast<int>(std::min<int64_t>(n, kernel_threads()));
+      if (threads > 1 && !at::in_parallel_region()) {
+        run_on_libtorch_pool(n, threads, item);
+        return;
+      }
+    } else if (pool().run(n, item)) {
+      return;
+    }
+  }
   for (int64_t i = 0; i < n; ++i) item(i);
 }
 
 namespace {
 
 template <typename Fn>
-Fn openblas_symbol(const char* name) {
+Fn library_symbol(const char* name) {
   return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
 }
 
 }  // namespace
 
 int blas_threads() {
-  static const auto get = openblas_symbol<int (*)()>("openblas_get_num_threads");
+  static const auto get = library_symbol<int (*)()>("openblas_get_num_threads");
   return get ? get() : 0;
 }
 
 void set_blas_threads(int threads) {
-  static const auto set = openblas_symbol<void (*)(int)>("openblas_set_num_threads");
+  static const auto set = library_symbol<void (*)(int)>("openblas_set_num_threads");
   if (set) set(threads);
 }
 
+int set_mkl_local_threads(int threads) {
+  // MKL_Set_Num_Threads_Local takes the count by value; the lower-case
+  // mkl_set_num_threads_local exported beside it is the Fortran entry (a
+  // pointer), as objdump of pip's libtorch_cpu.so shows.
+  static const auto set = library_symbol<int (*)(int)>("MKL_Set_Num_Threads_Local");
+  return set ? set(threads) : -1;
+}
+
 bool blas_uses_openmp() {
-  static const auto get = openblas_symbol<int (*)()>("openblas_get_parallel");
+  static const auto get = library_symbol<int (*)()>("openblas_get_parallel");
   constexpr int kOpenMp = 2;  // openblas_get_parallel(): 0 serial, 1 pthreads, 2 OpenMP
   return get && get() == kOpenMp;
 }

@@ -1,6 +1,14 @@
 # Shared by the scripts in scripts/: logging and paths. Source, don't run.
 KVSCOPE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-KVSCOPE_BUILD_DIR="${KVSCOPE_BUILD_DIR:-$KVSCOPE_ROOT/build}"
+# Which LibTorch the build links (README, "LibTorch"): pip, the pinned PyPI
+# torch (scripts/setup-torch; the default), or debian, Debian's libtorch-dev
+# 1.13 (the fallback for machines without PyPI). Each has its own build tree.
+KVSCOPE_TORCH="${KVSCOPE_TORCH:-pip}"
+case "$KVSCOPE_TORCH" in
+  pip) KVSCOPE_BUILD_DIR="${KVSCOPE_BUILD_DIR:-$KVSCOPE_ROOT/build}" ;;
+  debian) KVSCOPE_BUILD_DIR="${KVSCOPE_BUILD_DIR:-$KVSCOPE_ROOT/build-debian-torch}" ;;
+  *) printf '[kvscope] error: KVSCOPE_TORCH=%s: expected pip or debian\n' "$KVSCOPE_TORCH" >&2; exit 1 ;;
+esac
 KVSCOPE_MODELS_DIR="${KVSCOPE_MODELS_DIR:-$KVSCOPE_ROOT/models}"
 KVSCOPE_SHARED_DIR="${KVSCOPE_SHARED_DIR:-$(cd "$KVSCOPE_ROOT/.." && pwd)/shared}"
 # Caches that outlive build trees and clones (the pinned PyPI torch, llama.cpp).
