@@ -98,7 +98,10 @@ def run_llama_bench(tools, model, lengths, decode, threads, repeats):
         out[r["n_prompt"]]["prefill_tokens_per_second"] = max(r["samples_ts"])
     for r in gen:
         out[r["n_depth"]]["decode_tokens_per_second"] = max(r["samples_ts"])
-    info = {"build_commit": prefill[0].get("build_commit"), "build_number": prefill[0].get("build_number"),
+    # Built from a source distribution without git, llama-bench reports build
+    # 0; the folder scripts/setup-llama-cpp made names the version.
+    version = os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(exe)))).replace("llama.cpp-", "")
+    info = {"version": version, "build_commit": prefill[0].get("build_commit"),
             "backends": prefill[0].get("backends"), "model": model, "raw": prefill + gen}
     return out, info
 
@@ -164,7 +167,7 @@ def main():
         f"({kv[0]['parameters'] / 1e6:.1f} M parameters, {kv[0]['weight_bytes'] / 2**20:.0f} MiB of weights); "
         f"KVScope on LibTorch {kv[0].get('libtorch', '?')} ({kv[0].get('blas', '?')}), prefill chunk {a.chunk or 'whole prompt'}; "
         + (f"transformers {hf[0]['transformers']}, torch {hf[0]['torch']} ({hf[0]['attn_implementation']} attention); " if hf else "")
-        + (f"llama.cpp build {llama_info['build_number']} ({llama_info['build_commit']}, {llama_info['backends']}), F32 GGUF; " if llama else "")
+        + (f"llama.cpp {llama_info['version']} ({llama_info['backends']} backend), F32 GGUF; " if llama else "")
         + f"best of {a.repeats} rounds; {a.decode} decode steps after each prompt; "
         f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",

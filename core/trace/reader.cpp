@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <type_traits>
 
 #include "core/trace/error.h"
 #include "core/trace/h5.h"
@@ -15,40 +16,28 @@ namespace kvscope::trace {
 
 namespace {
 
+// The trace element type of a C++ type the reader reads into.
 template <typename T>
-struct ElemOf;
-template <>
-struct ElemOf<uint8_t> {
-  static constexpr Elem value = Elem::U8;
-};
-template <>
-struct ElemOf<int8_t> {
-  static constexpr Elem value = Elem::I8;
-};
-template <>
-struct ElemOf<uint16_t> {
-  static constexpr Elem value = Elem::U16;
-};
-template <>
-struct ElemOf<int16_t> {
-  static constexpr Elem value = Elem::I16;
-};
-template <>
-struct ElemOf<int32_t> {
-  static constexpr Elem value = Elem::I32;
-};
-template <>
-struct ElemOf<int64_t> {
-  static constexpr Elem value = Elem::I64;
-};
-template <>
-struct ElemOf<float> {
-  static constexpr Elem value = Elem::F32;
-};
-template <>
-struct ElemOf<double> {
-  static constexpr Elem value = Elem::F64;
-};
+constexpr Elem elem_of() {
+  if constexpr (std::is_same_v<T, uint8_t>)
+    return Elem::U8;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return Elem::I8;
+  else if constexpr (std::is_same_v<T, uint16_t>)
+    return Elem::U16;
+  else if constexpr (std::is_same_v<T, int16_t>)
+    return Elem::I16;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return Elem::I32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return Elem::I64;
+  else if constexpr (std::is_same_v<T, float>)
+    return Elem::F32;
+  else {
+    static_assert(std::is_same_v<T, double>, "no trace element type for this type");
+    return Elem::F64;
+  }
+}
 
 const char* kStepColumns[] = {"/steps/kind",      "/steps/first_token", "/steps/n_tokens",
                               "/steps/t_start_s", "/steps/wall_s",      "/steps/entries",
@@ -146,7 +135,7 @@ struct TraceReader::Impl {
     h5::Handle mspace = h5::dataspace(
         extent.empty() ? H5Screate(H5S_SCALAR)
                        : H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
-    hid_t mt = mem_type >= 0 ? mem_type : h5::memory_type(ElemOf<T>::value);
+    hid_t mt = mem_type >= 0 ? mem_type : h5::memory_type(elem_of<T>());
     if (H5Dread(d, mt, mspace.get(), fspace.get(), H5P_DEFAULT, out.data()) < 0)
       fail(ErrorCode::Schema, p, "read failed: " + h5::take_error_message());
     return out;

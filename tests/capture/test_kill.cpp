@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -119,7 +120,12 @@ void check_killed(const std::string& path, const TraceReader& ref, bool by_fault
     return;
   }
   auto got = TraceReader::open(path);
-  CHECK_FALSE(got->complete());
+  if (got->complete()) {
+    // A kill from outside can land after the trace was finished, while the
+    // process exits (freeing LibTorch takes a while): then it is whole.
+    CHECK_FALSE(by_fault_point);
+    CHECK(got->n_steps() == ref.n_steps());
+  }
   check_committed_prefix(*got, ref);
   ValidationReport report = validate_trace(path);
   for (const auto& v : report.violations) UNSCOPED_INFO(v.field << ": " << v.message);
@@ -133,7 +139,10 @@ TEST_CASE("captures killed at seeded moments leave traces of exactly their commi
           "[capture][crash]") {
   const std::string dir = test::temp_dir();
   const std::string ref_path = dir + "/reference.kvtrace.h5";
+  const auto started = std::chrono::steady_clock::now();
   REQUIRE(WIFEXITED(run_capture(ref_path, -1, -1)));
+  const double reference_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started).count();
   auto ref = TraceReader::open(ref_path);
   REQUIRE(ref->complete());
   REQUIRE(ref->n_steps() > 200);  // ends at --max-new or at the end of a story
@@ -161,12 +170,12 @@ TEST_CASE("captures killed at seeded moments leave traces of exactly their commi
   CHECK(killed >= 12);
   CHECK(mid_run >= 6);
 
-  // Kills from outside at seeded delays land anywhere, inside HDF5's own
-  // writes too.
-  std::uniform_int_distribution<long> delay(0, 1200000);
+  // Kills from outside at seeded fractions of a whole run's time land
+  // anywhere, inside HDF5's own writes too.
+  std::uniform_real_distribution<double> fraction(0.0, 1.1);
   for (int run = 0; run < 6; ++run) {
     const std::string path = dir + "/timed-" + std::to_string(run) + ".kvtrace.h5";
-    const int status = run_capture(path, -1, delay(rng));
+    const int status = run_capture(path, -1, static_cast<long>(fraction(rng) * reference_us));
     if (WIFSIGNALED(status))
       check_killed(path, *ref, false);
     else

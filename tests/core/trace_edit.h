@@ -22,26 +22,24 @@ struct Edit {
   ~Edit() { H5Fclose(file); }
 
   void set_i64_attr(const char* object, const char* name, int64_t value) {
-    hid_t obj = H5Oopen(file, object, H5P_DEFAULT);
-    H5Adelete(obj, name);
-    hid_t space = H5Screate(H5S_SCALAR);
-    hid_t attr = H5Acreate2(obj, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
-    REQUIRE(H5Awrite(attr, H5T_NATIVE_INT64, &value) >= 0);
-    H5Aclose(attr);
-    H5Sclose(space);
-    H5Oclose(obj);
+    replace_attr(object, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
   }
   void set_string_attr(const char* object, const char* name, const char* value) {
-    hid_t obj = H5Oopen(file, object, H5P_DEFAULT);
-    H5Adelete(obj, name);
     hid_t type = H5Tcopy(H5T_C_S1);
     H5Tset_size(type, H5T_VARIABLE);
+    replace_attr(object, name, type, type, &value);
+    H5Tclose(type);
+  }
+  // Deletes the attribute `name` of `object` and writes a scalar one in its place.
+  void replace_attr(const char* object, const char* name, hid_t file_type, hid_t mem_type,
+                    const void* value) {
+    hid_t obj = H5Oopen(file, object, H5P_DEFAULT);
+    H5Adelete(obj, name);
     hid_t space = H5Screate(H5S_SCALAR);
-    hid_t attr = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
-    REQUIRE(H5Awrite(attr, type, &value) >= 0);
+    hid_t attr = H5Acreate2(obj, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT);
+    REQUIRE(H5Awrite(attr, mem_type, value) >= 0);
     H5Aclose(attr);
     H5Sclose(space);
-    H5Tclose(type);
     H5Oclose(obj);
   }
   void remove(const char* path) { REQUIRE(H5Ldelete(file, path, H5P_DEFAULT) >= 0); }
