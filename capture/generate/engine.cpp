@@ -1,5 +1,6 @@
 #include "capture/generate/engine.h"
 
+#include <malloc.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -93,6 +94,19 @@ void set_threads(int threads) {
   kernels::set_kernel_threads(threads);
 }
 
+// glibc serves allocations above its mmap threshold (128 KiB, raised
+// dynamically up to 32 MiB) with fresh mmaps, returned on free: every
+// forward's activation and score buffers then come back as new pages, each
+// faulted in and zeroed by the kernel (page faults were ~2 % of a prefill's
+// samples, more of its time). Keeping them in the heap: SmolLM2 fp32, 512-token
+// prefill 1013-1069 -> 1207-1287 tokens/s (docs/performance.md). The freed
+// memory stays with the process until it exits, which suits a capture run.
+void keep_buffers_in_heap() {
+  constexpr int kMmapThreshold = 256 << 20, kTrimThreshold = 1 << 30;
+  mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
+  mallopt(M_TRIM_THRESHOLD, kTrimThreshold);
+}
+
 std::unique_ptr<tokenizer::Tokenizer> open_tokenizer(const std::string& model_path,
                                                      model::ModelFormat format,
                                                      const std::string& explicit_path,
@@ -143,6 +157,7 @@ Engine open_engine(const ModelOptions& o) {
   e.device = parse_device(o.device);
   e.dtype = parse_dtype(o.dtype, e.device);
   set_threads(o.threads);
+  keep_buffers_in_heap();
   e.format = model::detect_model_format(o.model);
   const auto start = std::chrono::steady_clock::now();
   e.model = model::load_model(o.model, torch::TensorOptions().dtype(e.dtype).device(e.device));
