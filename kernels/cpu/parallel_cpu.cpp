@@ -17,6 +17,13 @@ namespace kvscope::kernels {
 
 namespace {
 
+// A symbol of a library already loaded into the process (OpenBLAS, MKL and
+// libgomp come with LibTorch, which one depends on the build), or null.
+template <typename Fn>
+Fn library_symbol(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+
 // True on a thread while it runs items (nested calls then run serially).
 thread_local bool t_in_items = false;
 
@@ -151,7 +158,7 @@ WorkerPool& pool() {
 using GompParallel = void (*)(void (*)(void*), void*, unsigned, unsigned);
 
 GompParallel gomp_parallel() {
-  static const auto fn = reinterpret_cast<GompParallel>(dlsym(RTLD_DEFAULT, "GOMP_parallel"));
+  static const auto fn = library_symbol<GompParallel>("GOMP_parallel");
   return fn;
 }
 
@@ -230,15 +237,6 @@ void parallel_items(int64_t n, const std::function<void(int64_t item)>& item) {
   }
   for (int64_t i = 0; i < n; ++i) item(i);
 }
-
-namespace {
-
-template <typename Fn>
-Fn library_symbol(const char* name) {
-  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
-}
-
-}  // namespace
 
 int blas_threads() {
   static const auto get = library_symbol<int (*)()>("openblas_get_num_threads");
