@@ -1,6 +1,7 @@
 #include "views/compare_figure.h"
 
 #include <QFileInfo>
+#include <QFontMetricsF>
 #include <algorithm>
 
 #include "views/survival_figure.h"
@@ -154,7 +155,9 @@ void CompareFigure::paint(QPainter& p, const QRectF& area) const {
   paint_tokens(p, strip);
   p.save();
   p.setFont(plot::font(8));
-  double y = strip.bottom() + 40;
+  // Below the strip's tick labels and its axis label (plot::axis_labels puts
+  // it 20 px under the strip, in font(9)), whatever the font's size.
+  double y = strip.bottom() + 20 + QFontMetricsF(plot::font(9)).height() + 8;
   for (uint8_t d : {uint8_t(analysis::kOnlyA), uint8_t(analysis::kOnlyB),
                     uint8_t(analysis::kHeldByBoth), uint8_t(analysis::kHeldByNeither)}) {
     static const char* names[] = {"held by neither", "kept by A, not B", "kept by B, not A",
