@@ -33,10 +33,6 @@ endif()
 if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
   set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
 endif()
-# LibTorch's config looks its libraries up with find_library(... PATHS
-# <its prefix>/lib), which searches the system folders first: with Debian's
-# libtorch-dev installed, pip's torch got Debian's libc10. Pin them to the
-# LibTorch CMAKE_PREFIX_PATH names before its config runs.
 if(KVSCOPE_TORCH STREQUAL "debian")
   set(Torch_DIR "/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/cmake/Torch" CACHE PATH "" FORCE)
 else()
@@ -47,6 +43,10 @@ else()
                         "('${CMAKE_PREFIX_PATH}'): pass -DCMAKE_PREFIX_PATH=$(scripts/setup-torch)")
   endif()
 endif()
+# LibTorch's config looks its libraries up with find_library(... PATHS
+# <its prefix>/lib), which searches the system folders first: with Debian's
+# libtorch-dev installed, pip's torch got Debian's libc10. Pin them to the
+# LibTorch CMAKE_PREFIX_PATH names before its config runs.
 if(KVSCOPE_TORCH_CONFIG)
   get_filename_component(_kvscope_torch_prefix "${KVSCOPE_TORCH_CONFIG}/../../../.." ABSOLUTE)
   foreach(_pair c10_LIBRARY:c10 kineto_LIBRARY:kineto C10_CUDA_LIBRARY:c10_cuda TORCH_LIBRARY:torch)

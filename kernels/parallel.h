@@ -40,6 +40,10 @@ void parallel_items(int64_t n, const std::function<void(int64_t item)>& item);
 int blas_threads();                  // 0 without OpenBLAS
 void set_blas_threads(int threads);  // no-op without OpenBLAS
 bool blas_uses_openmp();             // its OpenMP build, which shares LibTorch's pool
+// True when the BLAS keeps a thread pool apart from LibTorch's: OpenBLAS's
+// pthreads build (Debian's libopenblas0-pthread). Its threads and LibTorch's
+// must then not both be sized to the cores (generate::set_threads).
+bool blas_has_own_pool();
 
 // MKL's thread count for the calling thread (MKL_Set_Num_Threads_Local,
 // found at run time: pip's LibTorch links MKL in and exports it). Returns the

@@ -86,9 +86,8 @@ void set_threads(int threads) {
   // caller's thread. Without OpenBLAS (pip's torch: MKL and oneDNN on
   // LibTorch's OpenMP pool) LibTorch gets them, and the kernels' items run on
   // that pool too (kernels/parallel.h).
-  const bool own_pool = kernels::blas_threads() > 0 && !kernels::blas_uses_openmp();
   kernels::set_blas_threads(threads);
-  torch::set_num_threads(own_pool ? 1 : threads);
+  torch::set_num_threads(kernels::blas_has_own_pool() ? 1 : threads);
   // The kernels' workers sleep when idle, so they can share the cores with
   // either pool (kernels/parallel.h).
   kernels::set_kernel_threads(threads);
@@ -99,7 +98,7 @@ void set_threads(int threads) {
 // forward's activation and score buffers then come back as new pages, each
 // faulted in and zeroed by the kernel (page faults were ~2 % of a prefill's
 // samples, more of its time). Keeping them in the heap: SmolLM2 fp32, 512-token
-// prefill 1013-1069 -> 1207-1287 tokens/s (docs/performance.md). The freed
+// prefill 1013-1069 -> 1184-1287 tokens/s (docs/performance.md). The freed
 // memory stays with the process until it exits, which suits a capture run.
 void keep_buffers_in_heap() {
   constexpr int kMmapThreshold = 256 << 20, kTrimThreshold = 1 << 30;

@@ -203,7 +203,7 @@ void run_on_libtorch_pool(int64_t n, int threads, const std::function<void(int64
 // threads sleep when idle, and where no libgomp is loaded; LibTorch's OpenMP
 // pool otherwise.
 bool use_own_pool() {
-  return (blas_threads() > 0 && !blas_uses_openmp()) || !gomp_parallel();
+  return blas_has_own_pool() || !gomp_parallel();
 }
 
 std::atomic<int> g_threads{1};
@@ -254,6 +254,10 @@ int set_mkl_local_threads(int threads) {
   // pointer), as objdump of pip's libtorch_cpu.so shows.
   static const auto set = library_symbol<int (*)(int)>("MKL_Set_Num_Threads_Local");
   return set ? set(threads) : -1;
+}
+
+bool blas_has_own_pool() {
+  return blas_threads() > 0 && !blas_uses_openmp();
 }
 
 bool blas_uses_openmp() {
