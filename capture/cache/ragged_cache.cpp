@@ -3,29 +3,16 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <stdexcept>
 
-#include "capture/policy/policy.h"
 #include "kernels/attention.h"
 #include "kernels/quant_int4.h"
 
 namespace kvscope::cache {
 
-namespace {
-// Adds the wall time of a scope to a counter (policy hooks).
-struct ScopedTimer {
-  double& total;
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  ~ScopedTimer() {
-    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
-};
-}  // namespace
-
 RaggedKvCache::RaggedKvCache(const model::ModelConfig& config, const Options& options,
-                             policy::Policy& policy)
+                             std::vector<TierSpec> tiers)
     : L_(config.n_layers),
       H_(config.n_heads),
       K_(config.n_kv_heads),
@@ -33,9 +20,7 @@ RaggedKvCache::RaggedKvCache(const model::ModelConfig& config, const Options& op
       hd_(config.head_dim),
       M_(options.max_tokens),
       page_rows_(options.page_rows),
-      prompt_tokens_(options.prompt_tokens),
-      policy_(policy),
-      tiers_(policy.tiers()) {
+      tiers_(std::move(tiers)) {
   if (M_ <= 0) throw std::invalid_argument("RaggedKvCache: max_tokens must be positive");
   if (tiers_.empty() || tiers_.size() > 8) throw std::invalid_argument("RaggedKvCache: 1..8 tiers");
   for (const TierSpec& t : tiers_)
@@ -46,10 +31,6 @@ RaggedKvCache::RaggedKvCache(const model::ModelConfig& config, const Options& op
     h.slot_of.assign(size_t(M_), -1);
     h.tier_of.assign(size_t(M_), -1);
   }
-  stats_.resize(size_t(L_));
-  StatsNeeds needs = policy_.stats_needs();
-  if (needs.any())
-    for (LayerStats& s : stats_) s.resize(K_, M_);
 }
 
 RaggedKvCache::~RaggedKvCache() = default;
@@ -58,7 +39,11 @@ RaggedKvCache::~RaggedKvCache() = default;
 
 void RaggedKvCache::append(int64_t layer, int64_t kv_head, int tier, int64_t pos, const float* k,
                            const float* v) {
+  if (pos < 0 || pos >= M_) throw std::logic_error("RaggedKvCache: position beyond max_tokens");
+  if (tier < 0 || tier >= n_tiers()) throw std::logic_error("RaggedKvCache: no such tier");
   HeadState& hs = head(layer, kv_head);
+  if (hs.tier_of[size_t(pos)] >= 0)
+    throw std::logic_error("RaggedKvCache: appending a position the head holds");
   HeadTier& ht = hs.tiers[size_t(tier)];
   int64_t slot = static_cast<int64_t>(ht.positions.size());
   if (slot % page_rows_ == 0)
@@ -72,7 +57,7 @@ void RaggedKvCache::append(int64_t layer, int64_t kv_head, int tier, int64_t pos
 // Removes `pos`; the tier's last entry moves into its slot so pages stay full.
 void RaggedKvCache::remove(int64_t layer, int64_t kv_head, int64_t pos) {
   HeadState& hs = head(layer, kv_head);
-  int tier = hs.tier_of[size_t(pos)];
+  int tier = tier_of(layer, kv_head, pos);
   if (tier < 0) throw std::logic_error("RaggedKvCache: removing an entry that is not held");
   HeadTier& ht = hs.tiers[size_t(tier)];
   KvPool& pool = *pools_[size_t(tier)];
@@ -115,6 +100,14 @@ int64_t RaggedKvCache::count(int64_t layer, int64_t kv_head) const {
   return n;
 }
 
+int64_t RaggedKvCache::attended_count(int64_t layer, int64_t kv_head) const {
+  int64_t n = 0;
+  for (size_t t = 0; t < tiers_.size(); ++t)
+    if (tiers_[t].attended)
+      n += static_cast<int64_t>(head(layer, kv_head).tiers[t].positions.size());
+  return n;
+}
+
 const std::vector<int32_t>& RaggedKvCache::positions(int64_t layer, int64_t kv_head,
                                                      int64_t tier) const {
   return head(layer, kv_head).tiers[size_t(tier)].positions;
@@ -135,131 +128,7 @@ void RaggedKvCache::read_entry(int64_t layer, int64_t kv_head, int64_t pos, floa
                                  slot % page_rows_, key, value);
 }
 
-// ---- decisions ----------------------------------------------------------------
-
-void RaggedKvCache::event(int64_t layer, int64_t kv_head, int64_t pos, trace::EventKind kind,
-                          float score, uint16_t reason, uint8_t from, uint8_t to) {
-  events_.push_back(trace::Event{static_cast<int32_t>(step_), static_cast<int16_t>(layer),
-                                 static_cast<int16_t>(kv_head), static_cast<int32_t>(pos), kind,
-                                 score, reason, from, to});
-}
-
-void RaggedKvCache::evict(int64_t layer, int64_t kv_head, int64_t pos, float score,
-                          uint16_t reason) {
-  int tier = tier_of(layer, kv_head, pos);
-  if (tier < 0) throw std::logic_error("RaggedKvCache: evicting an entry that is not held");
-  remove(layer, kv_head, pos);
-  event(layer, kv_head, pos, trace::EventKind::Evict, score, reason, uint8_t(tier), trace::kNoTier);
-}
-
-void RaggedKvCache::move(int64_t layer, int64_t kv_head, int64_t pos, int to_tier, float score,
-                         uint16_t reason) {
-  int from = tier_of(layer, kv_head, pos);
-  if (from < 0) throw std::logic_error("RaggedKvCache: moving an entry that is not held");
-  if (from == to_tier) return;
-  std::vector<float> k(static_cast<size_t>(hd_)), v(static_cast<size_t>(hd_));
-  read_entry(layer, kv_head, pos, k.data(), v.data());
-  remove(layer, kv_head, pos);
-  append(layer, kv_head, to_tier, pos, k.data(), v.data());
-  // Lower tier index = hotter.
-  event(layer, kv_head, pos, to_tier > from ? trace::EventKind::Demote : trace::EventKind::Promote,
-        score, reason, uint8_t(from), uint8_t(to_tier));
-}
-
-void RaggedKvCache::record_select(int64_t layer, int64_t kv_head, int64_t pos, float score,
-                                  uint16_t reason) {
-  int tier = tier_of(layer, kv_head, pos);
-  event(layer, kv_head, pos, trace::EventKind::Select, score, reason,
-        tier < 0 ? trace::kNoTier : uint8_t(tier), tier < 0 ? trace::kNoTier : uint8_t(tier));
-}
-
-void RaggedKvCache::record_gate(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos,
-                                float value, bool sample) {
-  gates_.push_back(trace::GateValue{gate, static_cast<int16_t>(layer),
-                                    static_cast<int16_t>(kv_head), static_cast<int32_t>(pos), value,
-                                    sample});
-}
-
-// ---- the step -------------------------------------------------------------------
-
-void RaggedKvCache::begin_step(int64_t pos0, int64_t n) {
-  if (pos0 + n > M_)
-    throw std::logic_error("RaggedKvCache: position " + std::to_string(pos0 + n) +
-                           " beyond max_tokens " + std::to_string(M_));
-  ++step_;
-  pos0_ = pos0;
-  n_ = n;
-  // Statistics describe one step: clear what the last step wrote.
-  for (LayerStats& s : stats_) {
-    if (step_ == 0) s.window_queries = 0;
-    for (auto* rows : {&s.received, &s.last_query})
-      for (auto& row : *rows)
-        std::fill(row.begin(), row.begin() + std::min<int64_t>(M_, pos0 + n), 0.0f);
-  }
-}
-
 namespace {
-
-// The shared statistics (LayerStats) of one kv head of a step, gathered from
-// the attention weights block by block (p [R, b, mk]: queries i0.., keys k0..).
-class HeadStatsSink {
- public:
-  HeadStatsSink(const StatsNeeds& needs, LayerStats& st, int64_t h, int64_t R, int64_t n,
-                int64_t pos0, int64_t prompt_tokens, const std::vector<int64_t>& key_pos)
-      : needs_(needs),
-        st_(st),
-        h_(h),
-        R_(R),
-        n_(n),
-        pos0_(pos0),
-        prompt_tokens_(prompt_tokens),
-        key_pos_(key_pos) {
-    if (needs.received) mass_.assign(key_pos.size(), 0.0f);
-    if (needs.last_query)  // keys outside the block holding the last query weigh 0
-      for (int64_t pos : key_pos) st.last_query[size_t(h)][size_t(pos)] = 0.0f;
-  }
-
-  void block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) {
-    const int64_t* kp = key_pos_.data() + k0;
-    if (needs_.received) kernels::sum_rows_add(p, R_ * b, mk, mass_.data() + k0);
-    if (needs_.last_query && i0 <= n_ - 1 && n_ - 1 < i0 + b) {
-      std::vector<float>& lq = st_.last_query[size_t(h_)];
-      for (int64_t j = 0; j < mk; ++j) lq[size_t(kp[j])] = group_mean(p, b, mk, n_ - 1 - i0, j);
-    }
-    if (needs_.observation_window > 0) {
-      std::vector<float>& win = st_.window[size_t(h_)];
-      const int64_t w0 = prompt_tokens_ - needs_.observation_window;
-      for (int64_t i = 0; i < b; ++i) {
-        const int64_t qp = pos0_ + i0 + i;
-        if (qp < w0 || qp >= prompt_tokens_) continue;
-        if (h_ == 0) ++st_.window_queries;
-        for (int64_t j = 0; j < mk; ++j) win[size_t(kp[j])] += group_mean(p, b, mk, i, j);
-      }
-    }
-  }
-
-  // Received mass: the mean over the step's queries and the group's heads.
-  void finish() {
-    if (!needs_.received) return;
-    std::vector<float>& rec = st_.received[size_t(h_)];
-    const float norm = 1.0f / float(R_ * n_);
-    for (size_t j = 0; j < key_pos_.size(); ++j) rec[size_t(key_pos_[j])] = mass_[j] * norm;
-  }
-
- private:
-  // Weight of key j for query i of the block, averaged over the group's heads.
-  float group_mean(const float* p, int64_t b, int64_t mk, int64_t i, int64_t j) const {
-    float s = 0;
-    for (int64_t r = 0; r < R_; ++r) s += p[(r * b + i) * mk + j];
-    return s / float(R_);
-  }
-
-  const StatsNeeds& needs_;
-  LayerStats& st_;
-  int64_t h_, R_, n_, pos0_, prompt_tokens_;
-  const std::vector<int64_t>& key_pos_;
-  std::vector<float> mass_;
-};
 
 // Rows [0, count) of one tier of one head as decode segments, or copied into
 // a scratch buffer when the tier is not float32.
@@ -310,14 +179,14 @@ void RaggedKvCache::attended_positions(int64_t layer, int64_t kv_head,
       for (int32_t p : hs.tiers[t].positions) key_pos->push_back(p);
 }
 
-torch::Tensor RaggedKvCache::attend_head(const model::AttentionInputs& in, int64_t h,
+torch::Tensor RaggedKvCache::attend_head(int64_t layer, int64_t kv_head, const torch::Tensor& q,
+                                         int64_t q_pos0, double scale, int64_t sliding_window,
                                          const torch::Tensor* mask,
                                          const std::vector<int64_t>& key_pos,
-                                         const kernels::BlockSink* sink) {
-  const int64_t n = in.q.size(0);
-  const HeadState& hs = head(in.layer, h);
+                                         const kernels::BlockSink* sink) const {
+  const int64_t n = q.size(1);
+  const HeadState& hs = head(layer, kv_head);
   const int64_t m = static_cast<int64_t>(key_pos.size());
-  torch::Tensor q = in.q.narrow(1, h * R_, R_).permute({1, 0, 2}).to(torch::kFloat32).contiguous();
 
   if (n == 1 && mask == nullptr) {
     // Decode: read the pages in place.
@@ -329,8 +198,8 @@ torch::Tensor RaggedKvCache::attend_head(const model::AttentionInputs& in, int64
                       &scratch[t]);
     torch::Tensor out = torch::empty({R_, 1, hd_}, torch::kFloat32);
     std::vector<float> probs(sink ? size_t(R_ * m) : 0);
-    kernels::attention_decode_segments(q.data_ptr<float>(), R_, hd_, segs, key_pos.data(), in.pos0,
-                                       in.scale, in.sliding_window, out.data_ptr<float>(),
+    kernels::attention_decode_segments(q.data_ptr<float>(), R_, hd_, segs, key_pos.data(), q_pos0,
+                                       scale, sliding_window, out.data_ptr<float>(),
                                        sink ? probs.data() : nullptr);
     if (sink) (*sink)(probs.data(), 1, m, 0, 0);
     return out;
@@ -347,120 +216,16 @@ torch::Tensor RaggedKvCache::attend_head(const model::AttentionInputs& in, int64
                           k.data_ptr<float>() + row * hd_, v.data_ptr<float>() + row * hd_);
   }
   const torch::Tensor pos = torch::tensor(key_pos, torch::kInt64);
-  return kernels::attention_multi(q, k, v, pos, in.pos0, in.scale, in.sliding_window, nullptr, mask,
-                                  sink);
+  return kernels::attention_multi(q, k, v, pos, q_pos0, scale, sliding_window, nullptr, mask, sink);
 }
 
-torch::Tensor RaggedKvCache::attend(const model::AttentionInputs& in) {
-  const int64_t l = in.layer, n = in.q.size(0);
-  const bool prefill = pos0_ < prompt_tokens_;
-  const bool prompt_complete = pos0_ + n >= prompt_tokens_;
-
-  // 1. Admission.
-  std::vector<policy::Admission> decisions(static_cast<size_t>(K_ * n));
-  policy::AdmitContext ac{l, step_, pos0_, n, prefill, in, *this, decisions};
-  {
-    ScopedTimer t{policy_seconds_};
-    policy_.admit(ac);
-  }
-
-  // 2. Write the new entries (rejected ones too: the step's queries see them).
-  torch::Tensor kn = in.k.to(torch::kFloat32).contiguous(),
-                vn = in.v.to(torch::kFloat32).contiguous();
-  for (int64_t h = 0; h < K_; ++h)
-    for (int64_t i = 0; i < n; ++i) {
-      const policy::Admission& d = decisions[size_t(h * n + i)];
-      int tier = d.reject ? 0 : d.tier;
-      append(l, h, tier, pos0_ + i, kn.data_ptr<float>() + (i * K_ + h) * hd_,
-             vn.data_ptr<float>() + (i * K_ + h) * hd_);
-      if (!d.reject)
-        event(l, h, pos0_ + i, trace::EventKind::Admit, d.score, d.reason, trace::kNoTier,
-              uint8_t(tier));
-    }
-
-  // 3. Selection.
-  std::vector<std::vector<int64_t>> candidates(static_cast<size_t>(K_));
-  std::vector<torch::Tensor> masks(static_cast<size_t>(K_));
-  for (int64_t h = 0; h < K_; ++h)
-    for (size_t t = 0; t < tiers_.size(); ++t)
-      if (tiers_[t].attended)
-        for (int32_t p : head(l, h).tiers[t].positions) candidates[size_t(h)].push_back(p);
-  policy::SelectContext sc{l, step_, pos0_, n, prefill, in, *this, candidates, masks};
-  {
-    ScopedTimer t{policy_seconds_};
-    policy_.select(sc);
-  }
-
-  // 4. Attention, one kv head at a time, with the statistics asked for.
-  const StatsNeeds needs = policy_.stats_needs();
-  const bool observe = observer_ && observer_->wants_probs(l);
-  const bool want_probs = needs.any() || observe;
-  LayerStats& st = stats_[size_t(l)];
-  torch::Tensor out = torch::empty({n, H_, hd_}, torch::kFloat32);
-  std::vector<int64_t> key_pos;
-  for (int64_t h = 0; h < K_; ++h) {
-    torch::Tensor& mask = masks[size_t(h)];
-    if (mask.defined()) {  // a query always sees its own key
-      for (int64_t i = 0; i < n; ++i) {
-        auto it = std::find(candidates[size_t(h)].begin(), candidates[size_t(h)].end(), pos0_ + i);
-        if (it != candidates[size_t(h)].end()) mask[i][it - candidates[size_t(h)].begin()] = true;
-      }
-    }
-    attended_positions(l, h, &key_pos);
-    const int64_t m = static_cast<int64_t>(key_pos.size());
-    HeadStatsSink stats(needs, st, h, R_, n, pos0_, prompt_tokens_, key_pos);
-    if (observe) observer_->on_attention_begin(l, h, R_, n, m, key_pos.data(), pos0_);
-    const kernels::BlockSink sink = [&](const float* p, int64_t b, int64_t mk, int64_t i0,
-                                        int64_t k0) {
-      stats.block(p, b, mk, i0, k0);
-      if (observe) observer_->on_attention_block(p, b, mk, i0, k0);
-    };
-    torch::Tensor oh =
-        attend_head(in, h, mask.defined() ? &mask : nullptr, key_pos, want_probs ? &sink : nullptr);
-    out.narrow(1, h * R_, R_).copy_(oh.permute({1, 0, 2}));
-    stats.finish();
-    if (observe) observer_->on_attention_end();
-  }
-
-  // 5. Rejected entries leave once the step's queries have read them.
-  for (int64_t h = 0; h < K_; ++h)
-    for (int64_t i = 0; i < n; ++i) {
-      const policy::Admission& d = decisions[size_t(h * n + i)];
-      if (!d.reject) continue;
-      remove(l, h, pos0_ + i);
-      event(l, h, pos0_ + i, trace::EventKind::Reject, d.score, d.reason, trace::kNoTier,
-            trace::kNoTier);
-    }
-
-  // 6. Eviction and placement.
-  policy::LayerContext lc{l, step_, pos0_, n, prefill, prompt_complete, in, *this, st};
-  {
-    ScopedTimer t{policy_seconds_};
-    policy_.after_attention(lc);
-  }
-  return out.to(in.q.scalar_type());
-}
-
-void RaggedKvCache::end_step() {
-  policy::StepContext sc{step_, pos0_, n_, pos0_ < prompt_tokens_, pos0_ + n_ >= prompt_tokens_,
-                         *this};
-  {
-    ScopedTimer t{policy_seconds_};
-    policy_.end_step(sc);
-  }
+void RaggedKvCache::compact() {
   for (size_t t = 0; t < pools_.size(); ++t)
     pools_[t]->shrink_if_sparse(
         [this](int64_t owner, int32_t from, int32_t to) { relocate_page(owner, from, to); });
 }
 
-// ---- what the recorder reads ------------------------------------------------------
-
-std::vector<trace::Event> RaggedKvCache::take_events() {
-  return std::exchange(events_, {});
-}
-std::vector<trace::GateValue> RaggedKvCache::take_gates() {
-  return std::exchange(gates_, {});
-}
+// ---- sizes ------------------------------------------------------------------------
 
 std::vector<int32_t> RaggedKvCache::occupancy() const {
   std::vector<int32_t> occ(size_t(L_ * K_ * n_tiers()));

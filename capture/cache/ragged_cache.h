@@ -1,15 +1,13 @@
-// The ragged, paged KV cache that policies shape. Every (layer, kv head) holds
-// its own list of entries in fixed-size pages from a per-tier pool, so a head
-// that keeps more really uses more memory and a head that keeps less really
-// frees it. Entries keep their original positions (the RoPE they were written
+// The ragged, paged KV cache: storage only. Every (layer, kv head) holds its
+// own list of entries in fixed-size pages from a per-tier pool, so a head that
+// keeps more really uses more memory and a head that keeps less really frees
+// it. Entries keep their original positions (the RoPE they were written
 // with); an entry can leave from any position (the last entry of the head
 // moves into its slot), move between tiers, and is never read after it left.
 //
-// Per step and layer: the policy admits the new tokens (admission), may
-// restrict what each query reads (selection), the layer attends over the
-// attended tiers, then the policy evicts and moves entries (eviction,
-// placement); after the last layer it may act globally. Every decision is
-// recorded as a trace event.
+// The cache exposes operations (append, remove, read, attend over the held
+// entries) and knows nothing of policies: the step driver
+// (capture/policy/step_driver.h) decides what to call, and records events.
 #pragma once
 
 #include <torch/types.h>
@@ -20,15 +18,8 @@
 #include <vector>
 
 #include "capture/cache/kv_pool.h"
-#include "capture/cache/layer_stats.h"
-#include "capture/model/attention_backend.h"
 #include "capture/model/model_config.h"
-#include "core/trace/types.h"
 #include "kernels/attention.h"
-
-namespace kvscope::policy {
-class Policy;
-}
 
 namespace kvscope::cache {
 
@@ -72,25 +63,17 @@ class FullMatrixObserver : public AttentionObserver {
   std::vector<float> probs_;
 };
 
-class RaggedKvCache : public model::AttentionBackend {
+class RaggedKvCache {
  public:
   struct Options {
     int64_t page_rows = 16;
-    int64_t max_tokens = 0;     // positions the run may reach
-    int64_t prompt_tokens = 0;  // for policies acting when the prompt is complete
+    int64_t max_tokens = 0;  // positions the run may reach
   };
 
-  RaggedKvCache(const model::ModelConfig& config, const Options& options, policy::Policy& policy);
-  ~RaggedKvCache() override;
+  RaggedKvCache(const model::ModelConfig& config, const Options& options,
+                std::vector<TierSpec> tiers);
+  ~RaggedKvCache();
 
-  void set_observer(AttentionObserver* observer) { observer_ = observer; }
-
-  // AttentionBackend
-  void begin_step(int64_t pos0, int64_t n) override;
-  torch::Tensor attend(const model::AttentionInputs& in) override;
-  void end_step() override;
-
-  // ---- what policies and the recorder read ----
   int64_t n_layers() const { return L_; }
   int64_t n_kv_heads() const { return K_; }
   int64_t n_heads() const { return H_; }
@@ -98,14 +81,12 @@ class RaggedKvCache : public model::AttentionBackend {
   int64_t n_tiers() const { return static_cast<int64_t>(tiers_.size()); }
   const std::vector<TierSpec>& tiers() const { return tiers_; }
   int64_t max_tokens() const { return M_; }
-  int64_t prompt_tokens() const { return prompt_tokens_; }
-  int64_t step() const { return step_; }
-  int64_t step_pos0() const { return pos0_; }
-  int64_t step_tokens() const { return n_; }
-  int64_t tokens_fed() const { return pos0_ + n_; }  // after the current step
+  int64_t page_rows() const { return page_rows_; }
 
   int64_t count(int64_t layer, int64_t kv_head, int64_t tier) const;
   int64_t count(int64_t layer, int64_t kv_head) const;  // all tiers
+  // Entries of the head in the attended tiers.
+  int64_t attended_count(int64_t layer, int64_t kv_head) const;
   // Positions held in a tier, in slot order (not sorted).
   const std::vector<int32_t>& positions(int64_t layer, int64_t kv_head, int64_t tier) const;
   // Tier holding `pos` at head (layer, kv_head), or -1.
@@ -115,26 +96,30 @@ class RaggedKvCache : public model::AttentionBackend {
   }
   // Key / value of a held entry (dequantised), hd floats each.
   void read_entry(int64_t layer, int64_t kv_head, int64_t pos, float* key, float* value) const;
-  // Attention statistics of the layer's last attention (what the policy asked for).
-  const LayerStats& stats(int64_t layer) const { return stats_[static_cast<size_t>(layer)]; }
+  // Positions of the attended tiers, tier by tier in slot order (the key
+  // order of attend_head).
+  void attended_positions(int64_t layer, int64_t kv_head, std::vector<int64_t>* key_pos) const;
 
-  // ---- what policies do (each records an event of the current step) ----
-  void evict(int64_t layer, int64_t kv_head, int64_t pos, float score, uint16_t reason);
-  void move(int64_t layer, int64_t kv_head, int64_t pos, int to_tier, float score, uint16_t reason);
-  void record_select(int64_t layer, int64_t kv_head, int64_t pos, float score, uint16_t reason);
-  void record_gate(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos, float value,
-                   bool sample);
+  // ---- operations (preconditions checked: std::logic_error) ----
+  void append(int64_t layer, int64_t kv_head, int tier, int64_t pos, const float* k,
+              const float* v);
+  void remove(int64_t layer, int64_t kv_head, int64_t pos);
+  // Attention of kv head `kv_head`'s query group q [R, n, hd] (queries at
+  // q_pos0..) over the attended entries `key_pos` (attended_positions); mask
+  // optional bool [n, m]; sink receives the weights block by block.
+  // Returns [R, n, hd].
+  torch::Tensor attend_head(int64_t layer, int64_t kv_head, const torch::Tensor& q, int64_t q_pos0,
+                            double scale, int64_t sliding_window, const torch::Tensor* mask,
+                            const std::vector<int64_t>& key_pos,
+                            const kernels::BlockSink* sink) const;
+  // Returns sparse pools' free pages to the system (between steps).
+  void compact();
 
-  // ---- what the recorder reads after a step ----
-  std::vector<trace::Event> take_events();
-  std::vector<trace::GateValue> take_gates();
-  std::vector<int32_t> occupancy() const;   // [L, K, R]
+  std::vector<int32_t> occupancy() const;   // [L, K, tiers]
   std::vector<int64_t> tier_bytes() const;  // bytes in use per tier
   int64_t entries() const;
   int64_t bytes_in_use() const;
   int64_t bytes_reserved() const;
-  // Wall time spent inside the policy's hooks since construction.
-  double policy_seconds() const { return policy_seconds_; }
 
  private:
   struct HeadTier {
@@ -154,30 +139,13 @@ class RaggedKvCache : public model::AttentionBackend {
   int64_t owner_tag(int64_t layer, int64_t kv_head, int64_t tier) const {
     return (layer * K_ + kv_head) * n_tiers() + tier;
   }
-  void append(int64_t layer, int64_t kv_head, int tier, int64_t pos, const float* k,
-              const float* v);
-  void remove(int64_t layer, int64_t kv_head, int64_t pos);
   void relocate_page(int64_t owner, int32_t from, int32_t to);
-  void event(int64_t layer, int64_t kv_head, int64_t pos, trace::EventKind kind, float score,
-             uint16_t reason, uint8_t from, uint8_t to);
-  void attended_positions(int64_t layer, int64_t kv_head, std::vector<int64_t>* key_pos) const;
-  torch::Tensor attend_head(const model::AttentionInputs& in, int64_t h, const torch::Tensor* mask,
-                            const std::vector<int64_t>& key_pos, const kernels::BlockSink* sink);
 
   int64_t L_, H_, K_, R_, hd_, M_;
   int64_t page_rows_;
-  int64_t prompt_tokens_;
-  policy::Policy& policy_;
   std::vector<TierSpec> tiers_;
   std::vector<std::unique_ptr<KvPool>> pools_;
   std::vector<HeadState> heads_;
-  std::vector<LayerStats> stats_;
-  AttentionObserver* observer_ = nullptr;
-
-  int64_t step_ = -1, pos0_ = 0, n_ = 0;
-  double policy_seconds_ = 0;
-  std::vector<trace::Event> events_;
-  std::vector<trace::GateValue> gates_;
 };
 
 }  // namespace kvscope::cache

@@ -5,21 +5,21 @@
 
 namespace kvscope::policy {
 
-std::vector<int64_t> evictable(const cache::RaggedKvCache& cache, int64_t layer, int64_t kv_head,
+std::vector<int64_t> evictable(const Decisions& decide, int64_t layer, int64_t kv_head,
                                const Protection& protect, int tier) {
   std::vector<int64_t> out;
-  const int64_t fed = cache.tokens_fed();
-  for (int32_t pos : cache.positions(layer, kv_head, tier))
+  const int64_t fed = decide.tokens_fed();
+  for (int32_t pos : decide.cache().positions(layer, kv_head, tier))
     if (!protect.protects(pos, fed)) out.push_back(pos);
   return out;
 }
 
-int64_t evict_to_budget(cache::RaggedKvCache& cache, int64_t layer, int64_t kv_head, int64_t keep,
+int64_t evict_to_budget(Decisions& decide, int64_t layer, int64_t kv_head, int64_t keep,
                         const Protection& protect, const float* score_by_pos, uint16_t reason,
                         int tier) {
-  int64_t excess = cache.count(layer, kv_head, tier) - keep;
+  int64_t excess = decide.cache().count(layer, kv_head, tier) - keep;
   if (excess <= 0) return 0;
-  std::vector<int64_t> candidates = evictable(cache, layer, kv_head, protect, tier);
+  std::vector<int64_t> candidates = evictable(decide, layer, kv_head, protect, tier);
   excess = std::min<int64_t>(excess, static_cast<int64_t>(candidates.size()));
   auto lower = [&](int64_t a, int64_t b) {
     float sa = score_by_pos[a], sb = score_by_pos[b];
@@ -27,13 +27,16 @@ int64_t evict_to_budget(cache::RaggedKvCache& cache, int64_t layer, int64_t kv_h
   };
   std::partial_sort(candidates.begin(), candidates.begin() + excess, candidates.end(), lower);
   candidates.resize(size_t(excess));
-  evict_all(cache, layer, kv_head, candidates, score_by_pos, reason);
+  evict_all(decide, layer, kv_head, candidates, score_by_pos, reason);
   return excess;
 }
 
-void evict_all(cache::RaggedKvCache& cache, int64_t layer, int64_t kv_head,
+void evict_all(Decisions& decide, int64_t layer, int64_t kv_head,
                const std::vector<int64_t>& positions, const float* score_by_pos, uint16_t reason) {
-  for (int64_t pos : positions) cache.evict(layer, kv_head, pos, score_by_pos ? score_by_pos[pos] : std::numeric_limits<float>::quiet_NaN(), reason);
+  for (int64_t pos : positions)
+    decide.evict(layer, kv_head, pos,
+                 score_by_pos ? score_by_pos[pos] : std::numeric_limits<float>::quiet_NaN(),
+                 reason);
 }
 
 }  // namespace kvscope::policy

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "capture/cache/ragged_cache.h"
+#include "capture/policy/decisions.h"
 
 namespace kvscope::policy {
 
@@ -18,18 +19,18 @@ struct Protection {
 };
 
 // Held, unprotected positions of head (layer, kv_head) in `tier`.
-std::vector<int64_t> evictable(const cache::RaggedKvCache& cache, int64_t layer, int64_t kv_head,
+std::vector<int64_t> evictable(const Decisions& decide, int64_t layer, int64_t kv_head,
                                const Protection& protect, int tier = 0);
 
 // Evicts the lowest-scored unprotected entries of the head until it holds at
 // most `keep` entries in `tier`. score_by_pos is indexed by position; ties go
 // to the older position. Returns the number evicted.
-int64_t evict_to_budget(cache::RaggedKvCache& cache, int64_t layer, int64_t kv_head, int64_t keep,
+int64_t evict_to_budget(Decisions& decide, int64_t layer, int64_t kv_head, int64_t keep,
                         const Protection& protect, const float* score_by_pos, uint16_t reason,
                         int tier = 0);
 
 // Evicts the given positions in order, recording score_by_pos as the score.
-void evict_all(cache::RaggedKvCache& cache, int64_t layer, int64_t kv_head,
+void evict_all(Decisions& decide, int64_t layer, int64_t kv_head,
                const std::vector<int64_t>& positions, const float* score_by_pos, uint16_t reason);
 
 // Per-(layer, kv head) float arrays indexed by position, for policy state.

@@ -16,10 +16,14 @@ namespace {
 
 const char* type_name(ParamType t) {
   switch (t) {
-    case ParamType::Int: return "an integer";
-    case ParamType::Float: return "a number";
-    case ParamType::Bool: return "true or false";
-    case ParamType::String: return "a string";
+    case ParamType::Int:
+      return "an integer";
+    case ParamType::Float:
+      return "a number";
+    case ParamType::Bool:
+      return "true or false";
+    case ParamType::String:
+      return "a string";
   }
   return "?";
 }
@@ -29,10 +33,16 @@ bool valid(ParamType t, const std::string& v) {
   char* end = nullptr;
   errno = 0;
   switch (t) {
-    case ParamType::Int: std::strtoll(v.c_str(), &end, 10); return errno == 0 && *end == 0;
-    case ParamType::Float: std::strtod(v.c_str(), &end); return errno == 0 && *end == 0;
-    case ParamType::Bool: return v == "true" || v == "false" || v == "1" || v == "0";
-    case ParamType::String: return true;
+    case ParamType::Int:
+      std::strtoll(v.c_str(), &end, 10);
+      return errno == 0 && *end == 0;
+    case ParamType::Float:
+      std::strtod(v.c_str(), &end);
+      return errno == 0 && *end == 0;
+    case ParamType::Bool:
+      return v == "true" || v == "false" || v == "1" || v == "0";
+    case ParamType::String:
+      return true;
   }
   return false;
 }
@@ -85,8 +95,9 @@ Params::Params(std::string policy, const std::vector<ParamSpec>& specs,
     if (!spec) {
       std::string known;
       for (const ParamSpec& s : specs_) known += (known.empty() ? "" : ", ") + s.name;
-      throw InputError("--policy", policy_ + ":" + key,
-                       "unknown parameter (" + policy_ + " takes: " + (known.empty() ? "none" : known) + ")");
+      throw InputError(
+          "--policy", policy_ + ":" + key,
+          "unknown parameter (" + policy_ + " takes: " + (known.empty() ? "none" : known) + ")");
     }
     if (!valid(spec->type, value))
       throw InputError("--policy", policy_ + ":" + key,
@@ -99,11 +110,14 @@ Params::Params(std::string policy, const std::vector<ParamSpec>& specs,
 
 const std::string& Params::raw(const std::string& name) const {
   auto it = values_.find(name);
-  if (it == values_.end()) throw std::logic_error("policy " + policy_ + " has no parameter " + name);
+  if (it == values_.end())
+    throw std::logic_error("policy " + policy_ + " has no parameter " + name);
   return it->second;
 }
 
-int64_t Params::get_int(const std::string& name) const { return std::strtoll(raw(name).c_str(), nullptr, 10); }
+int64_t Params::get_int(const std::string& name) const {
+  return std::strtoll(raw(name).c_str(), nullptr, 10);
+}
 double Params::get_float(const std::string& name) const {
   const std::string& v = raw(name);
   return v.empty() ? std::numeric_limits<double>::quiet_NaN() : std::strtod(v.c_str(), nullptr);
@@ -112,22 +126,30 @@ bool Params::get_bool(const std::string& name) const {
   const std::string& v = raw(name);
   return v == "true" || v == "1";
 }
-const std::string& Params::get_string(const std::string& name) const { return raw(name); }
+const std::string& Params::get_string(const std::string& name) const {
+  return raw(name);
+}
 
 std::string Params::to_json() const {
   nlohmann::json j = nlohmann::json::object();
   for (const ParamSpec& s : specs_) {
     const std::string& v = raw(s.name);
     switch (s.type) {
-      case ParamType::Int: j[s.name] = get_int(s.name); break;
+      case ParamType::Int:
+        j[s.name] = get_int(s.name);
+        break;
       case ParamType::Float:
         if (v.empty())
           j[s.name] = nullptr;  // unset: the policy's own choice
         else
           j[s.name] = get_float(s.name);
         break;
-      case ParamType::Bool: j[s.name] = get_bool(s.name); break;
-      case ParamType::String: j[s.name] = v; break;
+      case ParamType::Bool:
+        j[s.name] = get_bool(s.name);
+        break;
+      case ParamType::String:
+        j[s.name] = v;
+        break;
     }
   }
   // String values are bytes as given (paths need not be UTF-8): dump()
@@ -140,13 +162,15 @@ void parse_policy_spec(const std::string& spec, std::string* name,
   size_t colon = spec.find(':');
   *name = spec.substr(0, colon);
   values->clear();
-  if (name->empty()) throw InputError("--policy", "", "empty policy name (expected NAME[:key=value,...])");
+  if (name->empty())
+    throw InputError("--policy", "", "empty policy name (expected NAME[:key=value,...])");
   if (colon == std::string::npos) return;
   std::string rest = spec.substr(colon + 1);
   size_t pos = 0;
   while (pos <= rest.size()) {
     size_t comma = rest.find(',', pos);
-    std::string item = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::string item =
+        rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     size_t eq = item.find('=');
     if (item.empty() || eq == std::string::npos || eq == 0)
       throw InputError("--policy", *name, "'" + item + "' is not key=value");

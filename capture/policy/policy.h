@@ -5,8 +5,9 @@
 //   eviction   - after the layer attended: which entries leave for good
 //   placement  - which tier an entry lives in (moves between tiers)
 // plus end_step(), after all layers, for decisions over the whole model
-// (global budgets). Policies act only through the contexts below; the cache
-// records every decision as an event.
+// (global budgets). The step driver (step_driver.h) calls the hooks; a policy
+// reads the cache (const) and writes its decisions into `decide`
+// (decisions.h), which checks, applies and records each one.
 #pragma once
 
 #include <torch/types.h>
@@ -21,6 +22,7 @@
 #include "capture/cache/ragged_cache.h"
 #include "capture/model/attention_backend.h"
 #include "capture/model/model_config.h"
+#include "capture/policy/decisions.h"
 #include "core/trace/types.h"
 
 namespace kvscope::policy {
@@ -46,7 +48,8 @@ struct AdmitContext {
   int64_t layer, step, pos0, n;
   bool prefill;
   const model::AttentionInputs& in;
-  cache::RaggedKvCache& cache;
+  const cache::RaggedKvCache& cache;
+  Decisions& decide;                  // gate values
   std::vector<Admission>& decisions;  // [K * n]
   Admission& at(int64_t kv_head, int64_t i) { return decisions[size_t(kv_head * n + i)]; }
 };
@@ -55,7 +58,8 @@ struct SelectContext {
   int64_t layer, step, pos0, n;
   bool prefill;
   const model::AttentionInputs& in;
-  cache::RaggedKvCache& cache;
+  const cache::RaggedKvCache& cache;
+  Decisions& decide;
   // Optional per kv head: bool [n, m] over the positions `candidates[h]`
   // (the attended entries, new tokens included, in the order given); false
   // hides a key from a query. Causality and the model's window still apply.
@@ -68,15 +72,32 @@ struct LayerContext {
   bool prefill;
   bool prompt_complete;  // the prompt is fully in the cache after this step
   const model::AttentionInputs& in;
-  cache::RaggedKvCache& cache;
+  const cache::RaggedKvCache& cache;
+  Decisions& decide;
   const cache::LayerStats& stats;
+  int64_t tokens_fed() const { return pos0 + n; }
 };
 
 struct StepContext {
   int64_t step, pos0, n;
   bool prefill;
   bool prompt_complete;
-  cache::RaggedKvCache& cache;
+  const cache::RaggedKvCache& cache;
+  Decisions& decide;
+  const std::vector<cache::LayerStats>& layer_stats;  // [layer]: its attention this step
+  int64_t tokens_fed() const { return pos0 + n; }
+};
+
+// The four primitives; a composite holds at most one part of each kind.
+enum class PartKind { Admission, Selection, Eviction, Placement };
+const char* part_kind_name(PartKind kind);
+
+// What the step driver checks after a layer's eviction (-1: nothing): the
+// most entries one head, and the layer's heads together, hold in the attended
+// tiers.
+struct HeldLimit {
+  int64_t per_head = -1;
+  int64_t per_layer = -1;
 };
 
 class Policy {
@@ -85,13 +106,20 @@ class Policy {
 
   virtual void setup(const PolicySetup& setup) { setup_ = setup; }
   // Declared before capture (the trace fixes them when it is created).
-  virtual std::vector<cache::TierSpec> tiers() const { return {{"hot", cache::RowFormat::F32, true}}; }
+  virtual std::vector<cache::TierSpec> tiers() const {
+    return {{"hot", cache::RowFormat::F32, true}};
+  }
   virtual std::vector<std::string> reason_names() const { return {"new token"}; }
   virtual std::vector<trace::GateSpec> gates() const { return {}; }
   virtual cache::StatsNeeds stats_needs() const { return {}; }
   // For /run: "none", "head", "layer" or "global", and the entries it allows.
   virtual std::string budget_kind() const { return "none"; }
   virtual int64_t budget() const { return 0; }
+
+  // The primitives this policy fills (composition refuses two of a kind).
+  virtual std::vector<PartKind> kinds() const { return {}; }
+  // Checked by the step driver after the layer's after_attention.
+  virtual HeldLimit held_limit(const LayerContext& c) const { return {}; }
 
   virtual void admit(AdmitContext& c) {}
   virtual void select(SelectContext& c) {}

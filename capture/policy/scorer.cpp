@@ -42,7 +42,7 @@ void ScoredPolicy::score_head(LayerContext& c, int64_t kv_head, float* score_by_
   scorer_->score(c, kv_head, score_by_pos);
   // The latest score of every held entry; a time series every 16 steps.
   for (int32_t pos : c.cache.positions(c.layer, kv_head, 0))
-    c.cache.record_gate(0, c.layer, kv_head, pos, score_by_pos[pos], c.step % 16 == 0);
+    c.decide.gate(0, c.layer, kv_head, pos, score_by_pos[pos], c.step % 16 == 0);
 }
 
 void ScoredPolicy::after_attention(LayerContext& c) {
@@ -54,7 +54,7 @@ void ScoredPolicy::after_attention(LayerContext& c) {
     if (c.cache.count(c.layer, h, 0) <= keep) continue;
     float* s = scores_.at(c.layer, h);
     score_head(c, h, s);
-    evict_to_budget(c.cache, c.layer, h, keep, protect, s, 1);
+    evict_to_budget(c.decide, c.layer, h, keep, protect, s, 1);
   }
 }
 

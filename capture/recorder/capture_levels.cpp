@@ -38,7 +38,8 @@ std::vector<std::string> split_items(const std::string& spec) {
 CaptureLevels parse_capture_levels(const std::string& spec, int64_t n_layers, int64_t n_heads) {
   CaptureLevels out;
   std::vector<std::string> items = split_items(spec);
-  if (items.empty()) throw InputError("--capture", "", "empty (expected e.g. events or received+pooled)");
+  if (items.empty())
+    throw InputError("--capture", "", "empty (expected e.g. events or received+pooled)");
   std::vector<std::string> names;
   for (const std::string& item : items) {
     size_t colon = item.find(':');
@@ -57,7 +58,8 @@ CaptureLevels parse_capture_levels(const std::string& spec, int64_t n_layers, in
       size_t pos = 0;
       while (pos < arg.size()) {
         size_t comma = arg.find(',', pos);
-        std::string pair = arg.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        std::string pair =
+            arg.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
         size_t dot = pair.find('.');
         if (dot == std::string::npos)
           throw InputError("--capture", item, "'" + pair + "' is not LAYER.HEAD");
@@ -66,16 +68,18 @@ CaptureLevels parse_capture_levels(const std::string& spec, int64_t n_layers, in
         if (pair.find_first_not_of("0123456789.") != std::string::npos || l < 0 || l >= n_layers ||
             h < 0 || h >= n_heads)
           throw InputError("--capture", item,
-                           "'" + pair + "' is not LAYER.HEAD with layer < " + std::to_string(n_layers) +
-                               " and head < " + std::to_string(n_heads));
+                           "'" + pair + "' is not LAYER.HEAD with layer < " +
+                               std::to_string(n_layers) + " and head < " + std::to_string(n_heads));
         out.dense.emplace_back(int32_t(l), int32_t(h));
         if (comma == std::string::npos) break;
         pos = comma + 1;
       }
-      if (out.dense.empty()) throw InputError("--capture", item, "expected dense:LAYER.HEAD[,LAYER.HEAD...]");
+      if (out.dense.empty())
+        throw InputError("--capture", item, "expected dense:LAYER.HEAD[,LAYER.HEAD...]");
     } else {
-      throw InputError("--capture", item,
-                       "unknown level (expected none, events, received, pooled[:B], dense:L.H,..., topk:K)");
+      throw InputError(
+          "--capture", item,
+          "unknown level (expected none, events, received, pooled[:B], dense:L.H,..., topk:K)");
     }
     names.push_back(item);
   }

@@ -92,18 +92,19 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   if (levels.none && req.oracle)
     throw InputError("--capture", "none",
                      "--oracle needs a trace to write to (drop --capture none)");
-  cache::RaggedKvCache::Options options{req.page_rows, max_tokens, prompt_tokens};
+  policy::StepDriver::Options options{req.page_rows, max_tokens, prompt_tokens};
   pi.policy->setup({&config, max_tokens, prompt_tokens, req.page_rows});
-  cache::RaggedKvCache cache(config, options, *pi.policy);
+  policy::StepDriver driver(config, options, *pi.policy, pi.descriptor->name);
+  const cache::RaggedKvCache& cache = driver.cache();
 
-  Recorder recorder(cache, engine.tokenizer.get(), levels, req.prompt_text);
+  Recorder recorder(driver, engine.tokenizer.get(), levels, req.prompt_text);
   std::unique_ptr<OracleShadow> oracle;
   if (req.oracle) {
     recorder.set_track_attended(true);
     oracle = std::make_unique<OracleShadow>(*engine.model, options, req.oracle_recall_k, recorder,
                                             cache);
   }
-  if (recorder.wants_probs(0)) cache.set_observer(&recorder);
+  if (recorder.wants_probs(0)) driver.set_observer(&recorder);
 
   std::unique_ptr<trace::TraceWriter> writer;
   if (!levels.none) {
@@ -123,7 +124,7 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   double decode_policy_start = -1;     // policy time when the prefill ended
   std::vector<int32_t> fed_generated;  // the token each decode step feeds
   auto on_step = [&](const generate::StepEvent& ev) {
-    if (ev.prefill && ev.token >= 0) decode_policy_start = cache.policy_seconds();  // prefill done
+    if (ev.prefill && ev.token >= 0) decode_policy_start = driver.policy_seconds();  // prefill done
     std::vector<int32_t> ids;
     if (ev.prefill)
       ids.assign(req.prompt_ids.begin() + ev.pos0, req.prompt_ids.begin() + ev.pos0 + ev.n);
@@ -151,15 +152,15 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
     if (req.progress) req.progress({ev.pos0 + ev.n, max_tokens, result.steps});
   };
 
-  generate::Generator generator(*engine.model, cache, engine.tokenizer.get());
+  generate::Generator generator(*engine.model, driver, engine.tokenizer.get());
   generate::GenerationOptions g = req.generation;
   if (g.max_positions <= 0) g.max_positions = std::min<int64_t>(config.context_length, max_tokens);
   // On an exception the writer's destructor flushes what was captured and
   // leaves complete = 0.
   result.generation = generator.run(req.prompt_ids, g, {}, on_step);
-  result.policy_seconds = cache.policy_seconds();
+  result.policy_seconds = driver.policy_seconds();
   result.decode_policy_seconds =
-      decode_policy_start < 0 ? 0 : cache.policy_seconds() - decode_policy_start;
+      decode_policy_start < 0 ? 0 : driver.policy_seconds() - decode_policy_start;
   if (!req.expected_answer.empty())
     result.success = result.generation.text.find(req.expected_answer) != std::string::npos;
   if (writer) {

@@ -24,16 +24,16 @@ struct CaptureRequest {
   std::vector<int32_t> prompt_ids;
   std::string prompt_text;  // the text the ids encode (chat template included)
   generate::GenerationOptions generation;
-  std::string policy = "full";      // NAME[:key=value,...]
-  std::string levels = "events";    // see capture_levels.h
+  std::string policy = "full";    // NAME[:key=value,...]
+  std::string levels = "events";  // see capture_levels.h
   bool oracle = false;
   int64_t oracle_recall_k = 16;
-  std::string output;               // trace path (ignored with --capture none)
-  std::string model_path;           // as given, for /run model_path
+  std::string output;      // trace path (ignored with --capture none)
+  std::string model_path;  // as given, for /run model_path
   int64_t page_rows = 16;
   std::string command_line;
-  std::string run_json = "{}";      // extra run description (sampling, task, ...)
-  std::string task_kind;            // e.g. "needle"
+  std::string run_json = "{}";  // extra run description (sampling, task, ...)
+  std::string task_kind;        // e.g. "needle"
   std::string expected_answer;
   std::vector<std::pair<int64_t, int64_t>> needle_spans;  // [begin, end) token ranges
   std::vector<std::pair<int64_t, int64_t>> question_spans;
@@ -46,9 +46,9 @@ struct CaptureResult {
   int64_t final_entries = 0;
   int64_t peak_kv_bytes = 0;
   int64_t final_kv_bytes = 0;
-  double policy_seconds = 0;        // inside the policy's hooks
+  double policy_seconds = 0;         // inside the policy's hooks
   double decode_policy_seconds = 0;  // of which during decode steps
-  bool success = false;  // generation contains expected_answer (when a task is given)
+  bool success = false;              // generation contains expected_answer (when a task is given)
 };
 
 // Throws InputError for a bad policy, capture level or prompt.

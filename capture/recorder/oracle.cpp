@@ -6,7 +6,7 @@
 
 namespace kvscope::recorder {
 
-OracleShadow::OracleShadow(model::Transformer& model, const cache::RaggedKvCache::Options& options,
+OracleShadow::OracleShadow(model::Transformer& model, const policy::StepDriver::Options& options,
                            int64_t recall_k, const Recorder& policy_recorder,
                            const cache::RaggedKvCache& policy_cache)
     : model_(model),
@@ -21,7 +21,7 @@ OracleShadow::OracleShadow(model::Transformer& model, const cache::RaggedKvCache
   policy::PolicySetup setup{&model.config(), options.max_tokens, options.prompt_tokens,
                             options.page_rows};
   full_.policy->setup(setup);
-  shadow_ = std::make_unique<cache::RaggedKvCache>(model.config(), options, *full_.policy);
+  shadow_ = std::make_unique<policy::StepDriver>(model.config(), options, *full_.policy, "full");
   shadow_->set_observer(this);
   lost_.assign(size_t(L_ * H_), 0.0f);
   last_row_.resize(size_t(L_ * K_));

@@ -18,6 +18,7 @@
 #include "capture/cache/ragged_cache.h"
 #include "capture/model/transformer.h"
 #include "capture/policy/registry.h"
+#include "capture/policy/step_driver.h"
 #include "capture/recorder/recorder.h"
 #include "core/trace/types.h"
 
@@ -25,7 +26,7 @@ namespace kvscope::recorder {
 
 class OracleShadow : public cache::AttentionObserver {
  public:
-  OracleShadow(model::Transformer& model, const cache::RaggedKvCache::Options& options,
+  OracleShadow(model::Transformer& model, const policy::StepDriver::Options& options,
                int64_t recall_k, const Recorder& policy_recorder,
                const cache::RaggedKvCache& policy_cache);
 
@@ -42,7 +43,7 @@ class OracleShadow : public cache::AttentionObserver {
  private:
   model::Transformer& model_;
   policy::PolicyInstance full_;
-  std::unique_ptr<cache::RaggedKvCache> shadow_;
+  std::unique_ptr<policy::StepDriver> shadow_;
   int64_t recall_k_;
   const Recorder& policy_recorder_;
   const cache::RaggedKvCache& policy_cache_;

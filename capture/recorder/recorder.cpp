@@ -7,17 +7,17 @@
 
 namespace kvscope::recorder {
 
-Recorder::Recorder(cache::RaggedKvCache& cache, const tokenizer::Tokenizer* tokenizer,
+Recorder::Recorder(policy::StepDriver& driver, const tokenizer::Tokenizer* tokenizer,
                    const CaptureLevels& levels, std::string prompt_text)
-    : cache_(cache),
+    : driver_(driver),
       tokenizer_(tokenizer),
       levels_(levels),
       prompt_text_(std::move(prompt_text)),
-      L_(cache.n_layers()),
-      H_(cache.n_heads()),
-      K_(cache.n_kv_heads()),
-      R_(cache.n_heads() / cache.n_kv_heads()),
-      M_(cache.max_tokens()) {
+      L_(driver.cache().n_layers()),
+      H_(driver.cache().n_heads()),
+      K_(driver.cache().n_kv_heads()),
+      R_(driver.cache().n_heads() / driver.cache().n_kv_heads()),
+      M_(driver.cache().max_tokens()) {
   if (tokenizer_) decoder_ = std::make_unique<tokenizer::StreamDecoder>(*tokenizer_);
   if (levels_.pooled_block > 0) KB_ = (M_ + levels_.pooled_block - 1) / levels_.pooled_block;
   start_ = last_ = std::chrono::steady_clock::now();
@@ -205,7 +205,7 @@ trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& 
     trace::TokenRecord t;
     t.id = ids[i];
     t.position = static_cast<int32_t>(pos0 + int64_t(i));
-    t.step = static_cast<int32_t>(cache_.step());
+    t.step = static_cast<int32_t>(driver_.step());
     t.text = tokenizer_ ? tokenizer_->token_bytes(ids[i]) : std::string();
     if (prefill) {
       t.role = role_of(ids[i]);
@@ -222,12 +222,12 @@ trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& 
     }
     sd.tokens.push_back(std::move(t));
   }
-  sd.events = cache_.take_events();
-  sd.gates = cache_.take_gates();
-  sd.occupancy = cache_.occupancy();
-  sd.tier_bytes = cache_.tier_bytes();
-  sd.step.entries = cache_.entries();
-  sd.step.kv_bytes = cache_.bytes_in_use();
+  sd.events = driver_.take_events();
+  sd.gates = driver_.take_gates();
+  sd.occupancy = driver_.cache().occupancy();
+  sd.tier_bytes = driver_.cache().tier_bytes();
+  sd.step.entries = driver_.cache().entries();
+  sd.step.kv_bytes = driver_.cache().bytes_in_use();
   sd.received = std::move(received_);
   received_.clear();
   sd.dense = std::move(dense_);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "capture/cache/ragged_cache.h"
+#include "capture/policy/step_driver.h"
 #include "capture/recorder/capture_levels.h"
 #include "capture/tokenizer/tokenizer.h"
 #include "core/trace/types.h"
@@ -21,7 +22,7 @@ namespace kvscope::recorder {
 
 class Recorder : public cache::AttentionObserver {
  public:
-  Recorder(cache::RaggedKvCache& cache, const tokenizer::Tokenizer* tokenizer,
+  Recorder(policy::StepDriver& driver, const tokenizer::Tokenizer* tokenizer,
            const CaptureLevels& levels, std::string prompt_text);
 
   // AttentionObserver (the policy cache)
@@ -57,7 +58,7 @@ class Recorder : public cache::AttentionObserver {
   void dense_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0);
   void topk_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0);
 
-  cache::RaggedKvCache& cache_;
+  policy::StepDriver& driver_;
   const tokenizer::Tokenizer* tokenizer_;
   CaptureLevels levels_;
   std::string prompt_text_;

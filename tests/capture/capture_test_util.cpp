@@ -35,7 +35,9 @@ model::AttentionInputs random_inputs(const model::ModelConfig& c, int64_t layer,
   return in;
 }
 
-std::string stories_dir() { return shared_dir() + "/models/stories260K"; }
+std::string stories_dir() {
+  return shared_dir() + "/models/stories260K";
+}
 
 std::unique_ptr<model::Transformer> load_stories() {
   return model::load_model(stories_dir() + "/stories260K.bin",

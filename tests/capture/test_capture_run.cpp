@@ -11,6 +11,7 @@
 #include "capture/generate/engine.h"
 #include "capture/generate/generator.h"
 #include "capture/policy/registry.h"
+#include "capture/policy/step_driver.h"
 #include "capture/recorder/capture_run.h"
 #include "capture/tokenizer/tokenizer.h"
 #include "core/trace/reader.h"
@@ -59,7 +60,8 @@ TEST_CASE("policy full gives logits identical to the plain engine", "[capture][f
     std::vector<torch::Tensor> want = step_logits(*model, dense, chunk, 40);
     policy::PolicyInstance full = policy::make_policy("full");
     full.policy->setup({&model->config(), 256, int64_t(kPrompt.size()), 16});
-    cache::RaggedKvCache ragged(model->config(), {16, 256, int64_t(kPrompt.size())}, *full.policy);
+    policy::StepDriver ragged(model->config(), {16, 256, int64_t(kPrompt.size())}, *full.policy,
+                              "full");
     std::vector<torch::Tensor> got = step_logits(*model, ragged, chunk, 40);
     REQUIRE(got.size() == want.size());
     for (size_t i = 0; i < got.size(); ++i) REQUIRE(torch::equal(got[i], want[i]));
@@ -82,8 +84,10 @@ TEST_CASE("budgets, sinks and windows hold at every step of real captures",
       policy::PolicyInstance pi = policy::make_policy(k.spec);
       const int64_t M = 80;
       pi.policy->setup({&model->config(), M, int64_t(kPrompt.size()), 16});
-      cache::RaggedKvCache cache(model->config(), {16, M, int64_t(kPrompt.size())}, *pi.policy);
-      generate::Generator g(*model, cache, nullptr);
+      policy::StepDriver driver(model->config(), {16, M, int64_t(kPrompt.size())}, *pi.policy,
+                                pi.descriptor->name);
+      const cache::RaggedKvCache& cache = driver.cache();
+      generate::Generator g(*model, driver, nullptr);
       generate::GenerationOptions o;
       o.max_new_tokens = 60;
       o.prefill_chunk = chunk;
@@ -91,7 +95,7 @@ TEST_CASE("budgets, sinks and windows hold at every step of real captures",
       int64_t steps = 0;
       g.run(kPrompt, o, {}, [&](const generate::StepEvent&) {
         ++steps;
-        const int64_t fed = cache.tokens_fed();
+        const int64_t fed = driver.tokens_fed();
         for (int64_t l = 0; l < cache.n_layers(); ++l)
           for (int64_t h = 0; h < cache.n_kv_heads(); ++h) {
             REQUIRE(cache.count(l, h) <= k.budget);
@@ -104,7 +108,7 @@ TEST_CASE("budgets, sinks and windows hold at every step of real captures",
         REQUIRE(cache.bytes_in_use() >= (entries + 15) / 16 * page_bytes);
         REQUIRE(cache.bytes_in_use() <=
                 (entries / 16 + cache.n_layers() * cache.n_kv_heads()) * page_bytes);
-        cache.take_events();
+        driver.take_events();
       });
       CHECK(steps >= 60);
     }

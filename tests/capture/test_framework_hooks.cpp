@@ -12,6 +12,7 @@
 #include "capture/cache/ragged_cache.h"
 #include "capture/policy/budget.h"
 #include "capture/policy/policy.h"
+#include "capture/policy/step_driver.h"
 
 using namespace kvscope;
 
@@ -21,20 +22,22 @@ const int64_t kM = 128, kPage = 16;
 
 struct Run {
   model::ModelConfig c = test::small_config();
-  std::unique_ptr<cache::RaggedKvCache> cache;
+  std::unique_ptr<policy::StepDriver> driver;
+  const cache::RaggedKvCache* cache = nullptr;
   std::vector<trace::Event> events;
   explicit Run(policy::Policy& p, int64_t prompt = 32) {
     p.setup({&c, kM, prompt, kPage});
-    cache = std::make_unique<cache::RaggedKvCache>(
-        c, cache::RaggedKvCache::Options{kPage, kM, prompt}, p);
+    driver = std::make_unique<policy::StepDriver>(c, policy::StepDriver::Options{kPage, kM, prompt},
+                                                  p, "test");
+    cache = &driver->cache();
   }
   torch::Tensor step(int64_t pos0, int64_t n, uint64_t seed = 1) {
-    cache->begin_step(pos0, n);
+    driver->begin_step(pos0, n);
     torch::Tensor out;
     for (int64_t l = 0; l < c.n_layers; ++l)
-      out = cache->attend(test::random_inputs(c, l, pos0, n, seed));
-    cache->end_step();
-    for (auto& e : cache->take_events()) events.push_back(e);
+      out = driver->attend(test::random_inputs(c, l, pos0, n, seed));
+    driver->end_step();
+    for (auto& e : driver->take_events()) events.push_back(e);
     return out;
   }
   int64_t count_events(trace::EventKind kind) const {
@@ -71,10 +74,10 @@ TEST_CASE("admission: a rejected token serves its own step and never enters the 
   CHECK(run.count_events(trace::EventKind::Admit) == 4 * 2 * 2);
   // The next decode query reads only the even positions and itself.
   model::AttentionInputs prev = test::random_inputs(run.c, 1, 0, 8, 1);
-  run.cache->begin_step(8, 1);
-  run.cache->attend(test::random_inputs(run.c, 0, 8, 1, 1));
+  run.driver->begin_step(8, 1);
+  run.driver->attend(test::random_inputs(run.c, 0, 8, 1, 1));
   model::AttentionInputs in = test::random_inputs(run.c, 1, 8, 1, 1);
-  torch::Tensor out = run.cache->attend(in);
+  torch::Tensor out = run.driver->attend(in);
   model::AttentionInputs all = prev;
   all.k = torch::cat({prev.k, in.k});
   all.v = torch::cat({prev.v, in.v});
@@ -94,8 +97,7 @@ TEST_CASE("selection: a read-time mask restricts what a query reads, the cache i
         for (size_t j = 0; j < cand.size(); ++j) {
           bool page_selected = (cand[j] / 16) % 2 == 0;
           if (page_selected) mask.select(1, int64_t(j)).fill_(true);
-          if (page_selected && cand[j] % 16 == 0)
-            c.cache.record_select(c.layer, h, cand[j], 1.0f, 0);
+          if (page_selected && cand[j] % 16 == 0) c.decide.select(c.layer, h, cand[j], 1.0f, 0);
         }
         c.masks[size_t(h)] = mask;
       }
@@ -104,11 +106,11 @@ TEST_CASE("selection: a read-time mask restricts what a query reads, the cache i
   Run run(policy, 48);
   run.step(0, 48);
   model::AttentionInputs prev = test::random_inputs(run.c, 1, 0, 48, 1);
-  run.cache->begin_step(48, 1);
-  run.cache->attend(test::random_inputs(run.c, 0, 48, 1, 1));
+  run.driver->begin_step(48, 1);
+  run.driver->attend(test::random_inputs(run.c, 0, 48, 1, 1));
   model::AttentionInputs in = test::random_inputs(run.c, 1, 48, 1, 1);
-  torch::Tensor out = run.cache->attend(in);
-  run.cache->end_step();
+  torch::Tensor out = run.driver->attend(in);
+  run.driver->end_step();
   std::vector<int64_t> rows;
   for (int64_t p = 0; p < 48; ++p)
     if ((p / 16) % 2 == 0) rows.push_back(p);
@@ -119,7 +121,7 @@ TEST_CASE("selection: a read-time mask restricts what a query reads, the cache i
   all.q = torch::cat({prev.q, in.q});
   CHECK((out[0][3] - reference(all, 48, 3, rows)).abs().max().item<float>() < 1e-5f);
   CHECK(run.cache->count(1, 1) == 49);  // nothing was evicted
-  for (auto& e : run.cache->take_events()) run.events.push_back(e);
+  for (auto& e : run.driver->take_events()) run.events.push_back(e);
   CHECK(run.count_events(trace::EventKind::Select) > 0);
 }
 
@@ -135,10 +137,10 @@ TEST_CASE("placement: entries move between tiers, cold entries are not read unti
     void after_attention(policy::LayerContext& c) override {
       if (c.step == 0)
         for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h)
-          for (int64_t p = 0; p < 8; ++p) c.cache.move(c.layer, h, p, p < 4 ? 2 : 1, 0.5f, 0);
+          for (int64_t p = 0; p < 8; ++p) c.decide.move(c.layer, h, p, p < 4 ? 2 : 1, 0.5f, 0);
       if (c.step == 2)
         for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h)
-          for (int64_t p = 0; p < 4; ++p) c.cache.move(c.layer, h, p, 0, 0.9f, 0);
+          for (int64_t p = 0; p < 4; ++p) c.decide.move(c.layer, h, p, 0, 0.9f, 0);
     }
   } policy;
   Run run(policy, 16);
@@ -156,7 +158,7 @@ TEST_CASE("placement: entries move between tiers, cold entries are not read unti
     }
     std::vector<int64_t> keys;
   } watch;
-  run.cache->set_observer(&watch);
+  run.driver->set_observer(&watch);
   run.step(16, 1);
   for (int64_t p : watch.keys) CHECK(p >= 4);
   run.step(17, 1);  // step 2 promotes them back to hot
@@ -178,12 +180,12 @@ TEST_CASE("end_step: one global ranking over all layers and heads gives unequal 
         for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h)
           for (int32_t p : c.cache.positions(l, h, 0))
             all.emplace_back(
-                c.cache.stats(l).received[size_t(h)][size_t(p)] + float(l * 2 + h) * 0.05f, l, h,
-                p);
+                c.layer_stats[size_t(l)].received[size_t(h)][size_t(p)] + float(l * 2 + h) * 0.05f,
+                l, h, p);
       std::sort(all.begin(), all.end(), std::greater<>());
       for (size_t i = size_t(B); i < all.size(); ++i)
-        c.cache.evict(std::get<1>(all[i]), std::get<2>(all[i]), std::get<3>(all[i]),
-                      std::get<0>(all[i]), 0);
+        c.decide.evict(std::get<1>(all[i]), std::get<2>(all[i]), std::get<3>(all[i]),
+                       std::get<0>(all[i]), 0);
     }
   } policy;
   Run run(policy);
@@ -214,7 +216,7 @@ TEST_CASE("delayed scoring: tokens are judged when they leave a protected window
     }
     cache::StatsNeeds stats_needs() const override { return {true, false, 0}; }
     void after_attention(policy::LayerContext& c) override {
-      const int64_t fed = c.cache.tokens_fed();
+      const int64_t fed = c.tokens_fed();
       for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h) {
         float* a = acc.at(c.layer, h);
         std::vector<int64_t> leaving;
@@ -224,7 +226,7 @@ TEST_CASE("delayed scoring: tokens are judged when they leave a protected window
         }
         for (int64_t p : leaving) {
           if (c.layer == 0 && h == 0) judged.push_back({c.pos0, p});
-          if (a[p] < 0.2f) c.cache.evict(c.layer, h, p, a[p], 0);
+          if (a[p] < 0.2f) c.decide.evict(c.layer, h, p, a[p], 0);
         }
       }
     }

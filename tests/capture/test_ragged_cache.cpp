@@ -13,6 +13,7 @@
 
 #include "capture/cache/ragged_cache.h"
 #include "capture/policy/policy.h"
+#include "capture/policy/step_driver.h"
 #include "kernels/quant_int4.h"
 
 using namespace kvscope;
@@ -55,12 +56,12 @@ class RandomPolicy : public policy::Policy {
       std::sort(held.begin(), held.end());
       for (int64_t p : held) {
         if (coin(0.12)) {
-          c.cache.evict(c.layer, h, p, 0.0f, 1);
+          c.decide.evict(c.layer, h, p, 0.0f, 1);
           log.push_back({Decision::Evict, c.layer, h, p, -1});
         } else if (tiered_ && coin(0.2)) {
           int to = int(rng_() % 3);
           if (to == c.cache.tier_of(c.layer, h, p)) continue;
-          c.cache.move(c.layer, h, p, to, 0.0f, 1);
+          c.decide.move(c.layer, h, p, to, 0.0f, 1);
           log.push_back({Decision::Move, c.layer, h, p, to});
         }
       }
@@ -172,14 +173,15 @@ void run_random(uint64_t seed, bool tiered) {
   RandomPolicy policy(seed, tiered);
   const int64_t M = 200, prompt = 40, page = 16;
   policy.setup({&c, M, prompt, page});
-  cache::RaggedKvCache cache(c, {page, M, prompt}, policy);
+  policy::StepDriver driver(c, {page, M, prompt}, policy, "test");
+  const cache::RaggedKvCache& cache = driver.cache();
   Oracle oracle{c.n_kv_heads, c.n_heads / c.n_kv_heads, c.head_dim, {}, {}};
   oracle.held.assign(size_t(c.n_layers), std::vector<std::map<int64_t, int>>(size_t(c.n_kv_heads)));
   std::vector<std::pair<int64_t, int64_t>> steps = {{0, 16}, {16, 16}, {32, 8}};
   for (int64_t p = 40; p < 120; ++p) steps.push_back({p, 1});
   double worst = 0;
   for (auto [pos0, n] : steps) {
-    cache.begin_step(pos0, n);
+    driver.begin_step(pos0, n);
     for (int64_t l = 0; l < c.n_layers; ++l) {
       model::AttentionInputs in = test::random_inputs(c, l, pos0, n, seed);
       size_t before = policy.log.size();
@@ -188,7 +190,7 @@ void run_random(uint64_t seed, bool tiered) {
       {
         // Admission decisions come first inside attend(); replay them into
         // the oracle before computing its attention, then the rest after.
-        got = cache.attend(in);
+        got = driver.attend(in);
       }
       size_t admitted_end = before;
       while (admitted_end < policy.log.size() &&
@@ -204,8 +206,8 @@ void run_random(uint64_t seed, bool tiered) {
       worst = std::max(worst, diff);
       REQUIRE(diff < 1e-5);
     }
-    cache.end_step();
-    cache.take_events();
+    driver.end_step();
+    driver.take_events();
     // The cache holds exactly what the decisions leave, in the right tiers,
     // and exactly the pages those entries need.
     int64_t pages = 0;
@@ -255,26 +257,27 @@ TEST_CASE("an evicted entry is never read again", "[cache]") {
   const model::ModelConfig c = test::small_config();
   RandomPolicy policy(9, true);
   policy.setup({&c, 100, 20, 16});
-  cache::RaggedKvCache cache(c, {16, 100, 20}, policy);
+  policy::StepDriver driver(c, {16, 100, 20}, policy, "test");
+  const cache::RaggedKvCache& cache = driver.cache();
   KeyWatcher watcher;
-  cache.set_observer(&watcher);
+  driver.set_observer(&watcher);
   std::set<std::pair<int64_t, int64_t>> gone;  // (layer*K + head, pos)
-  cache.begin_step(0, 20);
-  for (int64_t l = 0; l < c.n_layers; ++l) cache.attend(test::random_inputs(c, l, 0, 20, 9));
-  cache.end_step();
+  driver.begin_step(0, 20);
+  for (int64_t l = 0; l < c.n_layers; ++l) driver.attend(test::random_inputs(c, l, 0, 20, 9));
+  driver.end_step();
   for (int64_t pos = 20; pos < 90; ++pos) {
-    for (const trace::Event& e : cache.take_events())
+    for (const trace::Event& e : driver.take_events())
       if (e.kind == trace::EventKind::Evict || e.kind == trace::EventKind::Reject)
         gone.insert({e.layer * c.n_kv_heads + e.kv_head, e.token});
-    cache.begin_step(pos, 1);
+    driver.begin_step(pos, 1);
     for (int64_t l = 0; l < c.n_layers; ++l) {
       // Read every head of the layer: the watcher sees the last head's keys.
-      cache.attend(test::random_inputs(c, l, pos, 1, 9));
+      driver.attend(test::random_inputs(c, l, pos, 1, 9));
       for (int64_t p : watcher.seen)
         REQUIRE(gone.count({l * c.n_kv_heads + watcher.last_head, p}) == 0);
       REQUIRE(std::abs(watcher.rows_sum - 1.0) < 1e-4);  // weights still sum to 1 per query
     }
-    cache.end_step();
+    driver.end_step();
   }
   CHECK_FALSE(gone.empty());
 }
@@ -285,18 +288,19 @@ TEST_CASE("memory is really released when heads shrink", "[cache]") {
   policy::Policy keep_all;
   const int64_t M = 2048;
   keep_all.setup({&c, M, M, 16});
-  cache::RaggedKvCache cache(c, {16, M, M}, keep_all);
-  cache.begin_step(0, M);
-  for (int64_t l = 0; l < c.n_layers; ++l) cache.attend(test::random_inputs(c, l, 0, M, 3));
-  cache.end_step();
+  policy::StepDriver driver(c, {16, M, M}, keep_all, "test");
+  const cache::RaggedKvCache& cache = driver.cache();
+  driver.begin_step(0, M);
+  for (int64_t l = 0; l < c.n_layers; ++l) driver.attend(test::random_inputs(c, l, 0, M, 3));
+  driver.end_step();
   const int64_t full = cache.bytes_reserved();
   CHECK(cache.bytes_in_use() == c.n_layers * c.n_kv_heads * (M / 16) * 2 * 16 * c.head_dim * 4);
   // Evict all but 16 entries of every head: the pool compacts at end_step.
-  cache.begin_step(M - 1, 0);
+  driver.begin_step(M - 1, 0);
   for (int64_t l = 0; l < c.n_layers; ++l)
     for (int64_t h = 0; h < c.n_kv_heads; ++h)
-      for (int64_t p = 0; p < M - 16; ++p) cache.evict(l, h, p, 0.0f, 0);
-  cache.end_step();
+      for (int64_t p = 0; p < M - 16; ++p) driver.storage().remove(l, h, p);
+  driver.end_step();
   CHECK(cache.bytes_in_use() == c.n_layers * c.n_kv_heads * 1 * 2 * 16 * c.head_dim * 4);
   CHECK(cache.bytes_reserved() <= full / 8);
   // What is left is still read correctly after the compaction moved pages.

@@ -14,6 +14,7 @@
 #include "capture/cache/ragged_cache.h"
 #include "capture/gates/gate_nets.h"
 #include "capture/policy/registry.h"
+#include "capture/policy/step_driver.h"
 #include "core/common/input_error.h"
 #include "tests/gates/gate_test_util.h"
 #include "tests/support/paths.h"
@@ -29,14 +30,17 @@ const int64_t kMax = 96, kPage = 4;
 struct Run {
   model::ModelConfig c;
   policy::PolicyInstance pi;
-  std::unique_ptr<cache::RaggedKvCache> cache;
+  std::unique_ptr<policy::StepDriver> driver;
+  const cache::RaggedKvCache* cache = nullptr;
   std::vector<trace::Event> events;
   std::vector<trace::GateValue> gate_values;
   std::function<void(model::AttentionInputs&)> script;
   Run(model::ModelConfig config, const std::string& spec, int64_t prompt) : c(std::move(config)) {
     pi = policy::make_policy(spec);
     pi.policy->setup({&c, kMax, prompt, kPage});
-    cache = std::make_unique<cache::RaggedKvCache>(c, cache::RaggedKvCache::Options{kPage, kMax, prompt}, *pi.policy);
+    driver = std::make_unique<policy::StepDriver>(
+        c, policy::StepDriver::Options{kPage, kMax, prompt}, *pi.policy, "test");
+    cache = &driver->cache();
   }
   model::AttentionInputs inputs(int64_t l, int64_t pos0, int64_t n) {
     model::AttentionInputs in = test::gate_inputs(c, l, pos0, n, 1);
@@ -46,15 +50,15 @@ struct Run {
   // One step; returns layer 0's attention output.
   torch::Tensor step(int64_t pos0, int64_t n) {
     torch::InferenceMode guard;
-    cache->begin_step(pos0, n);
+    driver->begin_step(pos0, n);
     torch::Tensor out0;
     for (int64_t l = 0; l < c.n_layers; ++l) {
-      torch::Tensor o = cache->attend(inputs(l, pos0, n));
+      torch::Tensor o = driver->attend(inputs(l, pos0, n));
       if (l == 0) out0 = o;
     }
-    cache->end_step();
-    for (auto& e : cache->take_events()) events.push_back(e);
-    for (auto& g : cache->take_gates()) gate_values.push_back(g);
+    driver->end_step();
+    for (auto& e : driver->take_events()) events.push_back(e);
+    for (auto& g : driver->take_gates()) gate_values.push_back(g);
     return out0;
   }
   std::set<int64_t> held(int64_t l, int64_t h, int tier) const {
@@ -62,7 +66,8 @@ struct Run {
     return {p.begin(), p.end()};
   }
   int64_t count(trace::EventKind kind, uint16_t reason) const {
-    return std::count_if(events.begin(), events.end(), [&](auto& e) { return e.kind == kind && e.reason == reason; });
+    return std::count_if(events.begin(), events.end(),
+                         [&](auto& e) { return e.kind == kind && e.reason == reason; });
   }
 };
 
@@ -70,11 +75,14 @@ struct Run {
 
 // Token p is "important" at kv head h by this pattern; the gate built below
 // gives g ~ 0.98 to important tokens and g ~ 0.02 to the others.
-bool important(int64_t p, int64_t h) { return (p * 7 + h * 3) % 5 < 2; }
+bool important(int64_t p, int64_t h) {
+  return (p * 7 + h * 3) % 5 < 2;
+}
 
 std::string controllable_wgkv(const model::ModelConfig& c) {
   auto shape = gates::GateShape::of(c);
-  gates::GateSet set = gates::init_gates(GateKind::WriteGate, gates::default_hyperparameters(GateKind::WriteGate, shape), shape, 1);
+  gates::GateSet set = gates::init_gates(
+      GateKind::WriteGate, gates::default_hyperparameters(GateKind::WriteGate, shape), shape, 1);
   torch::NoGradGuard g;
   const int64_t K = c.n_kv_heads, inner = 4 * c.head_dim;
   for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -108,8 +116,9 @@ std::vector<int64_t> wgkv_visible(int64_t qpos, int64_t h, int64_t W) {
 
 // Dense attention of query head `qh` at `qpos` over `keys`, from per-position
 // scripted inputs (each position's q/k/v as its own step produced them).
-torch::Tensor attention_over(Run& run, const std::map<int64_t, std::pair<int64_t, int64_t>>& step_of, int64_t qpos,
-                             int64_t qh, const std::vector<int64_t>& keys) {
+torch::Tensor attention_over(Run& run,
+                             const std::map<int64_t, std::pair<int64_t, int64_t>>& step_of,
+                             int64_t qpos, int64_t qh, const std::vector<int64_t>& keys) {
   auto row = [&](int64_t p) {
     auto [pos0, n] = step_of.at(p);
     return std::pair{run.inputs(0, pos0, n), p - pos0};
@@ -129,7 +138,8 @@ torch::Tensor attention_over(Run& run, const std::map<int64_t, std::pair<int64_t
 
 }  // namespace
 
-TEST_CASE("wgkv: prefill keeps the last W local, admits g >= tau older tokens, rejects the rest", "[gates][policy]") {
+TEST_CASE("wgkv: prefill keeps the last W local, admits g >= tau older tokens, rejects the rest",
+          "[gates][policy]") {
   model::ModelConfig c = test::gate_config(2, 4, 2, 16, 32);
   const int64_t W = 4, P = 14;
   Run run(c, "wgkv:gates=" + controllable_wgkv(c) + ",window=" + std::to_string(W) + ",tau=0.5", P);
@@ -141,8 +151,10 @@ TEST_CASE("wgkv: prefill keeps the last W local, admits g >= tau older tokens, r
       std::set<int64_t> local, global;
       for (int64_t p = P - W; p < P; ++p) local.insert(p);
       for (int64_t p = 0; p < P - W; ++p)
-        if (important(p, h)) global.insert(p);
-        else ++rejects;
+        if (important(p, h))
+          global.insert(p);
+        else
+          ++rejects;
       CHECK(run.held(l, h, 1) == local);
       CHECK(run.held(l, h, 0) == global);
     }
@@ -182,16 +194,21 @@ TEST_CASE("wgkv: decode is a ring of W with lazy promotion of g >= tau tokens", 
         REQUIRE(run.held(l, h, 1) == local);
         REQUIRE(run.held(l, h, 0) == global);
       }
-    if (t % 7 == 0) CHECK(torch::allclose(out[0][2], attention_over(run, step_of, t, 2, wgkv_visible(t, 1, W)), 1e-5, 1e-5));
+    if (t % 7 == 0)
+      CHECK(torch::allclose(out[0][2], attention_over(run, step_of, t, 2, wgkv_visible(t, 1, W)),
+                            1e-5, 1e-5));
   }
   CHECK(run.count(trace::EventKind::Promote, 1) == promoted);
   CHECK(run.count(trace::EventKind::Evict, 2) == dropped);
 }
 
-TEST_CASE("wgkv: a prefill in chunks ends with the same cache and the same attention as one prefill", "[gates][policy]") {
+TEST_CASE(
+    "wgkv: a prefill in chunks ends with the same cache and the same attention as one prefill",
+    "[gates][policy]") {
   model::ModelConfig c = test::gate_config(2, 4, 2, 16, 32);
   const int64_t W = 4, P = 17;
-  const std::string spec = "wgkv:gates=" + controllable_wgkv(c) + ",window=" + std::to_string(W) + ",tau=0.5";
+  const std::string spec =
+      "wgkv:gates=" + controllable_wgkv(c) + ",window=" + std::to_string(W) + ",tau=0.5";
   Run chunked(c, spec, P);
   chunked.script = script_importance;
   std::map<int64_t, std::pair<int64_t, int64_t>> step_of;
@@ -215,18 +232,21 @@ TEST_CASE("wgkv: a prefill in chunks ends with the same cache and the same atten
     }
   // Queries of later chunks see the earlier chunks through the same mask.
   for (int64_t q : {7, 11, 14, 16})
-    CHECK(torch::allclose(outs[q][1], attention_over(chunked, step_of, q, 1, wgkv_visible(q, 0, W)), 1e-5, 1e-5));
+    CHECK(torch::allclose(outs[q][1], attention_over(chunked, step_of, q, 1, wgkv_visible(q, 0, W)),
+                          1e-5, 1e-5));
 }
 
 // ---- Attention-Gate ----------------------------------------------------------------
 
-TEST_CASE("attention_gate: the prompt's flag-1 tokens are cached, flag-0 columns masked, decode appends",
-          "[gates][policy]") {
+TEST_CASE(
+    "attention_gate: the prompt's flag-1 tokens are cached, flag-0 columns masked, decode appends",
+    "[gates][policy]") {
   model::ModelConfig c = test::gate_config(2, 4, 2, 8, 24);
   auto shape = gates::GateShape::of(c);
   gates::GateSet set = gates::init_gates(
       GateKind::AttentionGate,
-      gates::resolve_hyperparameters(GateKind::AttentionGate, shape, {{"heads", 2}, {"head_dim", 4}, {"gamma", 0.0}}, ""),
+      gates::resolve_hyperparameters(GateKind::AttentionGate, shape,
+                                     {{"heads", 2}, {"head_dim", 4}, {"gamma", 0.0}}, ""),
       shape, 3);
   test::randomize(set, 4, 0.6);
   const std::string path = test::save_temp(set, "ag.safetensors");
@@ -237,7 +257,8 @@ TEST_CASE("attention_gate: the prompt's flag-1 tokens are cached, flag-0 columns
   for (int64_t p = 0; p < P; ++p) step_of[p] = {0, P};
   int64_t flagged_total = 0;
   for (int64_t l = 0; l < 2; ++l) {
-    torch::Tensor prob = torch::sigmoid(gates::attention_gate_scores(set, l, run.inputs(l, 0, P).hidden));
+    torch::Tensor prob =
+        torch::sigmoid(gates::attention_gate_scores(set, l, run.inputs(l, 0, P).hidden));
     for (int64_t h = 0; h < 2; ++h) {
       std::set<int64_t> keep;
       for (int64_t p = 0; p < P; ++p)
@@ -250,7 +271,8 @@ TEST_CASE("attention_gate: the prompt's flag-1 tokens are cached, flag-0 columns
           for (int64_t j = 0; j < q; ++j)
             if (keep.count(j)) keys.push_back(j);
           keys.push_back(q);  // the diagonal
-          CHECK(torch::allclose(out[q][2 * h], attention_over(run, step_of, q, 2 * h, keys), 1e-5, 1e-5));
+          CHECK(torch::allclose(out[q][2 * h], attention_over(run, step_of, q, 2 * h, keys), 1e-5,
+                                1e-5));
         }
     }
   }
@@ -275,14 +297,16 @@ namespace {
 std::string controllable_retention(const model::ModelConfig& c) {
   auto shape = gates::GateShape::of(c);
   gates::GateSet set = gates::init_gates(
-      GateKind::Retention, gates::resolve_hyperparameters(GateKind::Retention, shape, {{"hidden", 1}}, ""), shape, 1);
+      GateKind::Retention,
+      gates::resolve_hyperparameters(GateKind::Retention, shape, {{"hidden", 1}}, ""), shape, 1);
   torch::NoGradGuard g;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".self_attn.retention_gate.";
     set.params[p + "linear1.weight"].zero_();
     set.params[p + "linear1.weight"][0][0] = 1.0;
     set.params[p + "linear1.bias"].zero_();
-    for (int64_t h = 0; h < c.n_kv_heads; ++h) set.params[p + "linear2.weight"][h][0] = 0.6 + 0.5 * double(h + l);
+    for (int64_t h = 0; h < c.n_kv_heads; ++h)
+      set.params[p + "linear2.weight"][h][0] = 0.6 + 0.5 * double(h + l);
     set.params[p + "bias"].fill_(0.5);
   }
   return test::save_temp(set, "retention-scripted.safetensors");
@@ -304,11 +328,14 @@ std::map<std::tuple<int64_t, int64_t, int64_t>, double> recorded_beta(const Run&
 
 }  // namespace
 
-TEST_CASE("trimkv: each head keeps its top-M of log(beta) * (t + 1 - pos) once it holds M + buffer", "[gates][policy]") {
+TEST_CASE("trimkv: each head keeps its top-M of log(beta) * (t + 1 - pos) once it holds M + buffer",
+          "[gates][policy]") {
   model::ModelConfig c = test::gate_config(2, 4, 2, 8, 16);
   const int64_t M = 5, buffer = 2, P = 4;
-  Run run(c, "trimkv:gates=" + controllable_retention(c) + ",budget=" + std::to_string(M) + ",buffer=" +
-                 std::to_string(buffer), P);
+  Run run(c,
+          "trimkv:gates=" + controllable_retention(c) + ",budget=" + std::to_string(M) +
+              ",buffer=" + std::to_string(buffer),
+          P);
   run.script = script_retention;
   std::map<std::pair<int64_t, int64_t>, std::set<int64_t>> sim;  // the definition, step by step
   int64_t evictions = 0;
@@ -323,7 +350,9 @@ TEST_CASE("trimkv: each head keeps its top-M of log(beta) * (t + 1 - pos) once i
         if (int64_t(s.size()) >= M + buffer) {
           std::vector<std::pair<double, int64_t>> v;
           for (int64_t p : s) v.push_back({std::log(beta.at({l, h, p})) * double(fed + 1 - p), p});
-          std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first != b.first ? a.first > b.first : a.second > b.second; });
+          std::sort(v.begin(), v.end(), [](auto& a, auto& b) {
+            return a.first != b.first ? a.first > b.first : a.second > b.second;
+          });
           s.clear();
           for (int64_t k = 0; k < M; ++k) s.insert(v[size_t(k)].second);
           evictions += int64_t(v.size()) - M;
@@ -339,12 +368,15 @@ TEST_CASE("trimkv: each head keeps its top-M of log(beta) * (t + 1 - pos) once i
   CHECK(run.held(0, 0, 0) != run.held(0, 1, 0));
 }
 
-TEST_CASE("dbtrimkv: one global top-(L*K*M) across layers and heads, unequal per-head budgets", "[gates][policy]") {
+TEST_CASE("dbtrimkv: one global top-(L*K*M) across layers and heads, unequal per-head budgets",
+          "[gates][policy]") {
   model::ModelConfig c = test::gate_config(2, 4, 2, 8, 16);
   const int64_t M = 4, buffer = 1, P = 3;
   for (int64_t min_per_head : {0, 2}) {
-    Run run(c, "dbtrimkv:gates=" + controllable_retention(c) + ",budget=" + std::to_string(M) + ",buffer=" +
-                   std::to_string(buffer) + ",min=" + std::to_string(min_per_head), P);
+    Run run(c,
+            "dbtrimkv:gates=" + controllable_retention(c) + ",budget=" + std::to_string(M) +
+                ",buffer=" + std::to_string(buffer) + ",min=" + std::to_string(min_per_head),
+            P);
     run.script = script_retention;
     CHECK(run.pi.policy->budget() == 2 * 2 * M);
     std::map<std::pair<int64_t, int64_t>, std::set<int64_t>> sim;
@@ -360,12 +392,16 @@ TEST_CASE("dbtrimkv: one global top-(L*K*M) across layers and heads, unequal per
         for (int64_t h = 0; h < 2; ++h)
           for (int64_t p = pos0; p < fed; ++p) sim[{l, h}].insert(p);
       if (total >= 2 * 2 * (M + buffer)) {
-        struct E { double s; int64_t l, h, p; };
+        struct E {
+          double s;
+          int64_t l, h, p;
+        };
         std::vector<E> all;
         std::map<std::pair<int64_t, int64_t>, std::vector<E>> per;
         for (auto& [k, s] : sim)
           for (int64_t p : s) {
-            E e{std::log(beta.at({k.first, k.second, p})) * double(fed + 1 - p), k.first, k.second, p};
+            E e{std::log(beta.at({k.first, k.second, p})) * double(fed + 1 - p), k.first, k.second,
+                p};
             all.push_back(e);
             per[k].push_back(e);
           }
@@ -377,11 +413,13 @@ TEST_CASE("dbtrimkv: one global top-(L*K*M) across layers and heads, unequal per
         std::sort(all.begin(), all.end(), better);
         std::map<std::pair<int64_t, int64_t>, int64_t> keep;
         const int64_t ranked = 2 * 2 * (M - min_per_head);
-        for (int64_t k = 0; k < std::min<int64_t>(ranked, int64_t(all.size())); ++k) ++keep[{all[size_t(k)].l, all[size_t(k)].h}];
+        for (int64_t k = 0; k < std::min<int64_t>(ranked, int64_t(all.size())); ++k)
+          ++keep[{all[size_t(k)].l, all[size_t(k)].h}];
         for (auto& [k, v] : per) {
           std::sort(v.begin(), v.end(), better);
           sim[k].clear();
-          for (int64_t i = 0; i < std::min<int64_t>(keep[k] + min_per_head, int64_t(v.size())); ++i) sim[k].insert(v[size_t(i)].p);
+          for (int64_t i = 0; i < std::min<int64_t>(keep[k] + min_per_head, int64_t(v.size())); ++i)
+            sim[k].insert(v[size_t(i)].p);
         }
       }
       std::set<size_t> sizes;
@@ -400,7 +438,8 @@ TEST_CASE("dbtrimkv: one global top-(L*K*M) across layers and heads, unequal per
   }
 }
 
-TEST_CASE("learned policies refuse a missing or wrong-kind gate file, naming it", "[gates][policy]") {
+TEST_CASE("learned policies refuse a missing or wrong-kind gate file, naming it",
+          "[gates][policy]") {
   model::ModelConfig c = test::gate_config(2, 4, 2, 8, 16);
   CHECK_THROWS_AS(policy::make_policy("wgkv"), InputError);  // gates= is required
   const std::string retention = controllable_retention(c);

@@ -32,15 +32,16 @@ PolicyRun::PolicyRun(const model::Transformer& model, const std::string& spec, i
   L_ = c.n_layers;
   K_ = c.n_kv_heads;
   instance_.policy->setup({&c, max_tokens, prompt_tokens, 16});
-  cache_ = std::make_unique<cache::RaggedKvCache>(
-      c, cache::RaggedKvCache::Options{16, max_tokens, prompt_tokens}, *instance_.policy);
-  cache_->set_observer(this);
+  driver_ = std::make_unique<policy::StepDriver>(
+      c, policy::StepDriver::Options{16, max_tokens, prompt_tokens}, *instance_.policy,
+      instance_.descriptor->name);
+  driver_->set_observer(this);
 }
 
 void PolicyRun::begin_step(int64_t pos0, int64_t n) {
   steps_.emplace_back(size_t(L_));
   probs_.assign(size_t(L_), std::vector<HeadProbs>(size_t(K_)));
-  cache_->begin_step(pos0, n);
+  driver_->begin_step(pos0, n);
 }
 
 torch::Tensor PolicyRun::attend(const model::AttentionInputs& in) {
@@ -51,13 +52,13 @@ torch::Tensor PolicyRun::attend(const model::AttentionInputs& in) {
   r.k = in.k.to(torch::kFloat32).clone();
   r.v = in.v.to(torch::kFloat32).clone();
   r.scale = in.scale;
-  return cache_->attend(in);
+  return driver_->attend(in);
 }
 
 void PolicyRun::end_step() {
-  cache_->end_step();
-  events_ = cache_->take_events();
-  gates_ = cache_->take_gates();
+  driver_->end_step();
+  events_ = driver_->take_events();
+  gates_ = driver_->take_gates();
 }
 
 void PolicyRun::on_attention(int64_t layer, int64_t kv_head, const float* probs, int64_t R,
@@ -88,8 +89,8 @@ void PolicyRun::generate(model::Transformer& model, const std::vector<int64_t>& 
 
 std::set<int64_t> PolicyRun::held(int64_t layer, int64_t kv_head) const {
   std::set<int64_t> out;
-  for (int64_t t = 0; t < cache_->n_tiers(); ++t)
-    for (int32_t p : cache_->positions(layer, kv_head, t)) out.insert(p);
+  for (int64_t t = 0; t < cache().n_tiers(); ++t)
+    for (int32_t p : cache().positions(layer, kv_head, t)) out.insert(p);
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include "capture/cache/ragged_cache.h"
 #include "capture/model/transformer.h"
 #include "capture/policy/registry.h"
+#include "capture/policy/step_driver.h"
 
 namespace kvscope::test {
 
@@ -48,7 +49,8 @@ class PolicyRun : public model::AttentionBackend, public cache::FullMatrixObserv
   void generate(model::Transformer& model, const std::vector<int64_t>& prompt, int64_t decode,
                 const std::function<void(int64_t step)>& after_step = {});
 
-  cache::RaggedKvCache& cache() { return *cache_; }
+  const cache::RaggedKvCache& cache() const { return driver_->cache(); }
+  policy::StepDriver& driver() { return *driver_; }
   policy::Policy& policy() { return *instance_.policy; }
   std::set<int64_t> held(int64_t layer, int64_t kv_head) const;
   // Inputs of every step per layer: steps[step][layer].
@@ -73,7 +75,7 @@ class PolicyRun : public model::AttentionBackend, public cache::FullMatrixObserv
 
  private:
   policy::PolicyInstance instance_;
-  std::unique_ptr<cache::RaggedKvCache> cache_;
+  std::unique_ptr<policy::StepDriver> driver_;
   std::vector<std::vector<LayerInputs>> steps_;
   std::vector<std::vector<HeadProbs>> probs_;
   std::vector<trace::Event> events_;

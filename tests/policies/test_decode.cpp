@@ -88,7 +88,7 @@ TEST_CASE("snapkv at decode: the sliding observation window votes, the window st
       size_t(s.L()), std::vector<std::deque<std::map<int64_t, double>>>(size_t(s.K())));
   int64_t checked = 0;
   run.generate(*s.model, s.ids, kDecode, [&](int64_t step) {
-    const int64_t fed = run.cache().tokens_fed();
+    const int64_t fed = run.driver().tokens_fed();
     auto ev = evicted(run, s.L(), s.K());
     for (int64_t l = 0; l < s.L(); ++l)
       for (int64_t h = 0; h < s.K(); ++h) {
@@ -162,7 +162,7 @@ TEST_CASE(
                 s.n() + kDecode + 1, s.n());
   int64_t agree = 0, checked = 0;
   run.generate(*s.model, s.ids, kDecode, [&](int64_t step) {
-    const int64_t fed = run.cache().tokens_fed();
+    const int64_t fed = run.driver().tokens_fed();
     auto ev = evicted(run, s.L(), s.K());
     for (int64_t l = 0; l < s.L(); ++l) {
       LayerInputs all = run.all_inputs(l);
@@ -197,7 +197,7 @@ TEST_CASE("pyramidkv at decode: every layer stays at its own budget") {
   run.generate(*s.model, s.ids, kDecode, [&](int64_t) {
     for (int64_t l = 0; l < s.L(); ++l)
       for (int64_t h = 0; h < s.K(); ++h)
-        REQUIRE(run.cache().count(l, h) == std::min(b[size_t(l)], run.cache().tokens_fed()));
+        REQUIRE(run.cache().count(l, h) == std::min(b[size_t(l)], run.driver().tokens_fed()));
   });
 }
 
@@ -233,7 +233,7 @@ TEST_CASE("duo_attention at decode: streaming heads stay at sinks + recent, retr
   PolicyRun run(*s.model, "duo_attention:pattern=" + tsv + ",threshold=0.5,sinks=2,recent=6",
                 s.n() + kDecode + 1, s.n());
   run.generate(*s.model, s.ids, kDecode, [&](int64_t) {
-    const int64_t fed = run.cache().tokens_fed();
+    const int64_t fed = run.driver().tokens_fed();
     for (int64_t l = 0; l < s.L(); ++l)
       for (int64_t h = 0; h < s.K(); ++h) {
         std::set<int64_t> expected = {0, 1};
@@ -252,7 +252,7 @@ TEST_CASE("quest at decode: the top pages by the min/max bound are read, the cac
   PolicyRun run(*s.model, "quest:budget=24,page_size=8,dense_layers=2", s.n() + kDecode + 1, s.n());
   int64_t checked = 0;
   run.generate(*s.model, s.ids, kDecode, [&](int64_t step) {
-    const int64_t fed = run.cache().tokens_fed();
+    const int64_t fed = run.driver().tokens_fed();
     std::map<std::pair<int64_t, int64_t>, std::set<int64_t>>
         selected;  // (layer, head) -> page starts
     for (const trace::Event& e : run.last_events())

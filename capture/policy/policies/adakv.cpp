@@ -59,7 +59,7 @@ class AdaKvPolicy : public ScoredPolicy {
       std::vector<Entry> mine;
       int64_t protected_count = 0;
       for (int32_t pos : c.cache.positions(c.layer, h, 0)) {
-        if (protect.protects(pos, c.cache.tokens_fed()))
+        if (protect.protects(pos, c.tokens_fed()))
           ++protected_count;
         else
           mine.push_back({s[pos], h, pos});
@@ -78,7 +78,7 @@ class AdaKvPolicy : public ScoredPolicy {
       leave[size_t(pool[i].head)].push_back(pool[i].pos);
     for (int64_t h = 0; h < K; ++h) {
       std::sort(leave[size_t(h)].begin(), leave[size_t(h)].end());
-      evict_all(c.cache, c.layer, h, leave[size_t(h)], scores_.at(c.layer, h), 1);
+      evict_all(c.decide, c.layer, h, leave[size_t(h)], scores_.at(c.layer, h), 1);
     }
   }
 

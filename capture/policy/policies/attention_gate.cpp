@@ -61,7 +61,7 @@ class AttentionGatePolicy : public Policy {
         const float p = pv[h * c.n + i];
         const bool flag = p > tau_;
         keep[i] = flag ? 1.0f : 0.0f;
-        c.cache.record_gate(0, c.layer, h, i, p, false);
+        c.decide.gate(0, c.layer, h, i, p, false);
         c.at(h, i) = flag ? Admission{0, false, p, 0} : Admission{0, true, p, 1};
       }
     }

@@ -43,7 +43,7 @@ class DbTrimKvPolicy : public RetentionGatePolicy {
 
   void end_step(StepContext& c) override {
     if (c.cache.entries() < heads() * (M_ + buffer_)) return;
-    const int64_t fed = c.cache.tokens_fed();
+    const int64_t fed = c.tokens_fed();
     const int64_t L = c.cache.n_layers(), K = c.cache.n_kv_heads();
     std::vector<std::vector<Entry>> per_head(size_t(L * K));
     std::vector<Entry> all;
@@ -72,7 +72,7 @@ class DbTrimKvPolicy : public RetentionGatePolicy {
     for (int64_t i = 0; i < L * K; ++i) {
       const auto& v = per_head[size_t(i)];
       for (size_t k = size_t(keep[size_t(i)]); k < v.size(); ++k)
-        c.cache.evict(v[k].layer, v[k].head, v[k].pos, float(v[k].score), 1);
+        c.decide.evict(v[k].layer, v[k].head, v[k].pos, float(v[k].score), 1);
     }
   }
 

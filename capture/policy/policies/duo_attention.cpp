@@ -145,9 +145,9 @@ class DuoAttentionPolicy : public Policy {
   void after_attention(LayerContext& c) override {
     for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h) {
       if (!streaming(c.layer, h)) continue;
-      std::vector<int64_t> out = evictable(c.cache, c.layer, h, protect_);
+      std::vector<int64_t> out = evictable(c.decide, c.layer, h, protect_);
       std::sort(out.begin(), out.end());
-      evict_all(c.cache, c.layer, h, out, nullptr, 1);
+      evict_all(c.decide, c.layer, h, out, nullptr, 1);
     }
   }
 

@@ -148,7 +148,7 @@ class ExpectedAttentionScorer : public HeadScorer {
     if (first >= c.n) return;
     torch::Tensor q = c.in.q.to(torch::kFloat32);  // [n, H, hd]
     if (rope_) {
-      auto [cos, sin] = rope_->tables(c.pos0, c.n, c.cache.tokens_fed());
+      auto [cos, sin] = rope_->tables(c.pos0, c.n, c.tokens_fed());
       q = model::Rope::apply(q, cos, -sin);
     }
     torch::Tensor qd = q.narrow(0, first, c.n - first).to(torch::kFloat64);
@@ -165,7 +165,7 @@ class ExpectedAttentionScorer : public HeadScorer {
     if (rope_) {
       // R(t) = diag(cos_t) + diag-columns(sin_t) P with P x = rotate_half(x);
       // its mean over the next n_future positions.
-      const int64_t t0 = c.cache.tokens_fed();
+      const int64_t t0 = c.tokens_fed();
       auto [cos, sin] = rope_->tables(t0, o_.n_future, t0 + o_.n_future);
       torch::Tensor cbar = cos.squeeze(1).to(torch::kFloat64).mean(0),
                     sbar = sin.squeeze(1).to(torch::kFloat64).mean(0);

@@ -40,9 +40,9 @@ class H2oPolicy : public Policy {
       for (int32_t pos : c.cache.positions(c.layer, h, 0)) {
         acc[pos] += received[size_t(pos)] * float(c.n);
         // The latest score of every held entry; a time series every 16 steps.
-        c.cache.record_gate(0, c.layer, h, pos, acc[pos], c.step % 16 == 0);
+        c.decide.gate(0, c.layer, h, pos, acc[pos], c.step % 16 == 0);
       }
-      evict_to_budget(c.cache, c.layer, h, budget(), protect_, acc, 1);
+      evict_to_budget(c.decide, c.layer, h, budget(), protect_, acc, 1);
     }
   }
 

@@ -77,7 +77,7 @@ class QuestPolicy : public Policy {
       for (size_t j = 0; j < cand.size(); ++j) m[0][int64_t(j)] = chosen[size_t(cand[j] / page_)];
       c.masks[size_t(h)] = mask;
       for (int64_t p = 0; p < n_pages; ++p)
-        if (chosen[size_t(p)]) c.cache.record_select(c.layer, h, p * page_, bound[size_t(p)], 1);
+        if (chosen[size_t(p)]) c.decide.select(c.layer, h, p * page_, bound[size_t(p)], 1);
     }
   }
 

@@ -71,7 +71,7 @@ class RetentionGatePolicy : public Policy {
         const float x = v[h * c.n + i];
         dst[c.pos0 + i] = x;
         c.at(h, i).score = std::exp(x);
-        c.cache.record_gate(0, c.layer, h, c.pos0 + i, std::exp(x), false);
+        c.decide.gate(0, c.layer, h, c.pos0 + i, std::exp(x), false);
       }
     }
   }

@@ -61,7 +61,7 @@ class SnapKvScorer : public HeadScorer {
   }
 
   void score(LayerContext& c, int64_t kv_head, float* out) override {
-    const int64_t first_window_pos = c.cache.tokens_fed() - window_;
+    const int64_t first_window_pos = c.tokens_fed() - window_;
     std::vector<int64_t> prefix;  // held keys before the window, in position order
     for (int32_t pos : c.cache.positions(c.layer, kv_head, 0))
       if (pos < first_window_pos)

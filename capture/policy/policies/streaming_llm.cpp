@@ -21,9 +21,9 @@ class StreamingLlmPolicy : public Policy {
 
   void after_attention(LayerContext& c) override {
     for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h) {
-      std::vector<int64_t> out = evictable(c.cache, c.layer, h, protect_);
+      std::vector<int64_t> out = evictable(c.decide, c.layer, h, protect_);
       std::sort(out.begin(), out.end());
-      evict_all(c.cache, c.layer, h, out, nullptr, 1);
+      evict_all(c.decide, c.layer, h, out, nullptr, 1);
     }
   }
 

@@ -26,7 +26,7 @@ class TrimKvPolicy : public RetentionGatePolicy {
   int64_t budget() const override { return M_; }
 
   void end_step(StepContext& c) override {
-    const int64_t fed = c.cache.tokens_fed();
+    const int64_t fed = c.tokens_fed();
     for (int64_t l = 0; l < c.cache.n_layers(); ++l)
       for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h) {
         if (c.cache.count(l, h) < M_ + buffer_) continue;
@@ -37,7 +37,7 @@ class TrimKvPolicy : public RetentionGatePolicy {
           return a.first != b.first ? a.first > b.first : a.second > b.second;
         });
         for (size_t k = size_t(M_); k < held.size(); ++k)
-          c.cache.evict(l, h, held[k].second, float(held[k].first), 1);
+          c.decide.evict(l, h, held[k].second, float(held[k].first), 1);
       }
   }
 

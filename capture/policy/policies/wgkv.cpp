@@ -76,12 +76,12 @@ class WgkvPolicy : public Policy {
       float* gh = g_.at(c.layer, h);
       // Decode: the new token overwrites the ring's oldest entry (t - W),
       // which leaves before the query reads the ring.
-      leave_ring(c.cache, c.layer, h, c.pos0);
+      leave_ring(c.decide, c.layer, h, c.pos0);
       for (int64_t i = 0; i < c.n; ++i) {
         const int64_t p = c.pos0 + i;
         const float gp = gv[h * c.n + i];
         gh[p] = gp;
-        c.cache.record_gate(0, c.layer, h, p, gp, false);
+        c.decide.gate(0, c.layer, h, p, gp, false);
         if (last - p < W_)
           c.at(h, i) = {kLocal, false, gp, kInWindow};
         else if (gp >= tau_)
@@ -97,7 +97,7 @@ class WgkvPolicy : public Policy {
   // within W of them) leave too, so the ring holds exactly the last W.
   void after_attention(LayerContext& c) override {
     for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h)
-      leave_ring(c.cache, c.layer, h, c.pos0 + c.n - 1);
+      leave_ring(c.decide, c.layer, h, c.pos0 + c.n - 1);
   }
 
   // Several queries in one step (prefill): the vertical-slash mask. A decode
@@ -123,16 +123,17 @@ class WgkvPolicy : public Policy {
 
   // Lazy promotion (§4.3): ring entries no query from `first` on reaches
   // through the window (first - p >= W) go to the global cache iff g >= tau, else for good.
-  void leave_ring(cache::RaggedKvCache& cache, int64_t layer, int64_t h, int64_t first) {
+  void leave_ring(Decisions& decide, int64_t layer, int64_t h, int64_t first) {
+    const cache::RaggedKvCache& cache = decide.cache();
     const float* gh = g_.at(layer, h);
     std::vector<int32_t> local = cache.positions(layer, h, kLocal);
     std::sort(local.begin(), local.end());
     for (int32_t p : local) {
       if (first - p < W_) break;
       if (gh[p] >= tau_)
-        cache.move(layer, h, p, kGlobal, gh[p], kAdmitGlobal);
+        decide.move(layer, h, p, kGlobal, gh[p], kAdmitGlobal);
       else
-        cache.evict(layer, h, p, gh[p], kDrop);
+        decide.evict(layer, h, p, gh[p], kDrop);
     }
   }
 

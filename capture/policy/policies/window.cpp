@@ -15,13 +15,13 @@ class WindowPolicy : public Policy {
   int64_t budget() const override { return window_; }
 
   void after_attention(LayerContext& c) override {
-    const int64_t oldest = c.cache.tokens_fed() - window_;  // positions below leave
+    const int64_t oldest = c.tokens_fed() - window_;  // positions below leave
     for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h) {
       std::vector<int64_t> out;
       for (int32_t pos : c.cache.positions(c.layer, h, 0))
         if (pos < oldest) out.push_back(pos);
       std::sort(out.begin(), out.end());
-      evict_all(c.cache, c.layer, h, out, nullptr, 1);
+      evict_all(c.decide, c.layer, h, out, nullptr, 1);
     }
   }
 

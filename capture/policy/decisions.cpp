@@ -1,0 +1,131 @@
+#include "capture/policy/decisions.h"
+
+#include <limits>
+#include <utility>
+
+namespace kvscope::policy {
+
+Decisions::Decisions(cache::RaggedKvCache& cache, std::string policy_name) : cache_(cache) {
+  whole_.name = std::move(policy_name);
+  row_k_.resize(size_t(cache.head_dim()));
+  row_v_.resize(size_t(cache.head_dim()));
+}
+
+void Decisions::begin_step(int64_t step, int64_t pos0, int64_t n) {
+  step_ = step;
+  pos0_ = pos0;
+  n_ = n;
+}
+
+void Decisions::fail(const std::string& decision, int64_t layer, int64_t kv_head, int64_t pos,
+                     const std::string& why) const {
+  throw PolicyError("policy " + scope_->name + ": invalid decision '" + decision + "' at step " +
+                    std::to_string(step_) + ", layer " + std::to_string(layer) + ", kv head " +
+                    std::to_string(kv_head) + ", position " + std::to_string(pos) + ": " + why);
+}
+
+void Decisions::check_head(const char* decision, int64_t layer, int64_t kv_head,
+                           int64_t pos) const {
+  if (layer < 0 || layer >= cache_.n_layers() || kv_head < 0 || kv_head >= cache_.n_kv_heads())
+    fail(decision, layer, kv_head, pos,
+         "the model has " + std::to_string(cache_.n_layers()) + " layers and " +
+             std::to_string(cache_.n_kv_heads()) + " kv heads");
+  if (pos < 0 || pos >= tokens_fed())
+    fail(decision, layer, kv_head, pos,
+         "positions 0.." + std::to_string(tokens_fed() - 1) + " exist so far");
+}
+
+int Decisions::held_tier(const char* decision, int64_t layer, int64_t kv_head, int64_t pos) const {
+  check_head(decision, layer, kv_head, pos);
+  const int tier = cache_.tier_of(layer, kv_head, pos);
+  if (tier < 0) fail(decision, layer, kv_head, pos, "the head does not hold this position");
+  return tier;
+}
+
+uint16_t Decisions::map_reason(uint16_t reason, const char* decision) const {
+  if (reason >= scope_->reasons)
+    throw PolicyError("policy " + scope_->name + ": invalid decision '" + decision + "' at step " +
+                      std::to_string(step_) + ": reason " + std::to_string(reason) +
+                      " (the policy declares " + std::to_string(scope_->reasons) + " reasons)");
+  return reason == 0 ? 0 : uint16_t(scope_->reason_base + reason - 1);
+}
+
+void Decisions::event(int64_t layer, int64_t kv_head, int64_t pos, trace::EventKind kind,
+                      float score, uint16_t reason, uint8_t from, uint8_t to) {
+  events_.push_back(trace::Event{static_cast<int32_t>(step_), static_cast<int16_t>(layer),
+                                 static_cast<int16_t>(kv_head), static_cast<int32_t>(pos), kind,
+                                 score, reason, from, to});
+}
+
+void Decisions::evict(int64_t layer, int64_t kv_head, int64_t pos, float score, uint16_t reason) {
+  const int tier = held_tier("evict", layer, kv_head, pos);
+  const uint16_t r = map_reason(reason, "evict");
+  cache_.remove(layer, kv_head, pos);
+  event(layer, kv_head, pos, trace::EventKind::Evict, score, r, uint8_t(tier), trace::kNoTier);
+}
+
+void Decisions::move(int64_t layer, int64_t kv_head, int64_t pos, int to_tier, float score,
+                     uint16_t reason) {
+  const int from = held_tier("move", layer, kv_head, pos);
+  if (to_tier < 0 || to_tier >= cache_.n_tiers())
+    fail("move", layer, kv_head, pos,
+         "tier " + std::to_string(to_tier) + " does not exist (the policy declares " +
+             std::to_string(cache_.n_tiers()) + ")");
+  const uint16_t r = map_reason(reason, "move");
+  if (from == to_tier) return;
+  cache_.read_entry(layer, kv_head, pos, row_k_.data(), row_v_.data());
+  cache_.remove(layer, kv_head, pos);
+  cache_.append(layer, kv_head, to_tier, pos, row_k_.data(), row_v_.data());
+  // Lower tier index = hotter.
+  event(layer, kv_head, pos, to_tier > from ? trace::EventKind::Demote : trace::EventKind::Promote,
+        score, r, uint8_t(from), uint8_t(to_tier));
+}
+
+void Decisions::select(int64_t layer, int64_t kv_head, int64_t pos, float score, uint16_t reason) {
+  check_head("select", layer, kv_head, pos);
+  const uint16_t r = map_reason(reason, "select");
+  const int tier = cache_.tier_of(layer, kv_head, pos);
+  const uint8_t t = tier < 0 ? trace::kNoTier : uint8_t(tier);
+  event(layer, kv_head, pos, trace::EventKind::Select, score, r, t, t);
+}
+
+void Decisions::gate(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos, float value,
+                     bool sample) {
+  check_head("gate", layer, kv_head, pos);
+  if (gate < 0 || gate >= scope_->gates)
+    fail("gate", layer, kv_head, pos,
+         "gate " + std::to_string(gate) + " (the policy declares " + std::to_string(scope_->gates) +
+             " gates)");
+  gates_.push_back(trace::GateValue{scope_->gate_base + gate, static_cast<int16_t>(layer),
+                                    static_cast<int16_t>(kv_head), static_cast<int32_t>(pos), value,
+                                    sample});
+}
+
+void Decisions::write(int64_t layer, int64_t kv_head, int64_t pos, int tier, const float* k,
+                      const float* v) {
+  if (tier < 0 || tier >= cache_.n_tiers())
+    fail("admit", layer, kv_head, pos,
+         "tier " + std::to_string(tier) + " does not exist (the policy declares " +
+             std::to_string(cache_.n_tiers()) + ")");
+  cache_.append(layer, kv_head, tier, pos, k, v);
+}
+
+void Decisions::admit(int64_t layer, int64_t kv_head, int64_t pos, int tier, float score,
+                      uint16_t reason) {
+  event(layer, kv_head, pos, trace::EventKind::Admit, score, reason, trace::kNoTier, uint8_t(tier));
+}
+
+void Decisions::reject(int64_t layer, int64_t kv_head, int64_t pos, float score, uint16_t reason) {
+  cache_.remove(layer, kv_head, pos);
+  event(layer, kv_head, pos, trace::EventKind::Reject, score, reason, trace::kNoTier,
+        trace::kNoTier);
+}
+
+std::vector<trace::Event> Decisions::take_events() {
+  return std::exchange(events_, {});
+}
+std::vector<trace::GateValue> Decisions::take_gates() {
+  return std::exchange(gates_, {});
+}
+
+}  // namespace kvscope::policy

@@ -1,0 +1,94 @@
+// The one way a policy's decisions reach the cache. Policies read the cache
+// (const) and write decisions here: evictions, tier moves, read-time
+// selections and gate values, each with a score and a reason. Every decision
+// is checked (layer, head and tier exist, the position is held) before it is
+// applied to the storage, and recorded as a trace event in this one place. An
+// invalid decision throws PolicyError naming the policy (the part of a
+// composite), the decision, layer, head and position: the capture stops and
+// the trace so far stays readable.
+//
+// Composites: each part numbers its reasons and gates from its own 0; the
+// step driver enters a part's scope before calling it, and the scope maps the
+// part's numbers onto the composite's tables.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "capture/cache/ragged_cache.h"
+#include "core/trace/types.h"
+
+namespace kvscope::policy {
+
+// A policy decided something the cache cannot do (a bug in the policy, not
+// bad input): the capture stops with this message.
+class PolicyError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// How one part's reason and gate numbers map onto the composite's tables.
+struct PartScope {
+  std::string name;          // the part's spec name, for errors
+  uint16_t reason_base = 1;  // part reason r > 0 -> reason_base + r - 1 (0, "new token", is shared)
+  uint16_t reasons = 1;      // the part's reason count (its own 0 included)
+  int32_t gate_base = 0;     // part gate g -> gate_base + g
+  int32_t gates = 0;         // the part's gate count
+};
+
+class Decisions {
+ public:
+  Decisions(cache::RaggedKvCache& cache, std::string policy_name);
+
+  // ---- what a policy reads ----
+  const cache::RaggedKvCache& cache() const { return cache_; }
+  int64_t step() const { return step_; }
+  int64_t tokens_fed() const { return pos0_ + n_; }  // after the current step
+
+  // ---- what a policy decides (each recorded as an event of the step) ----
+  void evict(int64_t layer, int64_t kv_head, int64_t pos, float score, uint16_t reason);
+  // Moves a held entry to `to_tier` (nothing when it is there already).
+  void move(int64_t layer, int64_t kv_head, int64_t pos, int to_tier, float score, uint16_t reason);
+  // Records that queries of this step read `pos` by the policy's selection
+  // (a page is named by its first position, which may have left).
+  void select(int64_t layer, int64_t kv_head, int64_t pos, float score, uint16_t reason);
+  // A gate value (the policy's score of an entry), a time-series sample or not.
+  void gate(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos, float value, bool sample);
+
+  // ---- what the step driver does ----
+  void begin_step(int64_t step, int64_t pos0, int64_t n);
+  void enter(const PartScope* scope) { scope_ = scope ? scope : &whole_; }
+  uint16_t map_reason(uint16_t reason, const char* decision) const;
+  // Writes a new entry (admitted, or rejected: kept for the step's own queries).
+  void write(int64_t layer, int64_t kv_head, int64_t pos, int tier, const float* k, const float* v);
+  void admit(int64_t layer, int64_t kv_head, int64_t pos, int tier, float score, uint16_t reason);
+  void reject(int64_t layer, int64_t kv_head, int64_t pos, float score, uint16_t reason);
+  // Throws PolicyError naming the policy and `what` (layer, head, position).
+  [[noreturn]] void fail(const std::string& decision, int64_t layer, int64_t kv_head, int64_t pos,
+                         const std::string& why) const;
+  void set_whole(uint16_t reasons, int32_t gates) {
+    whole_.reasons = reasons;
+    whole_.gates = gates;
+  }
+
+  std::vector<trace::Event> take_events();
+  std::vector<trace::GateValue> take_gates();
+
+ private:
+  void check_head(const char* decision, int64_t layer, int64_t kv_head, int64_t pos) const;
+  int held_tier(const char* decision, int64_t layer, int64_t kv_head, int64_t pos) const;
+  void event(int64_t layer, int64_t kv_head, int64_t pos, trace::EventKind kind, float score,
+             uint16_t reason, uint8_t from, uint8_t to);
+
+  cache::RaggedKvCache& cache_;
+  PartScope whole_;
+  const PartScope* scope_ = &whole_;
+  int64_t step_ = -1, pos0_ = 0, n_ = 0;
+  std::vector<float> row_k_, row_v_;
+  std::vector<trace::Event> events_;
+  std::vector<trace::GateValue> gates_;
+};
+
+}  // namespace kvscope::policy

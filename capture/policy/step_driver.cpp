@@ -1,0 +1,268 @@
+#include "capture/policy/step_driver.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace kvscope::policy {
+
+using cache::LayerStats;
+using cache::StatsNeeds;
+
+namespace {
+
+// Adds the wall time of a scope to a counter (policy hooks).
+struct ScopedTimer {
+  double& total;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~ScopedTimer() {
+    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+};
+
+// The shared statistics (LayerStats) of one kv head of a step, gathered from
+// the attention weights block by block (p [R, b, mk]: queries i0.., keys k0..).
+class HeadStatsSink {
+ public:
+  HeadStatsSink(const StatsNeeds& needs, LayerStats& st, int64_t h, int64_t R, int64_t n,
+                int64_t pos0, int64_t prompt_tokens, const std::vector<int64_t>& key_pos)
+      : needs_(needs),
+        st_(st),
+        h_(h),
+        R_(R),
+        n_(n),
+        pos0_(pos0),
+        prompt_tokens_(prompt_tokens),
+        key_pos_(key_pos) {
+    if (needs.received) mass_.assign(key_pos.size(), 0.0f);
+    if (needs.last_query)  // keys outside the block holding the last query weigh 0
+      for (int64_t pos : key_pos) st.last_query[size_t(h)][size_t(pos)] = 0.0f;
+  }
+
+  void block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) {
+    const int64_t* kp = key_pos_.data() + k0;
+    if (needs_.received) kernels::sum_rows_add(p, R_ * b, mk, mass_.data() + k0);
+    if (needs_.last_query && i0 <= n_ - 1 && n_ - 1 < i0 + b) {
+      std::vector<float>& lq = st_.last_query[size_t(h_)];
+      for (int64_t j = 0; j < mk; ++j) lq[size_t(kp[j])] = group_mean(p, b, mk, n_ - 1 - i0, j);
+    }
+    if (needs_.observation_window > 0) {
+      std::vector<float>& win = st_.window[size_t(h_)];
+      const int64_t w0 = prompt_tokens_ - needs_.observation_window;
+      for (int64_t i = 0; i < b; ++i) {
+        const int64_t qp = pos0_ + i0 + i;
+        if (qp < w0 || qp >= prompt_tokens_) continue;
+        if (h_ == 0) ++st_.window_queries;
+        for (int64_t j = 0; j < mk; ++j) win[size_t(kp[j])] += group_mean(p, b, mk, i, j);
+      }
+    }
+  }
+
+  // Received mass: the mean over the step's queries and the group's heads.
+  void finish() {
+    if (!needs_.received) return;
+    std::vector<float>& rec = st_.received[size_t(h_)];
+    const float norm = 1.0f / float(R_ * n_);
+    for (size_t j = 0; j < key_pos_.size(); ++j) rec[size_t(key_pos_[j])] = mass_[j] * norm;
+  }
+
+ private:
+  // Weight of key j for query i of the block, averaged over the group's heads.
+  float group_mean(const float* p, int64_t b, int64_t mk, int64_t i, int64_t j) const {
+    float s = 0;
+    for (int64_t r = 0; r < R_; ++r) s += p[(r * b + i) * mk + j];
+    return s / float(R_);
+  }
+
+  const StatsNeeds& needs_;
+  LayerStats& st_;
+  int64_t h_, R_, n_, pos0_, prompt_tokens_;
+  const std::vector<int64_t>& key_pos_;
+  std::vector<float> mass_;
+};
+
+}  // namespace
+
+StepDriver::StepDriver(const model::ModelConfig& config, const Options& options, Policy& policy,
+                       const std::string& name)
+    : options_(options),
+      policy_(policy),
+      cache_(config, {options.page_rows, options.max_tokens}, policy.tiers()),
+      decide_(cache_, name),
+      needs_(policy.stats_needs()),
+      L_(config.n_layers),
+      K_(config.n_kv_heads),
+      H_(config.n_heads),
+      R_(config.n_heads / config.n_kv_heads),
+      hd_(config.head_dim) {
+  if (cache_.n_tiers() < 1 || cache_.n_tiers() > 8)
+    throw std::invalid_argument("StepDriver: a policy declares 1..8 tiers");
+  decide_.set_whole(uint16_t(policy.reason_names().size()), int32_t(policy.gates().size()));
+  stats_.resize(size_t(L_));
+  if (needs_.any())
+    for (LayerStats& s : stats_) s.resize(K_, options.max_tokens);
+}
+
+void StepDriver::begin_step(int64_t pos0, int64_t n) {
+  if (pos0 + n > options_.max_tokens)
+    throw std::logic_error("StepDriver: position " + std::to_string(pos0 + n) +
+                           " beyond max_tokens " + std::to_string(options_.max_tokens));
+  ++step_;
+  pos0_ = pos0;
+  n_ = n;
+  decide_.begin_step(step_, pos0, n);
+  // Statistics describe one step: clear what the last step wrote.
+  for (LayerStats& s : stats_) {
+    if (step_ == 0) s.window_queries = 0;
+    for (auto* rows : {&s.received, &s.last_query})
+      for (auto& row : *rows)
+        std::fill(row.begin(), row.begin() + std::min<int64_t>(options_.max_tokens, pos0 + n),
+                  0.0f);
+  }
+}
+
+// New entries are written (rejected ones too: the step's queries see them)
+// and their admissions recorded.
+void StepDriver::write_new_entries(const model::AttentionInputs& in,
+                                   const std::vector<Admission>& adm) {
+  const int64_t n = in.q.size(0);
+  torch::Tensor kn = in.k.to(torch::kFloat32).contiguous(),
+                vn = in.v.to(torch::kFloat32).contiguous();
+  for (int64_t h = 0; h < K_; ++h)
+    for (int64_t i = 0; i < n; ++i) {
+      const Admission& d = adm[size_t(h * n + i)];
+      const int tier = d.reject ? 0 : d.tier;
+      decide_.write(in.layer, h, pos0_ + i, tier, kn.data_ptr<float>() + (i * K_ + h) * hd_,
+                    vn.data_ptr<float>() + (i * K_ + h) * hd_);
+      if (!d.reject) decide_.admit(in.layer, h, pos0_ + i, tier, d.score, d.reason);
+    }
+}
+
+// Attention, one kv head at a time, with the statistics asked for.
+torch::Tensor StepDriver::attend_heads(const model::AttentionInputs& in,
+                                       std::vector<std::vector<int64_t>>& candidates,
+                                       std::vector<torch::Tensor>& masks) {
+  const int64_t l = in.layer, n = in.q.size(0);
+  const bool observe = observer_ && observer_->wants_probs(l);
+  const bool want_probs = needs_.any() || observe;
+  LayerStats& st = stats_[size_t(l)];
+  torch::Tensor out = torch::empty({n, H_, hd_}, torch::kFloat32);
+  std::vector<int64_t> key_pos;
+  for (int64_t h = 0; h < K_; ++h) {
+    torch::Tensor& mask = masks[size_t(h)];
+    if (mask.defined()) {  // a query always sees its own key
+      const std::vector<int64_t>& cand = candidates[size_t(h)];
+      for (int64_t i = 0; i < n; ++i) {
+        auto it = std::find(cand.begin(), cand.end(), pos0_ + i);
+        if (it != cand.end()) mask[i][it - cand.begin()] = true;
+      }
+    }
+    cache_.attended_positions(l, h, &key_pos);
+    const int64_t m = static_cast<int64_t>(key_pos.size());
+    HeadStatsSink stats(needs_, st, h, R_, n, pos0_, options_.prompt_tokens, key_pos);
+    if (observe) observer_->on_attention_begin(l, h, R_, n, m, key_pos.data(), pos0_);
+    const kernels::BlockSink sink = [&](const float* p, int64_t b, int64_t mk, int64_t i0,
+                                        int64_t k0) {
+      stats.block(p, b, mk, i0, k0);
+      if (observe) observer_->on_attention_block(p, b, mk, i0, k0);
+    };
+    torch::Tensor q =
+        in.q.narrow(1, h * R_, R_).permute({1, 0, 2}).to(torch::kFloat32).contiguous();
+    torch::Tensor oh =
+        cache_.attend_head(l, h, q, in.pos0, in.scale, in.sliding_window,
+                           mask.defined() ? &mask : nullptr, key_pos, want_probs ? &sink : nullptr);
+    out.narrow(1, h * R_, R_).copy_(oh.permute({1, 0, 2}));
+    stats.finish();
+    if (observe) observer_->on_attention_end();
+  }
+  return out;
+}
+
+torch::Tensor StepDriver::attend(const model::AttentionInputs& in) {
+  const int64_t l = in.layer, n = in.q.size(0);
+  const bool prefill = pos0_ < options_.prompt_tokens;
+  const bool prompt_complete = pos0_ + n >= options_.prompt_tokens;
+
+  // 1. Admission, 2. write.
+  std::vector<Admission> adm(static_cast<size_t>(K_ * n));
+  AdmitContext ac{l, step_, pos0_, n, prefill, in, cache_, decide_, adm};
+  {
+    ScopedTimer t{policy_seconds_};
+    policy_.admit(ac);
+  }
+  write_new_entries(in, adm);
+
+  // 3. Selection over the attended entries.
+  std::vector<std::vector<int64_t>> candidates(static_cast<size_t>(K_));
+  std::vector<torch::Tensor> masks(static_cast<size_t>(K_));
+  for (int64_t h = 0; h < K_; ++h) cache_.attended_positions(l, h, &candidates[size_t(h)]);
+  SelectContext sc{l, step_, pos0_, n, prefill, in, cache_, decide_, candidates, masks};
+  {
+    ScopedTimer t{policy_seconds_};
+    policy_.select(sc);
+  }
+  for (int64_t h = 0; h < K_; ++h) {
+    const torch::Tensor& mask = masks[size_t(h)];
+    if (mask.defined() && (mask.dim() != 2 || mask.size(0) != n ||
+                           mask.size(1) != int64_t(candidates[size_t(h)].size()) ||
+                           mask.scalar_type() != torch::kBool))
+      decide_.fail("select", l, h, pos0_,
+                   "a selection mask must be bool [" + std::to_string(n) + ", " +
+                       std::to_string(candidates[size_t(h)].size()) + "]");
+  }
+
+  // 4. Attention.
+  torch::Tensor out = attend_heads(in, candidates, masks);
+
+  // 5. Rejected entries leave once the step's queries have read them.
+  for (int64_t h = 0; h < K_; ++h)
+    for (int64_t i = 0; i < n; ++i) {
+      const Admission& d = adm[size_t(h * n + i)];
+      if (d.reject) decide_.reject(l, h, pos0_ + i, d.score, d.reason);
+    }
+
+  // 6. Eviction and placement.
+  LayerContext lc{
+      l, step_, pos0_, n, prefill, prompt_complete, in, cache_, decide_, stats_[size_t(l)]};
+  {
+    ScopedTimer t{policy_seconds_};
+    policy_.after_attention(lc);
+  }
+  check_limits(lc);
+  return out.to(in.q.scalar_type());
+}
+
+void StepDriver::check_limits(const LayerContext& c) const {
+  const HeldLimit limit = policy_.held_limit(c);
+  if (limit.per_head < 0 && limit.per_layer < 0) return;
+  int64_t layer_total = 0;
+  for (int64_t h = 0; h < K_; ++h) {
+    const int64_t held = cache_.attended_count(c.layer, h);
+    layer_total += held;
+    if (limit.per_head >= 0 && held > limit.per_head)
+      decide_.fail("evict", c.layer, h, c.pos0 + c.n - 1,
+                   "the head holds " + std::to_string(held) +
+                       " entries after eviction, over its budget of " +
+                       std::to_string(limit.per_head));
+  }
+  if (limit.per_layer >= 0 && layer_total > limit.per_layer)
+    decide_.fail("evict", c.layer, -1, c.pos0 + c.n - 1,
+                 "the layer holds " + std::to_string(layer_total) +
+                     " entries after eviction, over its budget of " +
+                     std::to_string(limit.per_layer));
+}
+
+void StepDriver::end_step() {
+  StepContext sc{
+      step_,  pos0_,   n_,    pos0_ < options_.prompt_tokens, pos0_ + n_ >= options_.prompt_tokens,
+      cache_, decide_, stats_};
+  {
+    ScopedTimer t{policy_seconds_};
+    policy_.end_step(sc);
+  }
+  cache_.compact();
+}
+
+}  // namespace kvscope::policy

@@ -1,0 +1,78 @@
+// The step driver: runs one forward step's attention under a policy, over the
+// ragged cache's storage. Per layer: admission (the policy decides a tier or a
+// rejection for each new key), write, selection (masks over the attended
+// entries), attention with the statistics the policy declared (and the
+// observer's weights), rejection of the step-only entries, eviction and
+// placement; after the last layer the policy's global end-of-step decisions.
+// Decisions go through policy::Decisions, which checks, applies and records
+// them; the driver checks the held-entry limits the policy declares.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "capture/cache/layer_stats.h"
+#include "capture/cache/ragged_cache.h"
+#include "capture/model/attention_backend.h"
+#include "capture/model/model_config.h"
+#include "capture/policy/decisions.h"
+#include "capture/policy/policy.h"
+
+namespace kvscope::policy {
+
+class StepDriver : public model::AttentionBackend {
+ public:
+  struct Options {
+    int64_t page_rows = 16;
+    int64_t max_tokens = 0;     // positions the run may reach
+    int64_t prompt_tokens = 0;  // the prompt's length (prefill ends there)
+  };
+
+  // `policy` must be set up; `name` names it in errors (its spec name).
+  StepDriver(const model::ModelConfig& config, const Options& options, Policy& policy,
+             const std::string& name);
+
+  void set_observer(cache::AttentionObserver* observer) { observer_ = observer; }
+
+  // AttentionBackend
+  void begin_step(int64_t pos0, int64_t n) override;
+  torch::Tensor attend(const model::AttentionInputs& in) override;
+  void end_step() override;
+
+  const cache::RaggedKvCache& cache() const { return cache_; }
+  // Direct storage access for tests and tools outside a policy's hooks.
+  cache::RaggedKvCache& storage() { return cache_; }
+  Decisions& decisions() { return decide_; }
+  const Options& options() const { return options_; }
+  int64_t step() const { return step_; }
+  int64_t tokens_fed() const { return pos0_ + n_; }  // after the current step
+  // Attention statistics of the layer's last attention (what the policy asked for).
+  const cache::LayerStats& stats(int64_t layer) const { return stats_[size_t(layer)]; }
+  // Wall time spent inside the policy's hooks since construction.
+  double policy_seconds() const { return policy_seconds_; }
+
+  std::vector<trace::Event> take_events() { return decide_.take_events(); }
+  std::vector<trace::GateValue> take_gates() { return decide_.take_gates(); }
+
+ private:
+  void write_new_entries(const model::AttentionInputs& in, const std::vector<Admission>& adm);
+  torch::Tensor attend_heads(const model::AttentionInputs& in,
+                             std::vector<std::vector<int64_t>>& candidates,
+                             std::vector<torch::Tensor>& masks);
+  void check_limits(const LayerContext& c) const;
+
+  Options options_;
+  Policy& policy_;
+  cache::RaggedKvCache cache_;
+  Decisions decide_;
+  cache::StatsNeeds needs_;
+  std::vector<cache::LayerStats> stats_;
+  cache::AttentionObserver* observer_ = nullptr;
+  int64_t L_, K_, H_, R_, hd_;
+  int64_t step_ = -1, pos0_ = 0, n_ = 0;
+  double policy_seconds_ = 0;
+};
+
+}  // namespace kvscope::policy
