@@ -1,5 +1,6 @@
-// kvscope policies [--json]: every built-in policy with its parameters,
-// defaults and source paper.
+// kvscope policies [--json] [--explain SPEC]: every registered policy and
+// wrapper with its parameters, defaults and source paper; --explain prints
+// the parts a spec composes.
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -25,50 +26,92 @@ const char* type_name(policy::ParamType t) {
   return "?";
 }
 
+// Parses SPEC and prints its composed parts (exit 2 naming what is wrong).
+int run_explain(const std::string& spec, int64_t prompt_tokens) {
+  policy::PolicyInstance instance = policy::make_policy(spec, {prompt_tokens});
+  std::cout << policy::explain_policy(instance);
+  return kExitOk;
+}
+
+nlohmann::json params_json(const std::vector<policy::ParamSpec>& specs) {
+  nlohmann::json params = nlohmann::json::array();
+  for (const policy::ParamSpec& p : specs) {
+    nlohmann::json j = {{"name", p.name},
+                        {"type", type_name(p.type)},
+                        {"default", p.default_value},
+                        {"help", p.help}};
+    if (p.type == policy::ParamType::Int || p.type == policy::ParamType::Float)
+      j["range"] = {p.min, p.max};
+    params.push_back(j);
+  }
+  return params;
+}
+
+void print_params(const std::vector<policy::ParamSpec>& specs) {
+  for (const policy::ParamSpec& p : specs) {
+    const bool number = p.type == policy::ParamType::Int || p.type == policy::ParamType::Float;
+    std::cout << "    " << p.name << " (" << type_name(p.type) << ", default "
+              << (p.default_value.empty() && number ? "unset" : p.default_value)
+              << (number ? ", " + policy::range_text(p) : "") << "): " << p.help << "\n";
+  }
+}
+
 int run_policies(bool json) {
   if (json) {
     nlohmann::json all = nlohmann::json::array();
-    for (const policy::PolicyDescriptor& d : policy::builtin_policies()) {
-      nlohmann::json params = nlohmann::json::array();
-      for (const policy::ParamSpec& p : d.params) {
-        nlohmann::json j = {{"name", p.name},
-                            {"type", type_name(p.type)},
-                            {"default", p.default_value},
-                            {"help", p.help}};
-        if (p.type == policy::ParamType::Int || p.type == policy::ParamType::Float)
-          j["range"] = {p.min, p.max};
-        params.push_back(j);
-      }
+    for (const policy::PolicyDescriptor& d : policy::builtin_policies())
       all.push_back({{"name", d.name},
+                     {"kind", "policy"},
                      {"summary", d.summary},
                      {"paper", d.paper},
                      {"doc", d.doc},
-                     {"params", params}});
-    }
+                     {"params", params_json(d.params)}});
+    for (const policy::WrapperDescriptor& d : policy::builtin_wrappers())
+      all.push_back({{"name", d.name},
+                     {"kind", "wrapper"},
+                     {"summary", d.summary},
+                     {"paper", d.paper},
+                     {"doc", d.doc},
+                     {"params", params_json(d.params)}});
     std::cout << all.dump(2) << "\n";
     return kExitOk;
   }
   for (const policy::PolicyDescriptor& d : policy::builtin_policies()) {
     std::cout << d.name << " — " << d.summary << "\n    paper: " << d.paper
               << "\n    doc:   " << d.doc << "\n";
-    for (const policy::ParamSpec& p : d.params) {
-      const bool number = p.type == policy::ParamType::Int || p.type == policy::ParamType::Float;
-      std::cout << "    " << p.name << " (" << type_name(p.type) << ", default "
-                << (p.default_value.empty() && number ? "unset" : p.default_value)
-                << (number ? ", " + policy::range_text(p) : "") << "): " << p.help << "\n";
-    }
+    print_params(d.params);
     std::cout << "\n";
   }
-  std::cout << "usage: --policy NAME:key=value,...  e.g. --policy h2o:heavy=64,recent=64\n";
+  std::cout
+      << "Wrappers (after a scored part: snapkv, tova, knorm, expected_attention, scripted):\n\n";
+  for (const policy::WrapperDescriptor& d : policy::builtin_wrappers()) {
+    std::cout << "+" << d.name << " — " << d.summary << "\n    paper: " << d.paper
+              << "\n    doc:   " << d.doc << "\n";
+    print_params(d.params);
+    std::cout << "\n";
+  }
+  std::cout
+      << "usage: --policy NAME:key=value,...[+PART...]  e.g. --policy h2o:heavy=64,recent=64,\n"
+         "       --policy snapkv:budget=0.25+pyramid:beta=20, --policy wgkv+quest:budget=64\n"
+         "       (kvscope policies --explain SPEC prints the composed parts; "
+         "docs/policies/composition.md)\n";
   return kExitOk;
 }
 
 Command add_policies_command(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
+  auto explain = std::make_shared<std::string>();
+  auto prompt = std::make_shared<int64_t>(0);
   CLI::App* sub =
       app.add_subcommand("policies", "List the KV-cache policies, their parameters and papers");
   sub->add_flag("--json", *json, "print JSON");
-  return {sub, [json] { return run_policies(*json); }};
+  sub->add_option("--explain", *explain,
+                  "print the parts a policy spec composes (SPEC as for --policy)");
+  sub->add_option("--prompt-tokens", *prompt,
+                  "with --explain: the prompt length a fraction budget (budget=0.25) refers to");
+  return {sub, [json, explain, prompt] {
+            return explain->empty() ? run_policies(*json) : run_explain(*explain, *prompt);
+          }};
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 
 namespace kvscope::policy {
 
-Decisions::Decisions(cache::RaggedKvCache& cache, std::string policy_name) : cache_(cache) {
+Decisions::Decisions(cache::RaggedKvCache& cache, std::string policy_name)
+    : cache_(cache), L_(cache.n_layers()), K_(cache.n_kv_heads()) {
   whole_.name = std::move(policy_name);
   row_k_.resize(size_t(cache.head_dim()));
   row_v_.resize(size_t(cache.head_dim()));
@@ -89,16 +90,11 @@ void Decisions::select(int64_t layer, int64_t kv_head, int64_t pos, float score,
   event(layer, kv_head, pos, trace::EventKind::Select, score, r, t, t);
 }
 
-void Decisions::gate(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos, float value,
-                     bool sample) {
+void Decisions::gate_error(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos) const {
   check_head("gate", layer, kv_head, pos);
-  if (gate < 0 || gate >= scope_->gates)
-    fail("gate", layer, kv_head, pos,
-         "gate " + std::to_string(gate) + " (the policy declares " + std::to_string(scope_->gates) +
-             " gates)");
-  gates_.push_back(trace::GateValue{scope_->gate_base + gate, static_cast<int16_t>(layer),
-                                    static_cast<int16_t>(kv_head), static_cast<int32_t>(pos), value,
-                                    sample});
+  fail("gate", layer, kv_head, pos,
+       "gate " + std::to_string(gate) + " (the policy declares " + std::to_string(scope_->gates) +
+           " gates)");
 }
 
 void Decisions::write(int64_t layer, int64_t kv_head, int64_t pos, int tier, const float* k,

@@ -54,8 +54,16 @@ class Decisions {
   // Records that queries of this step read `pos` by the policy's selection
   // (a page is named by its first position, which may have left).
   void select(int64_t layer, int64_t kv_head, int64_t pos, float score, uint16_t reason);
-  // A gate value (the policy's score of an entry), a time-series sample or not.
-  void gate(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos, float value, bool sample);
+  // A gate value (the policy's score of an entry), a time-series sample or
+  // not. Inline: scored policies record one per held entry and step.
+  void gate(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos, float value, bool sample) {
+    if (uint64_t(layer) >= uint64_t(L_) || uint64_t(kv_head) >= uint64_t(K_) ||
+        uint64_t(pos) >= uint64_t(pos0_ + n_) || uint32_t(gate) >= uint32_t(scope_->gates))
+      gate_error(gate, layer, kv_head, pos);
+    gates_.push_back(trace::GateValue{scope_->gate_base + gate, static_cast<int16_t>(layer),
+                                      static_cast<int16_t>(kv_head), static_cast<int32_t>(pos),
+                                      value, sample});
+  }
 
   // ---- what the step driver does ----
   void begin_step(int64_t step, int64_t pos0, int64_t n);
@@ -77,12 +85,14 @@ class Decisions {
   std::vector<trace::GateValue> take_gates();
 
  private:
+  [[noreturn]] void gate_error(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos) const;
   void check_head(const char* decision, int64_t layer, int64_t kv_head, int64_t pos) const;
   int held_tier(const char* decision, int64_t layer, int64_t kv_head, int64_t pos) const;
   void event(int64_t layer, int64_t kv_head, int64_t pos, trace::EventKind kind, float score,
              uint16_t reason, uint8_t from, uint8_t to);
 
   cache::RaggedKvCache& cache_;
+  int64_t L_, K_;
   PartScope whole_;
   const PartScope* scope_ = &whole_;
   int64_t step_ = -1, pos0_ = 0, n_ = 0;

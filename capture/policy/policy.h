@@ -118,6 +118,8 @@ class Policy {
 
   // The primitives this policy fills (composition refuses two of a kind).
   virtual std::vector<PartKind> kinds() const { return {}; }
+  // How the policy is put together, one line (kvscope policies --explain).
+  virtual std::string describe() const { return ""; }
   // Checked by the step driver after the layer's after_attention.
   virtual HeldLimit held_limit(const LayerContext& c) const { return {}; }
 

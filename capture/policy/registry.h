@@ -1,6 +1,9 @@
-// The policies KVScope knows, by name: `--policy NAME:key=value,...` and
-// `kvscope policies`. builtin.cpp lists them explicitly (a static library
-// would drop self-registering objects nobody references).
+// The one registry of policy parts, by name: whole policies (`--policy
+// NAME:key=value,...`), and the wrappers that reshape a scored eviction part
+// (`snapkv:budget=0.25+pyramid`). `kvscope policies`, docs/policies/README.md
+// and the registry test read it. builtin.cpp lists the entries explicitly (a
+// static library would drop self-registering objects nobody references).
+// Spec syntax: docs/policies/composition.md
 #pragma once
 
 #include <functional>
@@ -25,13 +28,36 @@ struct PolicyDescriptor {
 const std::vector<PolicyDescriptor>& builtin_policies();
 const PolicyDescriptor* find_policy(const std::string& name);
 
+class ScoredPolicy;
+// A wrapper reshapes the scored eviction part before it (wrappers.cpp).
+struct WrapperDescriptor {
+  std::string name;
+  std::string summary;
+  std::string paper;
+  std::string doc;
+  std::vector<ParamSpec> params;
+  std::function<void(ScoredPolicy&, const Params&)> apply;
+};
+const std::vector<WrapperDescriptor>& builtin_wrappers();
+const WrapperDescriptor* find_wrapper(const std::string& name);
+
+// What a spec is resolved against: `budget=0.25` is a fraction of the
+// prompt's tokens.
+struct SpecContext {
+  int64_t prompt_tokens = 0;  // 0: unknown (a fraction is then refused)
+};
+
 struct PolicyInstance {
-  const PolicyDescriptor* descriptor = nullptr;
-  Params params;
+  const PolicyDescriptor* descriptor = nullptr;  // the first part's
+  Params params;                                 // the first part's
   std::unique_ptr<Policy> policy;
+  std::string name;         // "h2o", or the parts joined: "wgkv+quest", "snapkv+pyramid"
+  std::string params_json;  // the resolved parameters (of every part, for a composite)
 };
 // Parses and builds a policy from its spec; throws InputError naming the
-// policy and parameter (and listing the known policies for an unknown name).
-PolicyInstance make_policy(const std::string& spec);
+// spec, part and parameter (and listing the known parts for an unknown name).
+PolicyInstance make_policy(const std::string& spec, const SpecContext& context = {});
+// The composed parts of a spec, in words (kvscope policies --explain).
+std::string explain_policy(const PolicyInstance& instance);
 
 }  // namespace kvscope::policy

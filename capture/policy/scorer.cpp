@@ -1,15 +1,15 @@
 #include "capture/policy/scorer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <map>
+#include <sstream>
+
+#include "capture/policy/policies/descriptors.h"
+#include "core/common/input_error.h"
 
 namespace kvscope::policy {
-
-const ScorerDescriptor* find_scorer(const std::string& name) {
-  for (const ScorerDescriptor& d : builtin_scorers())
-    if (d.name == name) return &d;
-  return nullptr;
-}
 
 ScoredPolicy::ScoredPolicy(std::unique_ptr<HeadScorer> scorer, std::vector<int64_t> layer_budgets,
                            bool decode, std::string reason)
@@ -23,6 +23,18 @@ void ScoredPolicy::setup(const PolicySetup& s) {
   scorer_->setup(s);
   scores_.resize(s.model->n_layers, s.model->n_kv_heads, s.max_tokens,
                  std::numeric_limits<float>::quiet_NaN());
+  if (!shape_.layer_keep.empty()) {
+    if (int64_t(shape_.layer_keep.size()) != s.model->n_layers)
+      throw InputError("--policy", "layer_ratios:keep",
+                       "one fraction per layer expected: the model has " +
+                           std::to_string(s.model->n_layers) + " layers, got " +
+                           std::to_string(shape_.layer_keep.size()));
+    budgets_.clear();
+    for (double f : shape_.layer_keep)
+      budgets_.push_back(std::max<int64_t>(1, std::llround(f * double(s.prompt_tokens))));
+  } else if (shape_.pyramid_beta > 0)
+    budgets_ =
+        pyramid_budgets(s.model->n_layers, base_budget(), protection().recent, shape_.pyramid_beta);
 }
 
 std::vector<trace::GateSpec> ScoredPolicy::gates() const {
@@ -30,32 +42,154 @@ std::vector<trace::GateSpec> ScoredPolicy::gates() const {
            std::numeric_limits<double>::quiet_NaN(), true}};
 }
 
+std::string ScoredPolicy::budget_kind() const {
+  if (!decode_) return "none";
+  return shape_.adaptive ? "layer" : "head";
+}
+
 int64_t ScoredPolicy::layer_budget(int64_t layer) const {
   return budgets_.size() == 1 ? budgets_[0] : budgets_[size_t(layer)];
 }
 
+// Entries a head (uniform) or a layer (adaptive: all its kv heads) may hold.
 int64_t ScoredPolicy::budget() const {
-  return budgets_.empty() ? 0 : *std::max_element(budgets_.begin(), budgets_.end());
+  if (budgets_.empty()) return 0;
+  if (shape_.adaptive) return setup_.model ? budgets_[0] * setup_.model->n_kv_heads : budgets_[0];
+  return *std::max_element(budgets_.begin(), budgets_.end());
+}
+
+bool ScoredPolicy::compressing(const LayerContext& c) const {
+  if (!scorer_->compresses(c) || !(decode_ || c.prefill)) return false;
+  // The cadence: prefill-time compressions always, decode every `every` steps.
+  return c.prefill || shape_.every <= 1 || (c.pos0 - setup_.prompt_tokens) % shape_.every == 0;
+}
+
+Protection ScoredPolicy::protection() const {
+  const Protection own = scorer_->protection();
+  return {std::max(own.sinks, shape_.extra.sinks), std::max(own.recent, shape_.extra.recent)};
+}
+
+HeldLimit ScoredPolicy::held_limit(const LayerContext& c) const {
+  if (!compressing(c)) return {};
+  if (shape_.adaptive) return {-1, budgets_[0] * c.cache.n_kv_heads()};
+  // Protected entries never leave: a budget below them cannot be kept.
+  const Protection p = protection();
+  return {std::max(layer_budget(c.layer), std::min(p.sinks, c.tokens_fed()) + p.recent), -1};
 }
 
 void ScoredPolicy::score_head(LayerContext& c, int64_t kv_head, float* score_by_pos) {
   scorer_->score(c, kv_head, score_by_pos);
+  const std::vector<int32_t>& held = c.cache.positions(c.layer, kv_head, 0);
+  if (shape_.chunk > 1) {
+    // ChunkKV: every entry carries its chunk's score, the mean over the
+    // chunk's held entries (the paper's sum for whole chunks; a chunk already
+    // cut is not penalised for its missing members).
+    std::map<int64_t, std::pair<double, int64_t>> chunk;
+    for (int32_t pos : held) {
+      auto& [sum, n] = chunk[pos / shape_.chunk];
+      sum += score_by_pos[pos];
+      ++n;
+    }
+    for (int32_t pos : held) {
+      const auto& [sum, n] = chunk[pos / shape_.chunk];
+      score_by_pos[pos] = float(sum / double(n));
+    }
+  }
   // The latest score of every held entry; a time series every 16 steps.
-  for (int32_t pos : c.cache.positions(c.layer, kv_head, 0))
+  for (int32_t pos : held)
     c.decide.gate(0, c.layer, kv_head, pos, score_by_pos[pos], c.step % 16 == 0);
 }
 
 void ScoredPolicy::after_attention(LayerContext& c) {
   scorer_->observe(c);
   if (!compressing(c)) return;
+  if (shape_.adaptive)
+    evict_adaptive(c);
+  else
+    evict_uniform(c);
+}
+
+void ScoredPolicy::evict_uniform(LayerContext& c) {
   const int64_t keep = layer_budget(c.layer);
-  const Protection protect = scorer_->protection();
+  const Protection protect = protection();
   for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h) {
     if (c.cache.count(c.layer, h, 0) <= keep) continue;
     float* s = scores_.at(c.layer, h);
     score_head(c, h, s);
     evict_to_budget(c.decide, c.layer, h, keep, protect, s, 1);
   }
+}
+
+// Ada-KV: the layer keeps its budget x kv heads highest-scored entries
+// wherever they are, after every head's safeguard of floor(alpha x budget)
+// (protected entries first). docs/policies/adakv.md
+void ScoredPolicy::evict_adaptive(LayerContext& c) {
+  const int64_t K = c.cache.n_kv_heads(), per_head = budgets_[0];
+  int64_t held = 0;
+  for (int64_t h = 0; h < K; ++h) held += c.cache.count(c.layer, h, 0);
+  if (held <= per_head * K) return;
+
+  int64_t safe = int64_t(std::floor(shape_.alpha * double(per_head)));
+  if (shape_.alpha > 0) safe = std::max<int64_t>(safe, 1);
+  const Protection protect = protection();
+  struct Entry {
+    float score;
+    int64_t head, pos;
+  };
+  auto better = [](const Entry& a, const Entry& b) {  // kept first; ties keep the newer
+    if (a.score != b.score) return a.score > b.score;
+    if (a.pos != b.pos) return a.pos > b.pos;
+    return a.head < b.head;
+  };
+  std::vector<Entry> pool;
+  int64_t guaranteed = 0;
+  for (int64_t h = 0; h < K; ++h) {
+    float* s = scores_.at(c.layer, h);
+    score_head(c, h, s);
+    std::vector<Entry> mine;
+    int64_t protected_count = 0;
+    for (int32_t pos : c.cache.positions(c.layer, h, 0)) {
+      if (protect.protects(pos, c.tokens_fed()))
+        ++protected_count;
+      else
+        mine.push_back({s[pos], h, pos});
+    }
+    std::sort(mine.begin(), mine.end(), better);
+    // The safeguard counts the protected entries first (they outrank all).
+    const int64_t own =
+        std::min<int64_t>(int64_t(mine.size()), std::max<int64_t>(0, safe - protected_count));
+    guaranteed += protected_count + own;
+    pool.insert(pool.end(), mine.begin() + own, mine.end());
+  }
+  const int64_t room = std::max<int64_t>(0, per_head * K - guaranteed);
+  std::sort(pool.begin(), pool.end(), better);
+  std::vector<std::vector<int64_t>> leave(static_cast<size_t>(K));
+  for (size_t i = size_t(std::min<int64_t>(room, int64_t(pool.size()))); i < pool.size(); ++i)
+    leave[size_t(pool[i].head)].push_back(pool[i].pos);
+  for (int64_t h = 0; h < K; ++h) {
+    std::sort(leave[size_t(h)].begin(), leave[size_t(h)].end());
+    evict_all(c.decide, c.layer, h, leave[size_t(h)], scores_.at(c.layer, h), 1);
+  }
+}
+
+std::string ScoredPolicy::describe() const {
+  std::ostringstream o;
+  const Protection p = protection();
+  o << "scorer " << (scorer_name_.empty() ? scorer_->score_name() : scorer_name_) << " (score "
+    << scorer_->score_name() << ")";
+  if (shape_.adaptive)
+    o << "; allocator adaptive over the layer's heads (AdaKV, alpha " << shape_.alpha
+      << "), budget " << base_budget() << " per head on average";
+  else if (!shape_.layer_keep.empty() || shape_.pyramid_beta > 0)
+    o << "; allocator per layer (" << (shape_.pyramid_beta > 0 ? "pyramid" : "layer ratios")
+      << "), mean budget " << base_budget() << " per head";
+  else
+    o << "; allocator uniform, budget " << base_budget() << " per head";
+  if (shape_.chunk > 1) o << "; kept by chunks of " << shape_.chunk;
+  o << "; cadence " << (decode_ ? "prefill end and every " : "prefill only")
+    << (decode_ ? std::to_string(shape_.every) + " decode step(s)" : "");
+  o << "; protected: " << p.sinks << " sinks, " << p.recent << " recent";
+  return o.str();
 }
 
 }  // namespace kvscope::policy

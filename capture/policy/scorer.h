@@ -51,36 +51,65 @@ struct ScorerDescriptor {
 const std::vector<ScorerDescriptor>& builtin_scorers();
 const ScorerDescriptor* find_scorer(const std::string& name);
 
-// Keeps, per (layer, kv head), the `layer_budgets[layer]` highest-scored
-// entries (the scorer's protected entries count towards it) whenever the
-// scorer compresses; `decode` false stops compressing after the prefill
-// (the prefill-only papers' behaviour: the cache then grows).
+// How an eviction part turns a scorer's scores into evictions: the allocator
+// of budgets over layers and heads, the cadence and extra protections. The
+// wrappers (`+pyramid`, `+adakv`, `+chunk`, `+layer_ratios`, `+cadence`,
+// `+protect`; capture/policy/wrappers.cpp) each set one field.
+struct EvictionShape {
+  bool adaptive = false;    // AdaKV: one budget per layer shared across its heads
+  double alpha = 0.2;       // AdaKV's safeguard: each head keeps its top floor(alpha x budget)
+  double pyramid_beta = 0;  // > 0: PyramidKV's layer budgets (mean = budget)
+  std::vector<double> layer_keep;  // layer_ratios: fraction of the prompt each layer keeps per head
+  int64_t chunk = 1;  // ChunkKV: entries scored and kept by chunks of consecutive positions
+  int64_t every = 1;  // decode steps between compressions
+  Protection extra;   // protections on top of the scorer's own
+  std::vector<std::string> wrappers;  // applied, in order (for --explain)
+};
+
+// The eviction part: a scorer + an allocator + a cadence + protections.
+// Keeps, per (layer, kv head), the `layer_budget(layer)` highest-scored
+// entries (uniform), or per layer the budget x kv heads best entries wherever
+// they are (adaptive), whenever the scorer compresses; `decode` false stops
+// compressing after the prefill (the prefill-only papers' behaviour: the cache
+// then grows).
 class ScoredPolicy : public Policy {
  public:
   ScoredPolicy(std::unique_ptr<HeadScorer> scorer, std::vector<int64_t> layer_budgets, bool decode,
                std::string reason);
   void setup(const PolicySetup& s) override;
+  std::vector<PartKind> kinds() const override { return {PartKind::Eviction}; }
   std::vector<std::string> reason_names() const override { return {"new token", reason_}; }
   std::vector<trace::GateSpec> gates() const override;
   cache::StatsNeeds stats_needs() const override { return scorer_->stats_needs(); }
-  std::string budget_kind() const override { return decode_ ? "head" : "none"; }
+  std::string budget_kind() const override;
   int64_t budget() const override;
+  HeldLimit held_limit(const LayerContext& c) const override;
   void after_attention(LayerContext& c) override;
 
   HeadScorer& scorer() { return *scorer_; }
+  const std::string& scorer_name() const { return scorer_name_; }
+  void set_scorer_name(std::string name) { scorer_name_ = std::move(name); }
+  int64_t base_budget() const { return budgets_.empty() ? 0 : budgets_[0]; }
   int64_t layer_budget(int64_t layer) const;
+  EvictionShape& shape() { return shape_; }
+  const EvictionShape& shape() const { return shape_; }
+  std::string describe() const override;
 
  protected:
-  bool compressing(const LayerContext& c) const {
-    return scorer_->compresses(c) && (decode_ || c.prefill);
-  }
-  // Scores of the held entries; sampled into the trace as a gate.
+  bool compressing(const LayerContext& c) const;
+  Protection protection() const;
+  // Scores of the held entries (chunk-summed when chunked); sampled into the
+  // trace as a gate.
   void score_head(LayerContext& c, int64_t kv_head, float* score_by_pos);
+  void evict_uniform(LayerContext& c);
+  void evict_adaptive(LayerContext& c);
 
   std::unique_ptr<HeadScorer> scorer_;
+  std::string scorer_name_;
   std::vector<int64_t> budgets_;  // one per layer (a single value: every layer)
   bool decode_;
   std::string reason_;
+  EvictionShape shape_;
   HeadScores scores_;
 };
 

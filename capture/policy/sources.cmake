@@ -4,6 +4,8 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/decisions.cpp
   ${CMAKE_CURRENT_LIST_DIR}/step_driver.cpp
   ${CMAKE_CURRENT_LIST_DIR}/builtin.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/composed.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/wrappers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/full.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/window.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/streaming_llm.cpp
@@ -21,4 +23,5 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/policies/attention_gate.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/trimkv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/dbtrimkv.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/scripted.cpp
 )

@@ -35,8 +35,8 @@ trace::RunInfo run_info(const generate::Engine& engine, const policy::PolicyInst
   run.model.vocab_size = c.vocab_size;
   run.model.context_length = c.context_length;
   run.policy = req.policy;
-  run.policy_name = pi.descriptor->name;
-  run.policy_params_json = pi.params.to_json();
+  run.policy_name = pi.name;
+  run.policy_params_json = pi.params_json;
   run.budget_kind = pi.policy->budget_kind();
   run.budget = pi.policy->budget();
   run.seed = req.generation.sampling.seed;
@@ -87,14 +87,14 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   // Everything that can refuse the run does so before the trace exists.
   generate::check_prompt_fits(prompt_tokens, std::min<int64_t>(config.context_length, max_tokens));
 
-  policy::PolicyInstance pi = policy::make_policy(req.policy);
+  policy::PolicyInstance pi = policy::make_policy(req.policy, {prompt_tokens});
   CaptureLevels levels = parse_capture_levels(req.levels, config.n_layers, config.n_heads);
   if (levels.none && req.oracle)
     throw InputError("--capture", "none",
                      "--oracle needs a trace to write to (drop --capture none)");
   policy::StepDriver::Options options{req.page_rows, max_tokens, prompt_tokens};
   pi.policy->setup({&config, max_tokens, prompt_tokens, req.page_rows});
-  policy::StepDriver driver(config, options, *pi.policy, pi.descriptor->name);
+  policy::StepDriver driver(config, options, *pi.policy, pi.name);
   const cache::RaggedKvCache& cache = driver.cache();
 
   Recorder recorder(driver, engine.tokenizer.get(), levels, req.prompt_text);

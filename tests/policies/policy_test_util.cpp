@@ -27,7 +27,7 @@ std::vector<int64_t> story_prompt_ids() {
 
 PolicyRun::PolicyRun(const model::Transformer& model, const std::string& spec, int64_t max_tokens,
                      int64_t prompt_tokens)
-    : instance_(policy::make_policy(spec)) {
+    : instance_(policy::make_policy(spec, {prompt_tokens})) {
   const model::ModelConfig& c = model.config();
   L_ = c.n_layers;
   K_ = c.n_kv_heads;
@@ -137,6 +137,21 @@ std::string describe(const std::set<int64_t>& s) {
   std::ostringstream o;
   for (int64_t p : s) o << p << ' ';
   return o.str();
+}
+
+std::vector<EventKey> events_of_story_run(const std::string& spec, int64_t decode,
+                                          std::vector<trace::Event>* raw) {
+  std::unique_ptr<model::Transformer> model = load_stories();
+  std::vector<int64_t> ids = story_prompt_ids();
+  PolicyRun run(*model, spec, int64_t(ids.size()) + decode + 1, int64_t(ids.size()));
+  std::vector<EventKey> out;
+  run.generate(*model, ids, decode, [&](int64_t) {
+    for (const trace::Event& e : run.last_events()) {
+      out.emplace_back(int(e.kind), e.step, e.layer, e.kv_head, e.token, int(e.to_tier));
+      if (raw) raw->push_back(e);
+    }
+  });
+  return out;
 }
 
 }  // namespace kvscope::test

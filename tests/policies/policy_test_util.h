@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "capture/cache/ragged_cache.h"
@@ -95,5 +96,12 @@ std::set<int64_t> top_k(const std::vector<int64_t>& candidates,
                         const std::vector<double>& score_by_pos, int64_t keep);
 
 std::string describe(const std::set<int64_t>& s);
+
+// Every event of a stories260K run under `spec` (the story prompt in one
+// prefill step, then `decode` greedy steps), as (kind, step, layer, kv head,
+// token, to tier); `raw` receives the events themselves.
+using EventKey = std::tuple<int, int32_t, int16_t, int16_t, int32_t, int>;
+std::vector<EventKey> events_of_story_run(const std::string& spec, int64_t decode,
+                                          std::vector<trace::Event>* raw = nullptr);
 
 }  // namespace kvscope::test

@@ -22,6 +22,7 @@ namespace {
 
 class AttentionGatePolicy : public Policy {
  public:
+  std::vector<PartKind> kinds() const override { return {PartKind::Admission}; }
   AttentionGatePolicy(std::string path, double tau, double gamma)
       : path_(std::move(path)), tau_(tau), gamma_(gamma) {}
 

@@ -79,6 +79,7 @@ DuoPattern load_pattern(const std::string& path) {
 
 class DuoAttentionPolicy : public Policy {
  public:
+  std::vector<PartKind> kinds() const override { return {PartKind::Eviction}; }
   DuoAttentionPolicy(DuoPattern pattern, double sparsity, double threshold, int64_t sinks,
                      int64_t recent)
       : pattern_(std::move(pattern)),

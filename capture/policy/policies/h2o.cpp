@@ -15,6 +15,7 @@ namespace {
 
 class H2oPolicy : public Policy {
  public:
+  std::vector<PartKind> kinds() const override { return {PartKind::Eviction}; }
   H2oPolicy(int64_t heavy, int64_t recent, int64_t sinks) : heavy_(heavy), protect_{sinks, recent} {}
 
   void setup(const PolicySetup& s) override {

@@ -14,29 +14,6 @@
 
 namespace kvscope::policy {
 
-namespace {
-
-class PyramidKvPolicy : public ScoredPolicy {
- public:
-  PyramidKvPolicy(std::unique_ptr<HeadScorer> scorer, int64_t budget, int64_t window, double beta,
-                  bool decode)
-      : ScoredPolicy(std::move(scorer), {budget}, decode, "lowest pooled window vote"),
-        mean_budget_(budget),
-        window_(window),
-        beta_(beta) {}
-
-  void setup(const PolicySetup& s) override {
-    ScoredPolicy::setup(s);
-    budgets_ = pyramid_budgets(s.model->n_layers, mean_budget_, window_, beta_);
-  }
-
- private:
-  int64_t mean_budget_, window_;
-  double beta_;
-};
-
-}  // namespace
-
 std::vector<int64_t> pyramid_budgets(int64_t layers, int64_t budget, int64_t window, double beta) {
   const double prefix = double(budget - window);
   const double k_top = prefix / beta, k_bottom = 2 * prefix - k_top;
@@ -71,9 +48,13 @@ PolicyDescriptor pyramidkv_descriptor() {
                                "must be >= window (the window is always kept)");
             if (p.get_float("beta") < 1)
               throw InputError("--policy", "pyramidkv:beta", "must be >= 1");
-            return std::make_unique<PyramidKvPolicy>(snap.make(p), p.get_int("budget"),
-                                                     p.get_int("window"), p.get_float("beta"),
-                                                     p.get_bool("decode"));
+            auto policy = std::make_unique<ScoredPolicy>(
+                snap.make(p), std::vector<int64_t>{p.get_int("budget")}, p.get_bool("decode"),
+                "lowest pooled window vote");
+            policy->set_scorer_name("snapkv");
+            policy->shape().pyramid_beta = p.get_float("beta");
+            policy->shape().wrappers.push_back("pyramid");
+            return policy;
           }};
 }
 

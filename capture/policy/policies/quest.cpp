@@ -24,6 +24,7 @@ namespace {
 
 class QuestPolicy : public Policy {
  public:
+  std::vector<PartKind> kinds() const override { return {PartKind::Selection}; }
   QuestPolicy(int64_t budget, int64_t page_size, int64_t dense_layers)
       : budget_(budget), page_(page_size), dense_layers_(dense_layers) {}
 

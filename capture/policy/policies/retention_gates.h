@@ -36,6 +36,7 @@ inline double retention_score(double log_beta, int64_t age, int64_t lookahead) {
 
 class RetentionGatePolicy : public Policy {
  public:
+  std::vector<PartKind> kinds() const override { return {PartKind::Eviction}; }
   RetentionGatePolicy(std::string name, std::string path, int64_t lookahead, int64_t window)
       : name_(std::move(name)), path_(std::move(path)), lookahead_(lookahead), window_(window) {}
 

@@ -12,6 +12,7 @@ namespace {
 
 class StreamingLlmPolicy : public Policy {
  public:
+  std::vector<PartKind> kinds() const override { return {PartKind::Eviction}; }
   StreamingLlmPolicy(int64_t sinks, int64_t window) : protect_{sinks, window} {}
   std::vector<std::string> reason_names() const override {
     return {"new token", "outside sinks and window"};

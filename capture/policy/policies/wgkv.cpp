@@ -32,6 +32,7 @@ constexpr uint16_t kInWindow = 0, kAdmitGlobal = 1, kDrop = 2;
 
 class WgkvPolicy : public Policy {
  public:
+  std::vector<PartKind> kinds() const override { return {PartKind::Admission, PartKind::Placement}; }
   WgkvPolicy(std::string path, int64_t window, double tau)
       : path_(std::move(path)), W_(window), tau_(tau) {}
 

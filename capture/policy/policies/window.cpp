@@ -9,6 +9,7 @@ namespace {
 
 class WindowPolicy : public Policy {
  public:
+  std::vector<PartKind> kinds() const override { return {PartKind::Eviction}; }
   explicit WindowPolicy(int64_t window) : window_(window) {}
   std::vector<std::string> reason_names() const override { return {"new token", "outside window"}; }
   std::string budget_kind() const override { return "head"; }

@@ -1,0 +1,131 @@
+// The wrappers: each changes one thing about how an eviction part turns its
+// scorer's scores into evictions, around ANY scorer (`snapkv:budget=0.25+pyramid`,
+// `knorm:budget=64+adakv:alpha=0.3+chunk:size=8`). docs/policies/composition.md
+#include <cmath>
+#include <sstream>
+
+#include "capture/policy/registry.h"
+#include "capture/policy/scorer.h"
+#include "core/common/input_error.h"
+
+namespace kvscope::policy {
+
+namespace {
+
+// "0.5/0.25/0.75" -> fractions in (0, 1].
+std::vector<double> parse_fractions(const std::string& field, const std::string& text) {
+  std::vector<double> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, '/')) {
+    char* end = nullptr;
+    const double f = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || !(f > 0 && f <= 1))
+      throw InputError("--policy", field,
+                       "'" + item + "': fractions in (0, 1] separated by '/' expected");
+    out.push_back(f);
+  }
+  if (out.empty()) throw InputError("--policy", field, "at least one fraction expected");
+  return out;
+}
+
+WrapperDescriptor pyramid_wrapper() {
+  return {"pyramid",
+          "PyramidKV's layer budgets around the scorer: more below, fewer above (mean = budget)",
+          "Cai et al., PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information "
+          "Funneling, 2024",
+          "docs/policies/pyramidkv.md",
+          {{"beta", ParamType::Float, "20",
+            "steepness: the top layer keeps (budget - recent) / beta unprotected entries", 1, 1e6}},
+          [](ScoredPolicy& p, const Params& w) {
+            if (p.shape().adaptive)
+              throw InputError("--policy", "pyramid",
+                               "per-layer budgets and adakv's shared layer budget contradict");
+            p.shape().pyramid_beta = w.get_float("beta");
+          }};
+}
+
+WrapperDescriptor adakv_wrapper() {
+  return {"adakv",
+          "Ada-KV's adaptive head budgets: the layer's budget x kv heads shared across its heads",
+          "Feng et al., Ada-KV: Optimizing KV Cache Eviction by Adaptive Budget Allocation for "
+          "Efficient LLM Inference, 2024",
+          "docs/policies/adakv.md",
+          {{"alpha", ParamType::Float, "0.2",
+            "safeguard: every head keeps its top floor(alpha x budget) entries", 0, 1}},
+          [](ScoredPolicy& p, const Params& w) {
+            if (p.shape().pyramid_beta > 0 || !p.shape().layer_keep.empty())
+              throw InputError("--policy", "adakv",
+                               "adakv shares one budget per layer: not with per-layer budgets");
+            p.shape().adaptive = true;
+            p.shape().alpha = w.get_float("alpha");
+          }};
+}
+
+WrapperDescriptor chunk_wrapper() {
+  return {
+      "chunk",
+      "ChunkKV: entries scored and kept by chunks of consecutive positions (chunk score = mean)",
+      "Liu et al., ChunkKV: Semantic-Preserving KV Cache Compression for Efficient Long-Context "
+      "LLM Inference, 2025",
+      "docs/policies/composition.md",
+      {{"size", ParamType::Int, "10", "positions per chunk (the paper's default: 10)", 1, 1 << 20}},
+      [](ScoredPolicy& p, const Params& w) { p.shape().chunk = w.get_int("size"); }};
+}
+
+WrapperDescriptor layer_ratios_wrapper() {
+  return {"layer_ratios",
+          "per-layer budgets: layer l keeps keep[l] of the prompt per head (kvpress "
+          "PerLayerCompressionPress, keep = 1 - compression_ratio)",
+          "kvpress PerLayerCompressionPress (NVIDIA)",
+          "docs/policies/composition.md",
+          {{"keep", ParamType::String, "", "one fraction per layer, '/'-separated: 0.5/0.25/..."}},
+          [](ScoredPolicy& p, const Params& w) {
+            if (p.shape().adaptive || p.shape().pyramid_beta > 0)
+              throw InputError("--policy", "layer_ratios",
+                               "one per-layer allocator only (not with adakv or pyramid)");
+            p.shape().layer_keep = parse_fractions("layer_ratios:keep", w.get_string("keep"));
+          }};
+}
+
+WrapperDescriptor cadence_wrapper() {
+  return {"cadence",
+          "when the eviction part compresses: at the end of the prefill and every N decode steps",
+          "baseline (kvpress DecodingPress's compression_interval)",
+          "docs/policies/composition.md",
+          {{"every", ParamType::Int, "1", "decode steps between compressions", 1, 1 << 20}},
+          [](ScoredPolicy& p, const Params& w) { p.shape().every = w.get_int("every"); }};
+}
+
+WrapperDescriptor protect_wrapper() {
+  return {"protect",
+          "protections on top of the scorer's: the first `sinks` and last `recent` positions stay",
+          "Xiao et al., Efficient Streaming Language Models with Attention Sinks, ICLR 2024",
+          "docs/policies/composition.md",
+          {{"sinks", ParamType::Int, "0", "first positions never evicted", 0, 1 << 30},
+           {"recent", ParamType::Int, "0", "most recent positions never evicted", 0, 1 << 30}},
+          [](ScoredPolicy& p, const Params& w) {
+            p.shape().extra = {w.get_int("sinks"), w.get_int("recent")};
+            if (p.base_budget() <= w.get_int("sinks") + w.get_int("recent"))
+              throw InputError("--policy", "protect",
+                               "the budget (" + std::to_string(p.base_budget()) +
+                                   ") must exceed sinks + recent");
+          }};
+}
+
+}  // namespace
+
+const std::vector<WrapperDescriptor>& builtin_wrappers() {
+  static const std::vector<WrapperDescriptor> all = {pyramid_wrapper(), adakv_wrapper(),
+                                                     chunk_wrapper(),   layer_ratios_wrapper(),
+                                                     cadence_wrapper(), protect_wrapper()};
+  return all;
+}
+
+const WrapperDescriptor* find_wrapper(const std::string& name) {
+  for (const WrapperDescriptor& d : builtin_wrappers())
+    if (d.name == name) return &d;
+  return nullptr;
+}
+
+}  // namespace kvscope::policy
