@@ -1,43 +1,18 @@
 #include "views/figure_factory.h"
 
 #include "core/common/input_error.h"
+#include "views/view_registry.h"
 
 namespace kvscope::views {
 
 QStringList figure_names() {
-  return {"heatmap", "timeline", "layers",  "budget",  "survival",
-          "gates",   "tokens",   "history", "compare", "overview"};
+  QStringList names;
+  for (const ViewDescriptor& d : view_registry()) names << d.name;
+  return names;
 }
 
 std::shared_ptr<Figure> make_figure(TraceData& data, TraceData* compare, const FigureRequest& q) {
-  const Selection& sel = q.selection;
-  if (q.view == "heatmap") {
-    auto f = HeatmapFigure::load(data, sel, q.heatmap, q.pixels);
-    if (!q.viewport.isEmpty()) {
-      f->set_viewport(q.viewport);
-      if (f->wants_detail(q.pixels))
-        f->set_detail(HeatmapFigure::load_detail(data, f->layer, f->head, f->viewport(), q.pixels,
-                                                 f->block, f->dense_index));
-    }
-    return f;
-  }
-  if (q.view == "timeline" || q.view == "layers") {
-    auto f = TimelineFigure::load(data, sel,
-                                  q.view == "timeline" ? TimelineMode::Head : TimelineMode::Layers);
-    if (!q.viewport.isEmpty()) f->set_viewport(q.viewport);
-    return f;
-  }
-  if (q.view == "budget") return BudgetFigure::load(data, sel);
-  if (q.view == "survival") return SurvivalFigure::load(data, sel, q.horizon);
-  if (q.view == "gates") return GatesFigure::load(data, sel, q.gate);
-  if (q.view == "tokens") return TokensFigure::load(data, sel, q.coloring);
-  if (q.view == "history") return TokenHistoryFigure::load(data, sel);
-  if (q.view == "overview") return OverviewFigure::load(data, sel, q.metric);
-  if (q.view == "compare") {
-    if (!compare)
-      throw InputError(data.reader().path(), "--compare", "the compare view needs a second trace");
-    return CompareFigure::load(data, *compare, sel);
-  }
+  if (const ViewDescriptor* d = find_view(q.view)) return d->figure(data, compare, q);
   throw InputError("", "--view",
                    "unknown view '" + q.view.toStdString() +
                        "' (expected one of: " + figure_names().join(", ").toStdString() + ")");

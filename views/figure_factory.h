@@ -30,8 +30,7 @@ struct FigureRequest {
   QRectF viewport;          // heatmap/timeline window (empty: everything)
 };
 
-// heatmap, timeline, layers, budget, survival, gates, tokens, history,
-// compare, overview.
+// The registered views' names, in registry order (views/view_registry.cpp).
 QStringList figure_names();
 
 // Throws InputError for an unknown view or a compare without a second trace.

@@ -1,5 +1,7 @@
 #include "app/gui/main_window.h"
 
+#include "views/view_registry.h"
+
 #include <QAction>
 #include <QApplication>
 #include <QDir>
@@ -94,43 +96,32 @@ QDockWidget* MainWindow::add_dock(const QString& name, const QString& title, QWi
   return d;
 }
 
+// Every registered view (views/view_registry.cpp): its widget with its
+// options row, centred or docked where the registry says, tabbed with the
+// view it names; the trace-info panel shares the overview's dock.
 void MainWindow::build_docks() {
-  auto* heat = new views::HeatmapView(&state_, service_);
-  auto* overview = new views::OverviewView(&state_, service_);
-  auto* timeline = new views::TimelineView(views::TimelineMode::Head, &state_, service_);
-  auto* layers = new views::TimelineView(views::TimelineMode::Layers, &state_, service_);
-  auto* budget = new views::BudgetView(&state_, service_);
-  auto* survival = new views::SurvivalView(&state_, service_);
-  auto* gates = new views::GatesView(&state_, service_);
-  auto* tokens = new views::TokensView(&state_, service_);
-  auto* history = new views::HistoryView(&state_, service_);
-  auto* compare = new views::CompareView(&state_, service_);
-  for (views::FigureWidget* v : std::initializer_list<views::FigureWidget*>{
-           heat, overview, timeline, layers, budget, survival, gates, tokens, history, compare})
-    views_[v->view_name()] = v;
-  setCentralWidget(panel(heatmap_controls(heat), heat));
-  info_ = new TraceInfoPanel(&state_, service_);
-  add_dock("overview", "Layers × heads", panel(overview_controls(overview), overview),
-           Qt::LeftDockWidgetArea);
-  add_dock("info", "Trace info", info_, Qt::LeftDockWidgetArea);
-  tabifyDockWidget(docks_["overview"], docks_["info"]);
-  add_dock("timeline", "Eviction timeline", timeline, Qt::RightDockWidgetArea);
-  add_dock("layers", "Heads holding tokens", layers, Qt::RightDockWidgetArea);
-  add_dock("budget", "Head budgets", budget, Qt::RightDockWidgetArea);
-  add_dock("survival", "Survival", panel(survival_controls(survival), survival),
-           Qt::RightDockWidgetArea);
-  tabifyDockWidget(docks_["timeline"], docks_["layers"]);
-  tabifyDockWidget(docks_["budget"], docks_["survival"]);
-  add_dock("tokens", "Token text", panel(tokens_controls(tokens), tokens),
-           Qt::BottomDockWidgetArea);
-  add_dock("history", "Token history", history, Qt::BottomDockWidgetArea);
-  add_dock("gates", "Gate scores", panel(gates_controls(gates, {}), gates),
-           Qt::BottomDockWidgetArea);
-  add_dock("compare", "Compare", compare, Qt::BottomDockWidgetArea);
-  tabifyDockWidget(docks_["tokens"], docks_["gates"]);
-  tabifyDockWidget(docks_["history"], docks_["compare"]);
-  for (const char* first : {"overview", "timeline", "budget", "tokens", "history"})
-    docks_[first]->raise();
+  const QMap<views::DockArea, Qt::DockWidgetArea> areas = {
+      {views::DockArea::Left, Qt::LeftDockWidgetArea},
+      {views::DockArea::Right, Qt::RightDockWidgetArea},
+      {views::DockArea::Bottom, Qt::BottomDockWidgetArea}};
+  for (const views::ViewDescriptor& d : views::view_registry()) {
+    views::FigureWidget* v = d.widget(&state_, service_);
+    views_[d.name] = v;
+    QWidget* content = panel(controls_for(d.name, v), v);
+    if (d.area == views::DockArea::Central) {
+      setCentralWidget(content);
+      continue;
+    }
+    add_dock(d.name, d.title, content, areas.value(d.area));
+    if (!d.tab_with.isEmpty()) tabifyDockWidget(docks_[d.tab_with], docks_[d.name]);
+    if (d.name == "overview") {
+      info_ = new TraceInfoPanel(&state_, service_);
+      add_dock("info", "Trace info", info_, Qt::LeftDockWidgetArea);
+      tabifyDockWidget(docks_["overview"], docks_["info"]);
+    }
+  }
+  for (const views::ViewDescriptor& d : views::view_registry())
+    if (d.raised) docks_[d.name]->raise();
   resizeDocks({docks_["overview"], docks_["timeline"]}, {420, 560}, Qt::Horizontal);
   resizeDocks({docks_["tokens"]}, {260}, Qt::Vertical);
 }

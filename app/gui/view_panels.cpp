@@ -149,4 +149,13 @@ QWidget* gates_controls(views::GatesView* view, const QStringList& gates) {
   return w;
 }
 
+QWidget* controls_for(const QString& name, views::FigureWidget* view) {
+  if (name == "heatmap") return heatmap_controls(static_cast<views::HeatmapView*>(view));
+  if (name == "overview") return overview_controls(static_cast<views::OverviewView*>(view));
+  if (name == "tokens") return tokens_controls(static_cast<views::TokensView*>(view));
+  if (name == "survival") return survival_controls(static_cast<views::SurvivalView*>(view));
+  if (name == "gates") return gates_controls(static_cast<views::GatesView*>(view), {});
+  return nullptr;
+}
+
 }  // namespace kvscope::gui

@@ -12,6 +12,7 @@
 #include "tests/views/qt_app.h"
 #include "tests/views/synthetic_fixture.h"
 #include "views/figure_factory.h"
+#include "views/view_registry.h"
 
 using namespace kvscope;
 using namespace kvscope::views;
@@ -91,6 +92,21 @@ TEST_CASE("every view exports to PNG, SVG and PDF with its title, axes and colou
       {"compare", {"Compare", "kept by A, not B"}},
       {"overview", {"Layers x heads"}},
   };
+  // Every registered view is exported here (a view added to the registry
+  // without its words above fails), and export's list is the registry.
+  QStringList listed;
+  for (const auto& [view, words] : views) listed << view;
+  QStringList registered;
+  for (const ViewDescriptor& d : view_registry()) {
+    registered << d.name;
+    INFO("view " << d.name.toStdString());
+    CHECK(listed.contains(d.name));
+    CHECK(d.figure);
+    CHECK(d.widget);
+    if (!d.tab_with.isEmpty()) CHECK(registered.contains(d.tab_with));  // tabbed with an earlier one
+  }
+  CHECK(registered.size() == listed.size());
+  CHECK(figure_names() == registered);
   for (const auto& [view, words] : views) {
     q.view = view;
     std::shared_ptr<Figure> fig = make_figure(data, &other_data, q);
