@@ -97,6 +97,7 @@ int run_capture_cli(const CaptureCliOptions& o) {
 
   recorder::CaptureResult r = recorder::run_capture(engine, req);
   if (tty) std::fprintf(stderr, "\n");
+  for (const std::string& note : r.notes) std::cerr << "kvscope: note: " << note << "\n";
   if (!o.quiet) std::cout << r.generation.text << "\n";
   char line[512];
   std::snprintf(line, sizeof line,

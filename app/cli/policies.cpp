@@ -28,7 +28,7 @@ const char* type_name(policy::ParamType t) {
 
 // Parses SPEC and prints its composed parts (exit 2 naming what is wrong).
 int run_explain(const std::string& spec, int64_t prompt_tokens) {
-  policy::PolicyInstance instance = policy::make_policy(spec, {prompt_tokens});
+  policy::PolicyInstance instance = policy::make_policy(spec, {prompt_tokens, ""});
   std::cout << policy::explain_policy(instance);
   return kExitOk;
 }

@@ -3,8 +3,10 @@
 // part before it; any other part is a policy of its own, and two or more make
 // a ComposedPolicy. docs/policies/composition.md
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "capture/gates/gate_set.h"
 #include "capture/policy/composed.h"
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/scorer.h"
@@ -81,6 +83,26 @@ void resolve_budget(const std::string& part, std::map<std::string, std::string>*
       std::to_string(std::max<int64_t>(1, std::llround(f * double(context.prompt_tokens))));
 }
 
+// A learned policy given no gates=: the shipped gate trained for the model,
+// named in a note; refused (naming what to do) when there is none.
+void resolve_gates(const PolicyDescriptor& d, std::map<std::string, std::string>* values,
+                   const SpecContext& context, std::vector<std::string>* notes) {
+  if (d.gate_kinds.empty() || values->count("gates") || context.model_file.empty() ||
+      !std::filesystem::is_regular_file(context.model_file))
+    return;
+  const std::string sha = gates::file_sha256(context.model_file);
+  const std::string found = find_shipped_gate(d.gate_kinds, sha);
+  if (found.empty())
+    throw InputError("--policy", d.name + ":gates",
+                     "required: no gates= given and no shipped gate of kind " + d.gate_kinds[0] +
+                         " was trained for " + context.model_file + " (sha256 " +
+                         sha.substr(0, 12) + "...); train one with `kvscope train --policy " +
+                         d.name + "` (docs/training.md)");
+  (*values)["gates"] = found;
+  notes->push_back(d.name + ": no gates= given; using " + found +
+                   " (shipped, trained for this model: sha256 " + sha.substr(0, 12) + "...)");
+}
+
 std::string known_names() {
   std::string known;
   for (const PolicyDescriptor& d : builtin_policies())
@@ -123,6 +145,7 @@ PolicyInstance make_policy(const std::string& spec, const SpecContext& context) 
           "--policy", name,
           std::string(find_wrapper(name) ? "a wrapper cannot come first" : "unknown policy") +
               " (known: " + known_names() + "; see `kvscope policies`)");
+    resolve_gates(*d, &values, context, &out.notes);
     Params params(name, d->params, values);
     std::unique_ptr<Policy> policy = d->make(params);
     last_scored = dynamic_cast<ScoredPolicy*>(policy.get());

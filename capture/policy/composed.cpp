@@ -73,7 +73,12 @@ ComposedPolicy::ComposedPolicy(std::string spec, std::vector<Part> parts)
       throw InputError("--policy", spec_,
                        p.name + "'s tiers (" + tier_names(p.policy->tiers()) +
                            ") disagree with the composite's (" + tier_names(tiers_) + ")");
+  // Reason 0 is every admission's default: the admission part names it
+  // (WG-KV: "local window"), else "new token".
   reasons_ = {"new token"};
+  for (const Part& p : parts_)
+    for (PartKind k : p.policy->kinds())
+      if (k == PartKind::Admission) reasons_[0] = p.policy->reason_names().at(0);
   for (const Part& p : parts_) {
     PartScope s;
     s.name = p.name;

@@ -5,6 +5,7 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/step_driver.cpp
   ${CMAKE_CURRENT_LIST_DIR}/builtin.cpp
   ${CMAKE_CURRENT_LIST_DIR}/composed.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gate_search.cpp
   ${CMAKE_CURRENT_LIST_DIR}/wrappers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/full.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/window.cpp
@@ -25,3 +26,6 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/policies/dbtrimkv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/scripted.cpp
 )
+# Learned policies given no gates= look here for the gate shipped for the model.
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gate_search.cpp PROPERTIES
+  COMPILE_DEFINITIONS KVSCOPE_SHIPPED_GATES_DIR="${KVSCOPE_SOURCE_ROOT}/resources/gates")

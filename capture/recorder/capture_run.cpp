@@ -87,7 +87,7 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   // Everything that can refuse the run does so before the trace exists.
   generate::check_prompt_fits(prompt_tokens, std::min<int64_t>(config.context_length, max_tokens));
 
-  policy::PolicyInstance pi = policy::make_policy(req.policy, {prompt_tokens});
+  policy::PolicyInstance pi = policy::make_policy(req.policy, {prompt_tokens, req.model_path});
   CaptureLevels levels = parse_capture_levels(req.levels, config.n_layers, config.n_heads);
   if (levels.none && req.oracle)
     throw InputError("--capture", "none",
@@ -121,6 +121,7 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   }
 
   CaptureResult result;
+  result.notes = pi.notes;
   double decode_policy_start = -1;     // policy time when the prefill ended
   std::vector<int32_t> fed_generated;  // the token each decode step feeds
   auto on_step = [&](const generate::StepEvent& ev) {

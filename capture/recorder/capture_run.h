@@ -49,6 +49,7 @@ struct CaptureResult {
   double policy_seconds = 0;         // inside the policy's hooks
   double decode_policy_seconds = 0;  // of which during decode steps
   bool success = false;              // generation contains expected_answer (when a task is given)
+  std::vector<std::string> notes;    // choices made for the user (e.g. the shipped gate taken)
 };
 
 // Throws InputError for a bad policy, capture level or prompt.

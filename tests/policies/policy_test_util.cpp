@@ -27,7 +27,7 @@ std::vector<int64_t> story_prompt_ids() {
 
 PolicyRun::PolicyRun(const model::Transformer& model, const std::string& spec, int64_t max_tokens,
                      int64_t prompt_tokens)
-    : instance_(policy::make_policy(spec, {prompt_tokens})) {
+    : instance_(policy::make_policy(spec, {prompt_tokens, ""})) {
   const model::ModelConfig& c = model.config();
   L_ = c.n_layers;
   K_ = c.n_kv_heads;

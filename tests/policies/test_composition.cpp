@@ -27,7 +27,7 @@ std::vector<EventKey> all_events(const std::string& spec,
 
 std::string error_of(const std::string& spec, int64_t prompt_tokens = 0) {
   try {
-    policy::PolicyInstance p = policy::make_policy(spec, {prompt_tokens});
+    policy::PolicyInstance p = policy::make_policy(spec, {prompt_tokens, ""});
     std::unique_ptr<model::Transformer> model = load_stories();
     p.policy->setup({&model->config(), 64, 32, 16});
   } catch (const InputError& e) {

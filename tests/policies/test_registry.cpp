@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/common/input_error.h"
 #include "tests/policies/policy_test_util.h"
 #include "tests/support/paths.h"
 
@@ -60,6 +61,36 @@ TEST_CASE("policy and wrapper names are unique and every policy builds with its 
     if (needs_file) continue;  // learned and scripted policies need their file
     INFO(d.name);
     CHECK_NOTHROW(policy::make_policy(d.name));
+  }
+}
+
+TEST_CASE("learned policies given no gates= take the gate shipped for the model and say so",
+          "[registry][gates]") {
+  const std::string stories = shared_dir() + "/models/stories260K/stories260K.bin";
+  for (const auto& [spec, file] : std::vector<std::pair<std::string, std::string>>{
+           {"wgkv", "stories260K-wgkv.safetensors"},
+           {"attention_gate", "stories260K-attention-gate.safetensors"},
+           {"trimkv:budget=8", "stories260K-retention.safetensors"},
+           {"dbtrimkv:budget=8", "stories260K-retention-global.safetensors"}}) {
+    INFO(spec);
+    policy::PolicyInstance pi = policy::make_policy(spec, {0, stories});
+    REQUIRE(pi.notes.size() == 1);
+    CHECK_THAT(pi.notes[0], Catch::Contains(file) && Catch::Contains("no gates= given"));
+    CHECK_THAT(pi.params_json, Catch::Contains(file));  // the trace's /run says which
+  }
+  // A given gates= is kept; a model nobody trained a gate for is refused.
+  policy::PolicyInstance given = policy::make_policy(
+      "wgkv:gates=" + source_dir() + "/resources/gates/stories260K-wgkv.safetensors", {0, stories});
+  CHECK(given.notes.empty());
+  const std::string other = temp_dir() + "/other-model.bin";
+  std::ofstream(other) << "not a model anyone trained a gate for";
+  try {
+    policy::make_policy("wgkv", {0, other});
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("wgkv:gates") &&
+                                          Catch::Contains("no shipped gate") &&
+                                          Catch::Contains("kvscope train --policy wgkv"));
   }
 }
 

@@ -30,31 +30,39 @@ class AttentionGatePolicy : public Policy {
     Policy::setup(s);
     gates_ = gates::load_gates(path_, *s.model);
     if (gates_.kind != gates::GateKind::AttentionGate)
-      throw InputError(path_, "policy",
-                       std::string("attention_gate needs Attention-Gate gates (kind attention-gate); this file holds ") +
-                           gates::gate_kind_name(gates_.kind) + " gates");
+      throw InputError(
+          path_, "policy",
+          std::string(
+              "attention_gate needs Attention-Gate gates (kind attention-gate); this file holds ") +
+              gates::gate_kind_name(gates_.kind) + " gates");
     if (tau_ < 0) tau_ = gates_.hyper("tau");
     if (std::isnan(gamma_)) gamma_ = gates_.hyper("gamma");
     keep_.resize(s.model->n_layers, s.model->n_kv_heads, s.max_tokens, 1.0f);
   }
-  std::vector<std::string> reason_names() const override { return {"new token", "flag 0 at prefill"}; }
+  std::vector<std::string> reason_names() const override {
+    return {"new token", "flag 0 at prefill"};
+  }
   std::vector<trace::GateSpec> gates() const override {
-    return {{"keep_probability",
-             "Attention-Gate keep probability sigmoid(s + gamma) of a prompt token at this kv head; "
-             "flag 1 (cached) iff above the threshold",
-             "probability", tau_, false}};
+    return {
+        {"keep_probability",
+         "Attention-Gate keep probability sigmoid(s + gamma) of a prompt token at this kv head; "
+         "flag 1 (cached) iff above the threshold",
+         "probability", tau_, false}};
   }
 
   void admit(AdmitContext& c) override {
     if (!c.prefill) return;  // decoding appends
     if (c.pos0 != 0 || c.n != setup_.prompt_tokens)
-      throw InputError("--prefill-chunk", std::to_string(c.n),
-                       "attention_gate computes its flags over the whole prompt at once: prefill the " +
-                           std::to_string(setup_.prompt_tokens) + " prompt tokens in one step (--prefill-chunk " +
-                           std::to_string(setup_.prompt_tokens) + " or more)");
+      throw InputError(
+          "--prefill-chunk", std::to_string(c.n),
+          "attention_gate computes its flags over the whole prompt at once: prefill the " +
+              std::to_string(setup_.prompt_tokens) +
+              " prompt tokens in one step (--prefill-chunk " +
+              std::to_string(setup_.prompt_tokens) + " or more)");
     torch::NoGradGuard no_grad;
-    torch::Tensor prob = torch::sigmoid(gates::attention_gate_scores(gates_, c.layer, c.in.hidden) + gamma_)
-                             .contiguous();  // [K, n]
+    torch::Tensor prob =
+        torch::sigmoid(gates::attention_gate_scores(gates_, c.layer, c.in.hidden) + gamma_)
+            .contiguous();  // [K, n]
     const float* pv = prob.data_ptr<float>();
     for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h) {
       float* keep = keep_.at(c.layer, h);
@@ -94,25 +102,30 @@ class AttentionGatePolicy : public Policy {
 }  // namespace
 
 PolicyDescriptor attention_gate_descriptor() {
-  return {"attention_gate",
-          "learned keep flags per token and kv head from a small attention module over the prompt; "
-          "evicted at prefill",
-          "Zeng et al., In-context KV-Cache Eviction for LLMs via Attention-Gate, seed 001",
-          "docs/policies/attention_gate.md",
-          {{"gates", ParamType::String, "", "gate file: kvscope .safetensors (attention-gate)"},
-           {"tau", ParamType::Float, "-1",
-            "flag threshold on sigmoid(s + gamma) (negative: the gate file's)", -1, 1},
-           {"gamma", ParamType::Float, "", "constant inside the sigmoid (unset: the gate file's)",
-            -1000, 1000}},
-          [](const Params& p) {
-            if (p.get_string("gates").empty())
-              throw InputError("--policy", "attention_gate:gates",
-                               "a gate file is required (e.g. attention_gate:gates=resources/gates/<model>-attention-gate.safetensors)");
-            if (p.get_float("tau") >= 1)
-              throw InputError("--policy", "attention_gate:tau", "a threshold < 1 expected");
-            return std::make_unique<AttentionGatePolicy>(p.get_string("gates"), p.get_float("tau"),
-                                                         p.get_float("gamma"));
-          }};
+  PolicyDescriptor d = {
+      "attention_gate",
+      "learned keep flags per token and kv head from a small attention module over the prompt; "
+      "evicted at prefill",
+      "Zeng et al., In-context KV-Cache Eviction for LLMs via Attention-Gate, seed 001",
+      "docs/policies/attention_gate.md",
+      {{"gates", ParamType::String, "", "gate file: kvscope .safetensors (attention-gate)"},
+       {"tau", ParamType::Float, "-1",
+        "flag threshold on sigmoid(s + gamma) (negative: the gate file's)", -1, 1},
+       {"gamma", ParamType::Float, "", "constant inside the sigmoid (unset: the gate file's)",
+        -1000, 1000}},
+      [](const Params& p) {
+        if (p.get_string("gates").empty())
+          throw InputError(
+              "--policy", "attention_gate:gates",
+              "a gate file is required (e.g. "
+              "attention_gate:gates=resources/gates/<model>-attention-gate.safetensors)");
+        if (p.get_float("tau") >= 1)
+          throw InputError("--policy", "attention_gate:tau", "a threshold < 1 expected");
+        return std::make_unique<AttentionGatePolicy>(p.get_string("gates"), p.get_float("tau"),
+                                                     p.get_float("gamma"));
+      }};
+  d.gate_kinds = {"attention-gate"};
+  return d;
 }
 
 }  // namespace kvscope::policy

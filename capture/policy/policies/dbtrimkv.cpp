@@ -31,8 +31,8 @@ bool better(const Entry& a, const Entry& b) {
 
 class DbTrimKvPolicy : public RetentionGatePolicy {
  public:
-  DbTrimKvPolicy(std::string path, int64_t budget, int64_t buffer, int64_t min_per_head, int64_t lookahead,
-                 int64_t window)
+  DbTrimKvPolicy(std::string path, int64_t budget, int64_t buffer, int64_t min_per_head,
+                 int64_t lookahead, int64_t window)
       : RetentionGatePolicy("dbtrimkv", std::move(path), lookahead, window),
         M_(budget),
         buffer_(buffer),
@@ -60,13 +60,16 @@ class DbTrimKvPolicy : public RetentionGatePolicy {
     if (min_ == 0) {
       const size_t total = size_t(heads() * M_);
       if (all.size() > total) std::nth_element(all.begin(), all.begin() + total, all.end(), better);
-      for (size_t k = 0; k < std::min(total, all.size()); ++k) ++keep[size_t(all[k].layer * K + all[k].head)];
+      for (size_t k = 0; k < std::min(total, all.size()); ++k)
+        ++keep[size_t(all[k].layer * K + all[k].head)];
     } else {
       // Official order: the global top L*K*(M - min) decide the extra room,
       // then every head keeps min more of its own best.
       const size_t adaptive = size_t(heads() * (M_ - min_));
-      if (all.size() > adaptive) std::nth_element(all.begin(), all.begin() + adaptive, all.end(), better);
-      for (size_t k = 0; k < std::min(adaptive, all.size()); ++k) ++keep[size_t(all[k].layer * K + all[k].head)];
+      if (all.size() > adaptive)
+        std::nth_element(all.begin(), all.begin() + adaptive, all.end(), better);
+      for (size_t k = 0; k < std::min(adaptive, all.size()); ++k)
+        ++keep[size_t(all[k].layer * K + all[k].head)];
       for (int64_t& k : keep) k += min_;
     }
     for (int64_t i = 0; i < L * K; ++i) {
@@ -84,27 +87,40 @@ class DbTrimKvPolicy : public RetentionGatePolicy {
 }  // namespace
 
 PolicyDescriptor dbtrimkv_descriptor() {
-  return {"dbtrimkv",
-          "globally calibrated retention gates: one budget over all layers and heads (unequal per-head budgets)",
-          "Make Each Token Count: Towards Improving Long-Context Performance with KV Cache Eviction (DBTrimKV), seed 002",
-          "docs/policies/dbtrimkv.md",
-          {{"gates", ParamType::String, "", "gate file: kvscope .safetensors (retention-global, or retention) or official TrimKV checkpoint"},
-           {"budget", ParamType::Int, "128", "M: the average entries per (layer, kv head); the cache keeps L*K*M in all"},
-           {"buffer", ParamType::Int, "1", "compress when the cache holds L*K*(M + buffer)"},
-           {"min", ParamType::Int, "0", "entries every head keeps whatever its scores (official min_tokens_per_head)"},
-           {"lookahead", ParamType::Int, "1", "n of the multi-step score (seed 002 §4.2)"},
-           {"window", ParamType::Int, "0", "most recent tokens never evicted"}},
-          [](const Params& p) {
-            if (p.get_int("budget") < 1 || p.get_int("buffer") < 1 || p.get_int("min") < 0 ||
-                p.get_int("min") > p.get_int("budget") || p.get_int("lookahead") < 1 || p.get_int("window") < 0)
-              throw InputError("--policy", "dbtrimkv",
-                               "budget >= 1, buffer >= 1, 0 <= min <= budget, lookahead >= 1, window >= 0 expected");
-            if (p.get_string("gates").empty())
-              throw InputError("--policy", "dbtrimkv:gates",
-                               "a gate file is required (e.g. dbtrimkv:gates=resources/gates/<model>-retention-global.safetensors)");
-            return std::make_unique<DbTrimKvPolicy>(p.get_string("gates"), p.get_int("budget"), p.get_int("buffer"),
-                                                    p.get_int("min"), p.get_int("lookahead"), p.get_int("window"));
-          }};
+  PolicyDescriptor d = {
+      "dbtrimkv",
+      "globally calibrated retention gates: one budget over all layers and heads (unequal per-head "
+      "budgets)",
+      "Make Each Token Count: Towards Improving Long-Context Performance with KV Cache Eviction "
+      "(DBTrimKV), seed 002",
+      "docs/policies/dbtrimkv.md",
+      {{"gates", ParamType::String, "",
+        "gate file: kvscope .safetensors (retention-global, or retention) or official TrimKV "
+        "checkpoint"},
+       {"budget", ParamType::Int, "128",
+        "M: the average entries per (layer, kv head); the cache keeps L*K*M in all"},
+       {"buffer", ParamType::Int, "1", "compress when the cache holds L*K*(M + buffer)"},
+       {"min", ParamType::Int, "0",
+        "entries every head keeps whatever its scores (official min_tokens_per_head)"},
+       {"lookahead", ParamType::Int, "1", "n of the multi-step score (seed 002 §4.2)"},
+       {"window", ParamType::Int, "0", "most recent tokens never evicted"}},
+      [](const Params& p) {
+        if (p.get_int("budget") < 1 || p.get_int("buffer") < 1 || p.get_int("min") < 0 ||
+            p.get_int("min") > p.get_int("budget") || p.get_int("lookahead") < 1 ||
+            p.get_int("window") < 0)
+          throw InputError(
+              "--policy", "dbtrimkv",
+              "budget >= 1, buffer >= 1, 0 <= min <= budget, lookahead >= 1, window >= 0 expected");
+        if (p.get_string("gates").empty())
+          throw InputError("--policy", "dbtrimkv:gates",
+                           "a gate file is required (e.g. "
+                           "dbtrimkv:gates=resources/gates/<model>-retention-global.safetensors)");
+        return std::make_unique<DbTrimKvPolicy>(p.get_string("gates"), p.get_int("budget"),
+                                                p.get_int("buffer"), p.get_int("min"),
+                                                p.get_int("lookahead"), p.get_int("window"));
+      }};
+  d.gate_kinds = {"retention-global", "retention"};
+  return d;
 }
 
 }  // namespace kvscope::policy

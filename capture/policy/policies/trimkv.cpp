@@ -20,7 +20,9 @@ namespace {
 class TrimKvPolicy : public RetentionGatePolicy {
  public:
   TrimKvPolicy(std::string path, int64_t budget, int64_t buffer, int64_t lookahead, int64_t window)
-      : RetentionGatePolicy("trimkv", std::move(path), lookahead, window), M_(budget), buffer_(buffer) {}
+      : RetentionGatePolicy("trimkv", std::move(path), lookahead, window),
+        M_(budget),
+        buffer_(buffer) {}
 
   std::string budget_kind() const override { return "head"; }
   int64_t budget() const override { return M_; }
@@ -48,25 +50,37 @@ class TrimKvPolicy : public RetentionGatePolicy {
 }  // namespace
 
 PolicyDescriptor trimkv_descriptor() {
-  return {"trimkv",
-          "learned retention gates (beta per token and kv head); keep the top-M of log(beta)*(t+1-pos) per head",
-          "Bui et al., Cache What Lasts: Token Retention for Memory-Bounded KV Cache in LLMs (TrimKV), 2025",
-          "docs/policies/trimkv.md",
-          {{"gates", ParamType::String, "", "gate file: kvscope .safetensors (retention) or official trimkv_weights.pth / its directory"},
-           {"budget", ParamType::Int, "128", "M: entries kept per (layer, kv head)"},
-           {"buffer", ParamType::Int, "1", "evict when a head holds M + buffer (official buffer_size)"},
-           {"lookahead", ParamType::Int, "1", "n of the multi-step score (1: TrimKV's log(beta)*(t+1-pos))"},
-           {"window", ParamType::Int, "0", "most recent tokens never evicted (official sliding_window_size)"}},
-          [](const Params& p) {
-            if (p.get_int("budget") < 1 || p.get_int("buffer") < 1 || p.get_int("lookahead") < 1 ||
-                p.get_int("window") < 0)
-              throw InputError("--policy", "trimkv", "budget >= 1, buffer >= 1, lookahead >= 1, window >= 0 expected");
-            if (p.get_string("gates").empty())
-              throw InputError("--policy", "trimkv:gates",
-                               "a gate file is required (e.g. trimkv:gates=resources/gates/<model>-retention.safetensors)");
-            return std::make_unique<TrimKvPolicy>(p.get_string("gates"), p.get_int("budget"), p.get_int("buffer"),
-                                                  p.get_int("lookahead"), p.get_int("window"));
-          }};
+  PolicyDescriptor d = {
+      "trimkv",
+      "learned retention gates (beta per token and kv head); keep the top-M of log(beta)*(t+1-pos) "
+      "per head",
+      "Bui et al., Cache What Lasts: Token Retention for Memory-Bounded KV Cache in LLMs (TrimKV), "
+      "2025",
+      "docs/policies/trimkv.md",
+      {{"gates", ParamType::String, "",
+        "gate file: kvscope .safetensors (retention) or official trimkv_weights.pth / its "
+        "directory"},
+       {"budget", ParamType::Int, "128", "M: entries kept per (layer, kv head)"},
+       {"buffer", ParamType::Int, "1", "evict when a head holds M + buffer (official buffer_size)"},
+       {"lookahead", ParamType::Int, "1",
+        "n of the multi-step score (1: TrimKV's log(beta)*(t+1-pos))"},
+       {"window", ParamType::Int, "0",
+        "most recent tokens never evicted (official sliding_window_size)"}},
+      [](const Params& p) {
+        if (p.get_int("budget") < 1 || p.get_int("buffer") < 1 || p.get_int("lookahead") < 1 ||
+            p.get_int("window") < 0)
+          throw InputError("--policy", "trimkv",
+                           "budget >= 1, buffer >= 1, lookahead >= 1, window >= 0 expected");
+        if (p.get_string("gates").empty())
+          throw InputError("--policy", "trimkv:gates",
+                           "a gate file is required (e.g. "
+                           "trimkv:gates=resources/gates/<model>-retention.safetensors)");
+        return std::make_unique<TrimKvPolicy>(p.get_string("gates"), p.get_int("budget"),
+                                              p.get_int("buffer"), p.get_int("lookahead"),
+                                              p.get_int("window"));
+      }};
+  d.gate_kinds = {"retention"};
+  return d;
 }
 
 }  // namespace kvscope::policy

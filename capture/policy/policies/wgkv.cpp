@@ -32,7 +32,9 @@ constexpr uint16_t kInWindow = 0, kAdmitGlobal = 1, kDrop = 2;
 
 class WgkvPolicy : public Policy {
  public:
-  std::vector<PartKind> kinds() const override { return {PartKind::Admission, PartKind::Placement}; }
+  std::vector<PartKind> kinds() const override {
+    return {PartKind::Admission, PartKind::Placement};
+  }
   WgkvPolicy(std::string path, int64_t window, double tau)
       : path_(std::move(path)), W_(window), tau_(tau) {}
 
@@ -152,7 +154,7 @@ class WgkvPolicy : public Policy {
 }  // namespace
 
 PolicyDescriptor wgkv_descriptor() {
-  return {
+  PolicyDescriptor d = {
       "wgkv",
       "learned write gate: local window of W + global cache of tokens with g >= tau (lazy "
       "promotion)",
@@ -176,6 +178,8 @@ PolicyDescriptor wgkv_descriptor() {
         return std::make_unique<WgkvPolicy>(p.get_string("gates"), p.get_int("window"),
                                             p.get_float("tau"));
       }};
+  d.gate_kinds = {"wgkv"};
+  return d;
 }
 
 }  // namespace kvscope::policy
