@@ -44,12 +44,15 @@ class ScriptedScorer : public HeadScorer {
     torch::Tensor keys = torch::empty({m, hd}), values = torch::empty({m, hd});
     torch::Tensor positions = torch::empty({m}, torch::kInt64), received = torch::empty({m});
     const std::vector<float>& rec = c.stats.received[size_t(kv_head)];
+    // Raw pointers: a Tensor view per row would cost more than the scorer.
+    float *kp = keys.data_ptr<float>(), *vp = values.data_ptr<float>();
+    int64_t* pp = positions.data_ptr<int64_t>();
+    float* rp = received.data_ptr<float>();
     for (int64_t j = 0; j < m; ++j) {
       const int32_t pos = held[size_t(j)];
-      c.cache.read_entry(c.layer, kv_head, pos, keys[j].data_ptr<float>(),
-                         values[j].data_ptr<float>());
-      positions[j] = int64_t(pos);
-      received[j] = rec[size_t(pos)];
+      c.cache.read_entry(c.layer, kv_head, pos, kp + j * hd, vp + j * hd);
+      pp[j] = pos;
+      rp[j] = rec[size_t(pos)];
     }
     // The step's last `window` queries of the head's group: [w, R, hd].
     const int64_t w = std::min(window_, c.n);
