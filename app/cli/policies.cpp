@@ -56,6 +56,23 @@ void print_params(const std::vector<policy::ParamSpec>& specs) {
   }
 }
 
+// The index tables of docs/policies/README.md, from the registry.
+int run_markdown() {
+  auto page = [](const std::string& doc) {
+    const std::string name = doc.substr(doc.rfind('/') + 1);
+    return "[" + name + "](" + name + ")";
+  };
+  std::cout << "| policy | what | page |\n| --- | --- | --- |\n";
+  for (const policy::PolicyDescriptor& d : policy::builtin_policies())
+    std::cout << "| `" << d.name << "` | " << d.summary << " | " << page(d.doc) << " |\n";
+  std::cout
+      << "\nWrappers reshape the scored eviction part before them "
+         "(`snapkv:budget=0.25+pyramid`):\n\n| wrapper | what | page |\n| --- | --- | --- |\n";
+  for (const policy::WrapperDescriptor& d : policy::builtin_wrappers())
+    std::cout << "| `" << d.name << "` | " << d.summary << " | " << page(d.doc) << " |\n";
+  return kExitOk;
+}
+
 int run_policies(bool json) {
   if (json) {
     nlohmann::json all = nlohmann::json::array();
@@ -100,17 +117,20 @@ int run_policies(bool json) {
 
 Command add_policies_command(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
+  auto markdown = std::make_shared<bool>(false);
   auto explain = std::make_shared<std::string>();
   auto prompt = std::make_shared<int64_t>(0);
   CLI::App* sub =
       app.add_subcommand("policies", "List the KV-cache policies, their parameters and papers");
   sub->add_flag("--json", *json, "print JSON");
+  sub->add_flag("--markdown", *markdown, "print the index tables of docs/policies/README.md");
   sub->add_option("--explain", *explain,
                   "print the parts a policy spec composes (SPEC as for --policy)");
   sub->add_option("--prompt-tokens", *prompt,
                   "with --explain: the prompt length a fraction budget (budget=0.25) refers to");
-  return {sub, [json, explain, prompt] {
-            return explain->empty() ? run_policies(*json) : run_explain(*explain, *prompt);
+  return {sub, [json, markdown, explain, prompt] {
+            if (!explain->empty()) return run_explain(*explain, *prompt);
+            return *markdown ? run_markdown() : run_policies(*json);
           }};
 }
 

@@ -73,6 +73,13 @@ ComposedPolicy::ComposedPolicy(std::string spec, std::vector<Part> parts)
       throw InputError("--policy", spec_,
                        p.name + "'s tiers (" + tier_names(p.policy->tiers()) +
                            ") disagree with the composite's (" + tier_names(tiers_) + ")");
+  for (const Part& p : parts_)
+    for (const std::string& name : p.policy->reads_tiers())
+      if (std::none_of(tiers_.begin(), tiers_.end(),
+                       [&](const cache::TierSpec& t) { return t.name == name; }))
+        throw InputError("--policy", spec_,
+                         p.name + " acts on tier '" + name +
+                             "', which no part fills (tiers: " + tier_names(tiers_) + ")");
   // Reason 0 is every admission's default: the admission part names it
   // (WG-KV: "local window"), else "new token".
   reasons_ = {"new token"};

@@ -118,6 +118,9 @@ class Policy {
 
   // The primitives this policy fills (composition refuses two of a kind).
   virtual std::vector<PartKind> kinds() const { return {}; }
+  // Tiers the policy acts on without declaring them (a selection part over
+  // the warm tier): a composite refuses them when no part declares them.
+  virtual std::vector<std::string> reads_tiers() const { return {}; }
   // How the policy is put together, one line (kvscope policies --explain).
   virtual std::string describe() const { return ""; }
   // Checked by the step driver after the layer's after_attention.

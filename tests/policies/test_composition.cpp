@@ -154,6 +154,23 @@ TEST_CASE("contradictory, unknown and malformed specs are refused naming what is
   CHECK(error_of("h2o:heavy=8,recent=8+quest:budget=32") == "");
 }
 
+TEST_CASE("a part over a tier no part fills is refused", "[composition]") {
+  struct SelectWarm : policy::Policy {
+    std::vector<policy::PartKind> kinds() const override { return {policy::PartKind::Selection}; }
+    std::vector<std::string> reads_tiers() const override { return {"warm"}; }
+  };
+  std::vector<policy::ComposedPolicy::Part> parts;
+  parts.push_back({"h2o", policy::make_policy("h2o").policy});
+  parts.push_back({"select_warm", std::make_unique<SelectWarm>()});
+  try {
+    policy::ComposedPolicy("h2o+select_warm", std::move(parts));
+    FAIL("no error");
+  } catch (const InputError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("select_warm acts on tier 'warm'") &&
+                                          Catch::Contains("which no part fills (tiers: hot)"));
+  }
+}
+
 TEST_CASE("kvscope policies --explain prints the composed parts", "[composition][cli]") {
   std::string out;
   REQUIRE(run_command(kvscope_exe() + " policies --explain 'snapkv:budget=0.25+adakv:alpha=0.3' "

@@ -46,6 +46,20 @@ TEST_CASE("every registered policy and wrapper has its paper, doc page, paramete
     check_entry(d.name, d.paper, d.doc, d.params, index);
 }
 
+TEST_CASE("docs/policies/README.md's index is the registry's (kvscope policies --markdown)",
+          "[registry]") {
+  const std::string index = read_text(source_dir() + "/docs/policies/README.md");
+  const size_t begin = index.find("<!-- registry:begin");
+  const size_t end = index.find("<!-- registry:end -->");
+  REQUIRE(begin != std::string::npos);
+  REQUIRE(end != std::string::npos);
+  const size_t body = index.find('\n', begin) + 1;
+  std::string generated;
+  REQUIRE(run_command(kvscope_exe() + " policies --markdown", &generated) == 0);
+  INFO("regenerate the block with `kvscope policies --markdown`");
+  CHECK(index.substr(body, end - body) == generated);
+}
+
 TEST_CASE("policy and wrapper names are unique and every policy builds with its defaults",
           "[registry]") {
   std::set<std::string> names;
