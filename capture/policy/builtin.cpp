@@ -175,12 +175,7 @@ std::string explain_policy(const PolicyInstance& instance) {
   if (auto* c = dynamic_cast<const ComposedPolicy*>(instance.policy.get())) {
     out += "parts:\n" + c->describe();
   } else {
-    std::string kinds;
-    for (PartKind k : instance.policy->kinds())
-      kinds += (kinds.empty() ? "" : "+") + std::string(part_kind_name(k));
-    out += "parts:\n  " + instance.name + " [" + (kinds.empty() ? "no decisions" : kinds) + "]";
-    const std::string d = instance.policy->describe();
-    out += d.empty() ? "\n" : ": " + d + "\n";
+    out += "parts:\n" + describe_part(instance.name, *instance.policy);
   }
   std::string tiers;
   for (const cache::TierSpec& t : instance.policy->tiers())

@@ -22,6 +22,15 @@ const char* part_kind_name(PartKind kind) {
   return "?";
 }
 
+std::string describe_part(const std::string& name, const Policy& policy) {
+  std::string kinds;
+  for (PartKind k : policy.kinds())
+    kinds += (kinds.empty() ? "" : "+") + std::string(part_kind_name(k));
+  const std::string d = policy.describe();
+  return "  " + name + " [" + (kinds.empty() ? "no decisions" : kinds) + "]" +
+         (d.empty() ? "" : ": " + d) + "\n";
+}
+
 namespace {
 
 std::string tier_names(const std::vector<cache::TierSpec>& tiers) {
@@ -150,14 +159,7 @@ HeldLimit ComposedPolicy::held_limit(const LayerContext& c) const {
 
 std::string ComposedPolicy::describe() const {
   std::string out;
-  for (const Part& p : parts_) {
-    std::string kinds;
-    for (PartKind k : p.policy->kinds())
-      kinds += (kinds.empty() ? "" : "+") + std::string(part_kind_name(k));
-    out += "  " + p.name + " [" + (kinds.empty() ? "no decisions" : kinds) + "]";
-    const std::string d = p.policy->describe();
-    out += d.empty() ? "\n" : ": " + d + "\n";
-  }
+  for (const Part& p : parts_) out += describe_part(p.name, *p.policy);
   return out;
 }
 

@@ -15,6 +15,9 @@
 
 namespace kvscope::policy {
 
+// "  name [kinds]: how it is put together\n" (kvscope policies --explain).
+std::string describe_part(const std::string& name, const Policy& policy);
+
 class ComposedPolicy : public Policy {
  public:
   struct Part {
