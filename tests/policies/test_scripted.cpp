@@ -83,4 +83,21 @@ TEST_CASE("scripted scorers that do not load or return the wrong shape name the 
   CHECK_THROWS_AS(policy::make_policy("scripted:budget=12"), InputError);
 }
 
+TEST_CASE("a scorer failing mid-capture stops it with exit 2 and leaves the trace so far readable",
+          "[scripted][cli]") {
+  const std::string dir = write_scorers();
+  const std::string stories = shared_dir() + "/models/stories260K/";
+  const std::string trace = dir + "/stopped.kvtrace.h5";
+  std::string out;
+  const int rc = run_command(
+      kvscope_exe() + " capture --model " + stories + "stories260K.bin" + " --tokenizer " +
+          stories + "tok512.bin --prompt 'Tom had a big dog'" +
+          " --max-new 8 --policy scripted:file=" + dir + "/wrong_shape.pt,budget=2 -q -o " + trace,
+      &out);
+  CHECK(rc == 2);
+  CHECK_THAT(out, Catch::Contains("wrong_shape.pt: forward") && Catch::Contains("kv head"));
+  REQUIRE(run_command(kvscope_exe() + " info " + trace, &out) == 0);
+  CHECK_THAT(out, Catch::Contains("complete  no"));
+}
+
 }  // namespace kvscope::test

@@ -71,7 +71,9 @@ class ScriptedScorer : public HeadScorer {
       std::ostringstream got;
       got << s.scalar_type() << " " << s.sizes();
       throw InputError(file_, "forward",
-                       "must return one float score per held entry: a float tensor [" +
+                       "at layer " + std::to_string(c.layer) + ", kv head " +
+                           std::to_string(kv_head) +
+                           ": must return one float score per held entry: a float tensor [" +
                            std::to_string(m) + "] expected, got " + got.str());
     }
     s = s.to(torch::kFloat32).contiguous();
