@@ -112,9 +112,9 @@ void Decisions::admit(int64_t layer, int64_t kv_head, int64_t pos, int tier, flo
 }
 
 void Decisions::reject(int64_t layer, int64_t kv_head, int64_t pos, float score, uint16_t reason) {
+  const uint16_t r = map_reason(reason, "reject");
   cache_.remove(layer, kv_head, pos);
-  event(layer, kv_head, pos, trace::EventKind::Reject, score, reason, trace::kNoTier,
-        trace::kNoTier);
+  event(layer, kv_head, pos, trace::EventKind::Reject, score, r, trace::kNoTier, trace::kNoTier);
 }
 
 std::vector<trace::Event> Decisions::take_events() {
