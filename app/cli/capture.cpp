@@ -33,7 +33,6 @@ struct CaptureCliOptions {
   std::string expect;
   std::string task;
   bool quiet = false;
-  std::string command_line;
 };
 
 void draw_progress(const recorder::CaptureProgress& p) {
@@ -76,7 +75,7 @@ int run_capture_cli(const CaptureCliOptions& o) {
   req.output = o.output;
   req.model_path = o.model.model;
   req.page_rows = o.page_rows;
-  req.command_line = o.command_line;
+  req.command_line = own_command_line();
   if (!o.expect.empty()) {
     req.expected_answer = o.expect;
     if (req.task_kind.empty()) req.task_kind = "expected-answer";

@@ -24,6 +24,10 @@ struct Command {
 
 using CommandFactory = Command (*)(CLI::App&);
 
+// The command as typed (Linux: /proc/self/cmdline, arguments joined by
+// spaces), for /run command_line and gate metadata.
+std::string own_command_line();
+
 // Registered factories, in registration order (sorted by name in --help).
 std::vector<std::pair<std::string, CommandFactory>>& command_registry();
 

@@ -3,7 +3,9 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <vector>
 
 #include "app/cli/command.h"
@@ -11,6 +13,14 @@
 #include "kvscope_version.h"
 
 namespace kvscope::cli {
+std::string own_command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), out;
+  for (char ch : all) out += ch == '\0' ? ' ' : ch;
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
 std::vector<std::pair<std::string, CommandFactory>>& command_registry() {
   static std::vector<std::pair<std::string, CommandFactory>> registry;
   return registry;

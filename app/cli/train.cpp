@@ -44,15 +44,6 @@ nlohmann::json parse_gate_values(const std::vector<std::string>& items) {
   return out;
 }
 
-// The command as typed (Linux: /proc/self/cmdline), for the gate metadata.
-std::string own_command_line() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), out;
-  for (char ch : all) out += ch == '\0' ? ' ' : ch;
-  while (!out.empty() && out.back() == ' ') out.pop_back();
-  return out;
-}
-
 int run_train(TrainCli& c) {
   check_output_path(c.o.output, "-o");
   c.o.command_line = own_command_line();

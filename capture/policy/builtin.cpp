@@ -170,6 +170,25 @@ PolicyInstance make_policy(const std::string& spec, const SpecContext& context) 
   return out;
 }
 
+std::string params_json_after_setup(const PolicyInstance& instance) {
+  nlohmann::json j = nlohmann::json::parse(instance.params_json);
+  for (const auto& [name, number] : instance.policy->resolved_params()) {
+    // Whole numbers (a window) as integers, like the parameters given.
+    const nlohmann::json value = std::floor(number) == number && std::abs(number) < 1e15
+                                     ? nlohmann::json(int64_t(number))
+                                     : nlohmann::json(number);
+    const size_t dot = name.find('.');
+    if (dot == std::string::npos || !j.contains("parts")) {
+      j[name] = value;
+      continue;
+    }
+    for (nlohmann::json& part : j["parts"])  // "part.name" of a composite
+      if (part.value("policy", "") == name.substr(0, dot))
+        part["params"][name.substr(dot + 1)] = value;
+  }
+  return j.dump();
+}
+
 std::string explain_policy(const PolicyInstance& instance) {
   std::string out = "policy " + instance.name + "\n";
   if (auto* c = dynamic_cast<const ComposedPolicy*>(instance.policy.get())) {

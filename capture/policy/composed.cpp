@@ -163,6 +163,15 @@ std::string ComposedPolicy::describe() const {
   return out;
 }
 
+// "part.name" for each part's resolved parameters.
+std::vector<std::pair<std::string, double>> ComposedPolicy::resolved_params() const {
+  std::vector<std::pair<std::string, double>> all;
+  for (const Part& p : parts_)
+    for (const auto& [name, value] : p.policy->resolved_params())
+      all.emplace_back(p.name + "." + name, value);
+  return all;
+}
+
 void ComposedPolicy::admit(AdmitContext& c) {
   std::vector<Admission> before;
   for (size_t i = 0; i < parts_.size(); ++i) {

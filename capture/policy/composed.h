@@ -45,6 +45,7 @@ class ComposedPolicy : public Policy {
   void end_step(StepContext& c) override;
 
   const std::vector<Part>& parts() const { return parts_; }
+  std::vector<std::pair<std::string, double>> resolved_params() const override;
 
  private:
   const Policy* part_of_kind(PartKind kind) const;

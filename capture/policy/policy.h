@@ -121,6 +121,10 @@ class Policy {
   // Tiers the policy acts on without declaring them (a selection part over
   // the warm tier): a composite refuses them when no part declares them.
   virtual std::vector<std::string> reads_tiers() const { return {}; }
+  // Parameters the policy resolved itself at setup (from its gate file, or a
+  // pattern file), as (name, value): /run policy_params records these instead
+  // of the placeholder that asked for them (tau -1: the gate file's).
+  virtual std::vector<std::pair<std::string, double>> resolved_params() const { return {}; }
   // How the policy is put together, one line (kvscope policies --explain).
   virtual std::string describe() const { return ""; }
   // Checked by the step driver after the layer's after_attention.

@@ -64,6 +64,10 @@ struct PolicyInstance {
 // Parses and builds a policy from its spec; throws InputError naming the
 // spec, part and parameter (and listing the known parts for an unknown name).
 PolicyInstance make_policy(const std::string& spec, const SpecContext& context = {});
+// The instance's parameters with what the policy resolved at setup (a gate
+// file's tau and window) in place of the placeholders given; call after setup.
+std::string params_json_after_setup(const PolicyInstance& instance);
+
 // The composed parts of a spec, in words (kvscope policies --explain).
 std::string explain_policy(const PolicyInstance& instance);
 

@@ -36,7 +36,7 @@ trace::RunInfo run_info(const generate::Engine& engine, const policy::PolicyInst
   run.model.context_length = c.context_length;
   run.policy = req.policy;
   run.policy_name = pi.name;
-  run.policy_params_json = pi.params_json;
+  run.policy_params_json = policy::params_json_after_setup(pi);
   run.budget_kind = pi.policy->budget_kind();
   run.budget = pi.policy->budget();
   run.seed = req.generation.sampling.seed;

@@ -6,7 +6,10 @@
 #include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "core/common/input_error.h"
+#include "core/trace/reader.h"
 #include "tests/policies/policy_test_util.h"
 #include "tests/support/paths.h"
 
@@ -106,6 +109,28 @@ TEST_CASE("learned policies given no gates= take the gate shipped for the model 
                                           Catch::Contains("no shipped gate") &&
                                           Catch::Contains("kvscope train --policy wgkv"));
   }
+}
+
+TEST_CASE("the trace records the command and the parameters a learned policy resolved",
+          "[registry][gates][cli]") {
+  const std::string stories = shared_dir() + "/models/stories260K/";
+  const std::string trace = temp_dir() + "/wgkv.kvtrace.h5";
+  std::string out;
+  REQUIRE(run_command(kvscope_exe() + " capture --model " + stories +
+                          "stories260K.bin --tokenizer " + stories +
+                          "tok512.bin --prompt 'Tom had a big dog' --max-new 4" +
+                          " --policy wgkv+quest:budget=8,page_size=4 -q -o " + trace,
+                      &out) == 0);
+  CHECK_THAT(out, Catch::Contains("kvscope: note: wgkv: no gates= given"));
+  auto r = trace::TraceReader::open(trace);
+  CHECK_THAT(r->run().command_line, Catch::Contains("--policy wgkv+quest:budget=8,page_size=4"));
+  const nlohmann::json params = nlohmann::json::parse(r->run().policy_params_json);
+  const nlohmann::json& wgkv = params["parts"][0]["params"];
+  // The shipped stories260K gate was trained with tau 0.1 and window 32
+  // (resources/gates/stories260K-wgkv.json), not the placeholders -1 and 0.
+  CHECK(wgkv["tau"].get<double>() == Approx(0.1));
+  CHECK(wgkv["window"].get<int64_t>() == 32);
+  CHECK_THAT(wgkv["gates"].get<std::string>(), Catch::EndsWith("stories260K-wgkv.safetensors"));
 }
 
 }  // namespace kvscope::test

@@ -39,6 +39,9 @@ class AttentionGatePolicy : public Policy {
     if (std::isnan(gamma_)) gamma_ = gates_.hyper("gamma");
     keep_.resize(s.model->n_layers, s.model->n_kv_heads, s.max_tokens, 1.0f);
   }
+  std::vector<std::pair<std::string, double>> resolved_params() const override {
+    return {{"tau", tau_}, {"gamma", gamma_}};
+  }
   std::vector<std::string> reason_names() const override {
     return {"new token", "flag 0 at prefill"};
   }

@@ -142,6 +142,9 @@ class WgkvPolicy : public Policy {
 
   int64_t window() const { return W_; }
   double threshold() const { return tau_; }
+  std::vector<std::pair<std::string, double>> resolved_params() const override {
+    return {{"window", double(W_)}, {"tau", tau_}};
+  }
 
  private:
   std::string path_;
