@@ -81,7 +81,6 @@ class RaggedKvCache {
   int64_t n_tiers() const { return static_cast<int64_t>(tiers_.size()); }
   const std::vector<TierSpec>& tiers() const { return tiers_; }
   int64_t max_tokens() const { return M_; }
-  int64_t page_rows() const { return page_rows_; }
 
   int64_t count(int64_t layer, int64_t kv_head, int64_t tier) const;
   int64_t count(int64_t layer, int64_t kv_head) const;  // all tiers

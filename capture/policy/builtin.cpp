@@ -134,7 +134,6 @@ PolicyInstance make_policy(const std::string& spec, const SpecContext& context) 
                              "eviction parts: snapkv, tova, knorm, expected_attention, scripted)");
       const Params p(name, w->params, values);
       w->apply(*last_scored, p);
-      last_scored->shape().wrappers.push_back(name);
       parts.back().name += "+" + name;
       parts_json.push_back({{"wrapper", name}, {"params", nlohmann::json::parse(p.to_json())}});
       continue;
@@ -157,7 +156,6 @@ PolicyInstance make_policy(const std::string& spec, const SpecContext& context) 
     }
     parts.push_back({name, std::move(policy)});
   }
-  out.name.clear();
   for (const ComposedPolicy::Part& p : parts) out.name += (out.name.empty() ? "" : "+") + p.name;
   if (parts.size() == 1) {
     out.policy = std::move(parts[0].policy);

@@ -44,7 +44,6 @@ class ComposedPolicy : public Policy {
   void after_attention(LayerContext& c) override;
   void end_step(StepContext& c) override;
 
-  const std::vector<Part>& parts() const { return parts_; }
   std::vector<std::pair<std::string, double>> resolved_params() const override;
 
  private:

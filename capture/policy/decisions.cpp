@@ -1,13 +1,15 @@
 #include "capture/policy/decisions.h"
 
-#include <limits>
 #include <utility>
 
 namespace kvscope::policy {
 
-Decisions::Decisions(cache::RaggedKvCache& cache, std::string policy_name)
+Decisions::Decisions(cache::RaggedKvCache& cache, std::string policy_name, uint16_t reasons,
+                     int32_t gates)
     : cache_(cache), L_(cache.n_layers()), K_(cache.n_kv_heads()) {
   whole_.name = std::move(policy_name);
+  whole_.reasons = reasons;
+  whole_.gates = gates;
   row_k_.resize(size_t(cache.head_dim()));
   row_v_.resize(size_t(cache.head_dim()));
 }
@@ -27,10 +29,9 @@ void Decisions::fail(const std::string& decision, int64_t layer, int64_t kv_head
 
 void Decisions::check_head(const char* decision, int64_t layer, int64_t kv_head,
                            int64_t pos) const {
-  if (layer < 0 || layer >= cache_.n_layers() || kv_head < 0 || kv_head >= cache_.n_kv_heads())
+  if (layer < 0 || layer >= L_ || kv_head < 0 || kv_head >= K_)
     fail(decision, layer, kv_head, pos,
-         "the model has " + std::to_string(cache_.n_layers()) + " layers and " +
-             std::to_string(cache_.n_kv_heads()) + " kv heads");
+         "the model has " + std::to_string(L_) + " layers and " + std::to_string(K_) + " kv heads");
   if (pos < 0 || pos >= tokens_fed())
     fail(decision, layer, kv_head, pos,
          "positions 0.." + std::to_string(tokens_fed() - 1) + " exist so far");
@@ -41,6 +42,13 @@ int Decisions::held_tier(const char* decision, int64_t layer, int64_t kv_head, i
   const int tier = cache_.tier_of(layer, kv_head, pos);
   if (tier < 0) fail(decision, layer, kv_head, pos, "the head does not hold this position");
   return tier;
+}
+
+void Decisions::check_unlocked(const char* decision, int64_t layer, int64_t kv_head,
+                               int64_t pos) const {
+  if (storage_locked_)
+    fail(decision, layer, kv_head, pos,
+         "a selection reads the entries; it does not evict or move them");
 }
 
 uint16_t Decisions::map_reason(uint16_t reason, const char* decision) const {
@@ -59,6 +67,7 @@ void Decisions::event(int64_t layer, int64_t kv_head, int64_t pos, trace::EventK
 }
 
 void Decisions::evict(int64_t layer, int64_t kv_head, int64_t pos, float score, uint16_t reason) {
+  check_unlocked("evict", layer, kv_head, pos);
   const int tier = held_tier("evict", layer, kv_head, pos);
   const uint16_t r = map_reason(reason, "evict");
   cache_.remove(layer, kv_head, pos);
@@ -67,6 +76,7 @@ void Decisions::evict(int64_t layer, int64_t kv_head, int64_t pos, float score, 
 
 void Decisions::move(int64_t layer, int64_t kv_head, int64_t pos, int to_tier, float score,
                      uint16_t reason) {
+  check_unlocked("move", layer, kv_head, pos);
   const int from = held_tier("move", layer, kv_head, pos);
   if (to_tier < 0 || to_tier >= cache_.n_tiers())
     fail("move", layer, kv_head, pos,

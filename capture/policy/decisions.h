@@ -40,7 +40,8 @@ struct PartScope {
 
 class Decisions {
  public:
-  Decisions(cache::RaggedKvCache& cache, std::string policy_name);
+  // `reasons` and `gates`: how many the policy declares (its tables' sizes).
+  Decisions(cache::RaggedKvCache& cache, std::string policy_name, uint16_t reasons, int32_t gates);
 
   // ---- what a policy reads ----
   const cache::RaggedKvCache& cache() const { return cache_; }
@@ -76,10 +77,9 @@ class Decisions {
   // Throws PolicyError naming the policy and `what` (layer, head, position).
   [[noreturn]] void fail(const std::string& decision, int64_t layer, int64_t kv_head, int64_t pos,
                          const std::string& why) const;
-  void set_whole(uint16_t reasons, int32_t gates) {
-    whole_.reasons = reasons;
-    whole_.gates = gates;
-  }
+  // While the selection runs, entries must stay where they are (the masks
+  // index the attended entries as they were listed): evict and move refuse.
+  void lock_storage(bool locked) { storage_locked_ = locked; }
 
   std::vector<trace::Event> take_events();
   std::vector<trace::GateValue> take_gates();
@@ -88,6 +88,7 @@ class Decisions {
   [[noreturn]] void gate_error(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos) const;
   void check_head(const char* decision, int64_t layer, int64_t kv_head, int64_t pos) const;
   int held_tier(const char* decision, int64_t layer, int64_t kv_head, int64_t pos) const;
+  void check_unlocked(const char* decision, int64_t layer, int64_t kv_head, int64_t pos) const;
   void event(int64_t layer, int64_t kv_head, int64_t pos, trace::EventKind kind, float score,
              uint16_t reason, uint8_t from, uint8_t to);
 
@@ -95,6 +96,7 @@ class Decisions {
   int64_t L_, K_;
   PartScope whole_;
   const PartScope* scope_ = &whole_;
+  bool storage_locked_ = false;
   int64_t step_ = -1, pos0_ = 0, n_ = 0;
   std::vector<float> row_k_, row_v_;
   std::vector<trace::Event> events_;

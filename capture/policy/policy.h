@@ -63,7 +63,7 @@ struct SelectContext {
   // Optional per kv head: bool [n, m] over the positions `candidates[h]`
   // (the attended entries, new tokens included, in the order given); false
   // hides a key from a query. Causality and the model's window still apply.
-  std::vector<std::vector<int64_t>>& candidates;
+  const std::vector<std::vector<int64_t>>& candidates;
   std::vector<torch::Tensor>& masks;
 };
 

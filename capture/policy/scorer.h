@@ -63,7 +63,6 @@ struct EvictionShape {
   int64_t chunk = 1;  // ChunkKV: entries scored and kept by chunks of consecutive positions
   int64_t every = 1;  // decode steps between compressions
   Protection extra;   // protections on top of the scorer's own
-  std::vector<std::string> wrappers;  // applied, in order (for --explain)
 };
 
 // The eviction part: a scorer + an allocator + a cadence + protections.

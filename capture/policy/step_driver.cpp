@@ -90,7 +90,7 @@ StepDriver::StepDriver(const model::ModelConfig& config, const Options& options,
     : options_(options),
       policy_(policy),
       cache_(config, {options.page_rows, options.max_tokens}, policy.tiers()),
-      decide_(cache_, name),
+      decide_(cache_, name, uint16_t(policy.reason_names().size()), int32_t(policy.gates().size())),
       needs_(policy.stats_needs()),
       L_(config.n_layers),
       K_(config.n_kv_heads),
@@ -99,7 +99,6 @@ StepDriver::StepDriver(const model::ModelConfig& config, const Options& options,
       hd_(config.head_dim) {
   if (cache_.n_tiers() < 1 || cache_.n_tiers() > 8)
     throw std::invalid_argument("StepDriver: a policy declares 1..8 tiers");
-  decide_.set_whole(uint16_t(policy.reason_names().size()), int32_t(policy.gates().size()));
   stats_.resize(size_t(L_));
   if (needs_.any())
     for (LayerStats& s : stats_) s.resize(K_, options.max_tokens);
@@ -140,26 +139,25 @@ void StepDriver::write_new_entries(const model::AttentionInputs& in,
     }
 }
 
-// Attention, one kv head at a time, with the statistics asked for.
+// Attention, one kv head at a time, with the statistics asked for, over the
+// attended entries as the selection saw them (`key_pos`: it cannot move them).
 torch::Tensor StepDriver::attend_heads(const model::AttentionInputs& in,
-                                       std::vector<std::vector<int64_t>>& candidates,
+                                       const std::vector<std::vector<int64_t>>& key_pos_by_head,
                                        std::vector<torch::Tensor>& masks) {
   const int64_t l = in.layer, n = in.q.size(0);
   const bool observe = observer_ && observer_->wants_probs(l);
   const bool want_probs = needs_.any() || observe;
   LayerStats& st = stats_[size_t(l)];
   torch::Tensor out = torch::empty({n, H_, hd_}, torch::kFloat32);
-  std::vector<int64_t> key_pos;
   for (int64_t h = 0; h < K_; ++h) {
+    const std::vector<int64_t>& key_pos = key_pos_by_head[size_t(h)];
     torch::Tensor& mask = masks[size_t(h)];
     if (mask.defined()) {  // a query always sees its own key
-      const std::vector<int64_t>& cand = candidates[size_t(h)];
       for (int64_t i = 0; i < n; ++i) {
-        auto it = std::find(cand.begin(), cand.end(), pos0_ + i);
-        if (it != cand.end()) mask[i][it - cand.begin()] = true;
+        auto it = std::find(key_pos.begin(), key_pos.end(), pos0_ + i);
+        if (it != key_pos.end()) mask[i][it - key_pos.begin()] = true;
       }
     }
-    cache_.attended_positions(l, h, &key_pos);
     const int64_t m = static_cast<int64_t>(key_pos.size());
     HeadStatsSink stats(needs_, st, h, R_, n, pos0_, options_.prompt_tokens, key_pos);
     if (observe) observer_->on_attention_begin(l, h, R_, n, m, key_pos.data(), pos0_);
@@ -199,10 +197,12 @@ torch::Tensor StepDriver::attend(const model::AttentionInputs& in) {
   std::vector<torch::Tensor> masks(static_cast<size_t>(K_));
   for (int64_t h = 0; h < K_; ++h) cache_.attended_positions(l, h, &candidates[size_t(h)]);
   SelectContext sc{l, step_, pos0_, n, prefill, in, cache_, decide_, candidates, masks};
+  decide_.lock_storage(true);
   {
     ScopedTimer t{policy_seconds_};
     policy_.select(sc);
   }
+  decide_.lock_storage(false);
   for (int64_t h = 0; h < K_; ++h) {
     const torch::Tensor& mask = masks[size_t(h)];
     if (mask.defined() && (mask.dim() != 2 || mask.size(0) != n ||

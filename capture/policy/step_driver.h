@@ -44,8 +44,6 @@ class StepDriver : public model::AttentionBackend {
   const cache::RaggedKvCache& cache() const { return cache_; }
   // Direct storage access for tests and tools outside a policy's hooks.
   cache::RaggedKvCache& storage() { return cache_; }
-  Decisions& decisions() { return decide_; }
-  const Options& options() const { return options_; }
   int64_t step() const { return step_; }
   int64_t tokens_fed() const { return pos0_ + n_; }  // after the current step
   // Attention statistics of the layer's last attention (what the policy asked for).
@@ -59,7 +57,7 @@ class StepDriver : public model::AttentionBackend {
  private:
   void write_new_entries(const model::AttentionInputs& in, const std::vector<Admission>& adm);
   torch::Tensor attend_heads(const model::AttentionInputs& in,
-                             std::vector<std::vector<int64_t>>& candidates,
+                             const std::vector<std::vector<int64_t>>& key_pos_by_head,
                              std::vector<torch::Tensor>& masks);
   void check_limits(const LayerContext& c) const;
 

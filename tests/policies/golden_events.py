@@ -119,9 +119,7 @@ def main():
                                    "--chat", "--max-new", "6"], smollm_cases()))
     elif not update:
         sys.exit(smol + " is missing: run scripts/fetch-models (or set KVSCOPE_MODELS_DIR)")
-    goldens = {} if update or not os.path.exists(GOLDENS) else json.load(open(GOLDENS))
-    if update and os.path.exists(GOLDENS):
-        goldens = json.load(open(GOLDENS))
+    goldens = json.load(open(GOLDENS)) if os.path.exists(GOLDENS) else {}
     failed = []
     for suite, model_args, cases in suites:
         for name, spec in cases:

@@ -217,4 +217,19 @@ TEST_CASE("an impossible decision stops the step naming policy, layer, head and 
   }
 }
 
+TEST_CASE("a selection that evicts is refused: the masks index the entries it was shown",
+          "[composition]") {
+  struct EvictInSelect : policy::Policy {
+    void select(policy::SelectContext& c) override { c.decide.evict(c.layer, 0, 0, 0.0f, 0); }
+  } evicting;
+  torch::InferenceMode guard;
+  std::unique_ptr<model::Transformer> model = load_stories();
+  const model::ModelConfig& c = model->config();
+  evicting.setup({&c, 16, 4, 16});
+  policy::StepDriver driver(c, {16, 16, 4}, evicting, "evict_in_select");
+  CHECK_THROWS_WITH(model->forward(torch::tensor(std::vector<int64_t>{1, 2, 3, 4}), 0, driver),
+                    Catch::Contains("policy evict_in_select") && Catch::Contains("'evict'") &&
+                        Catch::Contains("a selection reads the entries"));
+}
+
 }  // namespace kvscope::test

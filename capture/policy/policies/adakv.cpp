@@ -84,7 +84,6 @@ PolicyDescriptor adakv_descriptor() {
         policy->set_scorer_name(name);
         policy->shape().adaptive = true;
         policy->shape().alpha = p.get_float("alpha");
-        policy->shape().wrappers.push_back("adakv");
         return policy;
       }};
 }

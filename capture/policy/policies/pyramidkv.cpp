@@ -53,7 +53,6 @@ PolicyDescriptor pyramidkv_descriptor() {
                 "lowest pooled window vote");
             policy->set_scorer_name("snapkv");
             policy->shape().pyramid_beta = p.get_float("beta");
-            policy->shape().wrappers.push_back("pyramid");
             return policy;
           }};
 }
