@@ -10,4 +10,5 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gated_attention.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train_data.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/kvpop_math.cpp
 )
