@@ -23,8 +23,34 @@ namespace {
 struct TrainCli {
   gates::TrainOptions o;
   std::string policy;
+  std::string scorer = "mlstm";  // --policy kvpop
+  std::string target_lse = "sparse", target_agg = "max";
+  bool no_margin = false, no_balance = false, no_count_normalise = false;
   std::vector<std::string> gate_values;
 };
+
+// --policy kvpop --scorer mlp|mlstm names the gate kinds kvpop-mlp / kvpop-mlstm.
+void resolve_kvpop_options(TrainCli& c) {
+  if (c.policy == "kvpop") {
+    if (c.scorer != "mlp" && c.scorer != "mlstm")
+      throw InputError("", "--scorer", "'" + c.scorer + "' (expected mlp or mlstm)");
+    c.policy = "kvpop-" + c.scorer;
+  }
+  if (c.target_lse != "sparse" && c.target_lse != "dense")
+    throw InputError("", "--target-lse", "'" + c.target_lse + "' (expected sparse or dense)");
+  if (c.target_agg != "max" && c.target_agg != "mean")
+    throw InputError("", "--target-agg", "'" + c.target_agg + "' (expected max or mean)");
+  gates::KvpopLossOptions& k = c.o.kvpop;
+  k.dense_lse = c.target_lse == "dense";
+  k.target.agg =
+      c.target_agg == "max" ? gates::kvpop::TargetOptions::Max : gates::kvpop::TargetOptions::Mean;
+  if (k.max_pairs < 0) throw InputError("", "--pairs", "a count >= 0 expected");
+  if (!(k.tau > 0)) throw InputError("", "--loss-tau", "a positive temperature expected");
+  if (c.o.kl_topk < 1) throw InputError("", "--kl-topk", "a count >= 1 expected");
+  k.margin_weighting = !c.no_margin;
+  k.target.count_normalise = !c.no_count_normalise;
+  k.balance = !c.no_balance;
+}
 
 // "key=value" -> JSON number when it parses as one, else string.
 nlohmann::json parse_gate_values(const std::vector<std::string>& items) {
@@ -47,6 +73,7 @@ nlohmann::json parse_gate_values(const std::vector<std::string>& items) {
 int run_train(TrainCli& c) {
   check_output_path(c.o.output, "-o");
   c.o.command_line = own_command_line();
+  resolve_kvpop_options(c);
   c.o.kind = gates::parse_gate_kind(c.policy, "", "--policy");
   c.o.hyper_given = parse_gate_values(c.gate_values);
   gates::TrainResult r = gates::train_gates(c.o);
@@ -60,7 +87,9 @@ Command add_train_command(CLI::App& app) {
   gates::TrainOptions& o = c->o;
   CLI::App* sub = app.add_subcommand(
       "train", "Train learned KV-cache gates (WG-KV, Attention-Gate, TrimKV/DBTrimKV)");
-  sub->add_option("--policy", c->policy, "wgkv | attention-gate | retention | retention-global")
+  sub->add_option(
+         "--policy", c->policy,
+         "wgkv | attention-gate | retention | retention-global | kvpop (--scorer mlp|mlstm)")
       ->required();
   generate::add_model_options(sub, &o.model);
   sub->add_option("--data", o.data.paths,
@@ -112,6 +141,21 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--ce-weight", o.ce_weight, "retention*: weight of the next-token cross-entropy")
       ->check(finite_range(0, 1e6))
       ->capture_default_str();
+  sub->add_option("--scorer", c->scorer, "kvpop: the scorer, mlstm (default) or mlp");
+  sub->add_option(
+      "--target-lse", c->target_lse,
+      "kvpop: normalisers of the future-attention target, sparse (the paper's) or dense (exact)");
+  sub->add_option("--target-agg", c->target_agg,
+                  "kvpop: aggregation over a group's query heads, max or mean");
+  sub->add_flag(
+      "--no-count-normalise", c->no_count_normalise,
+      "kvpop: total future mass instead of the mean over the future queries (eq. 2; App. B.2)");
+  sub->add_option("--pairs", o.kvpop.max_pairs,
+                  "kvpop: boundary pairs sampled per head and layer (0: every saturated query)");
+  sub->add_option("--loss-tau", o.kvpop.tau, "kvpop: temperature of the boundary loss (eq. 7)");
+  sub->add_flag("--no-margin-weighting", c->no_margin, "kvpop: no margin weights (eq. 23)");
+  sub->add_flag("--no-balance", c->no_balance, "kvpop: no keep/drop balancing (eq. 24)");
+  sub->add_option("--kl-topk", o.kl_topk, "kvpop: teacher logits of the reported KL");
   sub->add_option("--eval-every", o.eval_every,
                   "evaluate on held-out text every N steps (0: at the end)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30))

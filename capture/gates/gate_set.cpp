@@ -30,6 +30,10 @@ const char* gate_kind_name(GateKind k) {
       return "retention";
     case GateKind::RetentionGlobal:
       return "retention-global";
+    case GateKind::KvpopMlp:
+      return "kvpop-mlp";
+    case GateKind::KvpopMlstm:
+      return "kvpop-mlstm";
   }
   return "?";
 }
@@ -37,11 +41,12 @@ const char* gate_kind_name(GateKind k) {
 GateKind parse_gate_kind(const std::string& name, const std::string& file,
                          const std::string& field) {
   for (GateKind k : {GateKind::WriteGate, GateKind::AttentionGate, GateKind::Retention,
-                     GateKind::RetentionGlobal})
+                     GateKind::RetentionGlobal, GateKind::KvpopMlp, GateKind::KvpopMlstm})
     if (name == gate_kind_name(k)) return k;
-  throw InputError(
-      file, field,
-      "'" + name + "' is not a gate kind (wgkv, attention-gate, retention, retention-global)");
+  throw InputError(file, field,
+                   "'" + name +
+                       "' is not a gate kind (wgkv, attention-gate, retention, retention-global, "
+                       "kvpop-mlp, kvpop-mlstm)");
 }
 
 double GateSet::hyper(const std::string& key) const {
@@ -76,6 +81,21 @@ json default_hyperparameters(GateKind kind, const GateShape& s) {
       return {{"hidden", 512}, {"activation", "silu"}, {"bias_init", 10.0}};
     case GateKind::RetentionGlobal:
       return {{"hidden", 64}, {"activation", "silu"}, {"bias_init", 10.0}};
+    case GateKind::KvpopMlp:
+    case GateKind::KvpopMlstm: {
+      // The budget the scorer was trained for (seed 003 Table 3: s = 4,
+      // w = 256, k = 2016 at 16K; here scaled to a 2K context at 88 %
+      // compression: B = 4 + 64 + 188 = 256) and the decay range of eq. 21.
+      json h = {{"sinks", 4},         {"window", 64},          {"topk", 188},
+                {"gamma_min", 0.999}, {"gamma_max", 0.999999}, {"decay_step", 1}};
+      if (kind == GateKind::KvpopMlp) {
+        h["hidden"] = 2 * s.head_dim;  // the paper leaves the width open: the input's
+      } else {
+        h["proj"] = std::max<int64_t>(1, s.head_dim / 2);  // E.3: d/2, Hedgehog doubles it
+        h["readout"] = "delayed";                          // E.4; "immediate": the ablation
+      }
+      return h;
+    }
   }
   return json::object();
 }
@@ -88,10 +108,23 @@ struct HyperRange {
   bool integer;
 };
 constexpr HyperRange kHyperRanges[] = {
-    {"window", 1, 1 << 20, true},    {"expand", 1, 64, true},       {"heads", 1, 1024, true},
-    {"head_dim", 1, 4096, true},     {"hidden", 1, 1 << 16, true},  {"tau", 1e-9, 1e3, false},
-    {"epsilon", 0, 1, false},        {"norm_eps", 1e-12, 1, false}, {"gamma", 0, 1e3, false},
+    {"window", 1, 1 << 20, true},
+    {"expand", 1, 64, true},
+    {"heads", 1, 1024, true},
+    {"head_dim", 1, 4096, true},
+    {"hidden", 1, 1 << 16, true},
+    {"tau", 1e-9, 1e3, false},
+    {"epsilon", 0, 1, false},
+    {"norm_eps", 1e-12, 1, false},
+    {"gamma", 0, 1e3, false},
     {"bias_init", -1e3, 1e3, false},
+    {"sinks", 0, 1 << 20, true},
+    {"topk", 1, 1 << 20, true},
+    {"proj", 1, 4096, true},
+    {"decay_step", 1, 1 << 20, true},
+    // eq. 21: 0 < gamma_min < gamma_max < 1
+    {"gamma_min", 1e-9, 0.9999999999, false},
+    {"gamma_max", 1e-9, 0.9999999999, false},
 };
 
 void check_hyperparameter_ranges(const json& h, const std::string& field) {
@@ -132,6 +165,13 @@ json resolve_hyperparameters(GateKind kind, const GateShape& shape, const json& 
   if (h.contains("activation") && h["activation"] != "silu" && h["activation"] != "gelu")
     throw InputError("", field + ".activation", "silu or gelu expected");
   check_hyperparameter_ranges(h, field);
+  if (h.contains("readout") && h["readout"] != "delayed" && h["readout"] != "immediate")
+    throw InputError("", field + ".readout",
+                     "is " + h["readout"].dump() + " (expected \"delayed\" or \"immediate\")");
+  if (h.contains("gamma_min") && !(h["gamma_min"].get<double>() < h["gamma_max"].get<double>()))
+    throw InputError("", field + ".gamma_min",
+                     "is " + h["gamma_min"].dump() + " (expected below gamma_max, " +
+                         h["gamma_max"].dump() + ")");
   return h;
 }
 
@@ -178,6 +218,25 @@ std::map<std::string, std::vector<int64_t>> expected_parameters(GateKind kind, c
         out[g + "linear1.bias"] = {K * I};
         break;
       }
+      case GateKind::KvpopMlp: {
+        const int64_t I = h.at("hidden").get<int64_t>();
+        out[p + "kvpop.decay_logit"] = {K};
+        out[p + "kvpop.mlp.w1"] = {K, 2 * hd, I};
+        out[p + "kvpop.mlp.b1"] = {K, I};
+        out[p + "kvpop.mlp.w2"] = {K, I};
+        out[p + "kvpop.mlp.b2"] = {K};
+        break;
+      }
+      case GateKind::KvpopMlstm: {
+        const int64_t P = h.at("proj").get<int64_t>();
+        const std::string g = p + "kvpop.mlstm.";
+        out[p + "kvpop.decay_logit"] = {K};
+        for (const char* m : {"wq", "wk", "wv"}) out[g + m] = {K, 2 * hd, P};
+        for (const char* m : {"wi", "wf"}) out[g + m] = {K, 2 * hd};
+        for (const char* m : {"bi", "bf", "out_b"}) out[g + m] = {K};
+        out[g + "out_w"] = {K, P};
+        break;
+      }
     }
   }
   if (kind == GateKind::RetentionGlobal) {
@@ -188,6 +247,41 @@ std::map<std::string, std::vector<int64_t>> expected_parameters(GateKind kind, c
 }
 
 // ---- initialisation -----------------------------------------------------------
+
+namespace {
+
+bool ends_with(const std::string& s, const char* tail) {
+  const size_t n = std::strlen(tail);
+  return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
+}
+
+// KVpop (seed 003 E.5): the final score projection starts at zero, so every
+// token scores alike and the ranking starts as pure recency (the decay term);
+// the mLSTM's query and key projections start as a selection of the key's
+// first P dims, the value projection of the value's (identity-style maps
+// from the cached key and value), plus N(0, 0.02) so heads differ; the
+// forget-gate bias starts at 3 (sigmoid 0.95: a memory of ~20 tokens).
+void init_kvpop_param(const std::string& name, torch::Tensor& t, const GateShape& s) {
+  const int64_t hd = s.head_dim;
+  if (ends_with(name, ".decay_logit") || ends_with(name, ".b1") || ends_with(name, ".b2") ||
+      ends_with(name, ".bi") || ends_with(name, ".out_b") || ends_with(name, ".w2") ||
+      ends_with(name, ".out_w")) {
+    t.zero_();
+  } else if (ends_with(name, ".bf")) {
+    t.fill_(3.0);
+  } else if (ends_with(name, ".w1")) {  // nn.Linear's U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    const double bound = 1.0 / std::sqrt(double(2 * hd));
+    t.uniform_(-bound, bound);
+  } else {
+    t.normal_(0.0, 0.02);
+    const bool value = ends_with(name, ".wv");
+    if (ends_with(name, ".wq") || ends_with(name, ".wk") || value)
+      for (int64_t i = 0; i < t.size(2); ++i)
+        t.select(1, (value ? hd : 0) + i % hd).select(1, i) += 1.0;
+  }
+}
+
+}  // namespace
 
 GateSet init_gates(GateKind kind, const json& hyper, const GateShape& shape, uint64_t seed) {
   GateSet set;
@@ -231,6 +325,10 @@ GateSet init_gates(GateKind kind, const json& hyper, const GateShape& shape, uin
           t.fill_(hyper.at("bias_init").get<double>());
         else
           t.normal_(0.0, 0.02);
+        break;
+      case GateKind::KvpopMlp:
+      case GateKind::KvpopMlstm:
+        init_kvpop_param(name, t, shape);
         break;
     }
     set.params[name] = t;

@@ -28,6 +28,15 @@
 //     layers.{l}.self_attn.retention_gate.linear1.bias    [K*I]
 //     retention_gate_shared.linear2.weight                [1, I]   (tied across layers and heads)
 //     retention_gate_shared.bias                          [1]
+//   kvpop-mlp (seed 003 §3.3, E.2), I = hidden, per layer l:
+//     layers.{l}.kvpop.decay_logit   [K]            (alpha_h of eq. 21)
+//     layers.{l}.kvpop.mlp.w1        [K, 2*hd, I]   layers.{l}.kvpop.mlp.b1  [K, I]
+//     layers.{l}.kvpop.mlp.w2        [K, I]         layers.{l}.kvpop.mlp.b2  [K]
+//   kvpop-mlstm (seed 003 §3.3, E.3-E.5), P = proj (hd / 2), per layer l:
+//     layers.{l}.kvpop.decay_logit   [K]
+//     layers.{l}.kvpop.mlstm.{wq,wk,wv}  [K, 2*hd, P]
+//     layers.{l}.kvpop.mlstm.{wi,wf}     [K, 2*hd]    .{bi,bf} [K]
+//     layers.{l}.kvpop.mlstm.out_w       [K, P]       .out_b   [K]
 #pragma once
 
 #include <torch/types.h>
@@ -42,12 +51,13 @@
 
 namespace kvscope::gates {
 
-enum class GateKind { WriteGate, AttentionGate, Retention, RetentionGlobal };
+enum class GateKind { WriteGate, AttentionGate, Retention, RetentionGlobal, KvpopMlp, KvpopMlstm };
 
-// "wgkv", "attention-gate", "retention", "retention-global".
+// "wgkv", "attention-gate", "retention", "retention-global", "kvpop-mlp", "kvpop-mlstm".
 const char* gate_kind_name(GateKind k);
 // Throws InputError(file, field, ...) for an unknown name.
-GateKind parse_gate_kind(const std::string& name, const std::string& file, const std::string& field);
+GateKind parse_gate_kind(const std::string& name, const std::string& file,
+                         const std::string& field);
 
 // What the gate networks need to know about the model.
 struct GateShape {
@@ -83,7 +93,8 @@ std::map<std::string, std::vector<int64_t>> expected_parameters(GateKind kind,
                                                                 const GateShape& shape);
 
 // Fresh parameters, initialised as the papers' code does (seeded).
-GateSet init_gates(GateKind kind, const nlohmann::json& hyper, const GateShape& shape, uint64_t seed);
+GateSet init_gates(GateKind kind, const nlohmann::json& hyper, const GateShape& shape,
+                   uint64_t seed);
 
 // Writes `set` as a gate file (safetensors + embedded JSON metadata). The
 // file appears complete or not at all (written beside, then renamed).

@@ -7,6 +7,8 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gate_set.cpp
   ${CMAKE_CURRENT_LIST_DIR}/official_checkpoints.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gate_nets.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/kvpop_scorer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/kvpop_training.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gated_attention.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train_data.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp

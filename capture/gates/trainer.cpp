@@ -34,7 +34,23 @@ using Clock = std::chrono::steady_clock;
 struct Numbers {
   double loss = NAN, distill = NAN, reg = NAN, kl = NAN, ce = NAN, cap = NAN;
   double gate_mean = NAN, keep = NAN, cache = NAN;
+  double score = NAN, agree = NAN, recall = NAN;  // kvpop: boundary loss, agreement, recall
+  std::vector<double> recall_per_layer;
 };
+
+bool is_kvpop(GateKind k) {
+  return k == GateKind::KvpopMlp || k == GateKind::KvpopMlstm;
+}
+
+// KL(teacher || student) over the teacher's top-k tokens, both renormalised
+// there (seed 003 App. F computes the KL over the top-256 teacher logits).
+torch::Tensor topk_kl(const torch::Tensor& logits_t, const torch::Tensor& logits_s, int64_t k) {
+  const int64_t kk = std::min<int64_t>(k, logits_t.size(-1));
+  torch::Tensor idx = std::get<1>(logits_t.topk(kk, -1));
+  torch::Tensor lt = torch::log_softmax(logits_t.gather(-1, idx), -1);
+  torch::Tensor ls = torch::log_softmax(logits_s.gather(-1, idx), -1);
+  return (lt.exp() * (lt - ls)).sum(-1).mean();
+}
 
 std::string fmt(double v) {
   if (std::isnan(v)) return "";
@@ -67,7 +83,10 @@ class Trainer {
   }
   // Forward both models on one window; the objective and its parts.
   std::pair<torch::Tensor, Numbers> objective(const torch::Tensor& w, GatedDenseBackend::Mode mode);
+  std::pair<torch::Tensor, Numbers> kvpop_objective(const torch::Tensor& x,
+                                                    const torch::Tensor& logits_t, int64_t seed);
   json fingerprint() const;
+  json objective_json() const;
   void save_checkpoint(int64_t next_step, double elapsed);
   int64_t load_checkpoint(double* elapsed);
   void log(const std::string& line);
@@ -91,21 +110,25 @@ void Trainer::validate() {
   if (!(o_.lr > 0)) throw InputError("", "--lr", "a positive learning rate expected");
   if (o_.beta < 0 || o_.beta > 1) throw InputError("", "--beta", "a keep ratio in [0, 1] expected");
   if (o_.lambda < 0 || o_.alpha < 0 || o_.cap_weight < 0 || o_.ce_weight < 0)
-    throw InputError("", "--lambda/--alpha/--cap-weight/--ce-weight", "non-negative weights expected");
+    throw InputError("", "--lambda/--alpha/--cap-weight/--ce-weight",
+                     "non-negative weights expected");
 }
 
-std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w, GatedDenseBackend::Mode mode) {
+std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w,
+                                                     GatedDenseBackend::Mode mode) {
   model::Transformer& m = *engine_.model;
   const int64_t L = o_.seq_len;
   torch::Tensor x = w.narrow(0, 0, L), y = w.narrow(0, 1, L);
   const bool wants_logits = gates_.kind != GateKind::WriteGate;
-  torch::Tensor hidden_t, logp_t;
+  torch::Tensor hidden_t, logits_t, logp_t;
   {
     torch::NoGradGuard no_grad;
     GatedDenseBackend full(nullptr, GatedDenseBackend::Mode::Full);
     hidden_t = m.forward_hidden(x, 0, full);
-    if (wants_logits) logp_t = torch::log_softmax(m.logits(hidden_t), -1);
+    if (wants_logits) logits_t = m.logits(hidden_t);
+    if (wants_logits) logp_t = torch::log_softmax(logits_t, -1);
   }
+  if (is_kvpop(gates_.kind)) return kvpop_objective(x, logits_t, w[0].item<int64_t>());
   GatedDenseBackend gated(&gates_, mode);
   torch::Tensor hidden_s = m.forward_hidden(x, 0, gated);
   Numbers n;
@@ -114,7 +137,8 @@ std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w, Gat
   switch (gates_.kind) {
     case GateKind::WriteGate: {
       torch::Tensor g = torch::stack(gated.gate);  // [L, K, n]
-      torch::Tensor distill = torch::mse_loss(hidden_s.to(torch::kFloat32), hidden_t.to(torch::kFloat32));
+      torch::Tensor distill =
+          torch::mse_loss(hidden_s.to(torch::kFloat32), hidden_t.to(torch::kFloat32));
       torch::Tensor reg = (g + g * (1 - g)).mean();
       loss = distill + o_.lambda * reg;
       const double tau = gates_.hyper("tau");
@@ -126,7 +150,8 @@ std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w, Gat
       n.keep = admitted.mean().item<double>();
       // The cache at the end of the window: the local W plus the admitted older tokens.
       const int64_t older = std::max<int64_t>(0, L - W);
-      const double global = older > 0 ? admitted.narrow(2, 0, older).sum(2).mean().item<double>() : 0.0;
+      const double global =
+          older > 0 ? admitted.narrow(2, 0, older).sum(2).mean().item<double>() : 0.0;
       n.cache = (double(std::min(L, W)) + global) / double(L);
       break;
     }
@@ -144,6 +169,9 @@ std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w, Gat
       n.cache = n.keep;
       break;
     }
+    case GateKind::KvpopMlp:
+    case GateKind::KvpopMlstm:
+      break;  // kvpop_objective
     case GateKind::Retention:
     case GateKind::RetentionGlobal: {
       torch::Tensor logp_s = torch::log_softmax(m.logits(hidden_s), -1);
@@ -171,6 +199,37 @@ std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w, Gat
   return {loss, n};
 }
 
+// Scorer-only (the base frozen): the boundary loss alone trains the scorers;
+// the KL of the sparse student is reported, not optimised (no gradient
+// reaches the scorer through the hard top-k mask).
+std::pair<torch::Tensor, Numbers> Trainer::kvpop_objective(const torch::Tensor& x,
+                                                           const torch::Tensor& logits_t,
+                                                           int64_t seed) {
+  KvpopLossOptions lo = o_.kvpop;
+  lo.seed = o_.seed * 1000003ULL + uint64_t(seed);
+  KvpopTrainBackend sparse(gates_, lo);
+  torch::Tensor hidden_s = engine_.model->forward_hidden(x, 0, sparse);
+  torch::Tensor score = sparse.mean_loss();
+  Numbers n;
+  {
+    torch::NoGradGuard no_grad;
+    n.kl = topk_kl(logits_t, engine_.model->logits(hidden_s.detach()), o_.kl_topk).item<double>();
+  }
+  n.score = score.item<double>();
+  n.loss = n.score;
+  double agree = 0, recall = 0;
+  for (size_t l = 0; l < sparse.recall.size(); ++l) {
+    agree += sparse.agreement[l];
+    recall += sparse.recall[l];
+  }
+  n.agree = agree / double(sparse.recall.size());
+  n.recall = recall / double(sparse.recall.size());
+  n.recall_per_layer = sparse.recall;
+  const KvpopConfig c = kvpop_config(gates_);
+  n.cache = std::min(1.0, double(c.sinks + c.window + c.topk) / double(o_.seq_len));
+  return {score, n};
+}
+
 Numbers Trainer::evaluate() {
   torch::NoGradGuard no_grad;
   const int64_t E = std::max<int64_t>(1, o_.eval_windows);
@@ -180,15 +239,50 @@ Numbers Trainer::evaluate() {
   for (int64_t e = 0; e < E; ++e) {
     const int64_t start = data_.train_end + (E > 1 ? span * e / (E - 1) : 0);
     auto [loss, n] = objective(window(start), GatedDenseBackend::Mode::Hard);
-    for (auto [a, b] : {std::pair{&sum.loss, n.loss}, {&sum.distill, n.distill}, {&sum.reg, n.reg},
-                        {&sum.kl, n.kl}, {&sum.ce, n.ce}, {&sum.cap, n.cap}, {&sum.gate_mean, n.gate_mean},
-                        {&sum.keep, n.keep}, {&sum.cache, n.cache}})
+    for (auto [a, b] : {std::pair{&sum.loss, n.loss},
+                        {&sum.distill, n.distill},
+                        {&sum.reg, n.reg},
+                        {&sum.kl, n.kl},
+                        {&sum.ce, n.ce},
+                        {&sum.cap, n.cap},
+                        {&sum.gate_mean, n.gate_mean},
+                        {&sum.keep, n.keep},
+                        {&sum.cache, n.cache},
+                        {&sum.score, n.score},
+                        {&sum.agree, n.agree},
+                        {&sum.recall, n.recall}})
       if (!std::isnan(b)) add(*a, b);
+    sum.recall_per_layer.resize(n.recall_per_layer.size(), 0.0);
+    for (size_t l = 0; l < n.recall_per_layer.size(); ++l)
+      sum.recall_per_layer[l] += n.recall_per_layer[l] / double(E);
   }
   for (double* a : {&sum.loss, &sum.distill, &sum.reg, &sum.kl, &sum.ce, &sum.cap, &sum.gate_mean,
-                    &sum.keep, &sum.cache})
+                    &sum.keep, &sum.cache, &sum.score, &sum.agree, &sum.recall})
     *a /= double(E);
   return sum;
+}
+
+json Trainer::objective_json() const {
+  if (is_kvpop(gates_.kind)) {
+    const KvpopLossOptions& k = o_.kvpop;
+    return {{"loss", "boundary-aware logistic (seed 003 eq. 7)"},
+            {"target_lse", k.dense_lse ? "dense" : "sparse"},
+            {"target_agg", k.target.agg == kvpop::TargetOptions::Max ? "max" : "mean"},
+            {"count_normalise", k.target.count_normalise},
+            {"eps", k.target.eps},
+            {"tau", k.tau},
+            {"margin_weighting", k.margin_weighting},
+            {"w_min", k.w_min},
+            {"tau_w", k.tau_w},
+            {"balance", k.balance},
+            {"c_min", k.c_min},
+            {"c_max", k.c_max},
+            {"pairs", k.max_pairs},
+            {"kl_topk", o_.kl_topk},
+            {"setting", "scorer-only (base frozen)"}};
+  }
+  return {{"lambda", o_.lambda}, {"alpha", o_.alpha},           {"beta", o_.beta},
+          {"budget", budget_},   {"cap_weight", o_.cap_weight}, {"ce_weight", o_.ce_weight}};
 }
 
 json Trainer::fingerprint() const {
@@ -202,9 +296,7 @@ json Trainer::fingerprint() const {
           {"lr", o_.lr},
           {"weight_decay", o_.weight_decay},
           {"warmup", o_.warmup},
-          {"objective",
-           {{"lambda", o_.lambda}, {"alpha", o_.alpha}, {"beta", o_.beta}, {"budget", budget_},
-            {"cap_weight", o_.cap_weight}, {"ce_weight", o_.ce_weight}}}};
+          {"objective", objective_json()}};
 }
 
 void Trainer::save_checkpoint(int64_t next_step, double elapsed) {
@@ -239,7 +331,8 @@ int64_t Trainer::load_checkpoint(double* elapsed) {
     if (saved.value(it.key(), json()) != it.value())
       throw InputError(path, it.key(),
                        "the checkpoint belongs to another run (" + it.key() + " was " +
-                           saved.value(it.key(), json()).dump() + ", now " + it.value().dump() + ")");
+                           saved.value(it.key(), json()).dump() + ", now " + it.value().dump() +
+                           ")");
   torch::NoGradGuard no_grad;
   int64_t k = 0;
   for (auto& [name, t] : gates_.params) {
@@ -264,22 +357,34 @@ void Trainer::log(const std::string& line) {
 }
 
 void Trainer::csv_row(const char* phase, int64_t step, double lr, const Numbers& n, double secs) {
-  csv_ << phase << "," << step << "," << fmt(lr) << "," << fmt(n.loss) << "," << fmt(n.distill) << ","
-       << fmt(n.reg) << "," << fmt(n.kl) << "," << fmt(n.ce) << "," << fmt(n.cap) << ","
-       << fmt(n.gate_mean) << "," << fmt(n.keep) << "," << fmt(n.cache) << "," << fmt(secs) << "\n";
+  csv_ << phase << "," << step << "," << fmt(lr) << "," << fmt(n.loss) << "," << fmt(n.distill)
+       << "," << fmt(n.reg) << "," << fmt(n.kl) << "," << fmt(n.ce) << "," << fmt(n.cap) << ","
+       << fmt(n.gate_mean) << "," << fmt(n.keep) << "," << fmt(n.cache) << "," << fmt(n.score)
+       << "," << fmt(n.agree) << "," << fmt(n.recall) << "," << fmt(secs) << "\n";
   csv_.flush();
 }
 
 json numbers_json(const Numbers& n) {
   json j;
-  for (auto [k, v] : {std::pair{"loss", n.loss}, {"distill", n.distill}, {"reg", n.reg}, {"kl", n.kl},
-                      {"ce", n.ce}, {"cap", n.cap}, {"gate_mean", n.gate_mean}, {"keep", n.keep},
-                      {"cache_fraction", n.cache}})
+  for (auto [k, v] : {std::pair{"loss", n.loss},
+                      {"distill", n.distill},
+                      {"reg", n.reg},
+                      {"kl", n.kl},
+                      {"ce", n.ce},
+                      {"cap", n.cap},
+                      {"gate_mean", n.gate_mean},
+                      {"keep", n.keep},
+                      {"cache_fraction", n.cache},
+                      {"score", n.score},
+                      {"agreement", n.agree},
+                      {"recall", n.recall}})
     if (!std::isnan(v)) j[k] = v;
+  if (!n.recall_per_layer.empty()) j["recall_per_layer"] = n.recall_per_layer;
   return j;
 }
 
-json Trainer::gate_meta(int64_t steps_done, double wall, const Numbers& last, const Numbers& eval) const {
+json Trainer::gate_meta(int64_t steps_done, double wall, const Numbers& last,
+                        const Numbers& eval) const {
   const model::ModelConfig& c = engine_.model->config();
   json meta = gates_.meta;
   meta["base_model"] = {{"name", c.name},
@@ -290,23 +395,25 @@ json Trainer::gate_meta(int64_t steps_done, double wall, const Numbers& last, co
                         {"head_dim", c.head_dim},
                         {"hidden_size", c.hidden_size}};
   json fp = fingerprint();
-  meta["training"] = {{"data", data_.describe},
-                      {"steps", steps_done},
-                      {"seq_len", o_.seq_len},
-                      {"seed", o_.seed},
-                      {"lr", o_.lr},
-                      {"weight_decay", o_.weight_decay},
-                      {"warmup", o_.warmup},
-                      {"schedule", "linear warmup, cosine decay (AdamW)"},
-                      {"objective", fp["objective"]},
-                      {"threads", at::get_num_threads()},
-                      {"command", o_.command_line},
-                      {"wall_seconds", wall},
-                      {"last_step", numbers_json(last)},
-                      {"heldout", numbers_json(eval)},
-                      {"heldout_mode", gates_.kind == GateKind::WriteGate || gates_.kind == GateKind::AttentionGate
-                                           ? "hard (inference-time decisions)"
-                                           : "soft (retention-gated attention)"}};
+  meta["training"] = {
+      {"data", data_.describe},
+      {"steps", steps_done},
+      {"seq_len", o_.seq_len},
+      {"seed", o_.seed},
+      {"lr", o_.lr},
+      {"weight_decay", o_.weight_decay},
+      {"warmup", o_.warmup},
+      {"schedule", "linear warmup, cosine decay (AdamW)"},
+      {"objective", fp["objective"]},
+      {"threads", at::get_num_threads()},
+      {"command", o_.command_line},
+      {"wall_seconds", wall},
+      {"last_step", numbers_json(last)},
+      {"heldout", numbers_json(eval)},
+      {"heldout_mode", gates_.kind == GateKind::WriteGate || gates_.kind == GateKind::AttentionGate
+                           ? "hard (inference-time decisions)"
+                       : is_kvpop(gates_.kind) ? "hard (the sparse top-k attention inference uses)"
+                                               : "soft (retention-gated attention)"}};
   return meta;
 }
 
@@ -329,6 +436,16 @@ TrainResult Trainer::run() {
   json hyper = resolve_hyperparameters(o_.kind, shape, o_.hyper_given, "--gate");
   gates_ = init_gates(o_.kind, hyper, shape, o_.seed);
   gates_.source = o_.output;
+  if (is_kvpop(o_.kind)) {
+    const KvpopConfig k = kvpop_config(gates_);
+    const int64_t B = k.sinks + k.window + k.topk;
+    if (o_.seq_len <= B)
+      throw InputError("", "--seq-len",
+                       std::to_string(o_.seq_len) +
+                           " tokens never fill the budget B = s + w + k = " + std::to_string(B) +
+                           ": no boundary decision to learn (expected > " + std::to_string(B) +
+                           ")");
+  }
   for (auto& [name, t] : gates_.params) t.requires_grad_(true);
   budget_ = o_.budget > 0 ? o_.budget : double(o_.seq_len) / 4.0;
   opt_ = std::make_unique<torch::optim::AdamW>(
@@ -345,21 +462,25 @@ TrainResult Trainer::run() {
     std::getline(in, line);
     while (std::getline(in, line)) {
       const size_t a = line.find(','), b = line.find(',', a + 1);
-      if (a != std::string::npos && std::stoll(line.substr(a + 1, b - a - 1)) < step0) kept_rows.push_back(line);
+      if (a != std::string::npos && std::stoll(line.substr(a + 1, b - a - 1)) < step0)
+        kept_rows.push_back(line);
     }
   }
   log_.open(sidecar_path(o_.output, ".log"), o_.resume ? std::ios::app : std::ios::trunc);
   csv_.open(csv_path, std::ios::trunc);
-  csv_ << "phase,step,lr,loss,distill,reg,kl,ce,cap,gate_mean,keep,cache_fraction,seconds\n";
+  csv_ << "phase,step,lr,loss,distill,reg,kl,ce,cap,gate_mean,keep,cache_fraction,score,agreement,"
+          "recall,seconds\n";
   for (const std::string& r : kept_rows) csv_ << r << "\n";
   log("train " + std::string(gate_kind_name(o_.kind)) + " for " + c.name + ": " +
-      std::to_string(gates_.trainable().size()) + " tensors, " + [&] {
+      std::to_string(gates_.trainable().size()) + " tensors, " +
+      [&] {
         int64_t k = 0;
         for (auto& t : gates_.trainable()) k += t.numel();
         return std::to_string(k);
-      }() + " parameters; " + std::to_string(data_.train_end) + " training tokens, " +
-      std::to_string(int64_t(data_.ids.size()) - data_.train_end) + " held out; " + std::to_string(o_.steps) +
-      " steps of " + std::to_string(o_.seq_len) + " tokens" +
+      }() +
+      " parameters; " + std::to_string(data_.train_end) + " training tokens, " +
+      std::to_string(int64_t(data_.ids.size()) - data_.train_end) + " held out; " +
+      std::to_string(o_.steps) + " steps of " + std::to_string(o_.seq_len) + " tokens" +
       (step0 > 0 ? "; resumed at step " + std::to_string(step0) : ""));
 
   Numbers last;
@@ -376,23 +497,28 @@ TrainResult Trainer::run() {
     last = n;
     const double secs = std::chrono::duration<double>(Clock::now() - s0).count();
     csv_row("train", step, lr, n, secs);
-    const double per = std::chrono::duration<double>(Clock::now() - loop0).count() / double(step - step0 + 1);
+    const double per =
+        std::chrono::duration<double>(Clock::now() - loop0).count() / double(step - step0 + 1);
     char line[400];
-    std::snprintf(line, sizeof line,
-                  "step %lld/%lld  loss %.5g  [distill %s reg %s kl %s ce %s cap %s]  gate %.4g keep %.3g "
-                  "cache %.3g | %.2f s/step, ETA %.0f s",
-                  (long long)(step + 1), (long long)o_.steps, n.loss, fmt(n.distill).c_str(),
-                  fmt(n.reg).c_str(), fmt(n.kl).c_str(), fmt(n.ce).c_str(), fmt(n.cap).c_str(), n.gate_mean,
-                  n.keep, n.cache, secs, per * double(o_.steps - step - 1));
+    std::snprintf(
+        line, sizeof line,
+        "step %lld/%lld  loss %.5g  [distill %s reg %s kl %s ce %s cap %s]  gate %s keep %s "
+        "cache %.3g%s | %.2f s/step, ETA %.0f s",
+        (long long)(step + 1), (long long)o_.steps, n.loss, fmt(n.distill).c_str(),
+        fmt(n.reg).c_str(), fmt(n.kl).c_str(), fmt(n.ce).c_str(), fmt(n.cap).c_str(),
+        fmt(n.gate_mean).c_str(), fmt(n.keep).c_str(), n.cache,
+        std::isnan(n.agree) ? "" : (" agree " + fmt(n.agree) + " recall " + fmt(n.recall)).c_str(),
+        secs, per * double(o_.steps - step - 1));
     log(line);
     if (o_.eval_every > 0 && (step + 1) % o_.eval_every == 0 && step + 1 < o_.steps) {
       Numbers e = evaluate();
       csv_row("eval", step + 1, lr, e, 0);
-      log("  held-out: loss " + fmt(e.loss) + " distill " + fmt(e.distill) + " kl " + fmt(e.kl) + " keep " +
-          fmt(e.keep) + " cache " + fmt(e.cache));
+      log("  held-out: loss " + fmt(e.loss) + " distill " + fmt(e.distill) + " kl " + fmt(e.kl) +
+          " keep " + fmt(e.keep) + " cache " + fmt(e.cache));
     }
     if (o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0 && step + 1 < o_.steps)
-      save_checkpoint(step + 1, elapsed_before + std::chrono::duration<double>(Clock::now() - t0).count());
+      save_checkpoint(step + 1,
+                      elapsed_before + std::chrono::duration<double>(Clock::now() - t0).count());
     if (o_.stop_after > 0 && step + 1 >= o_.stop_after) {
       log("stopped after step " + std::to_string(step + 1) + " (--stop-after)");
       TrainResult r;
@@ -403,9 +529,11 @@ TrainResult Trainer::run() {
   Numbers e = evaluate();
   csv_row("eval", o_.steps, lr_at(o_.steps - 1), e, 0);
   const double wall = elapsed_before + std::chrono::duration<double>(Clock::now() - t0).count();
-  log("held-out (" + std::to_string(o_.eval_windows) + " windows): loss " + fmt(e.loss) + " distill " +
-      fmt(e.distill) + " kl " + fmt(e.kl) + " ce " + fmt(e.ce) + " keep " + fmt(e.keep) + " cache " +
-      fmt(e.cache) + "; wall " + fmt(wall) + " s");
+  log("held-out (" + std::to_string(o_.eval_windows) + " windows): loss " + fmt(e.loss) +
+      " distill " + fmt(e.distill) + " kl " + fmt(e.kl) + " ce " + fmt(e.ce) + " keep " +
+      fmt(e.keep) + " cache " + fmt(e.cache) +
+      (std::isnan(e.agree) ? "" : " agree " + fmt(e.agree) + " recall " + fmt(e.recall)) +
+      "; wall " + fmt(wall) + " s");
   gates_.meta = gate_meta(o_.steps, wall, last, e);
   save_gates(gates_, o_.output);
   {
@@ -421,6 +549,8 @@ TrainResult Trainer::run() {
 
 }  // namespace
 
-TrainResult train_gates(const TrainOptions& options) { return Trainer(options).run(); }
+TrainResult train_gates(const TrainOptions& options) {
+  return Trainer(options).run();
+}
 
 }  // namespace kvscope::gates

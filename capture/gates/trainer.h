@@ -8,6 +8,11 @@
 //                     mean_{l,h,t} max(0, S_lht - M) / M      (TrimKV, seed 002 §2.2)
 //   retention-global  as retention with one global budget:
 //                     mean_t max(0, sum_{l,h} S_lht - L*K*M) / (L*K*M)   (seed 002 §4.1)
+//   kvpop-mlp/-mlstm  the boundary-aware loss at the eviction boundary against
+//                     the future-attention target (seed 003 eq. 7, 23, 24;
+//                     kvpop_training.h); KL(teacher || sparse student) on
+//                     the teacher's top-256 logits is reported (the scorer
+//                     cannot move it: the top-k mask is hard)
 // with S_lht = sum_{i<=t} beta_i^(t-i), the expected cache size of head (l, h).
 // Only the gate parameters train (the model's weights have requires_grad =
 // false); one window of seq_len tokens per step; AdamW with linear warmup
@@ -22,6 +27,7 @@
 #include <string>
 
 #include "capture/gates/gate_set.h"
+#include "capture/gates/kvpop_training.h"
 #include "capture/gates/train_data.h"
 #include "capture/generate/engine.h"
 
@@ -43,6 +49,8 @@ struct TrainOptions {
   double alpha = 5.0, beta = 0.4;
   double budget = 0;  // M, tokens per head (0: seq_len / 4)
   double cap_weight = 1.0, ce_weight = 1.0;
+  KvpopLossOptions kvpop;  // kvpop-*: target and boundary-loss options
+  int64_t kl_topk = 256;   // kvpop-*: the KL over the teacher's top logits (seed 003 App. F)
   // bookkeeping
   int64_t eval_every = 0;  // also evaluate on held-out text every N steps (0: at the end only)
   int64_t eval_windows = 8;
