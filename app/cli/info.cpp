@@ -81,6 +81,10 @@ nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSu
   nlohmann::json gates = nlohmann::json::array();
   for (const trace::GateSpec& g : r.layout().gates) gates.push_back(g.name);
   j["gates"] = gates;
+  nlohmann::json series = nlohmann::json::array();
+  for (const trace::SeriesSpec& sp : r.series())
+    series.push_back({{"name", sp.name}, {"meaning", sp.meaning}, {"units", sp.units}});
+  j["series"] = series;
   j["wall_s"] = s.wall_s;
   if (!run.task_kind.empty())
     j["task"] = {{"kind", run.task_kind},
@@ -124,6 +128,11 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
   if (!j["gates"].empty()) {
     o << "gates    ";
     for (const auto& g : j["gates"]) o << " " << g.get<std::string>();
+    o << "\n";
+  }
+  if (!j["series"].empty()) {
+    o << "series   ";
+    for (const auto& sp : j["series"]) o << " " << sp["name"].get<std::string>();
     o << "\n";
   }
   if (j.contains("task"))

@@ -73,6 +73,7 @@ Command add_synth_command(CLI::App& app) {
   sub->add_flag("!--no-oracle", s.oracle, "omit /oracle");
   sub->add_flag("!--no-dense", s.dense, "omit /attention/dense");
   sub->add_flag("!--no-gates", s.gates, "omit /gates");
+  sub->add_flag("!--no-series", s.series, "omit /series");
   sub->add_option("--seed", s.seed, "seed")->capture_default_str();
   sub->add_option("--compression", opt->compression, "deflate level 0-9")
       ->check(CLI::Range(0, 9))

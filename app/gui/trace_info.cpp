@@ -50,6 +50,8 @@ QString TraceInfoPanel::describe(views::TraceData& data) {
   for (const std::string& t : run.tier_names) tiers += q(t) + " ";
   QString gates;
   for (const trace::GateSpec& g : r.layout().gates) gates += q(g.name) + " ";
+  QString series;
+  for (const trace::SeriesSpec& sp : r.series()) series += q(sp.name) + " ";
   QString html = "<h3>" + QFileInfo(QString::fromStdString(r.path())).fileName().toHtmlEscaped() +
                  "</h3><table>";
   html += row("file", q(r.path()) +
@@ -70,6 +72,7 @@ QString TraceInfoPanel::describe(views::TraceData& data) {
   html += row("capture", q(run.capture_levels));
   html += row("tiers", tiers);
   html += row("gates", gates.isEmpty() ? "none" : gates);
+  html += row("series", series.isEmpty() ? "none" : series);
   html += row(
       "steps",
       QString("%1 (prefill %2, decode %3)").arg(s.steps).arg(s.prefill_steps).arg(s.decode_steps));

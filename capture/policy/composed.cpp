@@ -106,6 +106,10 @@ ComposedPolicy::ComposedPolicy(std::string spec, std::vector<Part> parts)
     s.gate_base = int32_t(gates_.size());
     s.gates = int32_t(g.size());
     gates_.insert(gates_.end(), g.begin(), g.end());
+    const std::vector<trace::SeriesSpec> v = p.policy->series();
+    s.series_base = int32_t(series_.size());
+    s.series = int32_t(v.size());
+    series_.insert(series_.end(), v.begin(), v.end());
     scopes_.push_back(s);
   }
 }

@@ -1,9 +1,9 @@
 // A policy built from parts (`wgkv:gates=g.safetensors+quest:budget=64`): at
 // most one part of each kind (admission, selection, eviction, placement). The
-// composite declares the union of its parts' tiers, gates, reasons and
-// statistics, calls every part's hooks in spec order under the part's scope
-// (its reason and gate numbers mapped onto the composite's tables), and ANDs
-// the parts' selection masks. docs/policies/composition.md
+// composite declares the union of its parts' tiers, gates, series, reasons
+// and statistics, calls every part's hooks in spec order under the part's
+// scope (its reason, gate and series numbers mapped onto the composite's
+// tables), and ANDs the parts' selection masks. docs/policies/composition.md
 #pragma once
 
 #include <memory>
@@ -32,6 +32,7 @@ class ComposedPolicy : public Policy {
   std::vector<cache::TierSpec> tiers() const override { return tiers_; }
   std::vector<std::string> reason_names() const override { return reasons_; }
   std::vector<trace::GateSpec> gates() const override { return gates_; }
+  std::vector<trace::SeriesSpec> series() const override { return series_; }
   cache::StatsNeeds stats_needs() const override;
   std::string budget_kind() const override;
   int64_t budget() const override;
@@ -55,6 +56,7 @@ class ComposedPolicy : public Policy {
   std::vector<cache::TierSpec> tiers_;
   std::vector<std::string> reasons_;
   std::vector<trace::GateSpec> gates_;
+  std::vector<trace::SeriesSpec> series_;
 };
 
 }  // namespace kvscope::policy

@@ -1,15 +1,17 @@
 #include "capture/policy/decisions.h"
 
+#include <limits>
 #include <utility>
 
 namespace kvscope::policy {
 
 Decisions::Decisions(cache::RaggedKvCache& cache, std::string policy_name, uint16_t reasons,
-                     int32_t gates)
-    : cache_(cache), L_(cache.n_layers()), K_(cache.n_kv_heads()) {
+                     int32_t gates, int32_t series)
+    : cache_(cache), L_(cache.n_layers()), K_(cache.n_kv_heads()), n_series_(series) {
   whole_.name = std::move(policy_name);
   whole_.reasons = reasons;
   whole_.gates = gates;
+  whole_.series = series;
   row_k_.resize(size_t(cache.head_dim()));
   row_v_.resize(size_t(cache.head_dim()));
 }
@@ -18,6 +20,7 @@ void Decisions::begin_step(int64_t step, int64_t pos0, int64_t n) {
   step_ = step;
   pos0_ = pos0;
   n_ = n;
+  series_.clear();  // values belong to the step they were recorded in
 }
 
 void Decisions::fail(const std::string& decision, int64_t layer, int64_t kv_head, int64_t pos,
@@ -107,6 +110,27 @@ void Decisions::gate_error(int32_t gate, int64_t layer, int64_t kv_head, int64_t
            " gates)");
 }
 
+void Decisions::series(int32_t index, int64_t layer, int64_t kv_head, float value) {
+  if (layer < 0 || layer >= L_ || kv_head < 0 || kv_head >= K_)
+    series_error(
+        layer, kv_head,
+        "the model has " + std::to_string(L_) + " layers and " + std::to_string(K_) + " kv heads");
+  if (index < 0 || index >= scope_->series)
+    series_error(layer, kv_head,
+                 "series " + std::to_string(index) + " (the policy declares " +
+                     std::to_string(scope_->series) + " series)");
+  // Dense per step: one value per (series, head), so a later value replaces.
+  if (series_.empty())
+    series_.assign(size_t(n_series_ * L_ * K_), std::numeric_limits<float>::quiet_NaN());
+  series_[size_t(((scope_->series_base + index) * L_ + layer) * K_ + kv_head)] = value;
+}
+
+void Decisions::series_error(int64_t layer, int64_t kv_head, const std::string& why) const {
+  throw PolicyError("policy " + scope_->name + ": invalid decision 'series' at step " +
+                    std::to_string(step_) + ", layer " + std::to_string(layer) + ", kv head " +
+                    std::to_string(kv_head) + ": " + why);
+}
+
 void Decisions::write(int64_t layer, int64_t kv_head, int64_t pos, int tier, const float* k,
                       const float* v) {
   if (tier < 0 || tier >= cache_.n_tiers())
@@ -132,6 +156,9 @@ std::vector<trace::Event> Decisions::take_events() {
 }
 std::vector<trace::GateValue> Decisions::take_gates() {
   return std::exchange(gates_, {});
+}
+std::vector<float> Decisions::take_series() {
+  return std::exchange(series_, {});
 }
 
 }  // namespace kvscope::policy

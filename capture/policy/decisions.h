@@ -7,7 +7,7 @@
 // composite), the decision, layer, head and position: the capture stops and
 // the trace so far stays readable.
 //
-// Composites: each part numbers its reasons and gates from its own 0; the
+// Composites: each part numbers its reasons, gates and series from its own 0; the
 // step driver enters a part's scope before calling it, and the scope maps the
 // part's numbers onto the composite's tables.
 #pragma once
@@ -29,19 +29,22 @@ class PolicyError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// How one part's reason and gate numbers map onto the composite's tables.
+// How one part's reason, gate and series numbers map onto the composite's tables.
 struct PartScope {
   std::string name;          // the part's spec name, for errors
   uint16_t reason_base = 1;  // part reason r > 0 -> reason_base + r - 1 (0, "new token", is shared)
   uint16_t reasons = 1;      // the part's reason count (its own 0 included)
   int32_t gate_base = 0;     // part gate g -> gate_base + g
   int32_t gates = 0;         // the part's gate count
+  int32_t series_base = 0;   // part series s -> series_base + s
+  int32_t series = 0;        // the part's series count
 };
 
 class Decisions {
  public:
-  // `reasons` and `gates`: how many the policy declares (its tables' sizes).
-  Decisions(cache::RaggedKvCache& cache, std::string policy_name, uint16_t reasons, int32_t gates);
+  // `reasons`, `gates` and `series`: how many the policy declares (its tables' sizes).
+  Decisions(cache::RaggedKvCache& cache, std::string policy_name, uint16_t reasons, int32_t gates,
+            int32_t series);
 
   // ---- what a policy reads ----
   const cache::RaggedKvCache& cache() const { return cache_; }
@@ -66,6 +69,10 @@ class Decisions {
                                       value, sample});
   }
 
+  // The value of series `index` for head (layer, kv_head) at this step; a
+  // later value for the same series and head in the step replaces it.
+  void series(int32_t index, int64_t layer, int64_t kv_head, float value);
+
   // ---- what the step driver does ----
   void begin_step(int64_t step, int64_t pos0, int64_t n);
   void enter(const PartScope* scope) { scope_ = scope ? scope : &whole_; }
@@ -83,9 +90,13 @@ class Decisions {
 
   std::vector<trace::Event> take_events();
   std::vector<trace::GateValue> take_gates();
+  // This step's series values, [series][layer][kv head] (NaN where none was
+  // recorded); empty when none was recorded (trace::StepData::series).
+  std::vector<float> take_series();
 
  private:
   [[noreturn]] void gate_error(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos) const;
+  [[noreturn]] void series_error(int64_t layer, int64_t kv_head, const std::string& why) const;
   void check_head(const char* decision, int64_t layer, int64_t kv_head, int64_t pos) const;
   int held_tier(const char* decision, int64_t layer, int64_t kv_head, int64_t pos) const;
   void check_unlocked(const char* decision, int64_t layer, int64_t kv_head, int64_t pos) const;
@@ -101,6 +112,8 @@ class Decisions {
   std::vector<float> row_k_, row_v_;
   std::vector<trace::Event> events_;
   std::vector<trace::GateValue> gates_;
+  int32_t n_series_ = 0;       // the whole policy's series count
+  std::vector<float> series_;  // n_series_ * L * K once a value is recorded this step
 };
 
 }  // namespace kvscope::policy

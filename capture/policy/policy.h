@@ -111,6 +111,8 @@ class Policy {
   }
   virtual std::vector<std::string> reason_names() const { return {"new token"}; }
   virtual std::vector<trace::GateSpec> gates() const { return {}; }
+  // Per-step values per (layer, kv head), e.g. an eviction cutoff (/series).
+  virtual std::vector<trace::SeriesSpec> series() const { return {}; }
   virtual cache::StatsNeeds stats_needs() const { return {}; }
   // For /run: "none", "head", "layer" or "global", and the entries it allows.
   virtual std::string budget_kind() const { return "none"; }

@@ -53,6 +53,8 @@ class StepDriver : public model::AttentionBackend {
 
   std::vector<trace::Event> take_events() { return decide_.take_events(); }
   std::vector<trace::GateValue> take_gates() { return decide_.take_gates(); }
+  // The step's series values (Decisions::take_series): take them before the next step.
+  std::vector<float> take_series() { return decide_.take_series(); }
 
  private:
   void write_new_entries(const model::AttentionInputs& in, const std::vector<Admission>& adm);

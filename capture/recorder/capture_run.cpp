@@ -53,20 +53,6 @@ trace::RunInfo run_info(const generate::Engine& engine, const policy::PolicyInst
   return run;
 }
 
-trace::CaptureLayout layout_of(const CaptureLevels& levels, const policy::Policy& policy,
-                               int64_t max_tokens, bool oracle, int64_t recall_k) {
-  trace::CaptureLayout layout;
-  layout.max_tokens = max_tokens;
-  layout.received = levels.received;
-  layout.pooled_block = levels.pooled_block;
-  layout.dense_heads = levels.dense;
-  layout.topk = levels.topk;
-  layout.oracle = oracle;
-  layout.oracle_recall_k = recall_k;
-  layout.gates = policy.gates();
-  return layout;
-}
-
 void mark_roles(trace::StepData* sd, const CaptureRequest& req) {
   for (trace::TokenRecord& t : sd->tokens) {
     if (t.role != trace::TokenRole::Prompt) continue;
@@ -78,6 +64,21 @@ void mark_roles(trace::StepData* sd, const CaptureRequest& req) {
 }
 
 }  // namespace
+
+trace::CaptureLayout capture_layout(const CaptureLevels& levels, const policy::Policy& policy,
+                                    int64_t max_tokens, bool oracle, int64_t recall_k) {
+  trace::CaptureLayout layout;
+  layout.max_tokens = max_tokens;
+  layout.received = levels.received;
+  layout.pooled_block = levels.pooled_block;
+  layout.dense_heads = levels.dense;
+  layout.topk = levels.topk;
+  layout.oracle = oracle;
+  layout.oracle_recall_k = recall_k;
+  layout.gates = policy.gates();
+  layout.series = policy.series();
+  return layout;
+}
 
 CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   torch::InferenceMode inference;
@@ -111,7 +112,7 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
     if (req.output.empty()) throw InputError("", "-o", "an output trace path is required");
     const trace::RunInfo run = run_info(engine, pi, req, levels);
     const trace::CaptureLayout layout =
-        layout_of(levels, *pi.policy, max_tokens, req.oracle, req.oracle_recall_k);
+        capture_layout(levels, *pi.policy, max_tokens, req.oracle, req.oracle_recall_k);
     check_fits_in_memory(
         "", "--capture",
         trace::TraceWriter::estimate_memory_bytes(run, layout, max_tokens,

@@ -11,6 +11,9 @@
 
 #include "capture/generate/engine.h"
 #include "capture/generate/generator.h"
+#include "capture/policy/policy.h"
+#include "capture/recorder/capture_levels.h"
+#include "core/trace/types.h"
 
 namespace kvscope::recorder {
 
@@ -51,6 +54,11 @@ struct CaptureResult {
   bool success = false;              // generation contains expected_answer (when a task is given)
   std::vector<std::string> notes;    // choices made for the user (e.g. the shipped gate taken)
 };
+
+// The trace layout of a capture: the groups the levels ask for, and the
+// gates and series the policy declares (the trace fixes them at creation).
+trace::CaptureLayout capture_layout(const CaptureLevels& levels, const policy::Policy& policy,
+                                    int64_t max_tokens, bool oracle, int64_t recall_k);
 
 // Throws InputError for a bad policy, capture level or prompt.
 CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& request);

@@ -141,6 +141,83 @@ struct RunAttrReader {
   }
 };
 
+// The links of a group in name order; at most max + 1 names (one more than
+// allowed tells the caller there are too many without listing them all).
+std::vector<std::string> link_names(hid_t group, size_t max) {
+  struct Names {
+    std::vector<std::string> list;
+    size_t max;
+  } names{{}, max};
+  H5Literate(
+      group, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+      [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+        auto* out = static_cast<Names*>(data);
+        if (out->list.size() > out->max) return 1;
+        out->list.push_back(name);
+        return 0;
+      },
+      &names);
+  return names.list;
+}
+
+// /series "order" must name exactly the subgroups of /series: indices follow
+// it, and a series missing from it could not be read by index.
+bool check_series_order(const std::vector<std::string>& order,
+                        const std::vector<std::string>& groups, std::vector<Problem>* problems) {
+  const size_t before = problems->size();
+  const std::string field = "/series attribute order";
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (std::find(order.begin(), order.begin() + long(i), order[i]) != order.begin() + long(i))
+      problems->push_back({ErrorCode::Schema, field, "names " + order[i] + " twice"});
+    else if (std::find(groups.begin(), groups.end(), order[i]) == groups.end())
+      problems->push_back(
+          {ErrorCode::Schema, field, "names " + order[i] + ", which is not a group under /series"});
+  }
+  for (const std::string& g : groups)
+    if (std::find(order.begin(), order.end(), g) == order.end())
+      problems->push_back(
+          {ErrorCode::Schema, field, "does not name /series/" + g + " (expected every series)"});
+  return problems->size() == before;
+}
+
+// Minor version 2: /series, present only when the policy declared a series
+// (older traces have none, and read as an empty list).
+void read_series(hid_t file, CaptureLayout* layout, std::vector<Problem>* problems) {
+  if (!h5::link_exists(file, "/series")) return;
+  h5::Handle g = h5::group(H5Gopen2(file, "/series", H5P_DEFAULT));
+  if (!g) {
+    H5Eclear2(H5E_DEFAULT);
+    problems->push_back({ErrorCode::Schema, "/series", "is not a group"});
+    return;
+  }
+  const std::vector<std::string> groups = link_names(g.get(), static_cast<size_t>(kMaxSeries));
+  if (groups.size() > static_cast<size_t>(kMaxSeries)) {
+    problems->push_back(
+        {ErrorCode::TooLarge, "/series", "more than " + std::to_string(kMaxSeries) + " series"});
+    return;
+  }
+  std::vector<std::string> order;
+  if (!h5::read_attr_strings(g.get(), "order", &order, static_cast<size_t>(kMaxSeries))) {
+    problems->push_back(
+        {ErrorCode::Schema, "/series attribute order", "missing or not a list of series names"});
+    return;
+  }
+  if (!check_series_order(order, groups, problems)) return;
+  for (const std::string& name : order) {
+    h5::Handle sg = h5::group(H5Gopen2(g.get(), name.c_str(), H5P_DEFAULT));
+    if (!sg) {
+      H5Eclear2(H5E_DEFAULT);
+      problems->push_back({ErrorCode::Schema, "/series/" + name, "is not a group"});
+      continue;
+    }
+    SeriesSpec spec;
+    spec.name = name;
+    h5::read_attr_string(sg.get(), "meaning", &spec.meaning);
+    h5::read_attr_string(sg.get(), "units", &spec.units);
+    layout->series.push_back(spec);
+  }
+}
+
 void read_layout(hid_t file, const RunInfo& run, CaptureLayout* layout,
                  std::vector<Problem>* problems) {
   auto group_attr = [&](const char* group, const char* name, int64_t* out, int64_t lo, int64_t hi) {
@@ -193,16 +270,7 @@ void read_layout(hid_t file, const RunInfo& run, CaptureLayout* layout,
 
   if (h5::link_exists(file, "/gates")) {
     h5::Handle g = h5::group(H5Gopen2(file, "/gates", H5P_DEFAULT));
-    std::vector<std::string> names;
-    H5Literate(
-        g.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr,
-        [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
-          auto* out = static_cast<std::vector<std::string>*>(data);
-          if (out->size() > static_cast<size_t>(kMaxGates)) return 1;
-          out->push_back(name);
-          return 0;
-        },
-        &names);
+    std::vector<std::string> names = link_names(g.get(), static_cast<size_t>(kMaxGates));
     if (names.size() > static_cast<size_t>(kMaxGates))
       problems->push_back(
           {ErrorCode::TooLarge, "/gates", "more than " + std::to_string(kMaxGates) + " gates"});
@@ -242,6 +310,7 @@ void read_layout(hid_t file, const RunInfo& run, CaptureLayout* layout,
       layout->gates.push_back(spec);
     }
   }
+  read_series(file, layout, problems);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ inline constexpr int64_t kMaxTokens = int64_t(1) << 26;
 inline constexpr int64_t kMaxTiers = 16;
 inline constexpr int64_t kMaxReasons = 65535;
 inline constexpr int64_t kMaxGates = 64;
+inline constexpr int64_t kMaxSeries = 64;
 inline constexpr int64_t kMaxDenseHeads = 4096;
 inline constexpr int64_t kMaxTopK = 1024;
 inline constexpr int64_t kMaxHeadDim = 65536;

@@ -193,6 +193,15 @@ struct TraceReader::Impl {
                std::to_string(limit) + ")");
   }
 
+  // The value dataset of series index `series`; a bad index is the caller's error.
+  std::string series_path(int series) const {
+    if (series < 0 || series >= static_cast<int>(layout.series.size()))
+      fail(ErrorCode::Usage, "/series",
+           "no series " + std::to_string(series) + " (the trace has " +
+               std::to_string(layout.series.size()) + ")");
+    return "/series/" + layout.series[size_t(series)].name + "/value";
+  }
+
   void check_head(int layer, int kv_head) const {
     if (layer < 0 || layer >= run.model.n_layers || kv_head < 0 || kv_head >= run.model.n_kv_heads)
       fail(ErrorCode::Usage, "head",
@@ -568,6 +577,31 @@ std::vector<GateValue> TraceReader::gate_samples(int gate, int64_t begin, int64_
     out[i] = GateValue{gate, layer[i], head[i], token[i], value[i], true};
   if (steps_out) *steps_out = step;
   return out;
+}
+
+int TraceReader::series_index(const std::string& name) const {
+  const auto& all = impl_->layout.series;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (all[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+std::vector<float> TraceReader::series_values(int series, int64_t begin, int64_t end) const {
+  Impl& m = *impl_;
+  const std::string p = m.series_path(series);
+  m.check_range(p.c_str(), begin, end, m.n_steps);
+  return m.read<float>(p, {hsize_t(begin), 0, 0},
+                       {hsize_t(end - begin), hsize_t(n_layers()), hsize_t(n_kv_heads())});
+}
+
+std::vector<float> TraceReader::series_head(int series, int layer, int kv_head, int64_t begin,
+                                            int64_t end) const {
+  Impl& m = *impl_;
+  const std::string p = m.series_path(series);
+  m.check_head(layer, kv_head);
+  m.check_range(p.c_str(), begin, end, m.n_steps);
+  return m.read<float>(p, {hsize_t(begin), hsize_t(layer), hsize_t(kv_head)},
+                       {hsize_t(end - begin), 1, 1});
 }
 
 std::vector<float> TraceReader::oracle_kl(int64_t begin, int64_t end) const {

@@ -99,6 +99,17 @@ class TraceReader {
   std::vector<GateValue> gate_samples(int gate, int64_t begin, int64_t end,
                                       std::vector<int32_t>* steps = nullptr) const;
 
+  // Per-step policy values (/series, minor version 2): empty for traces
+  // whose policy declared none and for older traces.
+  const std::vector<SeriesSpec>& series() const { return layout().series; }
+  int series_index(const std::string& name) const;  // -1 when absent
+  // Steps [begin, end) of series `series`: (end-begin)*L*K, [step][layer][kv head], NaN where
+  // the policy recorded nothing.
+  std::vector<float> series_values(int series, int64_t begin, int64_t end) const;
+  // Head (layer, kv_head) of series `series` over steps [begin, end): end-begin values.
+  std::vector<float> series_head(int series, int layer, int kv_head, int64_t begin,
+                                 int64_t end) const;
+
   std::vector<float> oracle_kl(int64_t begin, int64_t end) const;
   std::vector<float> oracle_lost_mass(int64_t step) const;  // L*H
   std::vector<float> oracle_recall(int64_t step) const;     // L*K

@@ -55,6 +55,8 @@ const char* feature_name(Feature feature) {
     case Feature::TopK: return "capture level topk";
     case Feature::Oracle: return "--oracle";
     case Feature::Gate: return "per gate";
+    case Feature::Series:
+      return "per series";
   }
   return "?";
 }
@@ -167,6 +169,16 @@ std::vector<DatasetSpec> build_catalogue() {
       Feature::Gate);
   col("/gates/{gate}/samples/value", Elem::F32, A::GateSamples, 16384, "gate units",
       "score at that step", Feature::Gate);
+  // /series/<name>: appended with each step, like /occupancy/entries.
+  c.push_back({"/series/{series}/value",
+               Elem::F32,
+               {A::Steps, A::Layers, A::KvHeads},
+               0,
+               {-1, 0, 0},
+               "series units",
+               "value the policy recorded for head (l, k) at step s; NaN where it recorded none",
+               Feature::Series,
+               kNaN});
   // /attention
   c.push_back({"/attention/received/offset", Elem::I64, {A::Steps, A::Layers, A::KvHeads}, 0,
                {-1, 0, 0}, "row", "first row in token/mass of step s, head (l, k)",
@@ -261,6 +273,13 @@ std::vector<DatasetSpec> datasets_for(const CaptureLayout& layout, int64_t n_tie
           out.push_back(std::move(g));
         }
         break;
+      case Feature::Series:
+        for (const SeriesSpec& series : layout.series) {
+          DatasetSpec d = spec;
+          d.path.replace(d.path.find("{series}"), 8, series.name);
+          out.push_back(std::move(d));
+        }
+        break;
     }
   }
   return out;
@@ -276,6 +295,7 @@ const std::vector<GroupSpec>& group_catalogue() {
       {"/lifetimes/intervals", "tier residences, for policies with more than one tier"},
       {"/occupancy", "per step and (layer, kv head): entries per tier, and pool bytes"},
       {"/gates", "learned or heuristic per-token scores, one subgroup per gate"},
+      {"/series", "per-step policy values per (layer, kv head), one subgroup per series"},
       {"/attention", "attention statistics, as the capture levels asked"},
       {"/attention/received", "attention mass each cached entry received per step (CSR)"},
       {"/attention/pooled", "block-pooled attention maps per layer and query head"},
@@ -328,6 +348,10 @@ const std::vector<AttributeSpec>& attribute_catalogue() {
       {"/gates/<name>", "meaning, units", "string", "what the score is and its units"},
       {"/gates/<name>", "threshold", "float64", "decision threshold, NaN when none"},
       {"/gates/<name>", "time_varying", "int64", "1 when samples/ holds per-step values"},
+      {"/series", "order", "string[]",
+       "series names in index order (minor version 2; the group exists only when the policy "
+       "declared a series)"},
+      {"/series/<name>", "meaning, units", "string", "what the value is and its units"},
       {"/attention/pooled", "block, key_blocks", "int64", "tokens per block; KB"},
       {"/attention/topk", "k", "int64", "entries per query and head"},
       {"/oracle", "recall_k", "int64", "k of the oracle top-k recall"},

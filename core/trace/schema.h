@@ -41,11 +41,21 @@ inline constexpr int kAxisCount = 19;
 const char* axis_symbol(Axis axis);
 bool axis_grows(Axis axis);
 
-enum class Feature : uint8_t { Always, Tiered, Received, Pooled, Dense, TopK, Oracle, Gate };
+enum class Feature : uint8_t {
+  Always,
+  Tiered,
+  Received,
+  Pooled,
+  Dense,
+  TopK,
+  Oracle,
+  Gate,
+  Series
+};
 const char* feature_name(Feature feature);
 
 struct DatasetSpec {
-  std::string path;  // may contain "{gate}", replaced per gate
+  std::string path;  // may contain "{gate}" or "{series}", replaced per gate or series
   Elem elem;
   std::vector<Axis> dims;  // empty: scalar dataset
   int append_axis;         // axis that grows during capture; -1: fixed shape
@@ -60,11 +70,11 @@ struct DatasetSpec {
   bool compress = true;
 };
 
-// The whole catalogue with "{gate}" placeholders.
+// The whole catalogue with "{gate}" and "{series}" placeholders.
 const std::vector<DatasetSpec>& dataset_catalogue();
 
-// The datasets a trace with this layout holds (gates expanded, optional
-// groups filtered).
+// The datasets a trace with this layout holds (gates and series expanded,
+// optional groups filtered).
 std::vector<DatasetSpec> datasets_for(const CaptureLayout& layout, int64_t n_tiers);
 
 // Groups and their meaning (for attributes and documentation).

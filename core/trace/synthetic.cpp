@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/common/memory_limit.h"
@@ -135,6 +136,11 @@ float synthetic_gate(const SyntheticSpec& spec, int64_t layer, int64_t kv_head, 
   return unit(spec.seed, layer, kv_head, token, 7);
 }
 
+float synthetic_series(const SyntheticSpec& spec, int64_t step, int64_t layer, int64_t kv_head) {
+  if ((step + layer + kv_head) % 3 == 0) return std::numeric_limits<float>::quiet_NaN();
+  return unit(spec.seed, step, layer, kv_head, 11);
+}
+
 SyntheticCapture::SyntheticCapture(const SyntheticSpec& spec) : spec_(spec) {
   Synth sy(spec_);
   RunInfo& run = run_;
@@ -173,6 +179,8 @@ SyntheticCapture::SyntheticCapture(const SyntheticSpec& spec) : spec_(spec) {
     layout.gates.push_back({"synthetic_gate", "deterministic score in (0, 1]", "1", 0.5, false});
     layout.gates.push_back({"forecast", "time-varying synthetic forecast", "1", NAN, true});
   }
+  if (spec.series)
+    layout.series.push_back({"cutoff", "synthetic per-head cutoff in (0, 1], NaN holes", "1"});
   if (spec.received) run.capture_levels += ",received";
   if (spec.pooled_block > 0) run.capture_levels += ",pooled";
   if (spec.topk > 0) run.capture_levels += ",topk:" + std::to_string(spec.topk);
@@ -248,6 +256,9 @@ StepData SyntheticCapture::step(int64_t s) const {
         }
     }
   }
+  if (spec.series)
+    for (int64_t l = 0; l < sy.L; ++l)
+      for (int64_t k = 0; k < sy.K; ++k) sd.series.push_back(synthetic_series(spec, s, l, k));
   for (int64_t i = 0; i < sy.L * sy.K; ++i)
     for (int64_t r = 0; r < R; ++r) {
       int64_t n = sd.occupancy[size_t(i * R + r)];

@@ -30,8 +30,9 @@ struct SyntheticSpec {
   int64_t pooled_block = 8;
   int64_t topk = 4;
   bool oracle = true;
-  bool dense = true;    // dense rows for (0, 0) and (layers-1, heads-1)
-  bool gates = true;    // a static gate "synthetic_gate" and a time-varying one
+  bool dense = true;   // dense rows for (0, 0) and (layers-1, heads-1)
+  bool gates = true;   // a static gate "synthetic_gate" and a time-varying one
+  bool series = true;  // a series "cutoff" with NaN holes (synthetic_series)
   uint64_t seed = 1;
 };
 
@@ -43,6 +44,9 @@ int32_t synthetic_evict_step(const SyntheticSpec& spec, int64_t layer, int64_t k
                              int64_t token);
 // Static gate value of a token at a head (deterministic in seed).
 float synthetic_gate(const SyntheticSpec& spec, int64_t layer, int64_t kv_head, int64_t token);
+// Value of the series "cutoff" at a step and head: NaN (nothing recorded) where
+// step + layer + kv_head is a multiple of 3, so every trace has holes.
+float synthetic_series(const SyntheticSpec& spec, int64_t step, int64_t layer, int64_t kv_head);
 // Step that feeds token t.
 int32_t synthetic_step_of_token(const SyntheticSpec& spec, int64_t token);
 

@@ -13,7 +13,8 @@ namespace kvscope::trace {
 
 inline constexpr const char* kFormatName = "kvscope-trace";
 inline constexpr int kFormatVersion = 1;     // major: readers refuse other majors
-inline constexpr int kFormatMinorVersion = 1;  // minor: additive changes only (1: /run gate_names)
+// Minor: additive changes only. 1: /run gate_names; 2: /series.
+inline constexpr int kFormatMinorVersion = 2;
 inline constexpr int kOldestReadableVersion = 1;
 
 // A tier index meaning "not in the cache" (from_tier of an admission, to_tier
@@ -67,6 +68,15 @@ struct GateSpec {
   bool time_varying = false;  // also record per-step samples
 };
 
+// One number per (step, layer, kv head) that a policy records about its own
+// state, e.g. KVpop's eviction cutoff: per-token scores belong in /gates, a
+// head's running threshold does not (it has no token).
+struct SeriesSpec {
+  std::string name;     // group name under /series, [A-Za-z0-9_-]+
+  std::string meaning;  // what the value is
+  std::string units = "1";
+};
+
 // Which optional groups a trace holds; decided before capture starts because
 // SWMR allows no new datasets once writing has begun.
 struct CaptureLayout {
@@ -78,6 +88,7 @@ struct CaptureLayout {
   bool oracle = false;         // /oracle
   int64_t oracle_recall_k = 0;
   std::vector<GateSpec> gates;  // /gates/<name>
+  std::vector<SeriesSpec> series;  // /series/<name>
 };
 
 struct RunInfo {
@@ -202,6 +213,9 @@ struct StepData {
   std::vector<DenseRow> dense;
   std::vector<TopkRow> topk;
   std::vector<GateValue> gates;
+  // CaptureLayout::series.size() * L * K values, [series][layer][kv head],
+  // NaN where the policy recorded none; empty: none at all this step.
+  std::vector<float> series;
   bool has_oracle = false;
   OracleRow oracle;
   std::string generated_text;  // bytes appended to /generation/text_bytes

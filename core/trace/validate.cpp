@@ -44,6 +44,7 @@ class Validator {
     check_complete_flag();
     measure_growth_axes();
     for (const DatasetSpec& spec : specs_) check_dataset(spec);
+    check_series_attributes();
     if (report_.violations.empty()) check_values();
     return report_;
   }
@@ -297,6 +298,19 @@ class Validator {
     std::string s, why;
     if (!h5::read_attr_string(d, "units", &s, &why)) add(p + " attribute units", why);
     if (!h5::read_attr_string(d, "meaning", &s, &why)) add(p + " attribute meaning", why);
+  }
+
+  // Each series says what it holds, like every dataset (the shapes of
+  // /series/<name>/value are checked with the other datasets).
+  void check_series_attributes() {
+    for (const SeriesSpec& series : layout_.series) {
+      const std::string g = "/series/" + series.name;
+      h5::Handle group = h5::group(H5Gopen2(file_, g.c_str(), H5P_DEFAULT));
+      std::string s, why;
+      for (const char* name : {"meaning", "units"})
+        if (!group || !h5::read_attr_string(group.get(), name, &s, &why))
+          add(g + " attribute " + name, group ? why : "cannot be read");
+    }
   }
 
   static std::string axes_text(const DatasetSpec& spec) {

@@ -150,6 +150,8 @@ struct TraceWriter::Impl {
 
   HeadTokenArray<int32_t> admit, evict;
   std::vector<HeadTokenArray<float>> gate_values;
+  std::vector<AppendColumn*> series_columns;  // /series/<name>/value, in layout order
+  std::vector<float> series_nan_row;          // [L, K] of NaN, for steps without values
 
   // Tier residences (tiered policies only).
   std::unordered_map<int64_t, TierInterval> open_intervals;  // key: slot * 2^32 + token
@@ -190,16 +192,29 @@ struct TraceWriter::Impl {
       fail("/run tier_names", "expected 1..16 tier names");
     if (run.reason_names.empty() || run.reason_names.size() > 65535)
       fail("/run reason_names", "expected 1..65535 reason names");
-    static const std::regex gate_name("[A-Za-z0-9_-]{1,64}");
-    for (const GateSpec& g : layout.gates)
-      if (!std::regex_match(g.name, gate_name))
-        fail("/gates/" + g.name, "gate names must match [A-Za-z0-9_-]{1,64}");
-    if (layout.gates.size() > 64) fail("/gates", "at most 64 gates");
+    std::vector<std::string> gate_names, series_names;
+    for (const GateSpec& g : layout.gates) gate_names.push_back(g.name);
+    for (const SeriesSpec& s : layout.series) series_names.push_back(s.name);
+    check_group_names("/gates", "gate", "gates", gate_names);
+    check_group_names("/series", "series", "series", series_names);
     for (auto [l, h] : layout.dense_heads)
       if (l < 0 || l >= m.n_layers || h < 0 || h >= m.n_heads)
         fail("/attention/dense/heads", "(layer, head) out of range");
     if (layout.topk < 0 || layout.topk > 1024) fail("/attention/topk", "k must be 0..1024");
     if (layout.pooled_block < 0) fail("/attention/pooled", "block must be >= 0");
+  }
+
+  // Names become HDF5 group names under `group` (and paths in messages).
+  void check_group_names(const std::string& group, const std::string& what,
+                         const std::string& plural, const std::vector<std::string>& names) const {
+    static const std::regex name_pattern("[A-Za-z0-9_-]{1,64}");
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (!std::regex_match(names[i], name_pattern))
+        fail(group + "/" + names[i], what + " names must match [A-Za-z0-9_-]{1,64}");
+      if (std::find(names.begin(), names.begin() + long(i), names[i]) != names.begin() + long(i))
+        fail(group + "/" + names[i], "declared twice (" + what + " names must be unique)");
+    }
+    if (names.size() > 64) fail(group, "at most 64 " + plural);
   }
 
   h5::Handle make_group(const std::string& group_path, const std::string& meaning) {
@@ -396,6 +411,22 @@ struct TraceWriter::Impl {
       h5::write_attr_f64(g.get(), "threshold", gate.threshold);
       h5::write_attr_i64(g.get(), "time_varying", gate.time_varying ? 1 : 0);
     }
+    write_series_attributes();
+  }
+
+  void write_series_attributes() {
+    if (layout.series.empty()) return;  // no /series group
+    // Series indices (the blocks of StepData::series) follow this order.
+    std::vector<std::string> names;
+    for (const SeriesSpec& series : layout.series) names.push_back(series.name);
+    h5::Handle g = h5::group(H5Gopen2(file.get(), "/series", H5P_DEFAULT));
+    h5::write_attr_strings(g.get(), "order", names);
+    for (const SeriesSpec& series : layout.series) {
+      h5::Handle sg =
+          h5::group(H5Gopen2(file.get(), ("/series/" + series.name).c_str(), H5P_DEFAULT));
+      h5::write_attr_string(sg.get(), "meaning", series.meaning);
+      h5::write_attr_string(sg.get(), "units", series.units);
+    }
   }
 
   void write_scalar_u8(const char* dset_path, uint8_t value) {
@@ -433,6 +464,7 @@ struct TraceWriter::Impl {
       if (g.path == "/attention/dense") wanted = !layout.dense_heads.empty();
       if (g.path == "/attention/topk") wanted = layout.topk > 0;
       if (g.path == "/oracle") wanted = layout.oracle;
+      if (g.path == "/series") wanted = !layout.series.empty();
       if (wanted) make_group(g.path, g.meaning);
     }
     for (const DatasetSpec& spec : datasets_for(layout, R)) create_dataset(spec);
@@ -448,6 +480,9 @@ struct TraceWriter::Impl {
           &col("/events/reason"), &col("/events/from_tier"), &col("/events/to_tier")};
     admit.init(take_dataset("/lifetimes/admit_step"), Elem::I32, L * K, -1);
     evict.init(take_dataset("/lifetimes/evict_step"), Elem::I32, L * K, -1);
+    for (const SeriesSpec& sp : layout.series)
+      series_columns.push_back(&columns.at("/series/" + sp.name + "/value"));
+    series_nan_row.assign(static_cast<size_t>(L * K), std::numeric_limits<float>::quiet_NaN());
     for (const GateSpec& g : layout.gates) {
       gate_values.emplace_back();
       gate_values.back().init(take_dataset("/gates/" + g.name + "/value"), Elem::F32, L * K,
@@ -501,6 +536,7 @@ struct TraceWriter::Impl {
     for (const DenseRow& row : sd.dense) queue_dense(row);
     if (layout.topk > 0) append_topk(sd);
     for (const GateValue& g : sd.gates) set_gate(g, step);
+    if (!layout.series.empty()) append_series(sd);
     if (layout.oracle) append_oracle(sd);
     if (!sd.generated_text.empty())
       col("/generation/text_bytes")
@@ -626,6 +662,20 @@ struct TraceWriter::Impl {
     std::vector<int64_t> bytes = sd.tier_bytes;
     bytes.resize(static_cast<size_t>(R), 0);
     col("/occupancy/tier_bytes").push(bytes.data(), 1);
+  }
+
+  // One [L, K] row per series and step; a step that carries no values gets
+  // NaN rows, so every series keeps one row per step.
+  void append_series(const StepData& sd) {
+    const size_t per_series = static_cast<size_t>(L * K);
+    const size_t want = layout.series.size() * per_series;
+    if (!sd.series.empty() && sd.series.size() != want)
+      fail("/series", "step carries " + std::to_string(sd.series.size()) +
+                          " values, expected series * L * K = " + std::to_string(want) +
+                          " (or none)");
+    for (size_t i = 0; i < series_columns.size(); ++i)
+      series_columns[i]->push(
+          sd.series.empty() ? series_nan_row.data() : sd.series.data() + i * per_series, 1);
   }
 
   void append_received(const StepData& sd) {
@@ -961,6 +1011,7 @@ double TraceWriter::estimate_memory_bytes(const RunInfo& run, const CaptureLayou
   }
   per_step += double(layout.dense_heads.size()) * fed * T * 4;
   if (layout.topk > 0) per_step += L * H * fed * double(layout.topk) * 8;
+  per_step += double(layout.series.size()) * heads * 4;  // one float per series and head
   return bytes + per_step * steps;
 }
 

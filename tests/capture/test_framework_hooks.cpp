@@ -4,15 +4,23 @@
 // selection (Quest), placement between tiers (the Salience Forecasting
 // Cache), one global ranking over all layers and heads in end_step
 // (DBTrimKV), delayed scoring at a window boundary (KVpop), and the shared
-// attention statistics.
+// attention statistics; and the per-step series a policy records about
+// itself (KVpop's cutoff).
 #include "tests/capture/capture_test_util.h"
 
 #include <numeric>
 
 #include "capture/cache/ragged_cache.h"
 #include "capture/policy/budget.h"
+#include "capture/policy/composed.h"
 #include "capture/policy/policy.h"
 #include "capture/policy/step_driver.h"
+#include "capture/recorder/capture_run.h"
+#include "capture/recorder/recorder.h"
+#include "core/trace/reader.h"
+#include "core/trace/validate.h"
+#include "core/trace/writer.h"
+#include "tests/support/paths.h"
 
 using namespace kvscope;
 
@@ -260,4 +268,143 @@ TEST_CASE(
   for (double s : policy.received_sums) CHECK(std::abs(s - 1.0) < 1e-4);
   // The observation window is the last 12 prompt queries: 4 in chunk 3, 8 in chunk 4.
   CHECK(policy.window_queries == std::vector<int64_t>{0, 0, 4, 12, 12});
+}
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+bool same_values(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!((std::isnan(a[i]) && std::isnan(b[i])) || a[i] == b[i])) return false;
+  return true;
+}
+
+// A policy that records one value per step and head, as KVpop records its
+// cutoff: step * 10 + layer * 2 + head, leaving (layer 0, head 1) out on even
+// steps, each after a first value that the second replaces.
+struct Cutoff : policy::Policy {
+  std::vector<trace::SeriesSpec> series() const override {
+    return {{"cutoff", "step * 10 + layer * 2 + kv head", "score"}};
+  }
+  void after_attention(policy::LayerContext& c) override {
+    for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h) {
+      if (c.layer == 0 && h == 1 && c.step % 2 == 0) continue;
+      c.decide.series(0, c.layer, h, -1.0f);
+      c.decide.series(0, c.layer, h, float(c.step * 10 + c.layer * 2 + h));
+    }
+  }
+  static float expected(int64_t step, int64_t layer, int64_t h) {
+    return layer == 0 && h == 1 && step % 2 == 0 ? kNaN : float(step * 10 + layer * 2 + h);
+  }
+};
+
+// A capture as run_capture makes one, with a policy outside the registry:
+// step driver, recorder and writer, the layout from capture_layout.
+std::string capture_series(policy::Policy& policy, const std::string& path, int64_t steps) {
+  const model::ModelConfig c = test::small_config();
+  const int64_t prompt = 8;
+  policy.setup({&c, kM, prompt, kPage});
+  policy::StepDriver driver(c, {kPage, kM, prompt}, policy, "cutoff");
+  const recorder::CaptureLevels levels =
+      recorder::parse_capture_levels("events", c.n_layers, c.n_heads);
+  recorder::Recorder rec(driver, nullptr, levels, "");
+  trace::RunInfo run;
+  run.model = {"small",    "",        "",           "llama",    "float32",    "cpu",
+               c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.context_length};
+  run.policy = run.policy_name = "cutoff";
+  run.reason_names = policy.reason_names();
+  auto writer =
+      trace::TraceWriter::create(path, run, recorder::capture_layout(levels, policy, kM, false, 0));
+  for (int64_t s = 0, pos0 = 0; s < steps; ++s) {
+    const int64_t n = s == 0 ? prompt : 1;
+    driver.begin_step(pos0, n);
+    for (int64_t l = 0; l < c.n_layers; ++l) driver.attend(test::random_inputs(c, l, pos0, n, 1));
+    driver.end_step();
+    writer->append_step(rec.finish_step(pos0, std::vector<int32_t>(size_t(n), 5), s == 0, -1));
+    pos0 += n;
+  }
+  writer->close({});
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("series: a policy's value per step and head reaches the trace, holes as NaN",
+          "[hooks][series]") {
+  torch::InferenceMode guard;
+  Cutoff policy;
+  const std::string path = capture_series(policy, test::temp_dir() + "/cutoff.kvtrace.h5", 4);
+  auto r = trace::TraceReader::open(path);
+  REQUIRE(r->series().size() == 1);
+  CHECK(r->series()[0].name == "cutoff");
+  CHECK(r->series()[0].units == "score");
+  REQUIRE(r->n_steps() == 4);
+  std::vector<float> want;
+  for (int64_t s = 0; s < 4; ++s)
+    for (int64_t l = 0; l < 2; ++l)
+      for (int64_t h = 0; h < 2; ++h) want.push_back(Cutoff::expected(s, l, h));
+  CHECK(same_values(r->series_values(0, 0, 4), want));
+  CHECK(same_values(r->series_head(0, 0, 1, 0, 4), {kNaN, 11, kNaN, 31}));
+  CHECK(trace::validate_trace(path).ok());
+}
+
+TEST_CASE("series: a composite maps each part's series numbers onto its own table",
+          "[hooks][series]") {
+  torch::InferenceMode guard;
+  // Part a declares two series and records its second; part b declares one
+  // and records it, or (bad) its own series 1, which it does not declare.
+  struct PartA : policy::Policy {
+    std::vector<trace::SeriesSpec> series() const override {
+      return {{"a0", "first of a", "1"}, {"a1", "second of a", "1"}};
+    }
+    void after_attention(policy::LayerContext& c) override {
+      c.decide.series(1, c.layer, 0, 1.0f + float(c.layer));
+    }
+  };
+  struct PartB : policy::Policy {
+    int32_t index = 0;
+    std::vector<trace::SeriesSpec> series() const override { return {{"b0", "only of b", "1"}}; }
+    void after_attention(policy::LayerContext& c) override {
+      c.decide.series(index, c.layer, 1, 2.0f + float(c.layer));
+    }
+  };
+  auto b = std::make_unique<PartB>();
+  PartB* part_b = b.get();
+  std::vector<policy::ComposedPolicy::Part> parts;
+  parts.push_back({"a", std::make_unique<PartA>()});
+  parts.push_back({"b", std::move(b)});
+  policy::ComposedPolicy composed("a+b", std::move(parts));
+  std::vector<std::string> names;
+  for (const trace::SeriesSpec& sp : composed.series()) names.push_back(sp.name);
+  CHECK(names == std::vector<std::string>{"a0", "a1", "b0"});
+
+  Run run(composed, 4);
+  run.step(0, 4);
+  // [series][layer][kv head]: a's 1 -> 1, b's 0 -> 2.
+  std::vector<float> want(3 * 2 * 2, kNaN);
+  for (int64_t l = 0; l < 2; ++l) {
+    want[size_t((1 * 2 + l) * 2 + 0)] = 1.0f + float(l);
+    want[size_t((2 * 2 + l) * 2 + 1)] = 2.0f + float(l);
+  }
+  CHECK(same_values(run.driver->take_series(), want));
+  CHECK(run.driver->take_series().empty());  // taken: nothing until the next value
+
+  part_b->index = 1;
+  CHECK_THROWS_WITH(run.step(4, 1),
+                    "policy b: invalid decision 'series' at step 1, layer 0, kv head 1: series 1 "
+                    "(the policy declares 1 series)");
+}
+
+TEST_CASE("series: a value for a head that does not exist is refused", "[hooks][series]") {
+  torch::InferenceMode guard;
+  struct Wrong : policy::Policy {
+    std::vector<trace::SeriesSpec> series() const override { return {{"s", "", "1"}}; }
+    void after_attention(policy::LayerContext& c) override { c.decide.series(0, c.layer, 2, 0); }
+  } policy;
+  Run run(policy, 4);
+  CHECK_THROWS_WITH(run.step(0, 4),
+                    "policy test: invalid decision 'series' at step 0, layer 0, kv head 2: the "
+                    "model has 2 layers and 2 kv heads");
 }

@@ -101,6 +101,25 @@ def damage_heap(path):
     open(path, "wb").write(data)
 
 
+def add_series(value_shape, order):
+    """A /series group as a policy that declares the series "cutoff" writes
+    it, with `order` as its order attribute and a value dataset of
+    value_shape ((S, L, K) when None), for damaged-series rows (the good
+    trace's policy declares none)."""
+    def recipe(path):
+        with h5py.File(path, "r+") as f:
+            shape = value_shape or (f["steps/kind"].shape[0], f["run"].attrs["n_layers"],
+                                    f["run"].attrs["n_kv_heads"])
+            g = f.create_group("series")
+            g.attrs.create("order", order, dtype=h5py.string_dtype())
+            c = g.create_group("cutoff")
+            c.attrs["meaning"], c.attrs["units"] = "test cutoff", "1"
+            d = c.create_dataset("value", shape=shape, maxshape=(None,) + shape[1:],
+                                 dtype=np.float32, chunks=True)
+            d.attrs["meaning"], d.attrs["units"], d.attrs["axes"] = "test", "1", "S,L,K"
+    return recipe
+
+
 TRACE_RECIPES = {
     "format": edit_attr("/", "format", "netcdf-thing"),
     "version2": edit_attr("/", "version", np.int64(2)),
@@ -118,6 +137,8 @@ TRACE_RECIPES = {
     "wall_nan": edit_value("/steps/wall_s", 1, np.nan),
     "event_layer": edit_value("/events/layer", 4, 99),
     "heap": damage_heap,
+    "series_order": add_series(None, ["cutoff", "ghost"]),
+    "series_shape": add_series((20, 5), ["cutoff"]),
     "cut40": truncate(40),
     "cut_half": lambda p: truncate(os.path.getsize(p) // 2)(p),
 }

@@ -61,6 +61,22 @@ def main():
         got = pooled[1, 2, :, :].astype(np.float32)
         assert np.array_equal(got, np.array(want["pooled_mean_l1_h2"], dtype=np.float32))
 
+        # /series (minor version 2), present only when the policy declared one.
+        if "series" in f:
+            series = f["series"]
+            assert [str(n) for n in series.attrs["order"]] == want["series_names"]
+            for i, name in enumerate(want["series_names"]):
+                assert series[name].attrs["units"] == want["series_units"]
+                value = series[name + "/value"]
+                assert value.dtype == np.float32, value.dtype
+                assert value.shape == (want["n_steps"], want["n_layers"], want["n_kv_heads"])
+                expected = np.array([[np.nan if v is None else v for v in row]
+                                     for row in want["series_values"]], dtype=np.float32)
+                assert np.array_equal(value[:].reshape(want["n_steps"], -1), expected,
+                                      equal_nan=True), name
+        else:
+            assert not want.get("series_names"), "the trace lacks /series"
+
         assert bytes(f["generation/text_bytes"][:]).decode() == want["generated_text"]
         # Every dataset says what it holds.
         missing = []

@@ -18,6 +18,7 @@ TEST_CASE("kvscope info summarises and validates a trace", "[cli]") {
   REQUIRE(run_command(kvscope_exe() + " info " + path, &out) == 0);
   CHECK_THAT(out, Catch::Contains("complete  yes"));
   CHECK_THAT(out, Catch::Contains("synthetic:sinks=2,window=8"));
+  CHECK_THAT(out, Catch::Contains("series    cutoff\n"));
 
   REQUIRE(run_command(kvscope_exe() + " info --json " + path + " 2>/dev/null", &out) == 0);
   nlohmann::json j = nlohmann::json::parse(out);
@@ -25,6 +26,9 @@ TEST_CASE("kvscope info summarises and validates a trace", "[cli]") {
   CHECK(j["complete"] == true);
   CHECK(j["tiers"] == nlohmann::json::array({"hot", "cold"}));
   CHECK(j["events"]["by_kind"]["demote"].get<int>() > 0);
+  REQUIRE(j["series"].size() == 1);
+  CHECK(j["series"][0]["name"] == "cutoff");
+  CHECK(j["series"][0]["units"] == "1");
 
   REQUIRE(run_command(kvscope_exe() + " info --check " + path, &out) == 0);
   CHECK_THAT(out, Catch::StartsWith("OK: " + path + " is a valid KVScope trace v1 (complete"));

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kvscope::test {
 
@@ -61,6 +62,43 @@ struct Edit {
     H5Dclose(nd);
     H5Pclose(dcpl);
     H5Sclose(s);
+  }
+  // Replaces a dataset with an empty-valued one of another type or shape
+  // (chunked, axis 0 extendible, like the writer's), attributes units and
+  // meaning included so only the type or shape is wrong.
+  void replace_dataset(const char* path, hid_t file_type, std::vector<hsize_t> dims) {
+    remove(path);
+    std::vector<hsize_t> maxd = dims, chunk = dims;
+    maxd[0] = H5S_UNLIMITED;
+    for (hsize_t& c : chunk) c = c > 0 ? c : 1;
+    hid_t s = H5Screate_simple(int(dims.size()), dims.data(), maxd.data());
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, int(chunk.size()), chunk.data());
+    hid_t d = H5Dcreate2(file, path, file_type, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    REQUIRE(d >= 0);
+    H5Dclose(d);
+    H5Pclose(dcpl);
+    H5Sclose(s);
+    set_string_attr(path, "units", "1");
+    set_string_attr(path, "meaning", "replaced by a test");
+  }
+  // Deletes the attribute `name` of `object` and writes a list of strings.
+  void set_strings_attr(const char* object, const char* name,
+                        const std::vector<std::string>& values) {
+    std::vector<const char*> ptrs;
+    for (const std::string& v : values) ptrs.push_back(v.c_str());
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    hsize_t n = values.size();
+    hid_t obj = H5Oopen(file, object, H5P_DEFAULT);
+    H5Adelete(obj, name);
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t attr = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    REQUIRE(H5Awrite(attr, type, ptrs.data()) >= 0);
+    H5Aclose(attr);
+    H5Sclose(space);
+    H5Oclose(obj);
+    H5Tclose(type);
   }
   void extend(const char* path, hsize_t by) {
     hid_t d = H5Dopen2(file, path, H5P_DEFAULT);

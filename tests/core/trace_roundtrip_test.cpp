@@ -231,6 +231,20 @@ void check_roundtrip(int64_t tiers, int64_t prefill_chunk) {
     CHECK((samples[i].layer == samples_want[i].layer && samples[i].token == samples_want[i].token &&
            samples[i].value == samples_want[i].value));
 
+  // /series: the synthetic cutoff, NaN where nothing was recorded.
+  REQUIRE(r->series().size() == 1);
+  CHECK(r->series()[0].name == "cutoff");
+  std::vector<float> cutoff = r->series_values(0, 0, r->n_steps());
+  REQUIRE(cutoff.size() == size_t(r->n_steps() * spec.layers * spec.kv_heads));
+  for (int64_t s = 0; s < r->n_steps(); ++s)
+    for (int l = 0; l < spec.layers; ++l)
+      for (int k = 0; k < spec.kv_heads; ++k)
+        CHECK(same_float(cutoff[size_t((s * spec.layers + l) * spec.kv_heads + k)],
+                         synthetic_series(spec, s, l, k)));
+  std::vector<float> head = r->series_head(0, 2, 1, 0, r->n_steps());
+  for (int64_t s = 0; s < r->n_steps(); ++s)
+    CHECK(same_float(head[size_t(s)], synthetic_series(spec, s, 2, 1)));
+
   // /oracle
   std::vector<float> kl = r->oracle_kl(0, r->n_steps());
   for (size_t s = 0; s < kl.size(); ++s) {

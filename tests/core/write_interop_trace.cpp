@@ -3,6 +3,7 @@
 //   write_interop_trace OUT_TRACE OUT_JSON
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 #include <iostream>
 
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
                        {"kind", nlohmann::json::array()}, {"score", nlohmann::json::array()},
                        {"from_tier", nlohmann::json::array()}, {"to_tier", nlohmann::json::array()}};
   nlohmann::json occupancy = nlohmann::json::array(), entries = nlohmann::json::array();
+  nlohmann::json series = nlohmann::json::array();  // [S][L*K] of the one series, "cutoff"
   nlohmann::json pooled_mean;  // layer 1, head 2, rows as last written
   std::string generated;
   int64_t kb = (spec.prompt_tokens + spec.decode_steps + spec.pooled_block - 1) / spec.pooled_block;
@@ -70,6 +72,10 @@ int main(int argc, char** argv) {
       ev["to_tier"].push_back(e.to_tier);
     }
     occupancy.push_back(sd.occupancy);
+    // JSON has no NaN: a hole (nothing recorded) is null.
+    nlohmann::json row = nlohmann::json::array();
+    for (float v : sd.series) row.push_back(std::isnan(v) ? nlohmann::json() : nlohmann::json(v));
+    series.push_back(row);
     entries.push_back(sd.step.entries);
     for (const PooledRow& row : sd.pooled)
       if (row.layer == 1)
@@ -94,6 +100,9 @@ int main(int argc, char** argv) {
   j["evict_step_l1_k1"] = evict;
   j["pooled_mean_l1_h2"] = mean;
   j["generated_text"] = generated;
+  j["series_names"] = {cap.layout().series.at(0).name};
+  j["series_units"] = cap.layout().series.at(0).units;
+  j["series_values"] = series;
   std::ofstream(argv[2]) << j.dump();
   return 0;
 }

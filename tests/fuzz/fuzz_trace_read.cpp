@@ -1,8 +1,8 @@
 // libFuzzer target: the trace reader (core/trace/reader.h) and what
 // `kvscope info` and the GUI read through it: the summary, windows of steps,
 // tokens and events, lifetimes and timelines, occupancy, attention levels,
-// gates and the oracle. Every read is bounded (small windows at the start
-// and the end, as a view shows them); each is tried on its own, as each
+// gates, series and the oracle. Every read is bounded (small windows at the
+// start and the end, as a view shows them); each is tried on its own, as each
 // panel handles its own errors. Inputs come through the structure-aware
 // HDF5 mutator (trace_mutator.h).
 #include <algorithm>
@@ -47,6 +47,8 @@ void read_heads(const TraceReader& r) {
       }
       for (int g = 0; g < int(std::min<size_t>(r.layout().gates.size(), 2)); ++g)
         ends(tokens, [&](int64_t b, int64_t e) { r.gate_values(g, l, k, b, e); });
+      for (int s = 0; s < int(std::min<size_t>(r.series().size(), 2)); ++s)
+        ends(steps, [&](int64_t b, int64_t e) { r.series_head(s, l, k, b, e); });
     }
   }
 }
@@ -78,6 +80,8 @@ void read_gates_and_oracle(const TraceReader& r) {
       if (n > 0) ends(n, [&](int64_t b, int64_t e) { r.gate_samples(g, b, e); });
     });
   }
+  for (int s = 0; s < int(std::min<size_t>(r.series().size(), 4)); ++s)
+    ends(r.n_steps(), [&](int64_t b, int64_t e) { r.series_values(s, b, e); });
   if (r.layout().oracle) {
     ends(r.n_steps(), [&](int64_t b, int64_t e) { r.oracle_kl(b, e); });
     accepts([&] { r.oracle_lost_mass(0); });
