@@ -35,6 +35,7 @@ PRINT = "--print" in sys.argv[6:]
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STORIES = os.path.join(SHARED, "models", "stories260K")
 FIXTURES = os.path.join(SOURCE, "tests", "fixtures")
+GATES = os.path.join(SOURCE, "resources", "gates")
 
 shutil.rmtree(SCRATCH, ignore_errors=True)
 os.makedirs(SCRATCH)
@@ -221,7 +222,7 @@ def materialise(name):
 def expand(text):
     text = re.sub(r"\{bad:([a-z0-9_]+)\}", lambda m: materialise(m.group(1)), text)
     return (text.replace("{kvscope}", KVSCOPE).replace("{stories}", STORIES)
-            .replace("{models}", MODELS).replace("{fixtures}", FIXTURES)
+            .replace("{models}", MODELS).replace("{fixtures}", FIXTURES).replace("{gates}", GATES)
             .replace("{tmp}", SCRATCH).replace("{trace}", TRACE))
 
 

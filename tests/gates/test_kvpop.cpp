@@ -1,0 +1,445 @@
+// KVpop (seed 003): the scorers against their equations (the mLSTM's
+// recurrent form against hand arithmetic and against the parallel form,
+// delayed readout reading exactly the tokens up to q, gradients against
+// finite differences) and the policy on scripted sequences: sinks, window
+// and long-range top-k held to a direct simulation from the scores the
+// policy recorded, the prefill mask (the last prompt query attends exactly
+// the simulated set), the cutoff series, and the bad inputs of the spec.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "capture/gates/kvpop_scorer.h"
+#include "capture/policy/registry.h"
+#include "capture/policy/step_driver.h"
+#include "core/common/input_error.h"
+#include "tests/gates/gate_test_util.h"
+
+using namespace kvscope;
+using gates::GateKind;
+
+namespace {
+
+gates::GateSet kvpop_set(GateKind kind, const model::ModelConfig& c, nlohmann::json given,
+                         uint64_t seed) {
+  const gates::GateShape shape = gates::GateShape::of(c);
+  gates::GateSet set =
+      gates::init_gates(kind, gates::resolve_hyperparameters(kind, shape, given, ""), shape, seed);
+  test::randomize(set, seed);
+  return set;
+}
+
+// ---- scalar reference of the mLSTM (eq. 37-42), written out by hand ----
+
+std::vector<double> softmax_d(const std::vector<double>& u, double sign) {
+  double mx = -1e300, sum = 0;
+  for (double x : u) mx = std::max(mx, sign * x);
+  std::vector<double> e;
+  for (double x : u) e.push_back(std::exp(sign * x - mx)), sum += e.back();
+  for (double& x : e) x /= sum;
+  return e;
+}
+
+struct RefToken {
+  std::vector<double> q, k, v;  // features F, F, P
+  double log_i, log_f;
+};
+
+RefToken ref_token(const gates::GateSet& g, int64_t h, const std::vector<double>& x) {
+  const std::string p = "layers.0.kvpop.mlstm.";
+  const int64_t P = g.param(p + "wq").size(2), X = int64_t(x.size());
+  auto proj = [&](const char* name) {
+    std::vector<double> out(size_t(P), 0.0);
+    auto w = g.param(p + name).accessor<float, 3>();
+    for (int64_t j = 0; j < P; ++j)
+      for (int64_t i = 0; i < X; ++i) out[size_t(j)] += x[size_t(i)] * w[h][i][j];
+    return out;
+  };
+  auto hedgehog = [](const std::vector<double>& u) {
+    std::vector<double> a = softmax_d(u, 1), b = softmax_d(u, -1);
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  auto dot_gate = [&](const char* w, const char* b) {
+    auto wa = g.param(p + w).accessor<float, 2>();
+    double s = g.param(p + b).accessor<float, 1>()[h];
+    for (int64_t i = 0; i < X; ++i) s += x[size_t(i)] * wa[h][i];
+    return s;
+  };
+  RefToken t{hedgehog(proj("wq")), hedgehog(proj("wk")), proj("wv"), dot_gate("wi", "bi"), 0};
+  const double fpre = dot_gate("wf", "bf");
+  t.log_f = -std::log1p(std::exp(-fpre));
+  return t;
+}
+
+// Unstabilised recurrence C_t = f C + i k v^T, z_t = f z + i k, then
+// r = a . SiLU(q^T C / q^T z) + b: small inputs keep exp(log i) finite.
+std::vector<double> ref_mlstm_scores(const gates::GateSet& g, int64_t h,
+                                     const std::vector<std::vector<double>>& xs, int64_t delay) {
+  const int64_t n = int64_t(xs.size());
+  std::vector<RefToken> tok;
+  for (const auto& x : xs) tok.push_back(ref_token(g, h, x));
+  const size_t F = tok[0].q.size(), P = tok[0].v.size();
+  std::vector<std::vector<double>> C(F, std::vector<double>(P, 0.0));
+  std::vector<double> z(F, 0.0), out(size_t(n), NAN);
+  auto a = g.param("layers.0.kvpop.mlstm.out_w").accessor<float, 2>();
+  const double b = g.param("layers.0.kvpop.mlstm.out_b").accessor<float, 1>()[h];
+  auto read = [&](const RefToken& t) {
+    double den = 0, r = b;
+    for (size_t f = 0; f < F; ++f) den += t.q[f] * z[f];
+    for (size_t j = 0; j < P; ++j) {
+      double num = 0;
+      for (size_t f = 0; f < F; ++f) num += t.q[f] * C[f][j];
+      const double hj = num / den;
+      r += a[h][int64_t(j)] * hj / (1 + std::exp(-hj));
+    }
+    return r;
+  };
+  for (int64_t p = 0; p < n; ++p) {
+    const RefToken& t = tok[size_t(p)];
+    const double f = std::exp(t.log_f), i = std::exp(t.log_i);
+    for (size_t a1 = 0; a1 < F; ++a1) {
+      z[a1] = f * z[a1] + i * t.k[a1];
+      for (size_t j = 0; j < P; ++j) C[a1][j] = f * C[a1][j] + i * t.k[a1] * t.v[j];
+    }
+    const int64_t u = p - delay;
+    if (u >= 0) out[size_t(u)] = read(tok[size_t(u)]);
+    if (p == n - 1)  // the tokens still in the window read the last state
+      for (int64_t u2 = std::max<int64_t>(0, n - delay); u2 < n; ++u2)
+        out[size_t(u2)] = read(tok[size_t(u2)]);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("mLSTM scorer: recurrent form = hand arithmetic = parallel form, delayed and immediate",
+          "[kvpop]") {
+  const model::ModelConfig c = test::gate_config(1, 4, 2, 4, 16);
+  gates::GateSet g = kvpop_set(GateKind::KvpopMlstm, c, {{"proj", 3}}, 5);
+  const int64_t n = 12, K = 2, hd = 4;
+  torch::manual_seed(9);
+  torch::Tensor k = torch::randn({n, K, hd}) * 0.5, v = torch::randn({n, K, hd}) * 0.5;
+  torch::Tensor x = gates::kvpop_inputs(k, v);  // [K, n, 8]
+  for (int64_t delay : {0, 3}) {
+    INFO("delay " << delay);
+    torch::Tensor par = gates::mlstm_scores_parallel(g, 0, x, delay);
+    // The recurrent (stabilised) form, token by token.
+    gates::MlstmTokens tok = gates::mlstm_tokens(g, 0, x);
+    gates::MlstmState st = gates::mlstm_initial_state(K, 6, 3);
+    torch::Tensor rec = torch::full({K, n}, NAN);
+    for (int64_t p = 0; p < n; ++p) {
+      gates::mlstm_write(st, tok, p);
+      if (p - delay >= 0)
+        rec.select(1, p - delay)
+            .copy_(gates::mlstm_score_of(g, 0, gates::mlstm_read(st, tok.q.select(1, p - delay))));
+    }
+    CHECK(torch::allclose(par.narrow(1, 0, n - delay), rec.narrow(1, 0, n - delay), 1e-4, 1e-5));
+    for (int64_t h = 0; h < K; ++h) {
+      std::vector<std::vector<double>> xs;
+      for (int64_t p = 0; p < n; ++p) {
+        torch::Tensor row = x[h][p];
+        xs.push_back(
+            std::vector<double>(row.data_ptr<float>(), row.data_ptr<float>() + row.numel()));
+      }
+      std::vector<double> ref = ref_mlstm_scores(g, h, xs, delay);
+      for (int64_t u = 0; u < n; ++u)
+        CHECK(par[h][u].item<double>() == Approx(ref[size_t(u)]).epsilon(1e-4).margin(1e-5));
+    }
+  }
+}
+
+TEST_CASE("mLSTM delayed readout reads exactly the tokens up to q = u + w", "[kvpop]") {
+  const model::ModelConfig c = test::gate_config(1, 2, 1, 4, 8);
+  gates::GateSet g = kvpop_set(GateKind::KvpopMlstm, c, {}, 2);
+  const int64_t n = 16, w = 4, u = 5, q = u + w;
+  torch::manual_seed(4);
+  torch::Tensor x = torch::randn({1, n, 8});
+  const double base = gates::mlstm_scores_parallel(g, 0, x, w)[0][u].item<double>();
+  torch::Tensor later = x.clone();
+  later.narrow(1, q + 1, n - q - 1).add_(torch::randn({1, n - q - 1, 8}) * 3);
+  CHECK(gates::mlstm_scores_parallel(g, 0, later, w)[0][u].item<double>() ==
+        Approx(base).epsilon(1e-6));
+  torch::Tensor at_q = x.clone();
+  at_q[0][q].add_(3.0);
+  CHECK(std::abs(gates::mlstm_scores_parallel(g, 0, at_q, w)[0][u].item<double>() - base) > 1e-4);
+  // The immediate readout ignores the tokens after u.
+  torch::Tensor after_u = x.clone();
+  after_u[0][u + 1].add_(3.0);
+  CHECK(gates::mlstm_scores_parallel(g, 0, after_u, 0)[0][u].item<double>() ==
+        Approx(gates::mlstm_scores_parallel(g, 0, x, 0)[0][u].item<double>()).epsilon(1e-6));
+}
+
+TEST_CASE("KVpop scorer gradients match finite differences", "[kvpop]") {
+  const model::ModelConfig c = test::gate_config(1, 2, 1, 4, 8);
+  for (GateKind kind : {GateKind::KvpopMlp, GateKind::KvpopMlstm}) {
+    INFO(gates::gate_kind_name(kind));
+    gates::GateSet g = kvpop_set(kind, c, {}, 7);
+    for (auto& [name, t] : g.params) t = t.to(torch::kFloat64).requires_grad_(true);
+    torch::manual_seed(1);
+    torch::Tensor x = torch::randn({1, 10, 8}, torch::kFloat64);
+    auto f = [&] {
+      return kind == GateKind::KvpopMlp ? gates::kvpop_mlp_scores(g, 0, x).pow(2).sum()
+                                        : gates::mlstm_scores_parallel(g, 0, x, 3).pow(2).sum();
+    };
+    torch::Tensor y = f();
+    y.backward();
+    for (auto& [name, t] : g.params) {
+      if (name.find("decay_logit") != std::string::npos) continue;  // not in the scores
+      INFO(name);
+      torch::NoGradGuard ng;
+      torch::Tensor flat = t.view({-1});
+      for (int64_t i = 0; i < std::min<int64_t>(3, flat.numel()); ++i) {
+        const double h = 1e-6, old = flat[i].item<double>();
+        flat[i] = old + h;
+        const double up = f().item<double>();
+        flat[i] = old - h;
+        const double down = f().item<double>();
+        flat[i] = old;
+        CHECK(t.grad().view({-1})[i].item<double>() ==
+              Approx((up - down) / (2 * h)).epsilon(1e-5).margin(1e-7));
+      }
+    }
+  }
+}
+
+TEST_CASE("KVpop decay is eq. 21 and the hyperparameters refuse bad gamma bounds", "[kvpop]") {
+  const model::ModelConfig c = test::gate_config(1, 2, 2, 4, 8);
+  gates::GateSet g = kvpop_set(GateKind::KvpopMlp, c, {}, 1);
+  g.params["layers.0.kvpop.decay_logit"] = torch::tensor({0.0f, 2.0f});
+  torch::Tensor lg = gates::kvpop_log_gamma(g, 0);
+  const double lo = std::log(0.999), hi = std::log(0.999999);
+  CHECK(lg[0].item<double>() == Approx(lo + 0.5 * (hi - lo)));
+  CHECK(lg[1].item<double>() == Approx(lo + (1 / (1 + std::exp(-2.0))) * (hi - lo)));
+  const gates::GateShape s = gates::GateShape::of(c);
+  auto field_of = [&](nlohmann::json given) {
+    try {
+      gates::resolve_hyperparameters(GateKind::KvpopMlstm, s, given, "--gate");
+    } catch (const InputError& e) {
+      return e.field();
+    }
+    return std::string("accepted");
+  };
+  CHECK(field_of({{"gamma_min", 0.0}}) == "--gate.gamma_min");
+  CHECK(field_of({{"gamma_max", 1.0}}) == "--gate.gamma_max");
+  CHECK(field_of({{"gamma_min", 0.9999}, {"gamma_max", 0.999}}) == "--gate.gamma_min");
+  CHECK(field_of({{"readout", "later"}}) == "--gate.readout");
+  CHECK(field_of({{"gamma_min", 0.99}, {"gamma_max", 0.9999}}) == "accepted");
+}
+
+// ---- the policy -----------------------------------------------------------------
+
+namespace {
+
+const int64_t kMax = 96, kPage = 4, kSinks = 2, kWindow = 4, kTopk = 6;
+
+// Inputs of positions pos0..pos0+n-1, each drawn for its own position, so a
+// chunked prefill feeds exactly what one prefill feeds.
+model::AttentionInputs positional_inputs(const model::ModelConfig& c, int64_t l, int64_t pos0,
+                                         int64_t n) {
+  std::vector<model::AttentionInputs> rows;
+  for (int64_t p = pos0; p < pos0 + n; ++p) rows.push_back(test::gate_inputs(c, l, p, 1, 1));
+  model::AttentionInputs in = rows[0];
+  in.pos0 = pos0;
+  auto cat = [&](torch::Tensor model::AttentionInputs::*f) {
+    std::vector<torch::Tensor> parts;
+    for (auto& r : rows) parts.push_back(r.*f);
+    in.*f = torch::cat(parts, 0);
+  };
+  for (auto f : {&model::AttentionInputs::hidden, &model::AttentionInputs::q,
+                 &model::AttentionInputs::k_pre_rope, &model::AttentionInputs::k,
+                 &model::AttentionInputs::v})
+    cat(f);
+  return in;
+}
+
+struct KvpopRun {
+  model::ModelConfig c = test::stories_shape();
+  std::string path;
+  policy::PolicyInstance pi;
+  std::unique_ptr<policy::StepDriver> driver;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, float> raw;  // (layer, head, pos) -> r
+  std::vector<trace::Event> events;
+  std::vector<std::vector<float>> series;  // per step
+  std::vector<torch::Tensor> out0;         // layer 0's output per step
+  KvpopRun(GateKind kind, const std::string& extra = "") {
+    gates::GateSet set =
+        kvpop_set(kind, c, {{"sinks", kSinks}, {"window", kWindow}, {"topk", kTopk}}, 11);
+    path =
+        test::save_temp(set, std::string("kvpop-") + gates::gate_kind_name(kind) + ".safetensors");
+    pi = policy::make_policy("kvpop:gates=" + path + extra);
+    pi.policy->setup({&c, kMax, 30, kPage});
+    driver = std::make_unique<policy::StepDriver>(c, policy::StepDriver::Options{kPage, kMax, 30},
+                                                  *pi.policy, "test");
+  }
+  void step(int64_t pos0, int64_t n) {
+    torch::InferenceMode guard;
+    driver->begin_step(pos0, n);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      torch::Tensor o = driver->attend(positional_inputs(c, l, pos0, n));
+      if (l == 0) out0.push_back(o);
+    }
+    driver->end_step();
+    for (auto& e : driver->take_events()) events.push_back(e);
+    for (auto& g : driver->take_gates()) raw[{g.layer, g.kv_head, g.token}] = g.value;
+    series.push_back(driver->take_series());
+  }
+  double log_gamma(int64_t l, int64_t h) const {
+    gates::GateSet g = gates::load_gates(path, c);
+    return gates::kvpop_log_gamma(g, l)[h].item<double>();
+  }
+  std::set<int64_t> held(int64_t l, int64_t h, int tier) const {
+    const auto& p = driver->cache().positions(l, h, tier);
+    return {p.begin(), p.end()};
+  }
+  // The long-range top-k at query q by a direct sort of E(q) on r - t log gamma.
+  std::set<int64_t> top_k(int64_t l, int64_t h, int64_t q, float* cutoff = nullptr) const {
+    const double lg = log_gamma(l, h);
+    std::vector<std::pair<double, int64_t>> e;
+    for (int64_t t = kSinks; t <= q - kWindow; ++t)
+      e.push_back({double(raw.at({l, h, t})) + double(q - t) * lg, t});
+    std::sort(e.begin(), e.end(), [](auto& a, auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second > b.second;
+    });
+    std::set<int64_t> out;
+    for (size_t i = 0; i < e.size() && int64_t(i) < kTopk; ++i) out.insert(e[i].second);
+    if (cutoff) *cutoff = int64_t(e.size()) > kTopk ? float(e[size_t(kTopk - 1)].first) : NAN;
+    return out;
+  }
+};
+
+// Layer 0, query head 0: softmax attention of query q over `keys`, the
+// position's inputs re-created.
+torch::Tensor attention_over(const model::ModelConfig& c, int64_t q,
+                             const std::set<int64_t>& keys) {
+  model::AttentionInputs qin = test::gate_inputs(c, 0, q, 1, 1);
+  std::vector<torch::Tensor> ks, vs;
+  for (int64_t p : keys) {
+    model::AttentionInputs in = test::gate_inputs(c, 0, p, 1, 1);
+    ks.push_back(in.k[0][0]);
+    vs.push_back(in.v[0][0]);
+  }
+  torch::Tensor K = torch::stack(ks), V = torch::stack(vs);
+  return torch::mv(V.t(), torch::softmax(torch::mv(K, qin.q[0][0]) * qin.scale, 0));
+}
+
+std::set<int64_t> expected_keys(const KvpopRun& r, int64_t q) {
+  std::set<int64_t> keys = r.top_k(0, 0, q);
+  for (int64_t t = 0; t <= q; ++t)
+    if (t < kSinks || q - t < kWindow) keys.insert(t);
+  return keys;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "kvpop holds sinks, window and the long-range top-k; prefill queries attend the running top-k",
+    "[kvpop][policy]") {
+  for (GateKind kind : {GateKind::KvpopMlp, GateKind::KvpopMlstm}) {
+    INFO(gates::gate_kind_name(kind));
+    KvpopRun r(kind);
+    r.step(0, 30);
+    for (int64_t p = 30; p < 50; ++p) r.step(p, 1);
+    // The prefill mask: queries 12 and 29 see exactly sinks + window + their top-k.
+    for (int64_t q : {12, 29})
+      CHECK(torch::allclose(r.out0[0][q][0], attention_over(r.c, q, expected_keys(r, q)), 1e-4,
+                            1e-5));
+    // The scores the policy recorded, token by token across prefill and
+    // decode, are the scorer's over the whole sequence: the delayed mLSTM
+    // readout at inference is the training-time parallel form.
+    {
+      gates::GateSet g = gates::load_gates(r.path, r.c);
+      for (int64_t l = 0; l < r.c.n_layers; ++l) {
+        model::AttentionInputs in = positional_inputs(r.c, l, 0, 50);
+        torch::Tensor x = gates::kvpop_inputs(in.k, in.v);
+        torch::Tensor want = kind == GateKind::KvpopMlp
+                                 ? gates::kvpop_mlp_scores(g, l, x)
+                                 : gates::mlstm_scores_parallel(g, l, x, kWindow);
+        for (int64_t h = 0; h < r.c.n_kv_heads; ++h)
+          for (int64_t t = 0; t <= 49 - kWindow; ++t)
+            CHECK(r.raw.at({l, h, t}) ==
+                  Approx(want[h][t].item<float>()).epsilon(1e-4).margin(1e-5));
+      }
+    }
+    // A decode query sees the same (the leaver against the long-range set).
+    CHECK(torch::allclose(r.out0.back()[0][0], attention_over(r.c, 49, expected_keys(r, 49)), 1e-4,
+                          1e-5));
+    for (int64_t l = 0; l < r.c.n_layers; ++l)
+      for (int64_t h = 0; h < r.c.n_kv_heads; ++h) {
+        INFO("layer " << l << " head " << h);
+        CHECK(r.held(l, h, 0) == std::set<int64_t>{0, 1});
+        CHECK(r.held(l, h, 1) == std::set<int64_t>{46, 47, 48, 49});
+        float cutoff = NAN;
+        CHECK(r.held(l, h, 2) == r.top_k(l, h, 49, &cutoff));
+        const std::vector<float>& s = r.series.back();
+        REQUIRE(s.size() == size_t(r.c.n_layers * r.c.n_kv_heads));
+        CHECK(s[size_t(l * r.c.n_kv_heads + h)] == Approx(cutoff).epsilon(1e-5));
+      }
+    // Every eviction is a boundary decision: a leaver below the cutoff, or a
+    // long-range entry that fell below it; the kept leavers moved there.
+    int64_t dropped = 0, displaced = 0, kept = 0;
+    for (const trace::Event& e : r.events) {
+      if (e.kind == trace::EventKind::Evict) {
+        CHECK((e.reason == 3 || e.reason == 4));
+        CHECK(int(e.from_tier) == (e.reason == 3 ? 1 : 2));
+        (e.reason == 3 ? dropped : displaced)++;
+      }
+      if (e.kind == trace::EventKind::Demote) kept += e.reason == 2;
+    }
+    // 50 tokens, 2 sinks and 4 in the window: 44 left the window; 6 remain.
+    CHECK(dropped + displaced ==
+          44 * r.c.n_layers * r.c.n_kv_heads - kTopk * r.c.n_layers * r.c.n_kv_heads);
+    CHECK(kept + dropped == 44 * r.c.n_layers * r.c.n_kv_heads);
+    CHECK(displaced > 0);
+  }
+}
+
+TEST_CASE("kvpop: a chunked prefill holds what one prefill holds", "[kvpop][policy]") {
+  for (GateKind kind : {GateKind::KvpopMlp, GateKind::KvpopMlstm}) {
+    INFO(gates::gate_kind_name(kind));
+    KvpopRun one(kind), chunked(kind);
+    one.step(0, 30);
+    chunked.step(0, 7), chunked.step(7, 11), chunked.step(18, 12);
+    for (int64_t p = 30; p < 40; ++p) one.step(p, 1), chunked.step(p, 1);
+    for (int64_t l = 0; l < one.c.n_layers; ++l)
+      for (int64_t h = 0; h < one.c.n_kv_heads; ++h)
+        for (int tier : {0, 1, 2}) CHECK(one.held(l, h, tier) == chunked.held(l, h, tier));
+    CHECK(torch::allclose(one.out0.back(), chunked.out0.back(), 1e-5, 1e-6));
+  }
+}
+
+TEST_CASE("kvpop refuses a scorer of another kind or model and a budget past the context",
+          "[kvpop][policy]") {
+  const model::ModelConfig c = test::stories_shape();
+  auto field_of = [&](const std::string& spec, const model::ModelConfig& m) {
+    try {
+      policy::PolicyInstance pi = policy::make_policy(spec);
+      pi.policy->setup({&m, kMax, 30, kPage});
+    } catch (const InputError& e) {
+      return e.field();
+    }
+    return std::string("accepted");
+  };
+  const gates::GateShape shape = gates::GateShape::of(c);
+  gates::GateSet mlstm =
+      gates::init_gates(GateKind::KvpopMlstm,
+                        gates::resolve_hyperparameters(GateKind::KvpopMlstm, shape,
+                                                       {{"window", 8}, {"topk", 20}}, ""),
+                        shape, 1);
+  const std::string path = test::save_temp(mlstm, "kvpop-bad.safetensors");
+  CHECK(field_of("kvpop:gates=" + path, c) == "accepted");
+  CHECK(field_of("kvpop:kind=mlp,gates=" + path, c) == "policy");
+  CHECK(field_of("kvpop:topk=200,gates=" + path, c) == "kvpop:topk");
+  CHECK(field_of("kvpop:budget=10,gates=" + path, c) == "kvpop:budget");
+  CHECK(field_of("kvpop:budget=40,compression=0.5,gates=" + path, c) == "kvpop:budget");
+  CHECK(field_of("kvpop:kind=lstm,gates=" + path, c) == "kvpop:kind");
+  CHECK(field_of("kvpop:gates=" + path, test::gate_config(5, 8, 4, 16, 64)) == "shape");
+  mlstm.meta["base_model"] = {{"name", "SmolLM2-135M-Instruct"}};
+  const std::string other = test::save_temp(mlstm, "kvpop-other.safetensors");
+  CHECK(field_of("kvpop:gates=" + other, c) == "base_model.name");
+  gates::GateSet wgkv = gates::init_gates(
+      GateKind::WriteGate, gates::default_hyperparameters(GateKind::WriteGate, shape), shape, 1);
+  CHECK(field_of("kvpop:gates=" + test::save_temp(wgkv, "wgkv-not-kvpop.safetensors"), c) ==
+        "policy");
+}
