@@ -71,12 +71,16 @@ nlohmann::json parse_gate_values(const std::vector<std::string>& items) {
 }
 
 int run_train(TrainCli& c) {
-  check_output_path(c.o.output, "-o");
+  if (c.o.evaluate.empty()) check_output_path(c.o.output, "-o");
   c.o.command_line = own_command_line();
   resolve_kvpop_options(c);
   c.o.kind = gates::parse_gate_kind(c.policy, "", "--policy");
   c.o.hyper_given = parse_gate_values(c.gate_values);
   gates::TrainResult r = gates::train_gates(c.o);
+  if (!c.o.evaluate.empty()) {
+    std::printf("%s\n", r.summary.dump(2).c_str());
+    return kExitOk;
+  }
   std::fprintf(stderr, "train: wrote %s (+ .json .csv .log .ckpt) in %.1f s\n", c.o.output.c_str(),
                r.wall_seconds);
   return kExitOk;
@@ -172,7 +176,11 @@ Command add_train_command(CLI::App& app) {
                   "stop after N steps as if interrupted (to test --resume)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
   sub->add_flag("-q,--quiet", o.quiet, "no progress lines on stderr (the .log still gets them)");
-  sub->add_option("-o,--output", o.output, "gate file to write (.safetensors)")->required();
+  sub->add_option("-o,--output", o.output, "gate file to write (.safetensors)");
+  sub->add_option(
+      "--evaluate", o.evaluate,
+      "print the held-out numbers of this gate file as JSON instead of training (kvpop: "
+      "at the budget --gate sinks/window/topk give)");
   return {sub, [c] { return run_train(*c); }};
 }
 

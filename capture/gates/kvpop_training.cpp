@@ -31,11 +31,12 @@ Ranking rank_heads(const torch::Tensor& priority, const KvpopConfig& c) {
   return r;
 }
 
-// Share of the teacher's top-k at the last query the student keeps too.
-double last_query_recall(const Ranking& student, const Ranking& teacher, const KvpopConfig& c) {
-  double sum = 0;
-  const size_t K = student.ranks.size();
-  for (size_t h = 0; h < K; ++h) {
+// Per head: the share of the teacher's top-k at the last query the student
+// keeps too (the paper's figure 7 recall).
+std::vector<double> last_query_recall(const Ranking& student, const Ranking& teacher,
+                                      const KvpopConfig& c) {
+  std::vector<double> out;
+  for (size_t h = 0; h < student.ranks.size(); ++h) {
     const int64_t S = int64_t(student.ranks[h].size()), q = S - 1;
     int64_t both = 0, kept_t = 0;
     for (int64_t t = c.sinks; t <= q - c.window; ++t) {
@@ -43,9 +44,9 @@ double last_query_recall(const Ranking& student, const Ranking& teacher, const K
       kept_t += tk;
       both += tk && kvpop::kept(student.ranks[h][size_t(t)], student.cutoffs[h][size_t(q)]);
     }
-    sum += kept_t > 0 ? double(both) / double(kept_t) : 1.0;
+    out.push_back(kept_t > 0 ? double(both) / double(kept_t) : 1.0);
   }
-  return K ? sum / double(K) : 0.0;
+  return out;
 }
 
 }  // namespace
@@ -72,6 +73,7 @@ void KvpopTrainBackend::begin_step(int64_t pos0, int64_t) {
   loss.clear();
   agreement.clear();
   recall.clear();
+  recall_heads.clear();
   pairs.clear();
 }
 
@@ -153,7 +155,10 @@ torch::Tensor KvpopTrainBackend::attend(const model::AttentionInputs& in) {
   }
   loss.push_back(layer_loss);
   agreement.push_back(agree);
-  recall.push_back(last_query_recall(student, teacher, c));
+  recall_heads.push_back(last_query_recall(student, teacher, c));
+  double mean = 0;
+  for (double x : recall_heads.back()) mean += x / double(recall_heads.back().size());
+  recall.push_back(mean);
   pairs.push_back(n_pairs);
   return sa.out.permute({1, 0, 2});
 }

@@ -59,7 +59,8 @@ class KvpopTrainBackend : public model::AttentionBackend {
   std::vector<torch::Tensor> loss;  // boundary loss (scalar, autograd to the scorer)
   std::vector<double> agreement;    // share of boundary pairs the student decides as the teacher
   std::vector<double> recall;  // |student top-k ∩ teacher top-k| / k at the last query, head mean
-  std::vector<int64_t> pairs;  // boundary pairs
+  std::vector<std::vector<double>> recall_heads;  // the same per head [layer][kv head]
+  std::vector<int64_t> pairs;                     // boundary pairs
 
   torch::Tensor mean_loss() const;  // L_score = mean over layers (Algorithm 1, line 12)
 

@@ -36,6 +36,7 @@ struct Numbers {
   double gate_mean = NAN, keep = NAN, cache = NAN;
   double score = NAN, agree = NAN, recall = NAN;  // kvpop: boundary loss, agreement, recall
   std::vector<double> recall_per_layer;
+  std::vector<std::vector<double>> recall_per_head;
 };
 
 bool is_kvpop(GateKind k) {
@@ -64,6 +65,8 @@ class Trainer {
   explicit Trainer(const TrainOptions& o) : o_(o) {}
 
   TrainResult run();
+  void check_kvpop_budget() const;
+  TrainResult evaluate_file(std::chrono::steady_clock::time_point t0);
 
  private:
   void validate();
@@ -104,7 +107,8 @@ class Trainer {
 };
 
 void Trainer::validate() {
-  if (o_.output.empty()) throw InputError("", "-o", "an output gate file is required");
+  if (o_.output.empty() && o_.evaluate.empty())
+    throw InputError("", "-o", "an output gate file is required");
   if (o_.seq_len < 8) throw InputError("", "--seq-len", "at least 8 tokens expected");
   if (o_.steps < 1) throw InputError("", "--steps", "at least 1 step expected");
   if (!(o_.lr > 0)) throw InputError("", "--lr", "a positive learning rate expected");
@@ -225,6 +229,7 @@ std::pair<torch::Tensor, Numbers> Trainer::kvpop_objective(const torch::Tensor& 
   n.agree = agree / double(sparse.recall.size());
   n.recall = recall / double(sparse.recall.size());
   n.recall_per_layer = sparse.recall;
+  n.recall_per_head = sparse.recall_heads;
   const KvpopConfig c = kvpop_config(gates_);
   n.cache = std::min(1.0, double(c.sinks + c.window + c.topk) / double(o_.seq_len));
   return {score, n};
@@ -253,8 +258,13 @@ Numbers Trainer::evaluate() {
                         {&sum.recall, n.recall}})
       if (!std::isnan(b)) add(*a, b);
     sum.recall_per_layer.resize(n.recall_per_layer.size(), 0.0);
-    for (size_t l = 0; l < n.recall_per_layer.size(); ++l)
+    sum.recall_per_head.resize(n.recall_per_head.size());
+    for (size_t l = 0; l < n.recall_per_layer.size(); ++l) {
       sum.recall_per_layer[l] += n.recall_per_layer[l] / double(E);
+      sum.recall_per_head[l].resize(n.recall_per_head[l].size(), 0.0);
+      for (size_t h = 0; h < n.recall_per_head[l].size(); ++h)
+        sum.recall_per_head[l][h] += n.recall_per_head[l][h] / double(E);
+    }
   }
   for (double* a : {&sum.loss, &sum.distill, &sum.reg, &sum.kl, &sum.ce, &sum.cap, &sum.gate_mean,
                     &sum.keep, &sum.cache, &sum.score, &sum.agree, &sum.recall})
@@ -380,6 +390,7 @@ json numbers_json(const Numbers& n) {
                       {"recall", n.recall}})
     if (!std::isnan(v)) j[k] = v;
   if (!n.recall_per_layer.empty()) j["recall_per_layer"] = n.recall_per_layer;
+  if (!n.recall_per_head.empty()) j["recall_per_head"] = n.recall_per_head;
   return j;
 }
 
@@ -417,6 +428,45 @@ json Trainer::gate_meta(int64_t steps_done, double wall, const Numbers& last,
   return meta;
 }
 
+void Trainer::check_kvpop_budget() const {
+  if (!is_kvpop(gates_.kind)) return;
+  const KvpopConfig k = kvpop_config(gates_);
+  const int64_t B = k.sinks + k.window + k.topk;
+  if (o_.seq_len <= B)
+    throw InputError("", "--seq-len",
+                     std::to_string(o_.seq_len) +
+                         " tokens never fill the budget B = s + w + k = " + std::to_string(B) +
+                         ": no boundary decision to learn (expected > " + std::to_string(B) + ")");
+}
+
+// --evaluate: the held-out numbers of an existing gate file (for KVpop at
+// the budget --gate sinks/window/topk give, e.g. the exact oracle recall with
+// --target-lse dense); nothing is written.
+TrainResult Trainer::evaluate_file(Clock::time_point t0) {
+  const model::ModelConfig& c = engine_.model->config();
+  GateSet trained = load_gates(o_.evaluate, c);
+  if (trained.kind != o_.kind)
+    throw InputError(o_.evaluate, "policy",
+                     std::string("holds ") + gate_kind_name(trained.kind) +
+                         " gates, --policy asks for " + gate_kind_name(o_.kind));
+  for (const char* key : {"sinks", "window", "topk"})
+    if (o_.hyper_given.contains(key))
+      trained.meta["hyperparameters"][key] = gates_.meta["hyperparameters"][key];
+  gates_ = std::move(trained);
+  check_kvpop_budget();
+  torch::NoGradGuard no_grad;
+  Numbers e = evaluate();
+  TrainResult r;
+  r.summary = numbers_json(e);
+  r.summary["gates"] = o_.evaluate;
+  r.summary["hyperparameters"] = gates_.meta["hyperparameters"];
+  r.summary["objective"] = objective_json();
+  r.summary["windows"] = o_.eval_windows;
+  r.summary["seq_len"] = o_.seq_len;
+  r.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return r;
+}
+
 TrainResult Trainer::run() {
   validate();
   const auto t0 = Clock::now();
@@ -429,25 +479,17 @@ TrainResult Trainer::run() {
   DataOptions d = o_.data;
   d.window = o_.seq_len;
   d.seed = o_.seed;
-  if (d.generate_tokens > 0 && d.generated_cache.empty())
+  if (d.generate_tokens > 0 && d.generated_cache.empty() && o_.evaluate.empty())
     d.generated_cache = sidecar_path(o_.output, ".generated.jsonl");
   data_ = load_training_data(engine_, d);
   const GateShape shape = GateShape::of(c);
   json hyper = resolve_hyperparameters(o_.kind, shape, o_.hyper_given, "--gate");
   gates_ = init_gates(o_.kind, hyper, shape, o_.seed);
   gates_.source = o_.output;
-  if (is_kvpop(o_.kind)) {
-    const KvpopConfig k = kvpop_config(gates_);
-    const int64_t B = k.sinks + k.window + k.topk;
-    if (o_.seq_len <= B)
-      throw InputError("", "--seq-len",
-                       std::to_string(o_.seq_len) +
-                           " tokens never fill the budget B = s + w + k = " + std::to_string(B) +
-                           ": no boundary decision to learn (expected > " + std::to_string(B) +
-                           ")");
-  }
-  for (auto& [name, t] : gates_.params) t.requires_grad_(true);
   budget_ = o_.budget > 0 ? o_.budget : double(o_.seq_len) / 4.0;
+  if (!o_.evaluate.empty()) return evaluate_file(t0);
+  check_kvpop_budget();
+  for (auto& [name, t] : gates_.params) t.requires_grad_(true);
   opt_ = std::make_unique<torch::optim::AdamW>(
       gates_.trainable(), torch::optim::AdamWOptions(o_.lr).weight_decay(o_.weight_decay));
 

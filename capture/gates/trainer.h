@@ -58,7 +58,8 @@ struct TrainOptions {
   bool resume = false;
   int64_t stop_after = 0;  // stop after this many steps as if interrupted (tests of --resume)
   bool quiet = false;
-  std::string output;  // gates .safetensors
+  std::string output;    // gates .safetensors
+  std::string evaluate;  // evaluate this gate file on the held-out text instead of training
   std::string command_line;
 };
 
