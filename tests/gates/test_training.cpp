@@ -283,3 +283,32 @@ TEST_CASE("the shipped SmolLM2 gate files fit SmolLM2 and drive a capture",
     CHECK(out.find(gate) != std::string::npos);
   }
 }
+
+TEST_CASE(
+    "kvpop scorer training: the boundary loss falls, the teacher agreement rises, --evaluate reads "
+    "it back",
+    "[gates][train][kvpop]") {
+  const std::string dir = test::temp_dir();
+  for (GateKind kind : {GateKind::KvpopMlp, GateKind::KvpopMlstm}) {
+    INFO(gates::gate_kind_name(kind));
+    gates::TrainOptions o =
+        stories_options(kind, dir + "/" + gates::gate_kind_name(kind) + ".safetensors", 120);
+    o.seq_len = 128;
+    o.lr = 1e-2;
+    o.hyper_given = {{"sinks", 4}, {"window", 8}, {"topk", 20}};
+    gates::TrainResult r = gates::train_gates(o);
+    const std::string csv = gates::sidecar_path(o.output, ".csv");
+    std::vector<double> loss = csv_column(csv, "loss"), agree = csv_column(csv, "agreement");
+    REQUIRE(loss.size() == 120);
+    CHECK(mean(loss, 100, 120) < 0.9 * mean(loss, 0, 20));
+    CHECK(mean(agree, 100, 120) > mean(agree, 0, 20) + 0.05);
+    // --evaluate gives the held-out numbers the training wrote.
+    gates::TrainOptions e = o;
+    e.evaluate = o.output;
+    e.output.clear();
+    gates::TrainResult ev = gates::train_gates(e);
+    CHECK(ev.summary.at("agreement").get<double>() ==
+          Approx(r.summary.at("heldout").at("agreement").get<double>()).epsilon(1e-9));
+    CHECK(ev.summary.at("recall_per_head").size() == 5);
+  }
+}
