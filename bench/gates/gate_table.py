@@ -24,7 +24,7 @@ def main():
         t = m["training"]
         st = js[:-5] + ".safetensors"
         h = t.get("heldout", {})
-        keys = [k for k in ("distill", "kl", "ce", "cap", "keep", "cache_fraction", "gate_mean") if k in h]
+        keys = [k for k in ("distill", "kl", "ce", "cap", "keep", "cache_fraction", "gate_mean", "agreement", "recall") if k in h]
         held = ", ".join(f"{k} {fmt(h[k])}" for k in keys)
         print(f"| `{os.path.basename(st)}` | {m['policy']} | {m['base_model']['name']} | "
               f"{t['steps']} x {t['seq_len']} | {t['wall_seconds']:.0f} s | {held} | "
