@@ -53,6 +53,8 @@ def stories_cases(pattern):
         ("attention_gate", "attention_gate:gates=" + g("attention-gate")),
         ("trimkv", "trimkv:gates=" + g("retention") + ",budget=10"),
         ("dbtrimkv", "dbtrimkv:gates=" + g("retention-global") + ",budget=10"),
+        ("kvpop_mlp", "kvpop:gates=" + g("kvpop-mlp") + ",sinks=2,window=4,topk=6"),
+        ("kvpop_mlstm", "kvpop:gates=" + g("kvpop-mlstm") + ",sinks=2,window=4,topk=6"),
     ]
 
 
@@ -71,6 +73,7 @@ def smollm_cases():
         ("quest", "quest:budget=64"),
         ("wgkv", "wgkv:gates=" + g("wgkv") + ",window=32"),
         ("dbtrimkv", "dbtrimkv:gates=" + g("retention-global") + ",budget=64"),
+        ("kvpop_mlp", "kvpop:gates=" + g("kvpop-mlp") + ",budget=128"),
     ]
 
 
