@@ -119,11 +119,14 @@ std::vector<double> ticks(double lo, double hi, int target, double min_step) {
   double raw = std::max((hi - lo) / std::max(1, target), min_step);
   double mag = std::pow(10.0, std::floor(std::log10(raw)));
   double step = mag;
-  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+    // Counting axes step by 3 where others step by 2.5: "layer 2.5" names nothing.
+    if (min_step >= 1 && m * mag != std::floor(m * mag)) m = std::ceil(m * mag) / mag;
     if (m * mag >= raw) {
       step = m * mag;
       break;
     }
+  }
   for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step)
     out.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
   return out;
@@ -188,15 +191,20 @@ void title(QPainter& p, const QRectF& rect, const QString& text, const QString& 
   p.setPen(Qt::black);
   p.setFont(font(10, true));
   QFontMetricsF fm(p.font());
-  double w = fm.horizontalAdvance(text);
+  // Elided in the middle when too long: the end names the head or step.
+  QString shown = fm.elidedText(text, Qt::ElideMiddle, rect.width() - 16);
+  double w = fm.horizontalAdvance(shown);
   p.drawText(QRectF(rect.left() + 8, rect.top() + 4, rect.width() - 16, rect.height() - 4),
-             Qt::AlignLeft | Qt::AlignVCenter, text);
+             Qt::AlignLeft | Qt::AlignVCenter, shown);
   if (!subtitle.isEmpty()) {
     p.setFont(font(8));
     p.setPen(QColor(80, 80, 80));
-    p.drawText(
-        QRectF(rect.left() + 20 + w, rect.top() + 4, rect.width() - 28 - w, rect.height() - 4),
-        Qt::AlignLeft | Qt::AlignVCenter, subtitle);
+    // Elided to the room left, measured with the painter's font (the device's DPI).
+    double room = rect.width() - 28 - w;
+    if (room > 40)
+      p.drawText(QRectF(rect.left() + 20 + w, rect.top() + 4, room, rect.height() - 4),
+                 Qt::AlignLeft | Qt::AlignVCenter,
+                 QFontMetricsF(p.font()).elidedText(subtitle, Qt::ElideRight, room));
   }
   p.restore();
 }
@@ -229,7 +237,8 @@ void colorbar(QPainter& p, const QRectF& r, const ColorScale& scale, const QStri
   p.translate(r.right() + 42, r.center().y());
   p.rotate(90);
   p.drawText(QRectF(-r.height() / 2, -fm.height(), r.height(), fm.height() + 4), Qt::AlignCenter,
-             label + (scale.log ? " (log)" : ""));
+             QFontMetricsF(p.font()).elidedText(label + (scale.log ? " (log)" : ""), Qt::ElideRight,
+                                                r.height()));
   p.restore();
 }
 

@@ -207,32 +207,69 @@ void TimelineFigure::paint(QPainter& p, const QRectF& area) const {
     p.restore();
     return;
   }
-  plot::title(p, fr.title, title(), "colour: kv heads of the layer holding the token");
+  plot::title(p, fr.title, title(),
+              QString("colour: how many of the layer's %1 kv heads hold the token at step %2 "
+                      "(grey: not fed yet)")
+                  .arg(n_kv_heads)
+                  .arg(step));
   if (counts.empty()) return plot::message(p, fr.plot, "no tokens yet");
   paint_layers(p, fr.plot, scale);
-  plot::Map mx{viewport_.left(), viewport_.right(), fr.plot.left(), fr.plot.right()};
-  double px_per_token = fr.plot.width() / viewport_.width();
-  if (px_per_token >= 9) {  // token strings as columns, as in the paper's figure
-    p.save();
-    p.setFont(plot::font(std::min(8.0, px_per_token * 0.6)));
-    QFontMetricsF fm(p.font());
-    for (int64_t t = int64_t(viewport_.left());
-         t < std::min<int64_t>(n_tokens, int64_t(std::ceil(viewport_.right()))); ++t) {
-      p.save();
-      p.translate(mx(t + 0.5) + fm.ascent() / 2 - 1, fr.plot.bottom() + 4);
-      p.rotate(90);
-      p.drawText(QPointF(0, 0),
-                 fm.elidedText((*token_text)[size_t(t)].simplified(), Qt::ElideRight, 40));
-      p.restore();
-    }
-    p.restore();
+  // Layers are rows: their numbers sit at the row centres (-0.5 .. L-0.5).
+  if (fr.plot.width() / viewport_.width() >= 9) {  // token strings as columns, as in the paper
+    p.setPen(Qt::black);
+    p.setBrush(Qt::NoBrush);
+    p.drawRect(fr.plot);
+    paint_token_columns(p, fr.plot);
+    paint_layer_ticks(p, fr.plot);
+    plot::axis_labels(p, fr.plot, "", "layer");
+  } else {
+    plot::axes(p, fr.plot, viewport_.left(), viewport_.right(), -0.5, double(n_layers) - 0.5,
+               "token", "layer", true);
   }
-  plot::axes(p, fr.plot, px_per_token >= 9 ? viewport_.left() : viewport_.left(), viewport_.right(),
-             0, double(n_layers), px_per_token >= 9 ? "" : "token", "layer", true);
   ColorScale cs;
   cs.lo = 0;
   cs.hi = float(std::max<int64_t>(1, n_kv_heads));
-  plot::colorbar(p, fr.colorbar, cs, "kv heads holding");
+  plot::colorbar(p, fr.colorbar, cs, QString("kv heads holding (of %1)").arg(n_kv_heads));
+}
+
+void TimelineFigure::paint_token_columns(QPainter& p, const QRectF& plot) const {
+  plot::Map mx{viewport_.left(), viewport_.right(), plot.left(), plot.right()};
+  double px_per_token = plot.width() / viewport_.width();
+  p.save();
+  p.setFont(plot::font(std::clamp(px_per_token * 0.55, 5.0, 8.0)));
+  p.setPen(Qt::black);
+  QFontMetricsF fm(p.font());  // the painter's font: metrics at the device's DPI
+  for (int64_t t = std::max<int64_t>(0, int64_t(std::floor(viewport_.left())));
+       t < std::min<int64_t>(n_tokens, int64_t(std::ceil(viewport_.right()))); ++t) {
+    if (mx(t + 0.5) < plot.left() || mx(t + 0.5) > plot.right()) continue;  // half in view
+    // "index text" when it fits below the plot, else the text alone, elided.
+    QString text = (*token_text)[size_t(t)].simplified();
+    QString full = QString::number(t) + " " + text;
+    QString label =
+        fm.horizontalAdvance(full) <= 44 ? full : fm.elidedText(text, Qt::ElideRight, 44);
+    p.save();
+    p.translate(mx(t + 0.5) + fm.ascent() / 2 - 1, plot.bottom() + 4);
+    p.rotate(90);
+    p.drawText(QPointF(0, 0), label);
+    p.restore();
+  }
+  p.restore();
+}
+
+void TimelineFigure::paint_layer_ticks(QPainter& p, const QRectF& plot) const {
+  p.save();
+  p.setFont(plot::font(8));
+  p.setPen(Qt::black);
+  QFontMetricsF fm(p.font());
+  double row = plot.height() / double(std::max<int64_t>(1, n_layers));
+  int64_t stride = std::max<int64_t>(1, int64_t(std::ceil(fm.height() * 1.2 / row)));
+  for (int64_t l = 0; l < n_layers; l += stride) {
+    double y = plot.top() + (double(l) + 0.5) * row;
+    QString s = QString::number(l);
+    p.drawLine(QPointF(plot.left() - 4, y), QPointF(plot.left(), y));
+    p.drawText(QPointF(plot.left() - 6 - fm.horizontalAdvance(s), y + fm.ascent() / 2 - 1), s);
+  }
+  p.restore();
 }
 
 void TimelineFigure::write_csv(QTextStream& out) const {

@@ -44,6 +44,8 @@ class TimelineFigure : public Figure {
  private:
   void paint_head(QPainter& p, const QRectF& plot, double device_scale) const;
   void paint_layers(QPainter& p, const QRectF& plot, double device_scale) const;
+  void paint_token_columns(QPainter& p, const QRectF& plot) const;
+  void paint_layer_ticks(QPainter& p, const QRectF& plot) const;
   QRectF viewport_;
 };
 

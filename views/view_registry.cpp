@@ -73,6 +73,11 @@ const std::vector<ViewDescriptor>& view_registry() {
          return SurvivalFigure::load(d, q.selection, q.horizon);
        },
        make_view<SurvivalView>, A::Right, "budget", false},
+      {"cutoff", "Eviction cutoff",
+       [](TraceData& d, TraceData*, const FigureRequest& q) -> std::shared_ptr<Figure> {
+         return CutoffFigure::load(d, q.selection, q.series);
+       },
+       make_view<CutoffView>, A::Right, "budget", false},
       {"tokens", "Token text",
        [](TraceData& d, TraceData*, const FigureRequest& q) -> std::shared_ptr<Figure> {
          return TokensFigure::load(d, q.selection, q.coloring);

@@ -4,6 +4,8 @@
 #include <QPainter>
 #include <QToolTip>
 #include <QWheelEvent>
+#include <algorithm>
+#include <cmath>
 
 namespace kvscope::views {
 
@@ -56,6 +58,63 @@ std::function<std::shared_ptr<Figure>(TraceData&)> GatesView::loader(const Selec
   return [sel, g](TraceData& data) -> std::shared_ptr<Figure> {
     return GatesFigure::load(data, sel, g);
   };
+}
+
+CutoffView::CutoffView(CurrentState* state, TraceService* service, QWidget* parent)
+    : FigureWidget("cutoff", state, service, parent) {}
+
+void CutoffView::set_series(int series) {
+  series_ = series;
+  reload();
+}
+
+void CutoffView::follow(const Selection& sel) {
+  if (CutoffFigure* f = cutoff()) {
+    f->step = std::clamp<int64_t>(sel.step, 0, std::max<int64_t>(0, f->n_steps - 1));
+    f->selected_token = sel.token();
+    update();
+  }
+}
+
+void CutoffView::state_changed(const Selection& sel, uint32_t changes) {
+  if (changes & (kStepChanged | kTokensChanged)) follow(sel);
+  FigureWidget::state_changed(sel, changes);
+}
+
+void CutoffView::adopt(std::shared_ptr<Figure>) {
+  // The step may have moved while the figure loaded (no reload for that).
+  follow(state_->selection());
+}
+
+std::function<std::shared_ptr<Figure>(TraceData&)> CutoffView::loader(const Selection& sel) {
+  int s = series_;
+  return [sel, s](TraceData& data) -> std::shared_ptr<Figure> {
+    return CutoffFigure::load(data, sel, s);
+  };
+}
+
+void CutoffView::click_at(const QPointF& point) {
+  CutoffFigure* f = cutoff();
+  if (!f || f->series < 0) return;
+  int64_t i = f->decision_at(area(), point);
+  if (i >= 0) {
+    const CutoffFigure::Decision& d = f->decisions[size_t(i)];
+    f->selected_token = d.token;
+    f->step = d.step;
+    update();
+    state_->set_tokens({int64_t(d.token)}, this);
+    state_->set_step(d.step, this);
+    return;
+  }
+  QRectF plot = f->layout(area()).plot;
+  if (!plot.contains(point) || f->n_steps == 0) return;
+  f->step = std::clamp<int64_t>(std::llround(f->x_map(plot).inverse(point.x())), 0, f->n_steps - 1);
+  update();
+  state_->set_step(f->step, this);
+}
+
+void CutoffView::mouseReleaseEvent(QMouseEvent* e) {
+  click_at(e->position());
 }
 
 TokensView::TokensView(CurrentState* state, TraceService* service, QWidget* parent)

@@ -149,12 +149,46 @@ QWidget* gates_controls(views::GatesView* view, const QStringList& gates) {
   return w;
 }
 
+QWidget* cutoff_controls(views::CutoffView* view) {
+  QHBoxLayout* l;
+  QWidget* w = row(&l);
+  auto* label = new QLabel("series");
+  auto* c = new QComboBox;
+  c->setObjectName("seriesCombo");
+  QObject::connect(c, qOverload<int>(&QComboBox::currentIndexChanged), view,
+                   [view](int i) { view->set_series(std::max(0, i)); });
+  // The names come with each loaded figure (the trace's /series); the choice
+  // is offered only when there is one to make.
+  QObject::connect(view, &views::FigureWidget::figureLoaded, c, [view, c, label] {
+    QStringList names = view->cutoff() ? view->cutoff()->series_names : QStringList();
+    QStringList shown;
+    for (int i = 0; i < c->count(); ++i) shown << c->itemText(i);
+    if (shown != names) {
+      c->blockSignals(true);
+      c->clear();
+      c->addItems(names);
+      if (view->cutoff()) c->setCurrentIndex(std::max(0, view->cutoff()->series));
+      c->blockSignals(false);
+    }
+    c->setVisible(names.size() > 1);
+    label->setVisible(names.size() > 1);
+  });
+  c->setVisible(false);
+  label->setVisible(false);
+  l->addWidget(label);
+  l->addWidget(c);
+  l->addStretch();
+  l->addWidget(new QLabel("click: a decision selects its token and step; elsewhere, the step"));
+  return w;
+}
+
 QWidget* controls_for(const QString& name, views::FigureWidget* view) {
   if (name == "heatmap") return heatmap_controls(static_cast<views::HeatmapView*>(view));
   if (name == "overview") return overview_controls(static_cast<views::OverviewView*>(view));
   if (name == "tokens") return tokens_controls(static_cast<views::TokensView*>(view));
   if (name == "survival") return survival_controls(static_cast<views::SurvivalView*>(view));
   if (name == "gates") return gates_controls(static_cast<views::GatesView*>(view), {});
+  if (name == "cutoff") return cutoff_controls(static_cast<views::CutoffView*>(view));
   return nullptr;
 }
 

@@ -87,6 +87,8 @@ TEST_CASE("every view exports to PNG, SVG and PDF with its title, axes and colou
       {"budget", {"Head budgets", "kv head", "entries", "cold"}},
       {"survival", {"Survival", "horizon", "held by the policy"}},
       {"gates", {"Gate scores", "synthetic_gate", "threshold"}},
+      // pdftotext reads DejaVu's "ff" as one ligature: words without it.
+      {"cutoff", {"Eviction cut", "layer 1", "kv head 1", "step", "score", "outside window"}},
       {"tokens", {"Tokens", "p40"}},
       {"history", {"Token history", "token 40"}},
       {"compare", {"Compare", "kept by A, not B"}},
@@ -103,7 +105,8 @@ TEST_CASE("every view exports to PNG, SVG and PDF with its title, axes and colou
     CHECK(listed.contains(d.name));
     CHECK(d.figure);
     CHECK(d.widget);
-    if (!d.tab_with.isEmpty()) CHECK(registered.contains(d.tab_with));  // tabbed with an earlier one
+    if (!d.tab_with.isEmpty())
+      CHECK(registered.contains(d.tab_with));  // tabbed with an earlier one
   }
   CHECK(registered.size() == listed.size());
   CHECK(figure_names() == registered);
@@ -171,4 +174,47 @@ TEST_CASE("kvscope export runs headless and names the field on bad input") {
               &out) == 0);
   nlohmann::json j = nlohmann::json::parse(slurp(dir + "/p.json"));
   CHECK(j["traceEvents"].size() > 100);
+  // --series takes a name or an index of the trace's /series, nothing else.
+  REQUIRE(test::run_command(env + exe + " export " + path +
+                                " --view cutoff --series cutoff --layer 2 --head 5 -o " + dir +
+                                "/cut.svg",
+                            &out) == 0);
+  CHECK(out.find("cutoff · layer 2 · kv head 2") != std::string::npos);
+  CHECK(test::run_command(
+            env + exe + " export " + path + " --view cutoff --series 1 -o " + dir + "/x.png",
+            &out) == 2);
+  CHECK(out.find("--series") != std::string::npos);
+  CHECK(out.find("its series: cutoff") != std::string::npos);
+}
+
+TEST_CASE("the cutoff view of a trace without series says so in words, with no axes") {
+  test::qt_app(true);
+  trace::SyntheticSpec spec = test::small_spec();
+  spec.series = false;
+  std::string path = test::write_trace(spec);
+  auto reader = trace::TraceReader::open(path);
+  REQUIRE(reader->series().empty());
+  TraceData data(*reader);
+  FigureRequest q;
+  q.view = "cutoff";
+  q.selection = selection_for(*reader, 1, 2, -1, -1);
+  std::shared_ptr<Figure> fig = make_figure(data, nullptr, q);
+  QString svg_path = QString::fromStdString(test::temp_dir() + "/no-series.svg");
+  export_figure(*fig, svg_path, ExportOptions{900, 600, 96});
+  SvgContent svg = read_svg(svg_path);
+  CHECK(svg.all_text.contains("no per-step series"));
+  CHECK(svg.all_text.contains("kvpop_cutoff"));
+  // No empty axes: no axis label and no tick label.
+  for (const QString& line : svg.all_text.split('\n')) {
+    INFO("text " << line.toStdString());
+    CHECK(line.trimmed() != "step");
+    CHECK_FALSE(line.startsWith("score"));
+    bool number = false;
+    line.trimmed().toDouble(&number);
+    CHECK_FALSE(number);
+  }
+  std::string csv_path = test::temp_dir() + "/no-series.csv";
+  export_figure(*fig, QString::fromStdString(csv_path), ExportOptions{});
+  std::string csv = slurp(csv_path);
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 2);  // title and header only
 }

@@ -234,6 +234,142 @@ TEST_CASE("gates: histogram covers every scored token, threshold from the trace"
   CHECK(f->values[5] == Approx(trace::synthetic_gate(test::small_spec(), 2, 1, 5)));
 }
 
+namespace {
+
+// Finite range and runs (maximal stretches of finite values) of a series.
+struct SeriesTruth {
+  float lo = INFINITY, hi = -INFINITY;
+  int runs = 0;
+};
+
+SeriesTruth series_truth(const trace::SyntheticSpec& spec, int64_t steps, int layer, int kv) {
+  SeriesTruth t;
+  bool in_run = false;
+  for (int64_t s = 0; s < steps; ++s) {
+    float v = trace::synthetic_series(spec, s, layer, kv);
+    if (std::isfinite(v)) t.lo = std::min(t.lo, v), t.hi = std::max(t.hi, v);
+    t.runs += std::isfinite(v) && !in_run;
+    in_run = std::isfinite(v);
+  }
+  return t;
+}
+
+// Data range [lo, hi] of the y pixels of some polylines.
+std::pair<double, double> y_extent(const std::vector<QPolygonF>& line, const plot::Map& my) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (const QPolygonF& run : line)
+    for (const QPointF& p : run)
+      lo = std::min(lo, my.inverse(p.y())), hi = std::max(hi, my.inverse(p.y()));
+  return {lo, hi};
+}
+
+}  // namespace
+
+TEST_CASE("cutoff: the series as a line, every scored decision of the head as a point") {
+  test::qt_app(true);
+  trace::SyntheticSpec spec = test::small_spec();
+  spec.tiers = 2;                   // demote out of the window, evict later: two decision kinds
+  Loaded l = load(spec, 1, 2, 10);  // kv head 1
+  auto f = CutoffFigure::load(*l.data, l.sel, 0);
+  REQUIRE(f->series_name == "cutoff");
+  REQUIRE(f->kv_head == 1);
+  // The decisions are the head's events with a finite score, read back plainly.
+  int64_t finite = 0;
+  for (const trace::Event& e : l.reader->events(0, l.reader->n_events()))
+    finite += e.layer == 1 && e.kv_head == 1 && std::isfinite(e.score);
+  CHECK(int64_t(f->decisions.size()) == finite);
+  // The evictions are the synthetic policy's, under their reason and kind.
+  int64_t evicted = 0;
+  for (int64_t t = 0; t < l.reader->n_tokens(); ++t)
+    evicted += trace::synthetic_evict_step(spec, 1, 1, t) >= 0;
+  auto evict = std::find_if(f->classes.begin(), f->classes.end(),
+                            [](const auto& c) { return c.kind == trace::EventKind::Evict; });
+  REQUIRE(evict != f->classes.end());
+  CHECK(evict->label == "outside window (evict)");
+  CHECK(evict->removes);
+  CHECK(evict->count == evicted);
+  // The series per step, NaN holes included; its finite range.
+  REQUIRE(int64_t(f->values.size()) == l.reader->n_steps());
+  for (int64_t s = 0; s < l.reader->n_steps(); ++s) {
+    float v = trace::synthetic_series(spec, s, 1, 1);
+    INFO("step " << s);
+    CHECK((std::isnan(v) ? std::isnan(f->values[size_t(s)]) : f->values[size_t(s)] == v));
+  }
+  SeriesTruth truth = series_truth(spec, l.reader->n_steps(), 1, 1);
+  CHECK(f->value_min == truth.lo);
+  CHECK(f->value_max == truth.hi);
+
+  // Drawn with a pixel per step or more: one marker per decision, the line
+  // broken at every hole and spanning the series' finite range.
+  QRectF plot = f->layout(QRectF(0, 0, 1000, 700)).plot;
+  CutoffFigure::Marks m = f->marks(plot, int(plot.width()));
+  size_t markers = 0;
+  for (size_t k = 0; k < m.points.size(); ++k) markers += m.points[k].size() + m.bins[k].size();
+  CHECK(int64_t(markers) == finite);
+  CHECK(int(m.line.size()) == truth.runs);
+  auto [lo, hi] = y_extent(m.line, f->y_map(plot));
+  CHECK(lo == Approx(truth.lo).margin(1e-5));
+  CHECK(hi == Approx(truth.hi).margin(1e-5));
+  // A click on a drawn decision finds it.
+  const CutoffFigure::Decision& d = f->decisions[f->decisions.size() / 2];
+  QPointF at(f->x_map(plot)(d.step), f->y_map(plot)(d.score));
+  int64_t hit = f->decision_at(QRectF(0, 0, 1000, 700), at + QPointF(2, 1));
+  REQUIRE(hit >= 0);
+  CHECK(f->decisions[size_t(hit)].step == d.step);
+  CHECK(f->decisions[size_t(hit)].score == d.score);
+
+  // Fewer pixel columns than steps and decisions: a min-max per column, so
+  // the drawing is bounded by the pixels and still reaches both extremes.
+  const int cols = 6;
+  CutoffFigure::Marks folded = f->marks(plot, cols);
+  size_t vertices = 0;
+  for (const QPolygonF& run : folded.line) vertices += size_t(run.size());
+  CHECK(vertices <= 2 * cols);
+  for (size_t k = 0; k < f->classes.size(); ++k) {
+    INFO("class " << f->classes[k].label.toStdString());
+    bool fold = f->classes[k].count > cols;  // the 4 sinks stay points
+    CHECK(folded.bins[k].size() <= size_t(cols));
+    CHECK(folded.bins[k].empty() != fold);
+    CHECK(int64_t(folded.points[k].size()) == (fold ? 0 : f->classes[k].count));
+  }
+  auto [flo, fhi] = y_extent(folded.line, f->y_map(plot));
+  CHECK(flo == Approx(truth.lo).margin(1e-5));
+  CHECK(fhi == Approx(truth.hi).margin(1e-5));
+}
+
+TEST_CASE("cutoff view follows the head, and a new step only moves its line") {
+  test::qt_app(true);
+  std::string path = test::write_trace(test::small_spec());
+  CurrentState state;
+  TraceService service;
+  CutoffView view(&state, &service);
+  view.resize(700, 450);
+  QSignalSpy loaded(&view, &FigureWidget::figureLoaded);
+  auto r = trace::TraceReader::open(path);
+  state.set_trace(path, r->n_layers(), r->n_heads(), r->n_kv_heads(), r->n_steps(), r->n_tokens());
+  REQUIRE(loaded.wait(20000));
+  REQUIRE(view.cutoff());
+  CHECK(view.cutoff()->series_names == QStringList{"cutoff"});
+  auto* before = view.cutoff();
+  state.set_step(5);
+  QCoreApplication::processEvents();
+  CHECK(view.cutoff() == before);
+  CHECK(view.cutoff()->step == 5);
+  // A step set while a figure loads is the step the arriving figure shows.
+  state.set_head(2, 6);  // kv head 3
+  state.set_step(9);
+  REQUIRE(loaded.wait(20000));
+  CHECK(view.cutoff()->layer == 2);
+  CHECK(view.cutoff()->kv_head == 3);
+  CHECK(view.cutoff()->step == 9);
+  // A click on a decision selects its token and step for every view.
+  const CutoffFigure::Decision d = view.cutoff()->decisions.back();
+  QRectF plot = view.cutoff()->layout(QRectF(view.rect())).plot;
+  view.click_at(QPointF(view.cutoff()->x_map(plot)(d.step), view.cutoff()->y_map(plot)(d.score)));
+  CHECK(state.selection().step == d.step);
+  CHECK(state.selection().token() == d.token);
+}
+
 TEST_CASE("overview sorts heads by a metric from the LOD cache and maps clicks to heads") {
   test::qt_app(true);
   trace::SyntheticSpec spec = test::lod_spec();

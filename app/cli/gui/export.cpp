@@ -33,7 +33,7 @@ struct ExportOptions {
   int width = 1600, height = 1000;
   double dpi = 150;
   bool linear = false, max = false, no_evicted = false, build_lod = false;
-  std::string coloring = "all", metric = "head";
+  std::string coloring = "all", metric = "head", series;
   std::vector<int> perfetto_layers;
 };
 
@@ -93,6 +93,21 @@ int run_perfetto(const ExportOptions& o, const trace::TraceReader& reader) {
   return kExitOk;
 }
 
+// --series: a name of the trace's /series or its index ("": the first).
+int series_option(const std::string& value, const trace::TraceReader& reader) {
+  if (value.empty()) return 0;
+  const int64_t n = static_cast<int64_t>(reader.series().size());
+  int index = reader.series_index(value);
+  if (index < 0 && value.find_first_not_of("0123456789") == std::string::npos && value.size() < 9)
+    index = std::stoi(value);
+  if (index >= 0 && index < n) return index;
+  std::string names;
+  for (const trace::SeriesSpec& s : reader.series()) names += (names.empty() ? "" : ", ") + s.name;
+  throw InputError(reader.path(), "--series",
+                   "'" + value + "' is not a series of the trace (its series: " +
+                       (names.empty() ? "none" : names) + ")");
+}
+
 int run_export(const ExportOptions& o) {
   check_output_path(o.output, "-o");
   auto reader = trace::TraceReader::open(o.trace);
@@ -101,6 +116,7 @@ int run_export(const ExportOptions& o) {
     throw InputError(o.trace, "--gate",
                      std::to_string(o.gate) + " is outside [0, " + std::to_string(gates) +
                          ") (the trace's gates: /gates)");
+  const int series = series_option(o.series, *reader);
   if (o.view == "perfetto") return run_perfetto(o, *reader);
   auto app = headless_app();
   views::TraceData data(*reader);
@@ -134,6 +150,7 @@ int run_export(const ExportOptions& o) {
   q.metric =
       views::OverviewMetric(std::find(metrics.begin(), metrics.end(), o.metric) - metrics.begin());
   q.gate = o.gate;
+  q.series = series;
   q.horizon = o.horizon;
   q.viewport = parse_zoom(o.zoom);
   double scale = o.dpi / 96.0;
@@ -180,6 +197,7 @@ Command add_export_command(CLI::App& app) {
                   "overview sort: head, sink-mass, local-mass, entropy, entries-held, lost-mass")
       ->check(CLI::IsMember(overview_metric_options()));
   sub->add_option("--gate", o->gate, "gates: gate index")->check(index);
+  sub->add_option("--series", o->series, "cutoff: series name or index (default: the first)");
   sub->add_option("--horizon", o->horizon, "survival: horizon h for the per-head map")
       ->check(CLI::Range(1, INT32_MAX));
   sub->add_option("--layers", o->perfetto_layers, "perfetto: layers to include (default all)");
