@@ -27,7 +27,7 @@ python3 bench/gates/kvpop_recall.py --kvscope "$kv" --model "$model" --data out/
   --scorer mlp="$g-mlp.safetensors" --scorer recency="$out/recency.safetensors" --out "$out/recall.json"
 for B in 512 256; do
   python3 bench/gates/quality.py --kvscope "$kv" --model "$model" --budget "$B" --context 1984 --new 64 \
-    --samples 4 --needles 8 --threads "$threads" \
+    --samples 2 --needles 4 --threads "$threads" \
     --budget-policy kvpop_mlstm="kvpop:gates=$g-mlstm.safetensors,budget={M}" \
     --budget-policy kvpop_mlstm_immediate="kvpop:gates=$g-mlstm_immediate.safetensors,budget={M}" \
     --budget-policy kvpop_mlp="kvpop:gates=$g-mlp.safetensors,budget={M}" \

@@ -123,6 +123,10 @@ def main():
                     help="passkey: kvscope's built-in task (--task needle:...); licence: an access code "
                          "planted in licence text (SmolLM2-135M misses it even with the full cache)")
     ap.add_argument("--oracle-k", type=int, default=16)
+    ap.add_argument("--skip-full", action="store_true",
+                    help="no full-cache run (each capture's oracle shadow gives its KL anyway)")
+    ap.add_argument("--skip-baselines", action="store_true",
+                    help="no streaming_llm/h2o runs (adding a policy to an earlier run's prompts)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -142,7 +146,9 @@ def main():
         start = (i // len(texts)) * chars // 2
         samples.append(t[start:start + chars])
     for i, prompt in enumerate(samples):
-        row = {"sample": i, "source": LICENSES[i % len(LICENSES)], "full": capture(args, "full", prompt, trace, args.new)}
+        row = {"sample": i, "source": LICENSES[i % len(LICENSES)]}
+        if not args.skip_full:
+            row["full"] = capture(args, "full", prompt, trace, args.new)
         for name, spec in policies.items():
             r = capture(args, spec, prompt, trace, args.new)
             row[name] = r
@@ -150,7 +156,7 @@ def main():
                 row[f"{name}/{b}"] = capture(args, bspec, prompt, trace, args.new)
         for name, spec in budget_policies.items():
             row[name] = capture(args, spec.replace("{M}", str(args.budget)), prompt, trace, args.new)
-        for b, bspec in (baselines(args.budget) if budget_policies else {}).items():
+        for b, bspec in (baselines(args.budget) if budget_policies and not args.skip_baselines else {}).items():
             row[f"budget/{b}"] = capture(args, bspec, prompt, trace, args.new)
         results["heldout"].append(row)
         print(json.dumps({k: (v if not isinstance(v, dict) else {x: v[x] for x in ("kl", "recall", "entries_per_head")})
@@ -173,7 +179,9 @@ def main():
             def run(spec):
                 return capture(args, spec, prompt, trace, new, chat=True, expect=expect, task=task)
 
-            row = {"context": ctx, "depth": depth, "code": code, "full": run("full")}
+            row = {"context": ctx, "depth": depth, "code": code}
+            if not args.skip_full:
+                row["full"] = run("full")
             for name, spec in policies.items():
                 r = run(spec)
                 row[name] = r
@@ -182,7 +190,7 @@ def main():
             M = max(8, int(args.budget * ctx / args.context))
             for name, spec in budget_policies.items():
                 row[name] = run(spec.replace("{M}", str(M)))
-            for b, bspec in (baselines(M) if budget_policies else {}).items():
+            for b, bspec in (baselines(M) if budget_policies and not args.skip_baselines else {}).items():
                 row[f"budget/{b}"] = run(bspec)
             results["needle"].append(row)
             print(json.dumps({k: (v["success"], round(v["entries_per_head"], 1)) if isinstance(v, dict) else v

@@ -263,9 +263,13 @@ struct KvpopRun {
   std::vector<trace::Event> events;
   std::vector<std::vector<float>> series;  // per step
   std::vector<torch::Tensor> out0;         // layer 0's output per step
-  KvpopRun(GateKind kind, const std::string& extra = "") {
+  KvpopRun(GateKind kind, const std::string& extra = "", bool fresh = false) {
+    const gates::GateShape shape = gates::GateShape::of(c);
+    const nlohmann::json hyper = {{"sinks", kSinks}, {"window", kWindow}, {"topk", kTopk}};
     gates::GateSet set =
-        kvpop_set(kind, c, {{"sinks", kSinks}, {"window", kWindow}, {"topk", kTopk}}, 11);
+        fresh ? gates::init_gates(kind, gates::resolve_hyperparameters(kind, shape, hyper, ""),
+                                  shape, 11)
+              : kvpop_set(kind, c, hyper, 11);
     path =
         test::save_temp(set, std::string("kvpop-") + gates::gate_kind_name(kind) + ".safetensors");
     pi = policy::make_policy("kvpop:gates=" + path + extra);
@@ -392,6 +396,30 @@ TEST_CASE(
           44 * r.c.n_layers * r.c.n_kv_heads - kTopk * r.c.n_layers * r.c.n_kv_heads);
     CHECK(kept + dropped == 44 * r.c.n_layers * r.c.n_kv_heads);
     CHECK(displaced > 0);
+  }
+}
+
+TEST_CASE("kvpop with an untrained scorer is StreamingLLM: sinks + the last w + k tokens",
+          "[kvpop][policy]") {
+  // A fresh scorer gives every token the same score (the score projection
+  // starts at zero, E.5), so the decay alone ranks: the newest eligible win.
+  for (GateKind kind : {GateKind::KvpopMlp, GateKind::KvpopMlstm}) {
+    INFO(gates::gate_kind_name(kind));
+    KvpopRun r(kind, "", true);
+    r.step(0, 30);
+    for (int64_t p = 30; p < 45; ++p) {
+      r.step(p, 1);
+      for (int64_t l = 0; l < r.c.n_layers; ++l)
+        for (int64_t h = 0; h < r.c.n_kv_heads; ++h) {
+          std::set<int64_t> held = r.held(l, h, 0), win = r.held(l, h, 1), lr = r.held(l, h, 2),
+                            want;
+          held.insert(win.begin(), win.end());
+          held.insert(lr.begin(), lr.end());
+          for (int64_t t = 0; t <= p; ++t)
+            if (t < kSinks || p - t < kWindow + kTopk) want.insert(t);
+          CHECK(held == want);
+        }
+    }
   }
 }
 
