@@ -1,14 +1,19 @@
-// kvscope train --policy wgkv|attention-gate|retention|retention-global
+// kvscope train --policy wgkv|attention-gate|retention|retention-global|kvpop
 //   --model M --data PATH... [--generate N] --seq-len L --steps N [--lr X]
 //   [--gate key=value ...] [objective weights] [--resume] -o gates.safetensors
 // Learns a seed paper's gates for a frozen model (capture/gates/trainer.h,
 // docs/training.md). Writes the gate file, its .json metadata, the .log and
-// the .csv loss curve, and a .ckpt to --resume from.
+// the .csv loss curve, and a .ckpt to --resume from. KVpop's fine-tuning
+// settings also train the base and write it as a model file:
+//   --policy kvpop --retrofit [--model-out M]   base + scorers (Algorithm 1)
+//   --policy streaming-plus -o MODEL            StreamingLLM+: the base alone
+//                                               under sinks + a window of w + k
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "app/cli/command.h"
 #include "capture/gates/trainer.h"
@@ -26,8 +31,41 @@ struct TrainCli {
   std::string scorer = "mlstm";  // --policy kvpop
   std::string target_lse = "sparse", target_agg = "max";
   bool no_margin = false, no_balance = false, no_count_normalise = false;
+  bool retrofit = false;
   std::vector<std::string> gate_values;
+  CLI::App* sub = nullptr;
 };
+
+// --retrofit and --policy streaming-plus fine-tune the base (seed 003 §4).
+// StreamingLLM+ has no scorer: its budget is KVpop's (--gate sinks, window,
+// topk; the pattern's window is w + k), carried by a kvpop-mlp gate set that
+// is never trained or written.
+void resolve_base_setting(TrainCli& c) {
+  gates::TrainOptions& o = c.o;
+  if (c.policy == "streaming-plus") {
+    if (c.retrofit)
+      throw InputError("", "--retrofit",
+                       "streaming-plus fine-tunes the base already (expected --policy kvpop "
+                       "--retrofit or --policy streaming-plus)");
+    for (const std::string& kv : c.gate_values) {
+      const std::string key = kv.substr(0, kv.find('='));
+      if (key != "sinks" && key != "window" && key != "topk")
+        throw InputError("", "--gate",
+                         "'" + key +
+                             "' is not a setting of streaming-plus (expected sinks, "
+                             "window, topk: the budget, as for kvpop)");
+    }
+    o.base = gates::TrainOptions::Base::StreamingPlus;
+    c.policy = "kvpop-mlp";
+  } else if (c.retrofit) {
+    o.base = gates::TrainOptions::Base::Retrofit;
+  }
+  std::set<std::string> given;
+  for (const char* name :
+       {"--lr", "--lr-min", "--warmup-steps", "--weight-decay", "--beta2", "--grad-clip"})
+    if (c.sub->get_option(name)->count() > 0) given.insert(name);
+  gates::apply_table3_defaults(o, given);
+}
 
 // --policy kvpop --scorer mlp|mlstm names the gate kinds kvpop-mlp / kvpop-mlstm.
 void resolve_kvpop_options(TrainCli& c) {
@@ -71,8 +109,11 @@ nlohmann::json parse_gate_values(const std::vector<std::string>& items) {
 }
 
 int run_train(TrainCli& c) {
-  if (c.o.evaluate.empty()) check_output_path(c.o.output, "-o");
+  // StreamingLLM+'s -o is the model (an HF model's is a directory): the
+  // trainer checks it.
+  if (c.o.evaluate.empty() && c.policy != "streaming-plus") check_output_path(c.o.output, "-o");
   c.o.command_line = own_command_line();
+  resolve_base_setting(c);
   resolve_kvpop_options(c);
   c.o.kind = gates::parse_gate_kind(c.policy, "", "--policy");
   c.o.hyper_given = parse_gate_values(c.gate_values);
@@ -81,8 +122,13 @@ int run_train(TrainCli& c) {
     std::printf("%s\n", r.summary.dump(2).c_str());
     return kExitOk;
   }
-  std::fprintf(stderr, "train: wrote %s (+ .json .csv .log .ckpt) in %.1f s\n", c.o.output.c_str(),
-               r.wall_seconds);
+  if (c.o.base == gates::TrainOptions::Base::StreamingPlus)
+    std::fprintf(stderr, "train: wrote the model %s (+ .json .csv .log .ckpt) in %.1f s\n",
+                 r.model_file.c_str(), r.wall_seconds);
+  else
+    std::fprintf(
+        stderr, "train: wrote %s (+ .json .csv .log .ckpt)%s in %.1f s\n", c.o.output.c_str(),
+        r.model_file.empty() ? "" : (" and the model " + r.model_file).c_str(), r.wall_seconds);
   return kExitOk;
 }
 
@@ -90,10 +136,11 @@ Command add_train_command(CLI::App& app) {
   auto c = std::make_shared<TrainCli>();
   gates::TrainOptions& o = c->o;
   CLI::App* sub = app.add_subcommand(
-      "train", "Train learned KV-cache gates (WG-KV, Attention-Gate, TrimKV/DBTrimKV)");
-  sub->add_option(
-         "--policy", c->policy,
-         "wgkv | attention-gate | retention | retention-global | kvpop (--scorer mlp|mlstm)")
+      "train", "Train learned KV-cache gates (WG-KV, Attention-Gate, TrimKV/DBTrimKV, KVpop)");
+  c->sub = sub;
+  sub->add_option("--policy", c->policy,
+                  "wgkv | attention-gate | retention | retention-global | kvpop (--scorer "
+                  "mlp|mlstm; --retrofit) | streaming-plus")
       ->required();
   generate::add_model_options(sub, &o.model);
   sub->add_option("--data", o.data.paths,
@@ -111,6 +158,9 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--steps", o.steps, "optimizer steps (one window each)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30))
+      ->capture_default_str();
+  sub->add_option("--batch", o.batch, "windows per optimizer step, their gradients accumulated")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
       ->capture_default_str();
   sub->add_option("--lr", o.lr, "peak learning rate (AdamW, warmup then cosine)")
       ->check(finite_range(1e-12, 10))
@@ -159,7 +209,33 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--loss-tau", o.kvpop.tau, "kvpop: temperature of the boundary loss (eq. 7)");
   sub->add_flag("--no-margin-weighting", c->no_margin, "kvpop: no margin weights (eq. 23)");
   sub->add_flag("--no-balance", c->no_balance, "kvpop: no keep/drop balancing (eq. 24)");
-  sub->add_option("--kl-topk", o.kl_topk, "kvpop: teacher logits of the reported KL");
+  sub->add_option("--kl-topk", o.kl_topk,
+                  "kvpop: teacher logits of the KL (reported; the loss with --retrofit and "
+                  "streaming-plus)");
+  sub->add_flag("--retrofit", c->retrofit,
+                "kvpop: the full retrofit, base and scorers together (Algorithm 1); Table 3's "
+                "optimiser unless set: --lr 1e-3 --lr-min 8e-5 --warmup-steps 100 "
+                "--weight-decay 1e-4 --beta2 0.95 --grad-clip 1 --base-lr 8e-5");
+  sub->add_option("--model-out", o.model_out,
+                  "--retrofit: the fine-tuned model to write (default: -o with .bin, or a "
+                  "directory for HF models)");
+  sub->add_option("--base-lr", o.base_lr,
+                  "--retrofit, streaming-plus: constant learning rate of the base weights")
+      ->check(finite_range(1e-12, 10))
+      ->capture_default_str();
+  sub->add_option("--lr-min", o.lr_min, "floor of the cosine decay")
+      ->check(finite_range(0, 10))
+      ->capture_default_str();
+  sub->add_option("--warmup-steps", o.warmup_steps,
+                  "warmup steps (instead of the --warmup share; -1: the share)")
+      ->check(CLI::Range(int64_t(-1), int64_t(1) << 30))
+      ->capture_default_str();
+  sub->add_option("--beta2", o.beta2, "AdamW's second beta")
+      ->check(finite_range(0, 0.999999))
+      ->capture_default_str();
+  sub->add_option("--grad-clip", o.grad_clip, "clip the global gradient norm (0: no clipping)")
+      ->check(finite_range(0, 1e6))
+      ->capture_default_str();
   sub->add_option("--eval-every", o.eval_every,
                   "evaluate on held-out text every N steps (0: at the end)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30))

@@ -163,6 +163,29 @@ torch::Tensor KvpopTrainBackend::attend(const model::AttentionInputs& in) {
   return sa.out.permute({1, 0, 2});
 }
 
+void StreamingTrainBackend::begin_step(int64_t pos0, int64_t) {
+  if (pos0 != 0)
+    throw std::logic_error("StreamingTrainBackend: one step over the whole window at position 0");
+}
+
+// The sparse attention of eq. 26 with no long-range token kept (every cutoff
+// below every rank) and a protected window of W + 1: exactly sinks + window.
+torch::Tensor StreamingTrainBackend::attend(const model::AttentionInputs& in) {
+  if (in.sliding_window > 0)
+    throw std::invalid_argument(
+        "StreamingLLM+ training: models with their own sliding window are not supported");
+  const int64_t S = in.q.size(0), K = in.k.size(1);
+  std::vector<int32_t> identity(size_t(S), 0);
+  for (int64_t t = 0; t < S; ++t) identity[size_t(t)] = int32_t(t);
+  const std::vector<std::vector<int32_t>> ranks(size_t(K), identity);
+  const std::vector<std::vector<int32_t>> cutoffs(
+      size_t(K), std::vector<int32_t>(size_t(S), kvpop::kNoneKept));
+  kvpop::SparseAttention sa = kvpop::sparse_attention(
+      in.q.permute({1, 0, 2}), in.k.permute({1, 0, 2}), in.v.permute({1, 0, 2}), ranks, cutoffs,
+      sinks_, window_ + 1, in.scale);
+  return sa.out.permute({1, 0, 2});
+}
+
 torch::Tensor KvpopTrainBackend::mean_loss() const {
   if (loss.empty()) throw std::logic_error("KvpopTrainBackend: no layer attended");
   return torch::stack(loss).mean();

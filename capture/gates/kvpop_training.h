@@ -70,6 +70,22 @@ class KvpopTrainBackend : public model::AttentionBackend {
   KvpopLossOptions o_;
 };
 
+// StreamingLLM+ (seed 003 §4): the fixed pattern `streaming_llm:sinks=s,window=W`
+// attends at a decode step, query q seeing t < s and q - W <= t <= q (the
+// cache holds s + W entries, the new token joins before the oldest leaves),
+// as one differentiable pass over a training window. No scorer and no loss
+// of its own: the KL to the dense teacher trains the base through it.
+class StreamingTrainBackend : public model::AttentionBackend {
+ public:
+  StreamingTrainBackend(int64_t sinks, int64_t window) : sinks_(sinks), window_(window) {}
+
+  void begin_step(int64_t pos0, int64_t n) override;
+  torch::Tensor attend(const model::AttentionInputs& in) override;
+
+ private:
+  int64_t sinks_, window_;
+};
+
 // The per-query dense log-normaliser (eq. 28) by blocks of queries. q [H, S, d],
 // k [K, S, d] -> [H, S].
 torch::Tensor dense_causal_lse(const torch::Tensor& q, const torch::Tensor& k, double scale,

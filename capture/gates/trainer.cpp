@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "capture/gates/gated_attention.h"
+#include "capture/model/model_weights.h"
+#include "capture/model/model_writer.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::gates {
@@ -20,10 +22,25 @@ using nlohmann::json;
 
 std::string sidecar_path(const std::string& output, const std::string& ext) {
   std::string base = output;
-  const std::string st = ".safetensors";
-  if (base.size() > st.size() && base.compare(base.size() - st.size(), st.size(), st) == 0)
-    base.resize(base.size() - st.size());
+  for (const std::string st : {".safetensors", ".bin"})
+    if (base.size() > st.size() && base.compare(base.size() - st.size(), st.size(), st) == 0) {
+      base.resize(base.size() - st.size());
+      break;
+    }
   return base + ext;
+}
+
+void apply_table3_defaults(TrainOptions& o, const std::set<std::string>& given) {
+  if (o.base == TrainOptions::Base::Frozen) return;
+  auto set = [&](const char* option, auto& field, auto value) {
+    if (!given.count(option)) field = value;
+  };
+  set("--lr", o.lr, 1e-3);
+  set("--lr-min", o.lr_min, 8e-5);
+  set("--warmup-steps", o.warmup_steps, int64_t(100));
+  set("--weight-decay", o.weight_decay, 1e-4);
+  set("--beta2", o.beta2, 0.95);
+  set("--grad-clip", o.grad_clip, 1.0);
 }
 
 namespace {
@@ -41,6 +58,19 @@ struct Numbers {
 
 bool is_kvpop(GateKind k) {
   return k == GateKind::KvpopMlp || k == GateKind::KvpopMlstm;
+}
+
+using Base = TrainOptions::Base;
+
+const char* setting_name(Base b) {
+  return b == Base::Retrofit        ? "retrofit"
+         : b == Base::StreamingPlus ? "streaming-plus"
+                                    : "scorer-only";
+}
+
+// The option that asked for the base to train (for messages).
+const char* setting_option(Base b) {
+  return b == Base::Retrofit ? "--retrofit" : "--policy";
 }
 
 // KL(teacher || student) over the teacher's top-k tokens, both renormalised
@@ -74,20 +104,48 @@ class Trainer {
     std::vector<int64_t> ids(data_.ids.begin() + start, data_.ids.begin() + start + o_.seq_len + 1);
     return torch::tensor(ids, torch::kInt64);
   }
-  int64_t train_start(int64_t step) const {
-    std::mt19937_64 rng(o_.seed * 7919ULL + uint64_t(step) * 104729ULL + 17);
+  // Where window b of a step starts (seeded; b = 0 as before batches existed).
+  int64_t train_start(int64_t step, int64_t b) const {
+    std::mt19937_64 rng(o_.seed * 7919ULL + uint64_t(step) * 104729ULL + 17 +
+                        uint64_t(b) * 1000000007ULL);
     return int64_t(rng() % uint64_t(data_.train_end - o_.seq_len - 1 + 1));
   }
+  // The gates' learning rate: linear warmup, then cosine down to lr_min.
   double lr_at(int64_t step) const {
-    const double warm = std::max(1.0, o_.warmup * double(o_.steps));
+    const double share = o_.warmup_steps >= 0 ? double(std::min(o_.warmup_steps, o_.steps))
+                                              : o_.warmup * double(o_.steps);
+    const double warm = std::max(1.0, share);
     if (double(step) < warm) return o_.lr * double(step + 1) / warm;
     const double t = (double(step) - warm) / std::max(1.0, double(o_.steps) - warm);
-    return o_.lr * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, t)));
+    return o_.lr_min + (o_.lr - o_.lr_min) * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, t)));
   }
+  // The rate the CSV records: the gates', or the base's when only it trains.
+  double csv_lr(int64_t step) const { return trains_gates() ? lr_at(step) : o_.base_lr; }
+  bool trains_base() const { return o_.base != Base::Frozen; }
+  bool trains_gates() const { return o_.base != Base::StreamingPlus; }
+  // The model under training: the fine-tuned copy, or the frozen original
+  // (which is always the teacher).
+  model::Transformer& student() { return student_ ? *student_ : *engine_.model; }
+  void make_student();
+  void make_optimizer();
+  double set_learning_rates(int64_t step);
+  void clip_gradients();
+  std::string model_out_path() const;
+  void check_model_out() const;
+  std::string streaming_spec() const;
+  json write_finetuned_model();
+  json write_outputs(int64_t steps_done, double wall, const Numbers& last, const Numbers& eval);
+  void prepare();
+  void open_outputs(int64_t step0);
+  std::string heldout_line(const Numbers& e) const;
+  Numbers train_step(int64_t step, double* lr);
+  void progress(int64_t step, const Numbers& n, double secs, double per_step);
   // Forward both models on one window; the objective and its parts.
   std::pair<torch::Tensor, Numbers> objective(const torch::Tensor& w, GatedDenseBackend::Mode mode);
   std::pair<torch::Tensor, Numbers> kvpop_objective(const torch::Tensor& x,
                                                     const torch::Tensor& logits_t, int64_t seed);
+  std::pair<torch::Tensor, Numbers> streaming_objective(const torch::Tensor& x,
+                                                        const torch::Tensor& logits_t);
   json fingerprint() const;
   json objective_json() const;
   void save_checkpoint(int64_t next_step, double elapsed);
@@ -104,6 +162,14 @@ class Trainer {
   std::unique_ptr<torch::optim::AdamW> opt_;
   double budget_ = 0;
   std::ofstream log_, csv_;
+  // Retrofit, StreamingPlus: the fine-tuned copy of the base and its tensors
+  // (name order of model::weight_tensors); the optimiser's groups.
+  std::unique_ptr<model::Transformer> student_;
+  std::vector<torch::Tensor> base_params_;
+  int gate_group_ = -1, base_group_ = -1;
+  Numbers before_;  // held-out numbers before the first step (base-training runs)
+  model::ModelFormat format_ = model::ModelFormat::Llama2c;  // of --model (base-training runs)
+  json model_written_;
 };
 
 void Trainer::validate() {
@@ -111,16 +177,35 @@ void Trainer::validate() {
     throw InputError("", "-o", "an output gate file is required");
   if (o_.seq_len < 8) throw InputError("", "--seq-len", "at least 8 tokens expected");
   if (o_.steps < 1) throw InputError("", "--steps", "at least 1 step expected");
+  if (o_.batch < 1) throw InputError("", "--batch", "at least 1 window per step expected");
   if (!(o_.lr > 0)) throw InputError("", "--lr", "a positive learning rate expected");
   if (o_.beta < 0 || o_.beta > 1) throw InputError("", "--beta", "a keep ratio in [0, 1] expected");
   if (o_.lambda < 0 || o_.alpha < 0 || o_.cap_weight < 0 || o_.ce_weight < 0)
     throw InputError("", "--lambda/--alpha/--cap-weight/--ce-weight",
                      "non-negative weights expected");
+  if (!(o_.lr_min >= 0 && o_.lr_min <= o_.lr))
+    throw InputError("", "--lr-min",
+                     fmt(o_.lr_min) + " (expected a floor in [0, --lr = " + fmt(o_.lr) + "])");
+  if (!trains_base()) return;
+  if (!is_kvpop(o_.kind))
+    throw InputError("", "--retrofit",
+                     std::string("fine-tuning the base is KVpop's setting, not ") +
+                         gate_kind_name(o_.kind) + "'s (expected --policy kvpop)");
+  if (!o_.evaluate.empty())
+    throw InputError("", "--evaluate",
+                     std::string("evaluates a scorer on a frozen model, not with ") +
+                         setting_option(o_.base) +
+                         " (expected --model the fine-tuned model, and no --retrofit)");
+  if (!(o_.base_lr > 0)) throw InputError("", "--base-lr", "a positive learning rate expected");
+  std::error_code ec;
+  if (!fs::exists(o_.model.model, ec)) return;  // open_engine says what is wrong
+  format_ = model::detect_model_format(o_.model.model);
+  check_model_out();
 }
 
 std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w,
                                                      GatedDenseBackend::Mode mode) {
-  model::Transformer& m = *engine_.model;
+  model::Transformer& m = *engine_.model;  // the teacher, and the student of frozen-base kinds
   const int64_t L = o_.seq_len;
   torch::Tensor x = w.narrow(0, 0, L), y = w.narrow(0, 1, L);
   const bool wants_logits = gates_.kind != GateKind::WriteGate;
@@ -132,6 +217,7 @@ std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w,
     if (wants_logits) logits_t = m.logits(hidden_t);
     if (wants_logits) logp_t = torch::log_softmax(logits_t, -1);
   }
+  if (o_.base == Base::StreamingPlus) return streaming_objective(x, logits_t);
   if (is_kvpop(gates_.kind)) return kvpop_objective(x, logits_t, w[0].item<int64_t>());
   GatedDenseBackend gated(&gates_, mode);
   torch::Tensor hidden_s = m.forward_hidden(x, 0, gated);
@@ -205,22 +291,28 @@ std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w,
 
 // Scorer-only (the base frozen): the boundary loss alone trains the scorers;
 // the KL of the sparse student is reported, not optimised (no gradient
-// reaches the scorer through the hard top-k mask).
+// reaches the scorer through the hard top-k mask). Retrofit (Algorithm 1,
+// line 13): loss = KL + L_score, the KL reaching the base through the sparse
+// attention, L_score the scorers (their inputs are detached).
 std::pair<torch::Tensor, Numbers> Trainer::kvpop_objective(const torch::Tensor& x,
                                                            const torch::Tensor& logits_t,
                                                            int64_t seed) {
   KvpopLossOptions lo = o_.kvpop;
   lo.seed = o_.seed * 1000003ULL + uint64_t(seed);
   KvpopTrainBackend sparse(gates_, lo);
-  torch::Tensor hidden_s = engine_.model->forward_hidden(x, 0, sparse);
-  torch::Tensor score = sparse.mean_loss();
+  torch::Tensor hidden_s = student().forward_hidden(x, 0, sparse);
+  torch::Tensor score = sparse.mean_loss(), loss = score;
   Numbers n;
-  {
+  if (o_.base == Base::Retrofit) {
+    torch::Tensor kl = topk_kl(logits_t, student().logits(hidden_s), o_.kl_topk);
+    loss = kl + score;
+    n.kl = kl.item<double>();
+  } else {
     torch::NoGradGuard no_grad;
-    n.kl = topk_kl(logits_t, engine_.model->logits(hidden_s.detach()), o_.kl_topk).item<double>();
+    n.kl = topk_kl(logits_t, student().logits(hidden_s.detach()), o_.kl_topk).item<double>();
   }
   n.score = score.item<double>();
-  n.loss = n.score;
+  n.loss = loss.item<double>();
   double agree = 0, recall = 0;
   for (size_t l = 0; l < sparse.recall.size(); ++l) {
     agree += sparse.agreement[l];
@@ -232,7 +324,60 @@ std::pair<torch::Tensor, Numbers> Trainer::kvpop_objective(const torch::Tensor& 
   n.recall_per_head = sparse.recall_heads;
   const KvpopConfig c = kvpop_config(gates_);
   n.cache = std::min(1.0, double(c.sinks + c.window + c.topk) / double(o_.seq_len));
-  return {score, n};
+  return {loss, n};
+}
+
+// StreamingLLM+: KL(teacher || student) of the base under sinks + a window
+// of w + k, the budget of the KVpop hyperparameters.
+std::pair<torch::Tensor, Numbers> Trainer::streaming_objective(const torch::Tensor& x,
+                                                               const torch::Tensor& logits_t) {
+  const KvpopConfig c = kvpop_config(gates_);
+  StreamingTrainBackend pattern(c.sinks, c.window + c.topk);
+  torch::Tensor kl =
+      topk_kl(logits_t, student().logits(student().forward_hidden(x, 0, pattern)), o_.kl_topk);
+  Numbers n;
+  n.kl = n.loss = kl.item<double>();
+  n.cache = std::min(1.0, double(c.sinks + c.window + c.topk) / double(o_.seq_len));
+  return {kl, n};
+}
+
+// Sums of the parts (NaN where no window had the part) and per-layer/head recalls.
+void add_numbers(Numbers& sum, const Numbers& n) {
+  auto add = [](double& a, double b) {
+    if (!std::isnan(b)) a = std::isnan(a) ? b : a + b;
+  };
+  for (auto [a, b] : {std::pair{&sum.loss, n.loss},
+                      {&sum.distill, n.distill},
+                      {&sum.reg, n.reg},
+                      {&sum.kl, n.kl},
+                      {&sum.ce, n.ce},
+                      {&sum.cap, n.cap},
+                      {&sum.gate_mean, n.gate_mean},
+                      {&sum.keep, n.keep},
+                      {&sum.cache, n.cache},
+                      {&sum.score, n.score},
+                      {&sum.agree, n.agree},
+                      {&sum.recall, n.recall}})
+    add(*a, b);
+  sum.recall_per_layer.resize(n.recall_per_layer.size(), 0.0);
+  sum.recall_per_head.resize(n.recall_per_head.size());
+  for (size_t l = 0; l < n.recall_per_layer.size(); ++l) {
+    sum.recall_per_layer[l] += n.recall_per_layer[l];
+    sum.recall_per_head[l].resize(n.recall_per_head[l].size(), 0.0);
+    for (size_t h = 0; h < n.recall_per_head[l].size(); ++h)
+      sum.recall_per_head[l][h] += n.recall_per_head[l][h];
+  }
+}
+
+// The sums of `count` windows -> their means.
+void divide_numbers(Numbers& sum, int64_t count) {
+  const double E = double(count);
+  for (double* a : {&sum.loss, &sum.distill, &sum.reg, &sum.kl, &sum.ce, &sum.cap, &sum.gate_mean,
+                    &sum.keep, &sum.cache, &sum.score, &sum.agree, &sum.recall})
+    *a /= E;
+  for (double& r : sum.recall_per_layer) r /= E;
+  for (auto& layer : sum.recall_per_head)
+    for (double& r : layer) r /= E;
 }
 
 Numbers Trainer::evaluate() {
@@ -240,39 +385,20 @@ Numbers Trainer::evaluate() {
   const int64_t E = std::max<int64_t>(1, o_.eval_windows);
   const int64_t span = int64_t(data_.ids.size()) - data_.train_end - o_.seq_len - 1;
   Numbers sum;
-  auto add = [](double& a, double b) { a = std::isnan(a) ? b : a + b; };
   for (int64_t e = 0; e < E; ++e) {
     const int64_t start = data_.train_end + (E > 1 ? span * e / (E - 1) : 0);
-    auto [loss, n] = objective(window(start), GatedDenseBackend::Mode::Hard);
-    for (auto [a, b] : {std::pair{&sum.loss, n.loss},
-                        {&sum.distill, n.distill},
-                        {&sum.reg, n.reg},
-                        {&sum.kl, n.kl},
-                        {&sum.ce, n.ce},
-                        {&sum.cap, n.cap},
-                        {&sum.gate_mean, n.gate_mean},
-                        {&sum.keep, n.keep},
-                        {&sum.cache, n.cache},
-                        {&sum.score, n.score},
-                        {&sum.agree, n.agree},
-                        {&sum.recall, n.recall}})
-      if (!std::isnan(b)) add(*a, b);
-    sum.recall_per_layer.resize(n.recall_per_layer.size(), 0.0);
-    sum.recall_per_head.resize(n.recall_per_head.size());
-    for (size_t l = 0; l < n.recall_per_layer.size(); ++l) {
-      sum.recall_per_layer[l] += n.recall_per_layer[l] / double(E);
-      sum.recall_per_head[l].resize(n.recall_per_head[l].size(), 0.0);
-      for (size_t h = 0; h < n.recall_per_head[l].size(); ++h)
-        sum.recall_per_head[l][h] += n.recall_per_head[l][h] / double(E);
-    }
+    add_numbers(sum, objective(window(start), GatedDenseBackend::Mode::Hard).second);
   }
-  for (double* a : {&sum.loss, &sum.distill, &sum.reg, &sum.kl, &sum.ce, &sum.cap, &sum.gate_mean,
-                    &sum.keep, &sum.cache, &sum.score, &sum.agree, &sum.recall})
-    *a /= double(E);
+  divide_numbers(sum, E);
   return sum;
 }
 
 json Trainer::objective_json() const {
+  if (o_.base == Base::StreamingPlus)
+    return {{"loss", "KL(teacher || student) on the teacher's top logits"},
+            {"kl_topk", o_.kl_topk},
+            {"pattern", streaming_spec()},
+            {"setting", "StreamingLLM+ (base fine-tuned, fixed sinks + window; seed 003 §4)"}};
   if (is_kvpop(gates_.kind)) {
     const KvpopLossOptions& k = o_.kvpop;
     return {{"loss", "boundary-aware logistic (seed 003 eq. 7)"},
@@ -289,7 +415,10 @@ json Trainer::objective_json() const {
             {"c_max", k.c_max},
             {"pairs", k.max_pairs},
             {"kl_topk", o_.kl_topk},
-            {"setting", "scorer-only (base frozen)"}};
+            {"setting", o_.base == Base::Retrofit
+                            ? "full retrofit (Algorithm 1): base + scorers, loss = KL(teacher || "
+                              "sparse student) on the teacher's top logits + L_score"
+                            : "scorer-only (base frozen)"}};
   }
   return {{"lambda", o_.lambda}, {"alpha", o_.alpha},           {"beta", o_.beta},
           {"budget", budget_},   {"cap_weight", o_.cap_weight}, {"ce_weight", o_.ce_weight}};
@@ -301,12 +430,20 @@ json Trainer::fingerprint() const {
           {"model_sha256", file_sha256(o_.model.model)},
           {"data", data_.describe},
           {"seq_len", o_.seq_len},
+          {"batch", o_.batch},
           {"steps", o_.steps},
           {"seed", o_.seed},
           {"lr", o_.lr},
           {"weight_decay", o_.weight_decay},
           {"warmup", o_.warmup},
-          {"objective", objective_json()}};
+          {"objective", objective_json()},
+          {"setting", setting_name(o_.base)},
+          {"optimizer",
+           {{"base_lr", trains_base() ? o_.base_lr : 0.0},
+            {"lr_min", o_.lr_min},
+            {"warmup_steps", o_.warmup_steps},
+            {"beta2", o_.beta2},
+            {"grad_clip", o_.grad_clip}}}};
 }
 
 void Trainer::save_checkpoint(int64_t next_step, double elapsed) {
@@ -317,6 +454,8 @@ void Trainer::save_checkpoint(int64_t next_step, double elapsed) {
   // Archive keys may not contain '.': the parameters go by index (name order).
   int64_t k = 0;
   for (const auto& [name, t] : gates_.params) ar.write("param_" + std::to_string(k++), t.detach());
+  for (size_t b = 0; b < base_params_.size(); ++b)
+    ar.write("base_" + std::to_string(b), base_params_[b].detach());
   torch::serialize::OutputArchive opt;
   opt_->save(opt);
   ar.write("optimizer", opt);
@@ -349,6 +488,11 @@ int64_t Trainer::load_checkpoint(double* elapsed) {
     torch::Tensor saved_t;
     ar.read("param_" + std::to_string(k++), saved_t);
     t.copy_(saved_t);
+  }
+  for (size_t b = 0; b < base_params_.size(); ++b) {
+    torch::Tensor saved_t;
+    ar.read("base_" + std::to_string(b), saved_t);
+    base_params_[b].copy_(saved_t);
   }
   torch::serialize::InputArchive opt;
   ar.read("optimizer", opt);
@@ -394,22 +538,33 @@ json numbers_json(const Numbers& n) {
   return j;
 }
 
+// What a gate file says about a model: `name` as the loader names it (the
+// kvpop policy checks it), `sha256` of the file a policy hashes to find
+// shipped gates (gate_search.cpp).
+json model_json(const model::ModelConfig& c, const std::string& name, const std::string& path,
+                const std::string& hashed_file) {
+  return {{"name", name},
+          {"file", fs::path(path).filename().string()},
+          {"sha256", file_sha256(hashed_file)},
+          {"n_layers", c.n_layers},
+          {"n_kv_heads", c.n_kv_heads},
+          {"head_dim", c.head_dim},
+          {"hidden_size", c.hidden_size}};
+}
+
 json Trainer::gate_meta(int64_t steps_done, double wall, const Numbers& last,
                         const Numbers& eval) const {
   const model::ModelConfig& c = engine_.model->config();
   json meta = gates_.meta;
-  meta["base_model"] = {{"name", c.name},
-                        {"file", fs::path(o_.model.model).filename().string()},
-                        {"sha256", file_sha256(o_.model.model)},
-                        {"n_layers", c.n_layers},
-                        {"n_kv_heads", c.n_kv_heads},
-                        {"head_dim", c.head_dim},
-                        {"hidden_size", c.hidden_size}};
+  const json original = model_json(c, c.name, o_.model.model, o_.model.model);
+  // A retrofit scorer belongs to the fine-tuned model it was trained with.
+  meta["base_model"] = trains_base() ? model_written_ : original;
   json fp = fingerprint();
   meta["training"] = {
       {"data", data_.describe},
       {"steps", steps_done},
       {"seq_len", o_.seq_len},
+      {"batch", o_.batch},
       {"seed", o_.seed},
       {"lr", o_.lr},
       {"weight_decay", o_.weight_decay},
@@ -423,8 +578,19 @@ json Trainer::gate_meta(int64_t steps_done, double wall, const Numbers& last,
       {"heldout", numbers_json(eval)},
       {"heldout_mode", gates_.kind == GateKind::WriteGate || gates_.kind == GateKind::AttentionGate
                            ? "hard (inference-time decisions)"
+                       : o_.base == Base::StreamingPlus ? "hard (the sinks + window pattern)"
                        : is_kvpop(gates_.kind) ? "hard (the sparse top-k attention inference uses)"
                                                : "soft (retention-gated attention)"}};
+  if (trains_base()) {
+    json& t = meta["training"];
+    t["setting"] = setting_name(o_.base);
+    t["original_model"] = original;  // the teacher
+    t["optimizer"] = fp["optimizer"];
+    t["optimizer"]["schedule"] =
+        "AdamW, two groups: base weights at a constant base_lr; gates warmed up over "
+        "warmup_steps, then cosine from lr to lr_min; global gradient-norm clip";
+    t["heldout_before"] = numbers_json(before_);
+  }
   return meta;
 }
 
@@ -467,9 +633,130 @@ TrainResult Trainer::evaluate_file(Clock::time_point t0) {
   return r;
 }
 
-TrainResult Trainer::run() {
-  validate();
-  const auto t0 = Clock::now();
+// The student: writable copies of the base's weights with autograd on; the
+// original model stays untouched as the teacher.
+void Trainer::make_student() {
+  model::ModelWeights w = model::clone_weights(engine_.model->weights());
+  base_params_ = model::weight_tensors(w);
+  for (torch::Tensor& t : base_params_) t.requires_grad_(true);
+  student_ = std::make_unique<model::Transformer>(engine_.model->config(), std::move(w));
+}
+
+// One AdamW with a group for the gates and one for the base (Table 3: the
+// new parameters on a schedule, the existing ones at a constant rate).
+void Trainer::make_optimizer() {
+  auto options = [&](double lr) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(lr).betas({0.9, o_.beta2}).weight_decay(o_.weight_decay));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (trains_gates()) {
+    for (auto& [name, t] : gates_.params) t.requires_grad_(true);
+    gate_group_ = int(groups.size());
+    groups.emplace_back(gates_.trainable(), options(o_.lr));
+  }
+  if (trains_base()) {
+    base_group_ = int(groups.size());
+    groups.emplace_back(base_params_, options(o_.base_lr));
+  }
+  opt_ = std::make_unique<torch::optim::AdamW>(std::move(groups), *options(o_.lr));
+}
+
+// Sets each group's rate for `step`; returns csv_lr(step).
+double Trainer::set_learning_rates(int64_t step) {
+  auto set = [&](int group, double lr) {
+    if (group >= 0)
+      static_cast<torch::optim::AdamWOptions&>(opt_->param_groups()[size_t(group)].options())
+          .lr(lr);
+  };
+  set(gate_group_, lr_at(step));
+  set(base_group_, o_.base_lr);
+  return csv_lr(step);
+}
+
+// The norm over every trained parameter together (as FSDP clips).
+void Trainer::clip_gradients() {
+  if (!(o_.grad_clip > 0)) return;
+  std::vector<torch::Tensor> all;
+  for (auto& group : opt_->param_groups())
+    for (auto& p : group.params()) all.push_back(p);
+  torch::nn::utils::clip_grad_norm_(all, o_.grad_clip);
+}
+
+std::string Trainer::streaming_spec() const {
+  const KvpopConfig c = kvpop_config(gates_);
+  return "streaming_llm:sinks=" + std::to_string(c.sinks) +
+         ",window=" + std::to_string(c.window + c.topk);
+}
+
+std::string Trainer::model_out_path() const {
+  if (o_.base == Base::StreamingPlus) return o_.output;
+  if (!o_.model_out.empty()) return o_.model_out;
+  return sidecar_path(o_.output, format_ == model::ModelFormat::Llama2c ? ".bin" : "");
+}
+
+// Before anything loads: a model that cannot be written back, or a place it
+// cannot go, would lose the run.
+void Trainer::check_model_out() const {
+  if (format_ == model::ModelFormat::Gguf)
+    throw InputError(o_.model.model, setting_option(o_.base),
+                     "a GGUF model cannot be written back after fine-tuning (KVScope reads GGUF, "
+                     "it does not write it; expected a llama2.c .bin or a Hugging Face directory)");
+  const std::string out = model_out_path();
+  const char* option = o_.base == Base::StreamingPlus ? "-o" : "--model-out";
+  if (out == o_.output && o_.base == Base::Retrofit)
+    throw InputError(out, option, "is the scorer file -o (expected another path for the model)");
+  const bool dir_out = format_ == model::ModelFormat::HfDirectory;
+  std::error_code ec;
+  // The loaders tell a llama2.c checkpoint from other formats partly by its name.
+  const bool bin = out.size() > 4 && out.compare(out.size() - 4, 4, ".bin") == 0;
+  if (!dir_out && (!bin || fs::is_directory(out, ec)))
+    throw InputError(out, option,
+                     "a llama2.c model is written to a .bin file (expected a path "
+                     "ending in .bin)");
+  const fs::path parent = fs::absolute(out).parent_path();
+  if (!fs::is_directory(parent, ec))
+    throw InputError(out, option, "the directory " + parent.string() + " does not exist");
+}
+
+// Writes the student as a model file and describes it as a gate file's
+// base_model (named as the loader will name it).
+json Trainer::write_finetuned_model() {
+  const std::string out = model_out_path();
+  const std::string hashed =
+      model::write_model_like(student(), o_.model.model, out, setting_option(o_.base));
+  const std::string name = model::inspect_model(out).config.name;
+  json j = model_json(student().config(), name, out, hashed);
+  j["fine_tuned_from"] = file_sha256(o_.model.model);
+  return j;
+}
+
+// The gate file and its .json (gates trained), or the run's .json beside
+// the model (StreamingLLM+); the fine-tuned model first, so the scorer can
+// name it. Returns the metadata's "training".
+json Trainer::write_outputs(int64_t steps_done, double wall, const Numbers& last,
+                            const Numbers& eval) {
+  if (trains_base()) model_written_ = write_finetuned_model();
+  json meta = gate_meta(steps_done, wall, last, eval);
+  if (trains_gates()) {
+    gates_.meta = meta;
+    save_gates(gates_, o_.output);
+  } else {
+    const KvpopConfig c = kvpop_config(gates_);
+    meta = {{"format", "kvscope-finetune"},
+            {"version", 1},
+            {"setting", setting_name(o_.base)},
+            {"policy", streaming_spec()},
+            {"budget", {{"sinks", c.sinks}, {"window", c.window}, {"topk", c.topk}}},
+            {"model", model_written_},
+            {"training", meta["training"]}};
+  }
+  std::ofstream js(sidecar_path(o_.output, ".json"));
+  js << meta.dump(2) << "\n";
+  return meta["training"];
+}
+
+void Trainer::prepare() {
   engine_ = generate::open_engine(o_.model);
   const model::ModelConfig& c = engine_.model->config();
   if (o_.seq_len > c.context_length && c.context_length > 0)
@@ -487,18 +774,14 @@ TrainResult Trainer::run() {
   gates_ = init_gates(o_.kind, hyper, shape, o_.seed);
   gates_.source = o_.output;
   budget_ = o_.budget > 0 ? o_.budget : double(o_.seq_len) / 4.0;
-  if (!o_.evaluate.empty()) return evaluate_file(t0);
-  check_kvpop_budget();
-  for (auto& [name, t] : gates_.params) t.requires_grad_(true);
-  opt_ = std::make_unique<torch::optim::AdamW>(
-      gates_.trainable(), torch::optim::AdamWOptions(o_.lr).weight_decay(o_.weight_decay));
+}
 
-  int64_t step0 = 0;
-  double elapsed_before = 0;
-  if (o_.resume) step0 = load_checkpoint(&elapsed_before);
+// The .log and .csv (a resumed run keeps the curve up to its checkpoint) and
+// the first lines.
+void Trainer::open_outputs(int64_t step0) {
   const std::string csv_path = sidecar_path(o_.output, ".csv");
   std::vector<std::string> kept_rows;
-  if (o_.resume && fs::exists(csv_path)) {  // keep the curve up to the checkpoint
+  if (o_.resume && fs::exists(csv_path)) {
     std::ifstream in(csv_path);
     std::string line;
     std::getline(in, line);
@@ -513,50 +796,88 @@ TrainResult Trainer::run() {
   csv_ << "phase,step,lr,loss,distill,reg,kl,ce,cap,gate_mean,keep,cache_fraction,score,agreement,"
           "recall,seconds\n";
   for (const std::string& r : kept_rows) csv_ << r << "\n";
-  log("train " + std::string(gate_kind_name(o_.kind)) + " for " + c.name + ": " +
-      std::to_string(gates_.trainable().size()) + " tensors, " +
-      [&] {
-        int64_t k = 0;
-        for (auto& t : gates_.trainable()) k += t.numel();
-        return std::to_string(k);
-      }() +
-      " parameters; " + std::to_string(data_.train_end) + " training tokens, " +
-      std::to_string(int64_t(data_.ids.size()) - data_.train_end) + " held out; " +
-      std::to_string(o_.steps) + " steps of " + std::to_string(o_.seq_len) + " tokens" +
-      (step0 > 0 ? "; resumed at step " + std::to_string(step0) : ""));
+  int64_t tensors = 0, params = 0;
+  for (auto& group : opt_->param_groups())
+    for (auto& t : group.params()) ++tensors, params += t.numel();
+  const model::ModelConfig& c = engine_.model->config();
+  log("train " + std::string(trains_gates() ? gate_kind_name(o_.kind) : "streaming-plus") +
+      " for " + c.name + " (" + setting_name(o_.base) + "): " + std::to_string(tensors) +
+      " tensors, " + std::to_string(params) + " parameters; " + std::to_string(data_.train_end) +
+      " training tokens, " + std::to_string(int64_t(data_.ids.size()) - data_.train_end) +
+      " held out; " + std::to_string(o_.steps) + " steps of " + std::to_string(o_.seq_len) +
+      " tokens" + (step0 > 0 ? "; resumed at step " + std::to_string(step0) : ""));
+  if (trains_base() && step0 == 0) {
+    csv_row("eval", 0, csv_lr(0), before_, 0);
+    log("held-out before training: " + heldout_line(before_));
+  }
+}
+
+std::string Trainer::heldout_line(const Numbers& e) const {
+  return "loss " + fmt(e.loss) + " distill " + fmt(e.distill) + " kl " + fmt(e.kl) + " ce " +
+         fmt(e.ce) + " keep " + fmt(e.keep) + " cache " + fmt(e.cache) +
+         (std::isnan(e.agree) ? "" : " agree " + fmt(e.agree) + " recall " + fmt(e.recall));
+}
+
+// One optimiser step over `batch` windows, their gradients accumulated (the
+// paper's batch of 128 sequences is reached the same way); the mean numbers.
+Numbers Trainer::train_step(int64_t step, double* lr) {
+  *lr = set_learning_rates(step);
+  opt_->zero_grad();
+  Numbers sum;
+  for (int64_t b = 0; b < o_.batch; ++b) {
+    auto [loss, n] = objective(window(train_start(step, b)), GatedDenseBackend::Mode::Soft);
+    (loss / double(o_.batch)).backward();
+    add_numbers(sum, n);
+  }
+  divide_numbers(sum, o_.batch);
+  clip_gradients();
+  opt_->step();
+  return sum;
+}
+
+void Trainer::progress(int64_t step, const Numbers& n, double secs, double per_step) {
+  char line[400];
+  std::snprintf(
+      line, sizeof line,
+      "step %lld/%lld  loss %.5g  [distill %s reg %s kl %s ce %s cap %s]  gate %s keep %s "
+      "cache %.3g%s | %.2f s/step, ETA %.0f s",
+      (long long)(step + 1), (long long)o_.steps, n.loss, fmt(n.distill).c_str(),
+      fmt(n.reg).c_str(), fmt(n.kl).c_str(), fmt(n.ce).c_str(), fmt(n.cap).c_str(),
+      fmt(n.gate_mean).c_str(), fmt(n.keep).c_str(), n.cache,
+      std::isnan(n.agree) ? "" : (" agree " + fmt(n.agree) + " recall " + fmt(n.recall)).c_str(),
+      secs, per_step * double(o_.steps - step - 1));
+  log(line);
+}
+
+TrainResult Trainer::run() {
+  validate();
+  const auto t0 = Clock::now();
+  prepare();
+  if (!o_.evaluate.empty()) return evaluate_file(t0);
+  check_kvpop_budget();
+  if (trains_base()) make_student();
+  make_optimizer();
+  if (trains_base()) before_ = evaluate();  // the original weights, the fresh gates
+  int64_t step0 = 0;
+  double elapsed_before = 0;
+  if (o_.resume) step0 = load_checkpoint(&elapsed_before);
+  open_outputs(step0);
 
   Numbers last;
   const auto loop0 = Clock::now();
   for (int64_t step = step0; step < o_.steps; ++step) {
     const auto s0 = Clock::now();
-    const double lr = lr_at(step);
-    for (auto& group : opt_->param_groups())
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    auto [loss, n] = objective(window(train_start(step)), GatedDenseBackend::Mode::Soft);
-    opt_->zero_grad();
-    loss.backward();
-    opt_->step();
-    last = n;
+    double lr = 0;
+    last = train_step(step, &lr);
     const double secs = std::chrono::duration<double>(Clock::now() - s0).count();
-    csv_row("train", step, lr, n, secs);
-    const double per =
-        std::chrono::duration<double>(Clock::now() - loop0).count() / double(step - step0 + 1);
-    char line[400];
-    std::snprintf(
-        line, sizeof line,
-        "step %lld/%lld  loss %.5g  [distill %s reg %s kl %s ce %s cap %s]  gate %s keep %s "
-        "cache %.3g%s | %.2f s/step, ETA %.0f s",
-        (long long)(step + 1), (long long)o_.steps, n.loss, fmt(n.distill).c_str(),
-        fmt(n.reg).c_str(), fmt(n.kl).c_str(), fmt(n.ce).c_str(), fmt(n.cap).c_str(),
-        fmt(n.gate_mean).c_str(), fmt(n.keep).c_str(), n.cache,
-        std::isnan(n.agree) ? "" : (" agree " + fmt(n.agree) + " recall " + fmt(n.recall)).c_str(),
-        secs, per * double(o_.steps - step - 1));
-    log(line);
+    csv_row("train", step, lr, last, secs);
+    progress(
+        step, last, secs,
+        std::chrono::duration<double>(Clock::now() - loop0).count() / double(step - step0 + 1));
     if (o_.eval_every > 0 && (step + 1) % o_.eval_every == 0 && step + 1 < o_.steps) {
       Numbers e = evaluate();
       csv_row("eval", step + 1, lr, e, 0);
-      log("  held-out: loss " + fmt(e.loss) + " distill " + fmt(e.distill) + " kl " + fmt(e.kl) +
-          " keep " + fmt(e.keep) + " cache " + fmt(e.cache));
+      log("  held-out: " + heldout_line(e));
     }
     if (o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0 && step + 1 < o_.steps)
       save_checkpoint(step + 1,
@@ -569,23 +890,15 @@ TrainResult Trainer::run() {
     }
   }
   Numbers e = evaluate();
-  csv_row("eval", o_.steps, lr_at(o_.steps - 1), e, 0);
+  csv_row("eval", o_.steps, csv_lr(o_.steps - 1), e, 0);
   const double wall = elapsed_before + std::chrono::duration<double>(Clock::now() - t0).count();
-  log("held-out (" + std::to_string(o_.eval_windows) + " windows): loss " + fmt(e.loss) +
-      " distill " + fmt(e.distill) + " kl " + fmt(e.kl) + " ce " + fmt(e.ce) + " keep " +
-      fmt(e.keep) + " cache " + fmt(e.cache) +
-      (std::isnan(e.agree) ? "" : " agree " + fmt(e.agree) + " recall " + fmt(e.recall)) +
-      "; wall " + fmt(wall) + " s");
-  gates_.meta = gate_meta(o_.steps, wall, last, e);
-  save_gates(gates_, o_.output);
-  {
-    std::ofstream js(sidecar_path(o_.output, ".json"));
-    js << gates_.meta.dump(2) << "\n";
-  }
-  save_checkpoint(o_.steps, wall);
+  log("held-out (" + std::to_string(o_.eval_windows) + " windows): " + heldout_line(e) + "; wall " +
+      fmt(wall) + " s");
   TrainResult r;
-  r.summary = gates_.meta["training"];
+  r.summary = write_outputs(o_.steps, wall, last, e);
+  save_checkpoint(o_.steps, wall);
   r.wall_seconds = wall;
+  if (trains_base()) r.model_file = model_out_path();
   return r;
 }
 

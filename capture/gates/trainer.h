@@ -15,15 +15,18 @@
 //                     cannot move it: the top-k mask is hard)
 // with S_lht = sum_{i<=t} beta_i^(t-i), the expected cache size of head (l, h).
 // Only the gate parameters train (the model's weights have requires_grad =
-// false); one window of seq_len tokens per step; AdamW with linear warmup
-// and cosine decay. Deterministic for a seed (and thread count); resumable
-// from <output>.ckpt; progress to stderr and <output>.log, the loss curve to
-// <output>.csv, the gate file to <output> with <output minus .safetensors>.json
-// beside it.
+// false), except in KVpop's two fine-tuning settings (seed 003 §4, App. F;
+// TrainOptions::base), where a copy of the base trains against the original,
+// frozen model as the teacher and is written as a model file. One window of
+// seq_len tokens per step; AdamW with linear warmup and cosine decay.
+// Deterministic for a seed (and thread count); resumable from <output>.ckpt;
+// progress to stderr and <output>.log, the loss curve to <output>.csv, the
+// gate file to <output> with <output minus .safetensors>.json beside it.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "capture/gates/gate_set.h"
@@ -40,6 +43,7 @@ struct TrainOptions {
   DataOptions data;
   int64_t seq_len = 256;
   int64_t steps = 100;
+  int64_t batch = 1;  // windows per optimiser step, gradients accumulated
   double lr = 1e-3;
   double weight_decay = 0.01;
   double warmup = 0.1;  // share of the steps
@@ -51,6 +55,28 @@ struct TrainOptions {
   double cap_weight = 1.0, ce_weight = 1.0;
   KvpopLossOptions kvpop;  // kvpop-*: target and boundary-loss options
   int64_t kl_topk = 256;   // kvpop-*: the KL over the teacher's top logits (seed 003 App. F)
+  // The base model's weights (kvpop-* only besides Frozen):
+  //   Frozen         scorer-only: the gates alone train
+  //   Retrofit       the full retrofit (Algorithm 1): base and scorers train together on
+  //                  KL(teacher || sparse student) over the teacher's top-kl_topk logits +
+  //                  L_score; the scorers see detached K, V (§3.3), so L_score moves only
+  //                  them and the KL (through the hard top-k mask) only the base
+  //   StreamingPlus  StreamingLLM+ (§4): the base alone, KL only, under the fixed
+  //                  sinks + window pattern of the same budget (s sinks, window w + k, no
+  //                  scorer): what `streaming_llm:sinks=s,window=w+k` attends at decode
+  // The teacher is the original model, a separate frozen copy; the student's
+  // weights are cloned (the loaders' tensors view read-only memory maps).
+  enum class Base { Frozen, Retrofit, StreamingPlus };
+  Base base = Base::Frozen;
+  double base_lr = 8e-5;      // constant learning rate of the base weights (Table 3)
+  double lr_min = 0;          // floor of the gates' cosine (Table 3, new params: 8e-5)
+  int64_t warmup_steps = -1;  // >= 0: warmup steps, instead of the share `warmup`
+  double beta2 = 0.999;       // AdamW's second beta (Table 3: 0.95)
+  double grad_clip = 0;       // clip the global gradient norm to this (0: no clipping)
+  // The fine-tuned model (llama2.c .bin or HF directory, as the source):
+  // Retrofit: "" = <output minus .safetensors>.bin (or that directory);
+  // StreamingPlus writes it to `output` itself (no gate file).
+  std::string model_out;
   // bookkeeping
   int64_t eval_every = 0;  // also evaluate on held-out text every N steps (0: at the end only)
   int64_t eval_windows = 8;
@@ -66,13 +92,22 @@ struct TrainOptions {
 struct TrainResult {
   nlohmann::json summary;  // what went into the metadata's "training"
   double wall_seconds = 0;
+  std::string model_file;  // the fine-tuned model written (Retrofit, StreamingPlus)
 };
+
+// Table 3's optimiser settings for a run that fine-tunes the base (Retrofit,
+// StreamingPlus), for each of "--lr" (1e-3), "--lr-min" (8e-5),
+// "--warmup-steps" (100), "--weight-decay" (1e-4), "--beta2" (0.95) and
+// "--grad-clip" (1.0) not in `given` (the options the user set); the base's
+// constant 8e-5 is base_lr's default. No change for a frozen base.
+void apply_table3_defaults(TrainOptions& o, const std::set<std::string>& given);
 
 // Throws InputError for bad options, data or a checkpoint that belongs to
 // another run.
 TrainResult train_gates(const TrainOptions& options);
 
-// Paths written beside the gate file.
+// Paths written beside the gate file (or, for StreamingPlus, the model):
+// `output` minus .safetensors or .bin, plus `ext`.
 std::string sidecar_path(const std::string& output, const std::string& ext);
 
 }  // namespace kvscope::gates

@@ -18,10 +18,6 @@ namespace kvscope::model {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// The HF name of a canonical (GGUF-style) tensor name, without the optional
-// "model." / "transformer." prefix.
 std::string hf_name(const std::string& canonical, bool gpt2) {
   static const std::map<std::string, std::string> llama = {
       {"token_embd", "embed_tokens"},      {"output_norm", "norm"},
@@ -50,6 +46,8 @@ std::string hf_name(const std::string& canonical, bool gpt2) {
   if (!layer.empty()) mapped = (gpt2 ? "h." : "layers.") + layer + "." + mapped;
   return mapped + suffix;
 }
+
+namespace {
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);

@@ -20,6 +20,11 @@ struct HfFiles {
 };
 HfFiles find_hf_files(const std::string& dir);  // throws InputError
 
+// The HF name of a canonical (GGUF-style) tensor name, without the optional
+// "model." / "transformer." prefix: blk.3.attn_q.weight ->
+// layers.3.self_attn.q_proj.weight (GPT-2: h.3.attn.c_attn.weight for attn_qkv).
+std::string hf_name(const std::string& canonical, bool gpt2);
+
 std::unique_ptr<Transformer> load_hf_model(const std::string& dir,
                                            const torch::TensorOptions& target);
 

@@ -29,4 +29,14 @@ struct ModelWeights {
   torch::Tensor lm_head;                      // [V, D]; the same tensor as embed when tied
 };
 
+// Every distinct defined tensor, tied ones once (lm_head is left out when it
+// is embed), in a fixed order: embed, pos_embed, the layers' fields in
+// declaration order, the final norm, lm_head.
+std::vector<torch::Tensor> weight_tensors(const ModelWeights& w);
+
+// Fresh, writable copies (detached, contiguous) of every tensor, the tying of
+// lm_head to embed kept: the loaders hand out views of read-only memory maps,
+// which a fine-tuning run must not update in place.
+ModelWeights clone_weights(const ModelWeights& w);
+
 }  // namespace kvscope::model

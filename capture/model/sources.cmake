@@ -10,4 +10,6 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/rope.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cpu_ops.cpp
   ${CMAKE_CURRENT_LIST_DIR}/transformer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/model_weights.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/model_writer.cpp
 )
