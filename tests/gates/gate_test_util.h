@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "capture/gates/gate_set.h"
 #include "capture/model/attention_backend.h"
@@ -23,8 +24,8 @@ model::ModelConfig gate_config(int64_t L, int64_t H, int64_t K, int64_t hd, int6
 // stories260K's shape: 5 layers, 8 heads, 4 kv heads, head_dim 8, hidden 64.
 model::ModelConfig stories_shape();
 // Random inputs for one layer and step (seeded), n tokens at pos0.
-model::AttentionInputs gate_inputs(const model::ModelConfig& c, int64_t layer, int64_t pos0, int64_t n,
-                                   uint64_t seed);
+model::AttentionInputs gate_inputs(const model::ModelConfig& c, int64_t layer, int64_t pos0,
+                                   int64_t n, uint64_t seed);
 // Every parameter of `set` replaced by N(0, scale) noise (seeded), so tests do
 // not depend on an initialisation that makes terms vanish.
 void randomize(gates::GateSet& set, uint64_t seed, double scale = 0.5);
@@ -33,5 +34,9 @@ std::string save_temp(const gates::GateSet& set, const std::string& name);
 std::string stories_model_path();
 std::string stories_tokenizer_path();
 std::string gate_fixture(const std::string& name);  // tests/fixtures/gates/<name>
+// Column `col` of the train rows of a `kvscope train` .csv.
+std::vector<double> csv_column(const std::string& csv, const std::string& col);
+// Mean of v[from, to).
+double mean(const std::vector<double>& v, size_t from, size_t to);
 
 }  // namespace kvscope::test

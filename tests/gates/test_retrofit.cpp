@@ -54,30 +54,6 @@ nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(in);
 }
 
-std::vector<double> csv_train(const std::string& csv, const std::string& col) {
-  std::ifstream in(csv);
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> head;
-  std::stringstream hs(line);
-  for (std::string c; std::getline(hs, c, ',');) head.push_back(c);
-  const size_t k = size_t(std::find(head.begin(), head.end(), col) - head.begin());
-  std::vector<double> out;
-  while (std::getline(in, line)) {
-    std::vector<std::string> f;
-    std::stringstream ls(line);
-    for (std::string c; std::getline(ls, c, ',');) f.push_back(c);
-    if (f[0] == "train") out.push_back(std::stod(f[k]));
-  }
-  return out;
-}
-
-double mean(const std::vector<double>& v, size_t from, size_t to) {
-  double s = 0;
-  for (size_t i = from; i < to; ++i) s += v[i];
-  return s / double(to - from);
-}
-
 // A short run at the budget s = 4, w = 8, k = 20 over 96-token windows of
 // 1100 generated tokens (about 10 distinct windows: one window per step at
 // the paper's base rate, 8e-5, moves the KL on fresh text by noise alone; on
@@ -203,10 +179,10 @@ TEST_CASE(
   gates::TrainOptions o = stories_run(Base::Retrofit, dir + "/retro.safetensors", 100);
   gates::TrainResult r = gates::train_gates(o);
   const std::string csv = gates::sidecar_path(o.output, ".csv");
-  std::vector<double> loss = csv_train(csv, "loss"), kl = csv_train(csv, "kl");
+  std::vector<double> loss = test::csv_column(csv, "loss"), kl = test::csv_column(csv, "kl");
   REQUIRE(loss.size() == 100);
-  CHECK(mean(loss, 80, 100) < 0.85 * mean(loss, 0, 20));
-  CHECK(mean(kl, 80, 100) < 0.7 * mean(kl, 0, 20));  // the base's part
+  CHECK(test::mean(loss, 80, 100) < 0.85 * test::mean(loss, 0, 20));
+  CHECK(test::mean(kl, 80, 100) < 0.7 * test::mean(kl, 0, 20));  // the base's part
   const nlohmann::json &before = r.summary.at("heldout_before"), &after = r.summary.at("heldout");
   // Held out (110 tokens), L_score generalises; the KL there is noise at this size.
   CHECK(after.at("loss").get<double>() < 0.9 * before.at("loss").get<double>());
@@ -271,9 +247,9 @@ TEST_CASE("StreamingLLM+ on stories260K: the KL under the sinks + window pattern
   const std::string dir = test::temp_dir();
   gates::TrainOptions o = stories_run(Base::StreamingPlus, dir + "/stream.bin", 100);
   gates::TrainResult r = gates::train_gates(o);
-  std::vector<double> kl = csv_train(gates::sidecar_path(o.output, ".csv"), "kl");
+  std::vector<double> kl = test::csv_column(gates::sidecar_path(o.output, ".csv"), "kl");
   REQUIRE(kl.size() == 100);
-  CHECK(mean(kl, 80, 100) < 0.7 * mean(kl, 0, 20));
+  CHECK(test::mean(kl, 80, 100) < 0.7 * test::mean(kl, 0, 20));
   CHECK(r.summary.contains("heldout_before"));
   CHECK(r.model_file == o.output);
   const nlohmann::json meta = read_json(dir + "/stream.json");

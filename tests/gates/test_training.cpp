@@ -64,31 +64,6 @@ gates::TrainOptions stories_options(GateKind kind, const std::string& out, int64
   return o;
 }
 
-// Column `col` of the CSV's train rows.
-std::vector<double> csv_column(const std::string& csv, const std::string& col) {
-  std::ifstream in(csv);
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> head;
-  std::stringstream hs(line);
-  for (std::string c; std::getline(hs, c, ',');) head.push_back(c);
-  const size_t k = size_t(std::find(head.begin(), head.end(), col) - head.begin());
-  std::vector<double> out;
-  while (std::getline(in, line)) {
-    std::vector<std::string> f;
-    std::stringstream ls(line);
-    for (std::string c; std::getline(ls, c, ',');) f.push_back(c);
-    if (f[0] == "train") out.push_back(std::stod(f[k]));
-  }
-  return out;
-}
-
-double mean(const std::vector<double>& v, size_t from, size_t to) {
-  double s = 0;
-  for (size_t i = from; i < to; ++i) s += v[i];
-  return s / double(to - from);
-}
-
 }  // namespace
 
 TEST_CASE("every objective's loss falls on stories260K", "[gates][train]") {
@@ -98,9 +73,9 @@ TEST_CASE("every objective's loss falls on stories260K", "[gates][train]") {
     INFO(gates::gate_kind_name(kind));
     const std::string out = dir + "/" + gates::gate_kind_name(kind) + ".safetensors";
     gates::train_gates(stories_options(kind, out, 40));
-    std::vector<double> loss = csv_column(gates::sidecar_path(out, ".csv"), "loss");
+    std::vector<double> loss = test::csv_column(gates::sidecar_path(out, ".csv"), "loss");
     REQUIRE(loss.size() == 40);
-    CHECK(mean(loss, 35, 40) < 0.8 * mean(loss, 0, 5));
+    CHECK(test::mean(loss, 35, 40) < 0.8 * test::mean(loss, 0, 5));
     // The gate file loads for the model it was trained for.
     CHECK(std::filesystem::exists(gates::sidecar_path(out, ".json")));
   }
@@ -132,7 +107,7 @@ TEST_CASE("training is deterministic for a seed, and resuming equals not stoppin
   gates::train_gates(c);
   auto pc = params(c.output);
   for (const auto& [name, t] : pa) CHECK(torch::equal(t, pc.at(name)));
-  CHECK(csv_column(gates::sidecar_path(c.output, ".csv"), "loss").size() == 8);
+  CHECK(test::csv_column(gates::sidecar_path(c.output, ".csv"), "loss").size() == 8);
   // Another seed trains other gates.
   gates::TrainOptions d = a;
   d.output = dir + "/d.safetensors";
@@ -298,10 +273,11 @@ TEST_CASE(
     o.hyper_given = {{"sinks", 4}, {"window", 8}, {"topk", 20}};
     gates::TrainResult r = gates::train_gates(o);
     const std::string csv = gates::sidecar_path(o.output, ".csv");
-    std::vector<double> loss = csv_column(csv, "loss"), agree = csv_column(csv, "agreement");
+    std::vector<double> loss = test::csv_column(csv, "loss"),
+                        agree = test::csv_column(csv, "agreement");
     REQUIRE(loss.size() == 120);
-    CHECK(mean(loss, 100, 120) < 0.9 * mean(loss, 0, 20));
-    CHECK(mean(agree, 100, 120) > mean(agree, 0, 20) + 0.05);
+    CHECK(test::mean(loss, 100, 120) < 0.9 * test::mean(loss, 0, 20));
+    CHECK(test::mean(agree, 100, 120) > test::mean(agree, 0, 20) + 0.05);
     // --evaluate gives the held-out numbers the training wrote.
     gates::TrainOptions e = o;
     e.evaluate = o.output;
