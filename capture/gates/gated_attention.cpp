@@ -21,9 +21,9 @@ torch::Tensor distance(int64_t n, torch::ScalarType dt = torch::kFloat32) {
 
 }  // namespace
 
-torch::Tensor dense_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              double scale, int64_t window, const torch::Tensor& bias,
-                              const torch::Tensor& mult) {
+torch::Tensor dense_attention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, double scale, int64_t window,
+                              const torch::Tensor& bias, const torch::Tensor& mult) {
   const int64_t n = q.size(0), H = q.size(1), K = k.size(1), R = H / K;
   // float32, or float64 when given (the gradient tests difference in double).
   const auto dt = q.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
@@ -40,7 +40,8 @@ torch::Tensor dense_attention(const torch::Tensor& q, const torch::Tensor& k, co
   if (mult.defined()) {
     // exp(s) * M / sum exp(s) * M: the mask enters multiplicatively so its
     // straight-through gradient is finite (the diagonal keeps the sum > 0).
-    torch::Tensor e = torch::exp(s - std::get<0>(s.max(-1, true)).detach()) * mult.repeat_interleave(R, 0);
+    torch::Tensor e =
+        torch::exp(s - std::get<0>(s.max(-1, true)).detach()) * mult.repeat_interleave(R, 0);
     p = e / e.sum(-1, true);
   } else {
     p = torch::softmax(s, -1);
@@ -68,11 +69,13 @@ torch::Tensor retention_bias(const torch::Tensor& log_beta) {
 torch::Tensor attention_gate_mask(const torch::Tensor& flags) {
   const int64_t K = flags.size(0), n = flags.size(1);
   torch::Tensor eye = torch::eye(n, torch::kBool).unsqueeze(0);
-  return torch::where(eye, torch::ones({1}, flags.scalar_type()), flags.unsqueeze(1).expand({K, n, n}));
+  return torch::where(eye, torch::ones({1}, flags.scalar_type()),
+                      flags.unsqueeze(1).expand({K, n, n}));
 }
 
 void GatedDenseBackend::begin_step(int64_t pos0, int64_t n) {
-  if (pos0 != 0) throw std::logic_error("GatedDenseBackend: one step over the whole window at position 0");
+  if (pos0 != 0)
+    throw std::logic_error("GatedDenseBackend: one step over the whole window at position 0");
   gate.clear();
   flags.clear();
   soft_size.clear();
@@ -96,7 +99,8 @@ torch::Tensor GatedDenseBackend::attend(const model::AttentionInputs& in) {
           bias = wgkv_log_bias(gv, W);
         } else {
           const int64_t n = gv.size(1);
-          torch::Tensor keep = (distance(n) < double(W)).unsqueeze(0) | (gv >= g.hyper("tau")).unsqueeze(1);
+          torch::Tensor keep =
+              (distance(n) < double(W)).unsqueeze(0) | (gv >= g.hyper("tau")).unsqueeze(1);
           bias = torch::where(keep, torch::zeros({1}), torch::full({1}, -kInf));
         }
         gate[size_t(l)] = gv;
@@ -109,6 +113,10 @@ torch::Tensor GatedDenseBackend::attend(const model::AttentionInputs& in) {
         mult = attention_gate_mask(flags[size_t(l)]);
         break;
       }
+      case GateKind::KvpopMlp:
+      case GateKind::KvpopMlstm:
+        // KVpop trains through its own backend (kvpop_training.h).
+        throw std::logic_error("GatedDenseBackend: KVpop scorers train through KvpopTrainBackend");
       case GateKind::Retention:
       case GateKind::RetentionGlobal: {
         torch::Tensor lb = retention_log_beta(g, l, in.hidden);

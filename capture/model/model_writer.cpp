@@ -176,7 +176,8 @@ void write_llama2c(const Transformer& m, const std::string& path) {
       int32_t(c.n_layers),      int32_t(c.n_heads),
       int32_t(c.n_kv_heads),    int32_t(c.tied_embeddings ? c.vocab_size : -c.vocab_size),
       int32_t(c.context_length)};
-  const auto [cos, sin] = llama2c_freqs(c.head_dim, c.context_length);
+  // A pair, not a structured binding: C++17 lambdas cannot capture bindings.
+  const auto freqs = llama2c_freqs(c.head_dim, c.context_length);
   write_atomically(path, [&](std::ofstream& out) {
     out.write(reinterpret_cast<const char*>(header), sizeof header);
     write_floats(out, t.at("token_embd.weight"));
@@ -185,8 +186,8 @@ void write_llama2c(const Transformer& m, const std::string& path) {
                              "ffn_down.weight", "ffn_up.weight"})
       for (const torch::Tensor& x : layered(name)) write_floats(out, x);
     write_floats(out, t.at("output_norm.weight"));
-    write_floats(out, cos);
-    write_floats(out, sin);
+    write_floats(out, freqs.first);
+    write_floats(out, freqs.second);
     if (!c.tied_embeddings) write_floats(out, t.at("output.weight"));
   });
 }

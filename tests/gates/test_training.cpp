@@ -60,6 +60,12 @@ gates::TrainOptions stories_options(GateKind kind, const std::string& out, int64
       o.budget = 24;
       o.lr = 1e-2;  // 5e-3: the cap falls 0.78 -> 0.18 in 40 steps, 1e-2: -> 0
       break;
+    case GateKind::KvpopMlp:  // B = 32 of 128-token windows: 96 boundary decisions a window
+    case GateKind::KvpopMlstm:
+      o.seq_len = 128;
+      o.lr = 1e-2;
+      o.hyper_given = {{"sinks", 4}, {"window", 8}, {"topk", 20}};
+      break;
   }
   return o;
 }
@@ -268,9 +274,6 @@ TEST_CASE(
     INFO(gates::gate_kind_name(kind));
     gates::TrainOptions o =
         stories_options(kind, dir + "/" + gates::gate_kind_name(kind) + ".safetensors", 120);
-    o.seq_len = 128;
-    o.lr = 1e-2;
-    o.hyper_given = {{"sinks", 4}, {"window", 8}, {"topk", 20}};
     gates::TrainResult r = gates::train_gates(o);
     const std::string csv = gates::sidecar_path(o.output, ".csv");
     std::vector<double> loss = test::csv_column(csv, "loss"),
