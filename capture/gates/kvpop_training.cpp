@@ -78,7 +78,7 @@ void KvpopTrainBackend::begin_step(int64_t pos0, int64_t) {
 }
 
 torch::Tensor KvpopTrainBackend::raw_scores(const torch::Tensor& x, int64_t layer) const {
-  const KvpopConfig c = kvpop_config(g_);
+  const KvpopConfig& c = cfg_;
   if (!c.mlstm) return kvpop_mlp_scores(g_, layer, x);
   return mlstm_scores_parallel(g_, layer, x, c.delayed ? c.window : 0);
 }
@@ -87,7 +87,7 @@ torch::Tensor KvpopTrainBackend::attend(const model::AttentionInputs& in) {
   if (in.sliding_window > 0)
     throw std::invalid_argument(
         "KVpop training: models with their own sliding window are not supported");
-  const KvpopConfig c = kvpop_config(g_);
+  const KvpopConfig& c = cfg_;
   const int64_t l = in.layer, S = in.q.size(0), K = in.k.size(1);
   torch::Tensor q = in.q.permute({1, 0, 2}), k = in.k.permute({1, 0, 2}),
                 v = in.v.permute({1, 0, 2});

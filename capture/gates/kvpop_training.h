@@ -50,7 +50,8 @@ struct KvpopLossOptions {
 
 class KvpopTrainBackend : public model::AttentionBackend {
  public:
-  KvpopTrainBackend(const GateSet& gates, const KvpopLossOptions& o) : g_(gates), o_(o) {}
+  KvpopTrainBackend(const GateSet& gates, const KvpopLossOptions& o)
+      : g_(gates), cfg_(kvpop_config(gates)), o_(o) {}
 
   void begin_step(int64_t pos0, int64_t n) override;
   torch::Tensor attend(const model::AttentionInputs& in) override;
@@ -67,6 +68,7 @@ class KvpopTrainBackend : public model::AttentionBackend {
  private:
   torch::Tensor raw_scores(const torch::Tensor& x, int64_t layer) const;
   const GateSet& g_;
+  KvpopConfig cfg_;  // the file's budget and scorer kind, read once
   KvpopLossOptions o_;
 };
 
