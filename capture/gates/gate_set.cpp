@@ -34,19 +34,22 @@ const char* gate_kind_name(GateKind k) {
       return "kvpop-mlp";
     case GateKind::KvpopMlstm:
       return "kvpop-mlstm";
+    case GateKind::SfcGru:
+      return "sfc-gru";
   }
   return "?";
 }
 
 GateKind parse_gate_kind(const std::string& name, const std::string& file,
                          const std::string& field) {
-  for (GateKind k : {GateKind::WriteGate, GateKind::AttentionGate, GateKind::Retention,
-                     GateKind::RetentionGlobal, GateKind::KvpopMlp, GateKind::KvpopMlstm})
+  for (GateKind k :
+       {GateKind::WriteGate, GateKind::AttentionGate, GateKind::Retention,
+        GateKind::RetentionGlobal, GateKind::KvpopMlp, GateKind::KvpopMlstm, GateKind::SfcGru})
     if (name == gate_kind_name(k)) return k;
   throw InputError(file, field,
                    "'" + name +
                        "' is not a gate kind (wgkv, attention-gate, retention, retention-global, "
-                       "kvpop-mlp, kvpop-mlstm)");
+                       "kvpop-mlp, kvpop-mlstm, sfc-gru)");
 }
 
 double GateSet::hyper(const std::string& key) const {
@@ -96,6 +99,13 @@ json default_hyperparameters(GateKind kind, const GateShape& s) {
       }
       return h;
     }
+    case GateKind::SfcGru:
+      // Seed 004 gives the features, tau (the 90th percentile), alpha = 6 and
+      // H = 512 at 128K; the sizes, the EWMA decay and H scaled to our
+      // contexts are ours (docs/policies/sfc.md, "Decisions").
+      return {{"hidden", 8},        {"latent", 8},         {"horizon", 32},
+              {"ewma", 0.8},        {"tau_quantile", 0.9}, {"alpha", 6.0},
+              {"focal_gamma", 2.0}, {"lead", 2},           {"latency_weight", 1.0}};
   }
   return json::object();
 }
@@ -125,6 +135,14 @@ constexpr HyperRange kHyperRanges[] = {
     // eq. 21: 0 < gamma_min < gamma_max < 1
     {"gamma_min", 1e-9, 0.9999999999, false},
     {"gamma_max", 1e-9, 0.9999999999, false},
+    {"latent", 1, 256, true},
+    {"horizon", 1, 1 << 20, true},
+    {"ewma", 0, 0.999999, false},
+    {"tau_quantile", 0.01, 0.999, false},
+    {"alpha", 0.01, 1e3, false},
+    {"focal_gamma", 0, 10, false},
+    {"lead", 0, 1 << 20, true},
+    {"latency_weight", 0, 1e3, false},
 };
 
 void check_hyperparameter_ranges(const json& h, const std::string& field) {
@@ -237,7 +255,20 @@ std::map<std::string, std::vector<int64_t>> expected_parameters(GateKind kind, c
         out[g + "out_w"] = {K, P};
         break;
       }
+      case GateKind::SfcGru: {
+        const int64_t G = h.at("hidden").get<int64_t>(), Z = h.at("latent").get<int64_t>();
+        out[p + "sfc.latent"] = {K, hd, Z};
+        out[p + "sfc.w_ih"] = {K, 3 * G, 4 + Z};
+        out[p + "sfc.w_hh"] = {K, 3 * G, G};
+        out[p + "sfc.b_ih"] = {K, 3 * G};
+        out[p + "sfc.b_hh"] = {K, 3 * G};
+        break;
+      }
     }
+  }
+  if (kind == GateKind::SfcGru) {
+    out["sfc_shared.head.weight"] = {2, h.at("hidden").get<int64_t>()};
+    out["sfc_shared.head.bias"] = {2};
   }
   if (kind == GateKind::RetentionGlobal) {
     out["retention_gate_shared.linear2.weight"] = {1, h.at("hidden").get<int64_t>()};
@@ -278,6 +309,21 @@ void init_kvpop_param(const std::string& name, torch::Tensor& t, const GateShape
     if (ends_with(name, ".wq") || ends_with(name, ".wk") || value)
       for (int64_t i = 0; i < t.size(2); ++i)
         t.select(1, (value ? hd : 0) + i % hd).select(1, i) += 1.0;
+  }
+}
+
+// SFC: nn.GRU's U(-1/sqrt(G), 1/sqrt(G)) for the GRU and the head; the
+// latent projection N(0, 1/hd) (a random projection that keeps the key's
+// scale); the head's horizon bias at -2 (sigmoid 0.12: most tokens are cold).
+void init_sfc_param(const std::string& name, torch::Tensor& t, const GateShape& s) {
+  if (ends_with(name, ".latent")) {
+    t.normal_(0.0, 1.0 / std::sqrt(double(s.head_dim)));
+  } else if (ends_with(name, "head.bias")) {
+    t.fill_(-2.0);
+  } else {
+    const int64_t G = name.find("head") != std::string::npos ? t.size(1) : t.size(1) / 3;
+    const double bound = 1.0 / std::sqrt(double(G));
+    t.uniform_(-bound, bound);
   }
 }
 
@@ -329,6 +375,9 @@ GateSet init_gates(GateKind kind, const json& hyper, const GateShape& shape, uin
       case GateKind::KvpopMlp:
       case GateKind::KvpopMlstm:
         init_kvpop_param(name, t, shape);
+        break;
+      case GateKind::SfcGru:
+        init_sfc_param(name, t, shape);
         break;
     }
     set.params[name] = t;

@@ -37,6 +37,12 @@
 //     layers.{l}.kvpop.mlstm.{wq,wk,wv}  [K, 2*hd, P]
 //     layers.{l}.kvpop.mlstm.{wi,wf}     [K, 2*hd]    .{bi,bf} [K]
 //     layers.{l}.kvpop.mlstm.out_w       [K, P]       .out_b   [K]
+//   sfc-gru (seed 004, the Latent Salience Forecaster; docs/policies/sfc.md),
+//   G = hidden, Z = latent, F = 4 + Z features, one GRU per GQA group:
+//     layers.{l}.sfc.latent   [K, hd, Z]   (key -> salience latent)
+//     layers.{l}.sfc.w_ih     [K, 3G, F]   layers.{l}.sfc.b_ih  [K, 3G]  (gates r, z, n)
+//     layers.{l}.sfc.w_hh     [K, 3G, G]   layers.{l}.sfc.b_hh  [K, 3G]
+//     sfc_shared.head.weight  [2, G]       sfc_shared.head.bias [2]   (now, horizon)
 #pragma once
 
 #include <torch/types.h>
@@ -51,9 +57,18 @@
 
 namespace kvscope::gates {
 
-enum class GateKind { WriteGate, AttentionGate, Retention, RetentionGlobal, KvpopMlp, KvpopMlstm };
+enum class GateKind {
+  WriteGate,
+  AttentionGate,
+  Retention,
+  RetentionGlobal,
+  KvpopMlp,
+  KvpopMlstm,
+  SfcGru,
+};
 
-// "wgkv", "attention-gate", "retention", "retention-global", "kvpop-mlp", "kvpop-mlstm".
+// "wgkv", "attention-gate", "retention", "retention-global", "kvpop-mlp", "kvpop-mlstm",
+// "sfc-gru".
 const char* gate_kind_name(GateKind k);
 // Throws InputError(file, field, ...) for an unknown name.
 GateKind parse_gate_kind(const std::string& name, const std::string& file,

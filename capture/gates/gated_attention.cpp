@@ -117,6 +117,8 @@ torch::Tensor GatedDenseBackend::attend(const model::AttentionInputs& in) {
       case GateKind::KvpopMlstm:
         // KVpop trains through its own backend (kvpop_training.h).
         throw std::logic_error("GatedDenseBackend: KVpop scorers train through KvpopTrainBackend");
+      case GateKind::SfcGru:  // trained from traces (sfc_training.h), never through attention
+        throw std::logic_error("GatedDenseBackend: SFC forecasters train from traces");
       case GateKind::Retention:
       case GateKind::RetentionGlobal: {
         torch::Tensor lb = retention_log_beta(g, l, in.hidden);

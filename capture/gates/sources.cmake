@@ -1,4 +1,4 @@
-# Learned gates (seeds 000-002): gate files and official checkpoints, the gate
+# Learned gates (seeds 000-004): gate files and official checkpoints, the gate
 # networks, the differentiable gated attention and the trainer.
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # SHA-256 of models and data
 target_link_libraries(kvscope_capture PRIVATE OpenSSL::Crypto)
@@ -13,4 +13,5 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/train_data.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/kvpop_math.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/sfc_forecaster.cpp
 )

@@ -262,6 +262,8 @@ std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w,
     case GateKind::KvpopMlp:
     case GateKind::KvpopMlstm:
       break;  // kvpop_objective
+    case GateKind::SfcGru:
+      throw std::logic_error("trainer: SFC forecasters train from traces (sfc_training.h)");
     case GateKind::Retention:
     case GateKind::RetentionGlobal: {
       torch::Tensor logp_s = torch::log_softmax(m.logits(hidden_s), -1);
