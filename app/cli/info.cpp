@@ -67,6 +67,7 @@ nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSu
   j["seed"] = run.seed;
   j["capture_levels"] = run.capture_levels;
   j["tiers"] = run.tier_names;
+  j["tier_attended"] = r.tier_attended();  // one 0/1 flag per tier
   j["steps"] = {{"total", s.steps}, {"prefill", s.prefill_steps}, {"decode", s.decode_steps}};
   nlohmann::json roles, kinds;
   for (int i = 0; i < trace::kTokenRoleCount; ++i)
@@ -85,6 +86,16 @@ nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSu
   for (const trace::SeriesSpec& sp : r.series())
     series.push_back({{"name", sp.name}, {"meaning", sp.meaning}, {"units", sp.units}});
   j["series"] = series;
+  int64_t needed = 0, not_needed = 0;
+  double wait_s = 0;
+  const std::vector<trace::StallRow> stalls = r.stalls();
+  for (const trace::StallRow& st : stalls) {
+    wait_s += double(st.wait_s);
+    needed += st.needed == 1 ? 1 : 0;
+    not_needed += st.needed == 0 ? 1 : 0;
+  }
+  j["stalls"] = {
+      {"count", stalls.size()}, {"wait_s", wait_s}, {"needed", needed}, {"not_needed", not_needed}};
   j["wall_s"] = s.wall_s;
   if (!run.task_kind.empty())
     j["task"] = {{"kind", run.task_kind},
@@ -111,7 +122,9 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
     << " (budget: " << p["budget_kind"].get<std::string>() << " " << p["budget"] << ")\n";
   o << "seed      " << j["seed"] << "\n";
   o << "capture   " << j["capture_levels"].get<std::string>() << "; tiers:";
-  for (const auto& t : j["tiers"]) o << " " << t.get<std::string>();
+  for (size_t t = 0; t < j["tiers"].size(); ++t)
+    o << " " << j["tiers"][t].get<std::string>()
+      << (j["tier_attended"][t].get<int>() ? "" : " (not attended)");
   o << "\n";
   o << "steps     " << j["steps"]["total"] << " (prefill " << j["steps"]["prefill"] << ", decode "
     << j["steps"]["decode"] << "), wall " << std::fixed << std::setprecision(3)
@@ -135,6 +148,12 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
     for (const auto& sp : j["series"]) o << " " << sp["name"].get<std::string>();
     o << "\n";
   }
+  const auto& st = j["stalls"];
+  o << "stalls    " << st["count"] << ", total wait " << std::setprecision(6)
+    << st["wait_s"].get<double>() << " s";
+  if (st["needed"].get<int64_t>() + st["not_needed"].get<int64_t>() > 0)
+    o << " (oracle: " << st["needed"] << " needed, " << st["not_needed"] << " not)";
+  o << "\n";
   if (j.contains("task"))
     o << "task      " << j["task"]["kind"].get<std::string>() << ", expected \""
       << j["task"]["expected_answer"].get<std::string>() << "\", success " << j["task"]["success"]

@@ -74,6 +74,9 @@ Command add_synth_command(CLI::App& app) {
   sub->add_flag("!--no-dense", s.dense, "omit /attention/dense");
   sub->add_flag("!--no-gates", s.gates, "omit /gates");
   sub->add_flag("!--no-series", s.series, "omit /series");
+  sub->add_flag("!--cold-unattended", s.cold_attended,
+                "tier 1 is not attended (offloaded): attention skips it and some decode steps "
+                "stall on its tokens (/stalls); needs --tiers 2");
   sub->add_option("--seed", s.seed, "seed")->capture_default_str();
   sub->add_option("--compression", opt->compression, "deflate level 0-9")
       ->check(CLI::Range(0, 9))
@@ -84,6 +87,9 @@ Command add_synth_command(CLI::App& app) {
                                std::to_string(opt->spec.heads) +
                                    " is not a multiple of --kv-heads " +
                                    std::to_string(opt->spec.kv_heads));
+            if (!opt->spec.cold_attended && opt->spec.tiers < 2)
+              throw InputError("", "--cold-unattended",
+                               "needs a cold tier to leave unread (expected --tiers 2)");
             return run_synth(*opt);
           }};
 }

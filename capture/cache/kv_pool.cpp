@@ -12,8 +12,8 @@ namespace kvscope::cache {
 
 KvPool::KvPool(int64_t head_dim, int64_t page_rows, RowFormat format, int64_t initial_pages)
     : head_dim_(head_dim), page_rows_(page_rows), format_(format), initial_pages_(initial_pages) {
-  if (format == RowFormat::Int4 && head_dim % kernels::kInt4Group != 0)
-    throw std::invalid_argument("INT4 pool: head_dim must be a multiple of 32");
+  if (format == RowFormat::Int4 && head_dim % 2 != 0)
+    throw std::invalid_argument("INT4 pool: head_dim must be even (two codes a byte)");
   grow(initial_pages_);
 }
 

@@ -21,7 +21,8 @@ const std::vector<PolicyDescriptor>& builtin_policies() {
       pyramidkv_descriptor(), knorm_descriptor(),          expected_attention_descriptor(),
       adakv_descriptor(),     duo_attention_descriptor(),  quest_descriptor(),
       wgkv_descriptor(),      attention_gate_descriptor(), trimkv_descriptor(),
-      dbtrimkv_descriptor(),  kvpop_descriptor(),     scripted_descriptor(),
+      dbtrimkv_descriptor(),  kvpop_descriptor(),          sfc_descriptor(),
+      scripted_descriptor(),
   };
   return all;
 }

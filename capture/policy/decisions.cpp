@@ -1,5 +1,7 @@
 #include "capture/policy/decisions.h"
 
+#include <cmath>
+#include <cstdio>
 #include <limits>
 #include <utility>
 
@@ -125,6 +127,19 @@ void Decisions::series(int32_t index, int64_t layer, int64_t kv_head, float valu
   series_[size_t(((scope_->series_base + index) * L_ + layer) * K_ + kv_head)] = value;
 }
 
+void Decisions::stall(int64_t layer, int64_t kv_head, int64_t pos, float wait_s) {
+  check_head("stall", layer, kv_head, pos);
+  if (!std::isfinite(wait_s) || wait_s < 0) {
+    char wait[32];
+    std::snprintf(wait, sizeof wait, "%g", double(wait_s));
+    fail("stall", layer, kv_head, pos,
+         "wait " + std::string(wait) + " s (expected a finite time >= 0)");
+  }
+  stalls_.push_back(trace::StallRow{static_cast<int32_t>(step_), static_cast<int16_t>(layer),
+                                    static_cast<int16_t>(kv_head), static_cast<int32_t>(pos),
+                                    wait_s, -1});
+}
+
 void Decisions::series_error(int64_t layer, int64_t kv_head, const std::string& why) const {
   throw PolicyError("policy " + scope_->name + ": invalid decision 'series' at step " +
                     std::to_string(step_) + ", layer " + std::to_string(layer) + ", kv head " +
@@ -159,6 +174,9 @@ std::vector<trace::GateValue> Decisions::take_gates() {
 }
 std::vector<float> Decisions::take_series() {
   return std::exchange(series_, {});
+}
+std::vector<trace::StallRow> Decisions::take_stalls() {
+  return std::exchange(stalls_, {});
 }
 
 }  // namespace kvscope::policy

@@ -73,6 +73,12 @@ class Decisions {
   // later value for the same series and head in the step replaces it.
   void series(int32_t index, int64_t layer, int64_t kv_head, float value);
 
+  // Records that this step waited `wait_s` seconds (modelled or measured) for
+  // a reactive fetch of `pos` from a tier the policy does not attend (the
+  // trace's /stalls; the capture fills in the oracle's verdict). Moving the
+  // entry is a separate move().
+  void stall(int64_t layer, int64_t kv_head, int64_t pos, float wait_s);
+
   // ---- what the step driver does ----
   void begin_step(int64_t step, int64_t pos0, int64_t n);
   void enter(const PartScope* scope) { scope_ = scope ? scope : &whole_; }
@@ -93,6 +99,8 @@ class Decisions {
   // This step's series values, [series][layer][kv head] (NaN where none was
   // recorded); empty when none was recorded (trace::StepData::series).
   std::vector<float> take_series();
+  // The stalls recorded since the last take (trace::StepData::stalls).
+  std::vector<trace::StallRow> take_stalls();
 
  private:
   [[noreturn]] void gate_error(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos) const;
@@ -112,6 +120,7 @@ class Decisions {
   std::vector<float> row_k_, row_v_;
   std::vector<trace::Event> events_;
   std::vector<trace::GateValue> gates_;
+  std::vector<trace::StallRow> stalls_;
   int32_t n_series_ = 0;       // the whole policy's series count
   std::vector<float> series_;  // n_series_ * L * K once a value is recorded this step
 };

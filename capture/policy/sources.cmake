@@ -25,6 +25,7 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/policies/trimkv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/dbtrimkv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/kvpop.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/sfc.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/scripted.cpp
 )
 # Learned policies given no gates= look here for the gate shipped for the model.

@@ -55,6 +55,8 @@ class StepDriver : public model::AttentionBackend {
   std::vector<trace::GateValue> take_gates() { return decide_.take_gates(); }
   // The step's series values (Decisions::take_series): take them before the next step.
   std::vector<float> take_series() { return decide_.take_series(); }
+  // The stalls recorded since the last take (Decisions::take_stalls).
+  std::vector<trace::StallRow> take_stalls() { return decide_.take_stalls(); }
 
  private:
   void write_new_entries(const model::AttentionInputs& in, const std::vector<Admission>& adm);

@@ -45,7 +45,11 @@ trace::RunInfo run_info(const generate::Engine& engine, const policy::PolicyInst
   run.command_line = req.command_line;
   run.run_json = req.run_json;
   run.tier_names.clear();
-  for (const cache::TierSpec& t : pi.policy->tiers()) run.tier_names.push_back(t.name);
+  run.tier_attended.clear();
+  for (const cache::TierSpec& t : pi.policy->tiers()) {
+    run.tier_names.push_back(t.name);
+    run.tier_attended.push_back(t.attended ? 1 : 0);
+  }
   run.reason_names = pi.policy->reason_names();
   run.task_kind = req.task_kind;
   run.expected_answer = req.expected_answer;
@@ -142,6 +146,9 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
       sd = recorder.finish_step(ev.pos0, ids, ev.prefill, ev.token);
       sd.has_oracle = true;
       sd.oracle = std::move(row);
+      // The shadow has run this step: its last query judges the step's stalls.
+      for (trace::StallRow& st : sd.stalls)
+        st.needed = oracle->needed(st.layer, st.kv_head, st.token);
     } else {
       sd = recorder.finish_step(ev.pos0, ids, ev.prefill, ev.token);
     }

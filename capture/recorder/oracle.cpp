@@ -3,8 +3,24 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace kvscope::recorder {
+
+bool above_quantile(const std::vector<float>& w, float x, double q) {
+  if (w.empty()) return false;
+  std::vector<float> v = w;
+  const double h = q * double(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(h));
+  std::nth_element(v.begin(), v.begin() + long(lo), v.end());
+  double quantile = v[lo];
+  if (lo + 1 < v.size()) {
+    // The next order statistic is the smallest of those above lo.
+    const double next = *std::min_element(v.begin() + long(lo) + 1, v.end());
+    quantile += (h - double(lo)) * (next - quantile);
+  }
+  return double(x) >= quantile;
+}
 
 OracleShadow::OracleShadow(model::Transformer& model, const policy::StepDriver::Options& options,
                            int64_t recall_k, const Recorder& policy_recorder,
@@ -76,6 +92,24 @@ trace::OracleRow OracleShadow::step(const torch::Tensor& ids, int64_t pos0,
       row.recall[size_t(l * K_ + h)] = k > 0 ? float(kept) / float(k) : 1.0f;
     }
   return row;
+}
+
+int8_t OracleShadow::needed(int64_t layer, int64_t kv_head, int64_t token) const {
+  if (layer < 0 || layer >= L_ || kv_head < 0 || kv_head >= K_) return -1;
+  const std::vector<std::pair<float, int64_t>>& row = last_row_[size_t(layer * K_ + kv_head)];
+  std::vector<float> weights;
+  weights.reserve(row.size());
+  float x = 0;
+  bool found = false;
+  for (const auto& [weight, position] : row) {
+    weights.push_back(weight);
+    if (position == token) {
+      x = weight;
+      found = true;
+    }
+  }
+  if (!found) return -1;
+  return above_quantile(weights, x, kNeededQuantile) ? 1 : 0;
 }
 
 }  // namespace kvscope::recorder

@@ -7,7 +7,8 @@
 //   recall     per (layer, kv head): share of the full cache's top-k attended
 //              keys (mean over the group's heads) the policy still holds
 //              after the step (seed 003's oracle recall)
-// All three use the step's last query (the only one in a decode step).
+// All three use the step's last query (the only one in a decode step), and so
+// does needed(), the oracle's verdict on a stall (/stalls needed).
 #pragma once
 
 #include <torch/types.h>
@@ -24,6 +25,17 @@
 
 namespace kvscope::recorder {
 
+// The quantile of a head's full-cache attention row that an entry must reach
+// to count as needed: "above the head's 90th percentile", the salience
+// threshold tau of the Salience Forecasting Cache (seed 004).
+inline constexpr double kNeededQuantile = 0.9;
+
+// Is x at or above the q-quantile of w? The quantile interpolates linearly
+// between the order statistics (numpy's default): with w sorted ascending,
+// h = q (n - 1), it is w[floor h] + (h - floor h) (w[floor h + 1] - w[floor h]).
+// False for an empty w.
+bool above_quantile(const std::vector<float>& w, float x, double q);
+
 class OracleShadow : public cache::AttentionObserver {
  public:
   OracleShadow(model::Transformer& model, const policy::StepDriver::Options& options,
@@ -39,6 +51,13 @@ class OracleShadow : public cache::AttentionObserver {
                           const int64_t* key_pos, int64_t q_pos0) override;
   void on_attention_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) override;
   void on_attention_end() override {}
+
+  // The oracle's verdict on a stall of the step just compared (call after
+  // step()): 1 when the full cache's last query put at least the
+  // kNeededQuantile quantile of head (layer, kv_head)'s weights on `token`
+  // (mean over the group's query heads), 0 below, -1 when the head or token
+  // is not in the row.
+  int8_t needed(int64_t layer, int64_t kv_head, int64_t token) const;
 
  private:
   model::Transformer& model_;

@@ -225,6 +225,7 @@ trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& 
   sd.events = driver_.take_events();
   sd.gates = driver_.take_gates();
   sd.series = driver_.take_series();
+  sd.stalls = driver_.take_stalls();
   sd.occupancy = driver_.cache().occupancy();
   sd.tier_bytes = driver_.cache().tier_bytes();
   sd.step.entries = driver_.cache().entries();

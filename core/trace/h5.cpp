@@ -279,6 +279,13 @@ void write_attr_f64(hid_t obj, const char* name, double value) {
   H5Awrite(attr.get(), H5T_NATIVE_DOUBLE, &value);
 }
 
+void write_attr_u8s(hid_t obj, const char* name, const std::vector<uint8_t>& values) {
+  hsize_t n = values.size();
+  Handle space = dataspace(H5Screate_simple(1, &n, nullptr));
+  Handle attr = make_attr(obj, name, H5T_STD_U8LE, space.get());
+  if (n > 0) H5Awrite(attr.get(), H5T_NATIVE_UINT8, values.data());
+}
+
 namespace {
 // Opens an attribute and checks it is a string (scalar or 1-D with at most
 // max_count elements). Returns the element count, or -1 with *why set.
@@ -389,6 +396,43 @@ bool read_attr_i64(hid_t obj, const char* name, int64_t* out) {
 
 bool read_attr_f64(hid_t obj, const char* name, double* out) {
   return read_scalar_attr(obj, name, H5T_FLOAT, H5T_NATIVE_DOUBLE, out);
+}
+
+bool read_attr_ints(hid_t obj, const char* name, std::vector<int64_t>* out, size_t max_count,
+                    std::string* why) {
+  std::string reason;
+  if (!why) why = &reason;
+  if (H5Aexists(obj, name) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    *why = "missing (expected a list of integers)";
+    return false;
+  }
+  Handle attr = attribute(H5Aopen(obj, name, H5P_DEFAULT));
+  if (!attr) {
+    *why = "cannot be opened: " + take_error_message();
+    return false;
+  }
+  Handle type = datatype(H5Aget_type(attr.get()));
+  Handle space = dataspace(H5Aget_space(attr.get()));
+  if (H5Tget_class(type.get()) != H5T_INTEGER) {
+    H5Eclear2(H5E_DEFAULT);
+    *why = "is not a list of integers";
+    return false;
+  }
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (rank > 1 || n < 0 || static_cast<size_t>(n) > max_count) {
+    H5Eclear2(H5E_DEFAULT);
+    *why = "holds " + std::to_string(n) + " values in " + std::to_string(rank) +
+           " dimension(s) (expected at most " + std::to_string(max_count) + " in one)";
+    return false;
+  }
+  out->assign(static_cast<size_t>(n), 0);
+  if (n > 0 && H5Aread(attr.get(), H5T_NATIVE_INT64, out->data()) < 0) {
+    *why = "cannot be read: " + take_error_message();
+    return false;
+  }
+  return true;
 }
 
 std::vector<hsize_t> extent(hid_t dset) {

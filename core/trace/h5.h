@@ -64,6 +64,8 @@ void write_attr_string(hid_t obj, const char* name, const std::string& value);
 void write_attr_strings(hid_t obj, const char* name, const std::vector<std::string>& values);
 void write_attr_i64(hid_t obj, const char* name, int64_t value);
 void write_attr_f64(hid_t obj, const char* name, double value);
+// A 1-D uint8 attribute (e.g. /run tier_attended).
+void write_attr_u8s(hid_t obj, const char* name, const std::vector<uint8_t>& values);
 // String readers: false when the attribute is missing, not a string (or
 // too many), or unreadable, with the reason in words in *why when given.
 bool read_attr_string(hid_t obj, const char* name, std::string* out, std::string* why = nullptr);
@@ -71,6 +73,11 @@ bool read_attr_strings(hid_t obj, const char* name, std::vector<std::string>* ou
                        std::string* why = nullptr);
 bool read_attr_i64(hid_t obj, const char* name, int64_t* out);
 bool read_attr_f64(hid_t obj, const char* name, double* out);
+// A scalar or 1-D integer attribute of at most max_count values, converted to
+// int64: false when it is missing, not integers, too long or unreadable, with
+// the reason in words in *why when given.
+bool read_attr_ints(hid_t obj, const char* name, std::vector<int64_t>* out, size_t max_count,
+                    std::string* why = nullptr);
 
 // Current extent of a dataset.
 std::vector<hsize_t> extent(hid_t dset);

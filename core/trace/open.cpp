@@ -218,6 +218,44 @@ void read_series(hid_t file, CaptureLayout* layout, std::vector<Problem>* proble
   }
 }
 
+// Minor version 3: /run tier_attended, one 0/1 flag per tier. Older traces
+// have none: their policies attended every tier they held.
+void read_tier_attended(hid_t file, hid_t run_group, RunInfo* run, std::vector<Problem>* problems) {
+  const std::string field = "/run attribute tier_attended";
+  const size_t tiers = run->tier_names.size();
+  int64_t minor = 0;
+  h5::read_attr_i64(file, "minor_version", &minor);
+  if (minor < 3 && H5Aexists(run_group, "tier_attended") <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    run->tier_attended.assign(tiers, 1);
+    return;
+  }
+  std::vector<int64_t> flags;
+  std::string why;
+  if (!h5::read_attr_ints(run_group, "tier_attended", &flags, static_cast<size_t>(kMaxTiers),
+                          &why)) {
+    problems->push_back({ErrorCode::Schema, field, why});
+    return;
+  }
+  if (flags.size() != tiers) {
+    problems->push_back({ErrorCode::Schema, field,
+                         "has " + std::to_string(flags.size()) +
+                             " flags (expected one per tier_names entry: " + std::to_string(tiers) +
+                             ")"});
+    return;
+  }
+  run->tier_attended.clear();
+  for (size_t i = 0; i < flags.size(); ++i) {
+    if (flags[i] != 0 && flags[i] != 1) {
+      problems->push_back(
+          {ErrorCode::Schema, field,
+           "flag " + std::to_string(i) + " is " + std::to_string(flags[i]) + " (expected 0 or 1)"});
+      return;
+    }
+    run->tier_attended.push_back(static_cast<uint8_t>(flags[i]));
+  }
+}
+
 void read_layout(hid_t file, const RunInfo& run, CaptureLayout* layout,
                  std::vector<Problem>* problems) {
   auto group_attr = [&](const char* group, const char* name, int64_t* out, int64_t lo, int64_t hi) {
@@ -424,6 +462,7 @@ void read_run_info(hid_t file, RunInfo* run, CaptureLayout* layout,
       run->budget_kind != "global")
     r.problem(ErrorCode::Schema, "budget_kind",
               "is \"" + run->budget_kind + "\" (expected none, head, layer or global)");
+  read_tier_attended(file, g.get(), run, problems);
   if (problems->size() != before) return;
   read_layout(file, *run, layout, problems);
   if (problems->size() != before) return;

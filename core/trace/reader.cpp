@@ -48,6 +48,8 @@ const char* kTokenColumns[] = {"/tokens/id",           "/tokens/position",   "/t
 const char* kEventColumns[] = {"/events/step",   "/events/layer",     "/events/kv_head",
                                "/events/token",  "/events/kind",      "/events/score",
                                "/events/reason", "/events/from_tier", "/events/to_tier"};
+const char* kStallColumns[] = {"/stalls/step",  "/stalls/layer",  "/stalls/kv_head",
+                               "/stalls/token", "/stalls/wait_s", "/stalls/needed"};
 
 }  // namespace
 
@@ -60,6 +62,9 @@ struct TraceReader::Impl {
   std::map<std::string, Elem> expected_elem;  // from the schema
   bool complete = false;
   int64_t n_steps = 0, n_tokens = 0, n_events = 0;
+  // /stalls/step of the committed stalls, read on first use after a refresh.
+  std::vector<int32_t> stall_steps;
+  bool stall_steps_read = false;
 
   [[noreturn]] void fail(ErrorCode code, const std::string& field, const std::string& what) const {
     throw TraceError(code, path, field, what);
@@ -184,6 +189,37 @@ struct TraceReader::Impl {
     n_steps = s;
     n_tokens = t_committed;
     n_events = e_committed;
+    stall_steps_read = false;
+  }
+
+  // The step column of the committed stalls: rows are in step order and a
+  // flush writes them before it commits its steps, so the committed ones are
+  // those before the first row of a step not yet committed.
+  const std::vector<int32_t>& committed_stall_steps() {
+    if (stall_steps_read) return stall_steps;
+    stall_steps.clear();
+    if (opened.minor_version >= 3) {
+      const int64_t rows = min_extent(kStallColumns, std::size(kStallColumns));
+      stall_steps = read_1d<int32_t>("/stalls/step", 0, rows);
+      size_t n = 0;
+      while (n < stall_steps.size() && stall_steps[n] < n_steps) ++n;
+      stall_steps.resize(n);
+    }
+    stall_steps_read = true;
+    return stall_steps;
+  }
+
+  std::vector<StallRow> stall_rows(int64_t begin, int64_t end) {
+    std::vector<StallRow> out(static_cast<size_t>(end - begin));
+    if (out.empty()) return out;
+    auto layer = read_1d<int16_t>("/stalls/layer", begin, end);
+    auto kv_head = read_1d<int16_t>("/stalls/kv_head", begin, end);
+    auto token = read_1d<int32_t>("/stalls/token", begin, end);
+    auto wait = read_1d<float>("/stalls/wait_s", begin, end);
+    auto needed = read_1d<int8_t>("/stalls/needed", begin, end);
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = {stall_steps[size_t(begin) + i], layer[i], kv_head[i], token[i], wait[i], needed[i]};
+    return out;
   }
 
   void check_range(const char* what, int64_t begin, int64_t end, int64_t limit) const {
@@ -218,7 +254,8 @@ std::unique_ptr<TraceReader> TraceReader::open(const std::string& path) {
   if (!problems.empty())
     throw TraceError(problems[0].code, path, problems[0].field, problems[0].message);
   for (const DatasetSpec& spec :
-       datasets_for(impl->layout, static_cast<int64_t>(impl->run.tier_names.size())))
+       datasets_for(impl->layout, static_cast<int64_t>(impl->run.tier_names.size()),
+                    impl->opened.minor_version))
     impl->expected_elem[spec.path] = spec.elem;
   impl->refresh();
   return std::unique_ptr<TraceReader>(new TraceReader(std::move(impl)));
@@ -602,6 +639,25 @@ std::vector<float> TraceReader::series_head(int series, int layer, int kv_head, 
   m.check_range(p.c_str(), begin, end, m.n_steps);
   return m.read<float>(p, {hsize_t(begin), hsize_t(layer), hsize_t(kv_head)},
                        {hsize_t(end - begin), 1, 1});
+}
+
+int64_t TraceReader::n_stalls() const {
+  return static_cast<int64_t>(impl_->committed_stall_steps().size());
+}
+
+std::vector<StallRow> TraceReader::stalls() const {
+  Impl& m = *impl_;
+  return m.stall_rows(0, static_cast<int64_t>(m.committed_stall_steps().size()));
+}
+
+std::vector<StallRow> TraceReader::stalls_of_step(int64_t step) const {
+  Impl& m = *impl_;
+  if (step < 0 || step >= m.n_steps)
+    m.fail(ErrorCode::Usage, "/stalls/step",
+           "step " + std::to_string(step) + " outside [0, " + std::to_string(m.n_steps) + ")");
+  const std::vector<int32_t>& steps = m.committed_stall_steps();
+  auto [lo, hi] = std::equal_range(steps.begin(), steps.end(), static_cast<int32_t>(step));
+  return m.stall_rows(lo - steps.begin(), hi - steps.begin());
 }
 
 std::vector<float> TraceReader::oracle_kl(int64_t begin, int64_t end) const {

@@ -52,6 +52,10 @@ class TraceReader {
   int64_t n_heads() const { return run().model.n_heads; }
   int64_t n_kv_heads() const { return run().model.n_kv_heads; }
   int64_t n_tiers() const { return static_cast<int64_t>(run().tier_names.size()); }
+  // One flag per tier (minor version 3): 1 the policy's attention reads the
+  // tier's entries, 0 they are held unread until promoted. All 1 for older
+  // traces.
+  const std::vector<uint8_t>& tier_attended() const { return run().tier_attended; }
 
   // Re-reads extents and the complete flag (for traces still being written).
   void refresh();
@@ -109,6 +113,13 @@ class TraceReader {
   // Head (layer, kv_head) of series `series` over steps [begin, end): end-begin values.
   std::vector<float> series_head(int series, int layer, int kv_head, int64_t begin,
                                  int64_t end) const;
+
+  // Reactive fetches of entries the policy did not attend (/stalls, minor
+  // version 3), those of committed steps, in step order; empty for older
+  // traces.
+  int64_t n_stalls() const;
+  std::vector<StallRow> stalls() const;
+  std::vector<StallRow> stalls_of_step(int64_t step) const;
 
   std::vector<float> oracle_kl(int64_t begin, int64_t end) const;
   std::vector<float> oracle_lost_mass(int64_t step) const;  // L*H

@@ -26,6 +26,7 @@ const char* axis_symbol(Axis axis) {
     case Axis::Two: return "2";
     case Axis::KeyTokens: return "M";
     case Axis::TopK: return "k";
+    case Axis::Stalls: return "X";
   }
   return "?";
 }
@@ -40,7 +41,8 @@ bool axis_grows(Axis axis) {
     case Axis::ReceivedRows:
     case Axis::QueryBlocks:
     case Axis::GateSamples:
-    case Axis::GenBytes: return true;
+    case Axis::GenBytes:
+    case Axis::Stalls: return true;
     default: return false;
   }
 }
@@ -179,6 +181,21 @@ std::vector<DatasetSpec> build_catalogue() {
                "value the policy recorded for head (l, k) at step s; NaN where it recorded none",
                Feature::Series,
                kNaN});
+  // /stalls (minor version 3): appended with each step, like /events.
+  const size_t stalls_begin = c.size();
+  col("/stalls/step", Elem::I32, A::Stalls, 4096, "step",
+      "step that waited for the fetch (rows in step order)");
+  col("/stalls/layer", Elem::I16, A::Stalls, 4096, "layer", "layer index");
+  col("/stalls/kv_head", Elem::I16, A::Stalls, 4096, "kv head", "key/value head index");
+  col("/stalls/token", Elem::I32, A::Stalls, 4096, "token index",
+      "token fetched from a tier that is not attended");
+  col("/stalls/wait_s", Elem::F32, A::Stalls, 4096, "s",
+      "how long the step waited for the entry (modelled or measured)");
+  col("/stalls/needed", Elem::I8, A::Stalls, 4096, "enum",
+      "oracle: 1 the full cache's attention on the token was at or above its head's 0.9 "
+      "quantile in that step, 0 below, -1 no oracle",
+      Feature::Always, -1);
+  for (size_t i = stalls_begin; i < c.size(); ++i) c[i].since_minor = 3;
   // /attention
   c.push_back({"/attention/received/offset", Elem::I64, {A::Steps, A::Layers, A::KvHeads}, 0,
                {-1, 0, 0}, "row", "first row in token/mass of step s, head (l, k)",
@@ -242,9 +259,11 @@ const std::vector<DatasetSpec>& dataset_catalogue() {
   return catalogue;
 }
 
-std::vector<DatasetSpec> datasets_for(const CaptureLayout& layout, int64_t n_tiers) {
+std::vector<DatasetSpec> datasets_for(const CaptureLayout& layout, int64_t n_tiers,
+                                      int64_t minor_version) {
   std::vector<DatasetSpec> out;
   for (const DatasetSpec& spec : dataset_catalogue()) {
+    if (spec.since_minor > minor_version) continue;
     switch (spec.feature) {
       case Feature::Always: out.push_back(spec); break;
       case Feature::Tiered:
@@ -296,6 +315,7 @@ const std::vector<GroupSpec>& group_catalogue() {
       {"/occupancy", "per step and (layer, kv head): entries per tier, and pool bytes"},
       {"/gates", "learned or heuristic per-token scores, one subgroup per gate"},
       {"/series", "per-step policy values per (layer, kv head), one subgroup per series"},
+      {"/stalls", "reactive fetches of entries the policy did not attend, one row each", 3},
       {"/attention", "attention statistics, as the capture levels asked"},
       {"/attention/received", "attention mass each cached entry received per step (CSR)"},
       {"/attention/pooled", "block-pooled attention maps per layer and query head"},
@@ -339,6 +359,9 @@ const std::vector<AttributeSpec>& attribute_catalogue() {
       {"/run", "run_json", "string", "everything else as JSON (sampling, task, ...)"},
       {"/run", "tier_names", "string[]", "R names; tier r of /events and /occupancy"},
       {"/run", "reason_names", "string[]", "names of /events/reason values"},
+      {"/run", "tier_attended", "uint8[]",
+       "R flags: 1 the attention reads entries of tier r, 0 they are held unread until promoted "
+       "(minor version 3; absent before: every tier attended)"},
       {"/run", "gate_names", "string[]",
        "names of the /gates groups the policy declared (minor version 1; absent before)"},
       {"/run", "tool_version", "string", "KVScope version"},
@@ -412,7 +435,9 @@ std::string schema_markdown() {
     std::string grows = d.append_axis >= 0 ? axis_symbol(d.dims[d.append_axis]) : "—";
     std::string storage = d.dims.empty() ? "scalar" : d.compress ? "deflate" : "raw, rewritten in place";
     md << "| `" << d.path << "` | " << elem_label(d.elem) << " | " << shape << " | " << grows
-       << " | " << storage << " | " << d.units << " | " << feature_name(d.feature) << " | " << d.meaning << " |\n";
+       << " | " << storage << " | " << d.units << " | " << feature_name(d.feature)
+       << (d.since_minor > 0 ? " from 1." + std::to_string(d.since_minor) : std::string()) << " | "
+       << d.meaning << " |\n";
   }
   return md.str();
 }

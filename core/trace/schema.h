@@ -36,8 +36,9 @@ enum class Axis : uint8_t {
   Two,            // 2
   KeyTokens,      // max_tokens
   TopK,           // k of /attention/topk
+  Stalls,         // X: reactive fetches (rows of /stalls)
 };
-inline constexpr int kAxisCount = 19;
+inline constexpr int kAxisCount = 20;
 const char* axis_symbol(Axis axis);
 bool axis_grows(Axis axis);
 
@@ -68,19 +69,25 @@ struct DatasetSpec {
   // while SWMR-writing, HDF5 cannot reuse the file space of a rewritten
   // compressed chunk, so rewrites would grow the file without bound.
   bool compress = true;
+  // First minor version that holds the dataset: older traces lack it and
+  // are not asked for it (3 for /stalls).
+  int since_minor = 0;
 };
 
 // The whole catalogue with "{gate}" and "{series}" placeholders.
 const std::vector<DatasetSpec>& dataset_catalogue();
 
-// The datasets a trace with this layout holds (gates and series expanded,
-// optional groups filtered).
-std::vector<DatasetSpec> datasets_for(const CaptureLayout& layout, int64_t n_tiers);
+// The datasets a trace of this minor version with this layout holds (gates
+// and series expanded, optional groups and those newer than the trace
+// filtered).
+std::vector<DatasetSpec> datasets_for(const CaptureLayout& layout, int64_t n_tiers,
+                                      int64_t minor_version = kFormatMinorVersion);
 
 // Groups and their meaning (for attributes and documentation).
 struct GroupSpec {
   std::string path;
   std::string meaning;
+  int since_minor = 0;  // first minor version that holds the group
 };
 const std::vector<GroupSpec>& group_catalogue();
 

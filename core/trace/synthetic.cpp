@@ -59,14 +59,21 @@ struct Synth {
     return -1;
   }
 
+  // Does head (l, k) read key j when n tokens have been fed (held in an
+  // attended tier)?
+  bool attended(int64_t l, int64_t k, int64_t j, int64_t n) const {
+    const int tier = tier_of(l, k, j, n);
+    return tier == 0 || (tier == 1 && spec.cold_attended);
+  }
+
   // Synthetic attention of query head h at query q over the keys its kv head
-  // holds right after q was fed; weights favour sinks and recent keys.
+  // reads right after q was fed; weights favour sinks and recent keys.
   std::vector<std::pair<int32_t, float>> attention(int64_t l, int64_t h, int64_t q) const {
     int64_t k = h / group;
     std::vector<std::pair<int32_t, float>> row;
     double z = 0;
     for (int64_t j = 0; j <= q; ++j) {
-      if (tier_of(l, k, j, q + 1) < 0) continue;
+      if (!attended(l, k, j, q + 1)) continue;
       float w = unit(spec.seed, l, h, q, j) * (j < spec.sinks ? 4.0f : 1.0f) *
                 (1.0f + 2.0f / static_cast<float>(1 + q - j));
       row.emplace_back(static_cast<int32_t>(j), w);
@@ -141,6 +148,31 @@ float synthetic_series(const SyntheticSpec& spec, int64_t step, int64_t layer, i
   return unit(spec.seed, step, layer, kv_head, 11);
 }
 
+std::vector<StallRow> synthetic_stalls(const SyntheticSpec& spec, int64_t step) {
+  std::vector<StallRow> out;
+  Synth sy(spec);
+  if (spec.tiers < 2 || spec.cold_attended || step < sy.prefill_steps()) return out;
+  const int64_t fed = sy.step_end(step);
+  for (int64_t l = 0; l < sy.L; ++l)
+    for (int64_t k = 0; k < sy.K; ++k) {
+      if ((step + 3 * l + k) % 5 != 0) continue;
+      std::vector<int64_t> cold;
+      for (int64_t j = 0; j < fed; ++j)
+        if (sy.tier_of(l, k, j, fed) == 1) cold.push_back(j);
+      if (cold.empty()) continue;
+      StallRow row;
+      row.step = static_cast<int32_t>(step);
+      row.layer = static_cast<int16_t>(l);
+      row.kv_head = static_cast<int16_t>(k);
+      row.token = static_cast<int32_t>(cold[size_t(step) % cold.size()]);
+      row.wait_s = 0.0005f + 0.001f * unit(spec.seed, step, l, k, 13);
+      row.needed =
+          spec.oracle ? int8_t(unit(spec.seed, step, l, k, 17) < 0.6f ? 1 : 0) : int8_t(-1);
+      out.push_back(row);
+    }
+  return out;
+}
+
 SyntheticCapture::SyntheticCapture(const SyntheticSpec& spec) : spec_(spec) {
   Synth sy(spec_);
   RunInfo& run = run_;
@@ -164,6 +196,8 @@ SyntheticCapture::SyntheticCapture(const SyntheticSpec& spec) : spec_(spec) {
   run.capture_levels = "events";
   run.tier_names =
       spec.tiers > 1 ? std::vector<std::string>{"hot", "cold"} : std::vector<std::string>{"hot"};
+  run.tier_attended.assign(run.tier_names.size(), 1);
+  if (spec.tiers > 1 && !spec.cold_attended) run.tier_attended[1] = 0;
   run.reason_names = {"new token", "outside window", "sink"};
 
   CaptureLayout& layout = layout_;
@@ -259,6 +293,7 @@ StepData SyntheticCapture::step(int64_t s) const {
   if (spec.series)
     for (int64_t l = 0; l < sy.L; ++l)
       for (int64_t k = 0; k < sy.K; ++k) sd.series.push_back(synthetic_series(spec, s, l, k));
+  sd.stalls = synthetic_stalls(spec, s);
   for (int64_t i = 0; i < sy.L * sy.K; ++i)
     for (int64_t r = 0; r < R; ++r) {
       int64_t n = sd.occupancy[size_t(i * R + r)];
@@ -277,7 +312,7 @@ StepData SyntheticCapture::step(int64_t s) const {
         ReceivedRow row{int16_t(l), int16_t(k), {}, {}};
         double norm = double((b - a) * sy.group);
         for (int64_t j = 0; j < b; ++j)
-          if (sy.tier_of(l, k, j, b) >= 0) {
+          if (sy.attended(l, k, j, b)) {
             row.tokens.push_back(int32_t(j));
             row.mass.push_back(static_cast<float>(mass[size_t(j)] / norm));
           }

@@ -5,7 +5,9 @@
 // The "policy" is StreamingLLM-like and per head: head (l, k) keeps `sinks`
 // first tokens and a recent window of window_of(l, k) tokens. With two tiers
 // a token leaving the window is demoted to tier 1 ("cold") and evicted
-// `window` steps later, so tier moves appear too.
+// `window` steps later, so tier moves appear too. With cold_attended = false
+// tier 1 is an offloaded tier: attention does not read it, and some decode
+// steps stall on a fetch of one of its tokens (/stalls).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,9 @@ struct SyntheticSpec {
   int64_t sinks = 4;
   int64_t window = 16;
   int64_t tiers = 1;  // 1 or 2
+  // tiers = 2: false marks tier 1 not attended (/run tier_attended = [1, 0]):
+  // attention skips its tokens and decode steps stall on some of them.
+  bool cold_attended = true;
   bool received = true;
   int64_t pooled_block = 8;
   int64_t topk = 4;
@@ -47,6 +52,10 @@ float synthetic_gate(const SyntheticSpec& spec, int64_t layer, int64_t kv_head, 
 // Value of the series "cutoff" at a step and head: NaN (nothing recorded) where
 // step + layer + kv_head is a multiple of 3, so every trace has holes.
 float synthetic_series(const SyntheticSpec& spec, int64_t step, int64_t layer, int64_t kv_head);
+// The stalls of step s (empty unless tier 1 is not attended): on a decode
+// step, head (l, k) with (s + 3 l + k) % 5 == 0 fetches one of its tier-1
+// tokens, waiting 0.5-1.5 ms; needed is 0 or 1 with the oracle, else -1.
+std::vector<StallRow> synthetic_stalls(const SyntheticSpec& spec, int64_t step);
 // Step that feeds token t.
 int32_t synthetic_step_of_token(const SyntheticSpec& spec, int64_t token);
 

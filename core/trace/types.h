@@ -13,8 +13,8 @@ namespace kvscope::trace {
 
 inline constexpr const char* kFormatName = "kvscope-trace";
 inline constexpr int kFormatVersion = 1;     // major: readers refuse other majors
-// Minor: additive changes only. 1: /run gate_names; 2: /series.
-inline constexpr int kFormatMinorVersion = 2;
+// Minor: additive changes only. 1: /run gate_names; 2: /series; 3: /stalls, /run tier_attended.
+inline constexpr int kFormatMinorVersion = 3;
 inline constexpr int kOldestReadableVersion = 1;
 
 // A tier index meaning "not in the cache" (from_tier of an admission, to_tier
@@ -104,6 +104,10 @@ struct RunInfo {
   std::string command_line;
   std::string run_json = "{}";  // everything else (sampling, task, timing, ...)
   std::vector<std::string> tier_names{"hot"};
+  // One flag per tier_names entry: 1 the policy's attention reads entries in
+  // that tier, 0 it holds them unread until they are promoted (an offloaded
+  // tier). Empty: every tier is attended (the writer writes 1s).
+  std::vector<uint8_t> tier_attended;
   std::vector<std::string> reason_names{"none"};
   std::string task_kind;        // e.g. "needle"; empty when the run is no task
   std::string expected_answer;  // what a successful generation contains
@@ -186,6 +190,17 @@ struct TopkRow {
   std::vector<float> weight;   // L * H * k
 };
 
+// One reactive fetch of a cold (not attended) entry that made a step wait.
+struct StallRow {
+  int32_t step = 0;
+  int16_t layer = 0;
+  int16_t kv_head = 0;
+  int32_t token = 0;
+  float wait_s = 0;    // how long the step waited for this entry (modelled or measured)
+  int8_t needed = -1;  // oracle: 1 the full cache attended it above the head's 0.9 quantile,
+                       // 0 not, -1 no oracle
+};
+
 struct GateValue {
   int32_t gate = 0;  // index into CaptureLayout::gates
   int16_t layer = 0;
@@ -216,6 +231,7 @@ struct StepData {
   // CaptureLayout::series.size() * L * K values, [series][layer][kv head],
   // NaN where the policy recorded none; empty: none at all this step.
   std::vector<float> series;
+  std::vector<StallRow> stalls;  // reactive fetches of the step, in the order they happened
   bool has_oracle = false;
   OracleRow oracle;
   std::string generated_text;  // bytes appended to /generation/text_bytes

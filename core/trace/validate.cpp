@@ -40,7 +40,8 @@ class Validator {
     if (!problems.empty()) return report_;
     check_root_attributes();
     R_ = static_cast<int64_t>(run_.tier_names.size());
-    specs_ = datasets_for(layout_, R_);
+    has_stalls_ = opened_.minor_version >= 3;
+    specs_ = datasets_for(layout_, R_, opened_.minor_version);
     check_complete_flag();
     measure_growth_axes();
     for (const DatasetSpec& spec : specs_) check_dataset(spec);
@@ -56,6 +57,7 @@ class Validator {
   RunInfo run_;
   CaptureLayout layout_;
   int64_t R_ = 1;
+  bool has_stalls_ = false;  // minor version 3 and later hold /stalls
   std::vector<DatasetSpec> specs_;
   AxisSizes sizes_;  // the sizes every dataset must have (complete) or reach (incomplete)
   std::map<std::string, AxisSizes> gate_sizes_;
@@ -218,6 +220,7 @@ class Validator {
     sizes_[Axis::Intervals] = extent0("/lifetimes/intervals/layer");
     sizes_[Axis::ReceivedRows] = extent0("/attention/received/token");
     sizes_[Axis::GenBytes] = extent0("/generation/text_bytes");
+    if (has_stalls_) sizes_[Axis::Stalls] = committed_stalls(S);
     int64_t b = layout_.pooled_block;
     sizes_[Axis::QueryBlocks] = b > 0 ? (T + b - 1) / b : 0;
     for (const GateSpec& g : layout_.gates) {
@@ -228,6 +231,23 @@ class Validator {
     report_.n_steps = S;
     report_.n_tokens = T;
     report_.n_events = E;
+  }
+
+  // Rows of /stalls: all of them in a complete trace; in an incomplete one
+  // those before the first row of a step not committed (a flush writes the
+  // stalls of its steps before it commits them).
+  int64_t committed_stalls(int64_t S) {
+    const int64_t rows = extent0("/stalls/step");
+    if (complete_) return rows;
+    int64_t n = 0;
+    bool done = false;
+    scan<int64_t>("/stalls/step", rows, [&](int64_t, const std::vector<int64_t>& v) {
+      for (size_t i = 0; i < v.size() && !done; ++i) {
+        done = v[i] >= S;
+        if (!done) ++n;
+      }
+    });
+    return n;
   }
 
   const AxisSizes& sizes_for(const std::string& p) {
@@ -413,6 +433,7 @@ class Validator {
       check_float_column("/oracle/recall", S, 0.0, 1.0, true);
       check_float_column("/oracle/kl", S, -1e-4, 1e9, true);
     }
+    if (has_stalls_) check_stalls(S, T, L, K);
     int64_t reason = read_scalar<int64_t>("/generation/finish_reason");
     if (reason < 0 || reason > 5)
       add("/generation/finish_reason", "is " + std::to_string(reason) + " (expected 0..5)");
@@ -460,6 +481,34 @@ class Validator {
       add("/steps/event_count", "steps account for " + std::to_string(expect_event) +
                                     " events but /events holds " + std::to_string(E) +
                                     " (expected equal)");
+  }
+
+  // Stall rows name committed steps in order, heads and tokens that exist,
+  // a finite non-negative wait and the oracle's verdict -1, 0 or 1.
+  void check_stalls(int64_t S, int64_t T, int64_t L, int64_t K) {
+    const int64_t X = sizes_[Axis::Stalls];
+    check_int_column("/stalls/step", X, 0, S);
+    check_int_column("/stalls/layer", X, 0, L);
+    check_int_column("/stalls/kv_head", X, 0, K);
+    check_int_column("/stalls/token", X, 0, T);
+    check_float_column("/stalls/wait_s", X, 0.0, 1e12, false);
+    check_int_column("/stalls/needed", X, -1, 2);
+    int64_t previous = INT64_MIN, bad = 0, first_row = -1, first_step = 0, first_after = 0;
+    scan<int64_t>("/stalls/step", X, [&](int64_t off, const std::vector<int64_t>& v) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] < previous && bad++ == 0) {
+          first_row = off + static_cast<int64_t>(i);
+          first_step = v[i];
+          first_after = previous;
+        }
+        previous = v[i];
+      }
+    });
+    if (bad > 0)
+      add("/stalls/step", std::to_string(bad) + " row(s) out of step order; first at row " +
+                              std::to_string(first_row) + " = step " + std::to_string(first_step) +
+                              " after step " + std::to_string(first_after) +
+                              " (expected nondecreasing steps)");
   }
 
   void check_text_ranges(int64_t T) {

@@ -42,6 +42,12 @@ void fault_point() {
 
 namespace {
 
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 std::string utc_now() {
   std::time_t now = std::time(nullptr);
   std::tm tm{};
@@ -147,6 +153,9 @@ struct TraceWriter::Impl {
   struct EventColumns {
     AppendColumn *step, *layer, *kv_head, *token, *kind, *score, *reason, *from_tier, *to_tier;
   } ev{};
+  struct StallColumns {
+    AppendColumn *step, *layer, *kv_head, *token, *wait_s, *needed;
+  } stall_columns{};
 
   HeadTokenArray<int32_t> admit, evict;
   std::vector<HeadTokenArray<float>> gate_values;
@@ -192,6 +201,12 @@ struct TraceWriter::Impl {
       fail("/run tier_names", "expected 1..16 tier names");
     if (run.reason_names.empty() || run.reason_names.size() > 65535)
       fail("/run reason_names", "expected 1..65535 reason names");
+    if (!run.tier_attended.empty() && run.tier_attended.size() != run.tier_names.size())
+      fail("/run tier_attended", "has " + std::to_string(run.tier_attended.size()) +
+                                     " flags, expected one per tier name (" +
+                                     std::to_string(run.tier_names.size()) + ") or none");
+    for (uint8_t flag : run.tier_attended)
+      if (flag > 1) fail("/run tier_attended", "flags must be 0 or 1");
     std::vector<std::string> gate_names, series_names;
     for (const GateSpec& g : layout.gates) gate_names.push_back(g.name);
     for (const SeriesSpec& s : layout.series) series_names.push_back(s.name);
@@ -364,6 +379,10 @@ struct TraceWriter::Impl {
     h5::write_attr_string(r, "run_json", run.run_json);
     h5::write_attr_strings(r, "tier_names", run.tier_names);
     h5::write_attr_strings(r, "reason_names", run.reason_names);
+    // Minor version 3: which tiers the policy's attention reads (empty: all).
+    std::vector<uint8_t> attended = run.tier_attended;
+    if (attended.empty()) attended.assign(run.tier_names.size(), 1);
+    h5::write_attr_u8s(r, "tier_attended", attended);
     // Minor version 1: the gates the policy declared, so a validator knows
     // which /gates groups the file must hold.
     std::vector<std::string> gate_names;
@@ -478,6 +497,8 @@ struct TraceWriter::Impl {
     ev = {&col("/events/step"),   &col("/events/layer"),     &col("/events/kv_head"),
           &col("/events/token"),  &col("/events/kind"),      &col("/events/score"),
           &col("/events/reason"), &col("/events/from_tier"), &col("/events/to_tier")};
+    stall_columns = {&col("/stalls/step"),  &col("/stalls/layer"),  &col("/stalls/kv_head"),
+                     &col("/stalls/token"), &col("/stalls/wait_s"), &col("/stalls/needed")};
     admit.init(take_dataset("/lifetimes/admit_step"), Elem::I32, L * K, -1);
     evict.init(take_dataset("/lifetimes/evict_step"), Elem::I32, L * K, -1);
     for (const SeriesSpec& sp : layout.series)
@@ -537,6 +558,7 @@ struct TraceWriter::Impl {
     if (layout.topk > 0) append_topk(sd);
     for (const GateValue& g : sd.gates) set_gate(g, step);
     if (!layout.series.empty()) append_series(sd);
+    append_stalls(sd.stalls, step);
     if (layout.oracle) append_oracle(sd);
     if (!sd.generated_text.empty())
       col("/generation/text_bytes")
@@ -676,6 +698,29 @@ struct TraceWriter::Impl {
     for (size_t i = 0; i < series_columns.size(); ++i)
       series_columns[i]->push(
           sd.series.empty() ? series_nan_row.data() : sd.series.data() + i * per_series, 1);
+  }
+
+  // Stalls are rows of the step like its events; /steps commits them.
+  void append_stalls(const std::vector<StallRow>& stalls, int32_t step) {
+    for (const StallRow& s : stalls) {
+      if (s.step != step)
+        fail("/stalls/step", "stall for step " + std::to_string(s.step) + " appended in step " +
+                                 std::to_string(step));
+      check_head("/stalls/layer", s.layer, s.kv_head);
+      if (s.token < 0 || s.token >= tokens_appended)
+        fail("/stalls/token", "token " + std::to_string(s.token) + " not yet fed (" +
+                                  std::to_string(tokens_appended) + " tokens)");
+      if (!std::isfinite(s.wait_s) || s.wait_s < 0)
+        fail("/stalls/wait_s", "is " + number_text(s.wait_s) + " s (expected finite and >= 0)");
+      if (s.needed < -1 || s.needed > 1)
+        fail("/stalls/needed", "is " + std::to_string(s.needed) + " (expected -1, 0 or 1)");
+      stall_columns.step->push1(s.step);
+      stall_columns.layer->push1(s.layer);
+      stall_columns.kv_head->push1(s.kv_head);
+      stall_columns.token->push1(s.token);
+      stall_columns.wait_s->push1(s.wait_s);
+      stall_columns.needed->push1(s.needed);
+    }
   }
 
   void append_received(const StepData& sd) {

@@ -9,12 +9,13 @@ namespace kvscope::kernels::cuda {
 
 namespace {
 
-__global__ void quantize_kernel(const float* x, int64_t n_groups, uint8_t* codes, float* params) {
+__global__ void quantize_kernel(const float* x, int64_t n_groups, int64_t gs, uint8_t* codes,
+                                float* params) {
   int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (g >= n_groups) return;
-  const float* xg = x + g * kInt4Group;
+  const float* xg = x + g * gs;
   float lo = xg[0], hi = xg[0];
-  for (int i = 1; i < kInt4Group; ++i) {
+  for (int64_t i = 1; i < gs; ++i) {
     lo = fminf(lo, xg[i]);
     hi = fmaxf(hi, xg[i]);
   }
@@ -22,22 +23,22 @@ __global__ void quantize_kernel(const float* x, int64_t n_groups, uint8_t* codes
   float inv = scale > 0 ? 1.0f / scale : 0.0f;
   params[2 * g] = scale;
   params[2 * g + 1] = lo;
-  for (int i = 0; i < kInt4Group; i += 2) {
+  for (int64_t i = 0; i < gs; i += 2) {
     int a = min(15, max(0, __float2int_rn((xg[i] - lo) * inv)));
     int b = min(15, max(0, __float2int_rn((xg[i + 1] - lo) * inv)));
-    codes[(g * kInt4Group + i) / 2] = static_cast<uint8_t>(a | (b << 4));
+    codes[(g * gs + i) / 2] = static_cast<uint8_t>(a | (b << 4));
   }
 }
 
 __global__ void dequantize_kernel(const uint8_t* codes, const float* params, int64_t n_groups,
-                                  float* x) {
+                                  int64_t gs, float* x) {
   int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (g >= n_groups) return;
   const float scale = params[2 * g], lo = params[2 * g + 1];
-  for (int i = 0; i < kInt4Group; i += 2) {
-    uint8_t c = codes[(g * kInt4Group + i) / 2];
-    x[g * kInt4Group + i] = lo + scale * float(c & 0x0F);
-    x[g * kInt4Group + i + 1] = lo + scale * float(c >> 4);
+  for (int64_t i = 0; i < gs; i += 2) {
+    uint8_t c = codes[(g * gs + i) / 2];
+    x[g * gs + i] = lo + scale * float(c & 0x0F);
+    x[g * gs + i + 1] = lo + scale * float(c >> 4);
   }
 }
 
@@ -47,7 +48,8 @@ int quantize_int4(const float* x, int64_t rows, int64_t hd, uint8_t* codes, floa
                   void* stream) {
   int64_t groups = rows * int4_groups(hd);
   unsigned blocks = static_cast<unsigned>((groups + 255) / 256);
-  quantize_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(x, groups, codes, params);
+  quantize_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      x, groups, int4_group_size(hd), codes, params);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -55,7 +57,8 @@ int dequantize_int4(const uint8_t* codes, const float* params, int64_t rows, int
                     void* stream) {
   int64_t groups = rows * int4_groups(hd);
   unsigned blocks = static_cast<unsigned>((groups + 255) / 256);
-  dequantize_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(codes, params, groups, x);
+  dequantize_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(codes, params, groups,
+                                                                           int4_group_size(hd), x);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -121,6 +121,21 @@ def add_series(value_shape, order):
     return recipe
 
 
+def add_stall(step, wait_s):
+    """One /stalls row (minor version 3) naming `step` and waiting `wait_s`,
+    for damaged-stall rows (the good trace's policy never stalls: its /stalls
+    is empty)."""
+    def recipe(path):
+        with h5py.File(path, "r+") as f:
+            row = {"step": step, "layer": 0, "kv_head": 0, "token": 0, "wait_s": wait_s,
+                   "needed": -1}
+            for col, value in row.items():
+                d = f["stalls/" + col]
+                d.resize((1,))
+                d[0] = value
+    return recipe
+
+
 TRACE_RECIPES = {
     "format": edit_attr("/", "format", "netcdf-thing"),
     "version2": edit_attr("/", "version", np.int64(2)),
@@ -140,6 +155,9 @@ TRACE_RECIPES = {
     "heap": damage_heap,
     "series_order": add_series(None, ["cutoff", "ghost"]),
     "series_shape": add_series((20, 5), ["cutoff"]),
+    "stall_step": add_stall(999, 0.001),
+    "stall_wait": add_stall(1, -0.5),
+    "tier_attended": edit_attr("/run", "tier_attended", np.array([1, 0], dtype=np.uint8)),
     "cut40": truncate(40),
     "cut_half": lambda p: truncate(os.path.getsize(p) // 2)(p),
 }

@@ -28,6 +28,10 @@ def main():
         assert run.attrs["policy"] == want["policy"]
         assert run.attrs["prompt"] == want["prompt"]
         assert list(run.attrs["tier_names"]) == want["tier_names"]
+        # Minor version 3: one 0/1 flag per tier (here tier 1, "cold", is not attended).
+        attended = run.attrs["tier_attended"]
+        assert attended.dtype == np.uint8, attended.dtype
+        assert attended.tolist() == want["tier_attended"], attended
         assert run.attrs["n_layers"] == want["n_layers"]
         assert f["run/complete"][()] == 1
 
@@ -76,6 +80,18 @@ def main():
                                       equal_nan=True), name
         else:
             assert not want.get("series_names"), "the trace lacks /series"
+
+        # /stalls (minor version 3): one row per reactive fetch, in every trace.
+        stalls = want["stalls"]
+        assert len(stalls["step"]) > 0, "the interop trace should hold stalls"
+        types = {"step": np.int32, "layer": np.int16, "kv_head": np.int16, "token": np.int32,
+                 "wait_s": np.float32, "needed": np.int8}
+        for col, dtype in types.items():
+            got = f["stalls/" + col]
+            assert got.dtype == dtype, (col, got.dtype)
+            assert got.maxshape == (None,), (col, got.maxshape)
+            assert np.array_equal(got[:], np.array(stalls[col], dtype=dtype)), col
+        assert f["stalls/wait_s"].attrs["units"] == "s"
 
         assert bytes(f["generation/text_bytes"][:]).decode() == want["generated_text"]
         # Every dataset says what it holds.

@@ -44,6 +44,23 @@ struct Edit {
     H5Oclose(obj);
   }
   void remove(const char* path) { REQUIRE(H5Ldelete(file, path, H5P_DEFAULT) >= 0); }
+  void remove_attr(const char* object, const char* name) {
+    hid_t obj = H5Oopen(file, object, H5P_DEFAULT);
+    REQUIRE(H5Adelete(obj, name) >= 0);
+    H5Oclose(obj);
+  }
+  // Deletes the attribute `name` of `object` and writes a 1-D uint8 one.
+  void set_u8s_attr(const char* object, const char* name, const std::vector<uint8_t>& values) {
+    hsize_t n = values.size();
+    hid_t obj = H5Oopen(file, object, H5P_DEFAULT);
+    H5Adelete(obj, name);
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t attr = H5Acreate2(obj, name, H5T_STD_U8LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    REQUIRE(H5Awrite(attr, H5T_NATIVE_UINT8, values.data()) >= 0);
+    H5Aclose(attr);
+    H5Sclose(space);
+    H5Oclose(obj);
+  }
   // Replaces a 1-D dataset with a float32 one of the same length.
   void retype_to_float(const char* path) {
     hid_t d = H5Dopen2(file, path, H5P_DEFAULT);

@@ -102,7 +102,7 @@ TEST_CASE("series values round-trip with NaN where nothing was recorded", "[trac
   const std::string path =
       Tiny(two_series()).write(test::temp_dir() + "/series.kvtrace.h5", steps_with_holes());
   auto r = TraceReader::open(path);
-  CHECK(r->format_minor_version() == 2);
+  CHECK(r->format_minor_version() == kFormatMinorVersion);
   REQUIRE(r->series().size() == 2);
   CHECK(r->series()[0].name == "cutoff");
   CHECK(r->series()[0].meaning == "effective score of the k-th best entry");

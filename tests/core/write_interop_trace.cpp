@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   spec.decode_steps = 12;
   spec.prefill_chunk = 8;
   spec.tiers = 2;
+  spec.cold_attended = false;  // tier 1 offloaded: /run tier_attended [1, 0] and /stalls rows
   spec.window = 6;
   spec.sinks = 2;
   spec.pooled_block = 4;
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   j["policy"] = cap.run().policy;
   j["prompt"] = cap.run().prompt;
   j["tier_names"] = cap.run().tier_names;
+  j["tier_attended"] = cap.run().tier_attended;
   j["n_layers"] = spec.layers;
   j["n_heads"] = spec.heads;
   j["n_kv_heads"] = spec.kv_heads;
@@ -50,6 +52,10 @@ int main(int argc, char** argv) {
                        {"from_tier", nlohmann::json::array()}, {"to_tier", nlohmann::json::array()}};
   nlohmann::json occupancy = nlohmann::json::array(), entries = nlohmann::json::array();
   nlohmann::json series = nlohmann::json::array();  // [S][L*K] of the one series, "cutoff"
+  nlohmann::json stalls = {
+      {"step", nlohmann::json::array()},    {"layer", nlohmann::json::array()},
+      {"kv_head", nlohmann::json::array()}, {"token", nlohmann::json::array()},
+      {"wait_s", nlohmann::json::array()},  {"needed", nlohmann::json::array()}};
   nlohmann::json pooled_mean;  // layer 1, head 2, rows as last written
   std::string generated;
   int64_t kb = (spec.prompt_tokens + spec.decode_steps + spec.pooled_block - 1) / spec.pooled_block;
@@ -70,6 +76,14 @@ int main(int argc, char** argv) {
       ev["score"].push_back(e.score);
       ev["from_tier"].push_back(e.from_tier);
       ev["to_tier"].push_back(e.to_tier);
+    }
+    for (const StallRow& st : sd.stalls) {
+      stalls["step"].push_back(st.step);
+      stalls["layer"].push_back(st.layer);
+      stalls["kv_head"].push_back(st.kv_head);
+      stalls["token"].push_back(st.token);
+      stalls["wait_s"].push_back(st.wait_s);
+      stalls["needed"].push_back(st.needed);
     }
     occupancy.push_back(sd.occupancy);
     // JSON has no NaN: a hole (nothing recorded) is null.
@@ -103,6 +117,7 @@ int main(int argc, char** argv) {
   j["series_names"] = {cap.layout().series.at(0).name};
   j["series_units"] = cap.layout().series.at(0).units;
   j["series_values"] = series;
+  j["stalls"] = stalls;
   std::ofstream(argv[2]) << j.dump();
   return 0;
 }

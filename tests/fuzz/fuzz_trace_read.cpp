@@ -82,6 +82,8 @@ void read_gates_and_oracle(const TraceReader& r) {
   }
   for (int s = 0; s < int(std::min<size_t>(r.series().size(), 4)); ++s)
     ends(r.n_steps(), [&](int64_t b, int64_t e) { r.series_values(s, b, e); });
+  accepts([&] { r.stalls(); });
+  accepts([&] { r.stalls_of_step(r.n_steps() - 1); });
   if (r.layout().oracle) {
     ends(r.n_steps(), [&](int64_t b, int64_t e) { r.oracle_kl(b, e); });
     accepts([&] { r.oracle_lost_mass(0); });

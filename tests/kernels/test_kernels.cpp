@@ -361,21 +361,27 @@ TEST_CASE("sum_rows_add adds each column summed top to bottom, bit for bit", "[k
 
 TEST_CASE("INT4 group quantisation stays within half a step", "[kernels]") {
   torch::manual_seed(5);
-  const int64_t rows = 50, hd = 64;
-  torch::Tensor x = torch::randn({rows, hd}) * 3;
-  std::vector<uint8_t> codes(static_cast<size_t>(rows * int4_code_bytes(hd)));
-  std::vector<float> params(static_cast<size_t>(rows * int4_groups(hd) * 2));
-  quantize_int4(x.data_ptr<float>(), rows, hd, codes.data(), params.data());
-  torch::Tensor y = torch::empty({rows, hd});
-  dequantize_int4(codes.data(), params.data(), rows, hd, y.data_ptr<float>());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < int4_groups(hd); ++g) {
-      float scale = params[size_t((r * int4_groups(hd) + g) * 2)];
-      torch::Tensor err =
-          (x[r].narrow(0, g * kInt4Group, kInt4Group) - y[r].narrow(0, g * kInt4Group, kInt4Group))
-              .abs();
-      REQUIRE(err.max().item<float>() <= scale / 2 + 1e-6f);
-    }
+  // 64: two groups of 32; 8 (stories260K's heads): the row is one group.
+  for (int64_t hd : {int64_t(64), int64_t(8)}) {
+    const int64_t rows = 50, gs = int4_group_size(hd);
+    CHECK(gs == (hd == 64 ? 32 : 8));
+    torch::Tensor x = torch::randn({rows, hd}) * 3;
+    std::vector<uint8_t> codes(static_cast<size_t>(rows * int4_code_bytes(hd)));
+    std::vector<float> params(static_cast<size_t>(rows * int4_groups(hd) * 2));
+    quantize_int4(x.data_ptr<float>(), rows, hd, codes.data(), params.data());
+    torch::Tensor y = torch::empty({rows, hd});
+    dequantize_int4(codes.data(), params.data(), rows, hd, y.data_ptr<float>());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t g = 0; g < int4_groups(hd); ++g) {
+        float scale = params[size_t((r * int4_groups(hd) + g) * 2)];
+        torch::Tensor err = (x[r].narrow(0, g * gs, gs) - y[r].narrow(0, g * gs, gs)).abs();
+        REQUIRE(scale > 0);
+        REQUIRE(err.max().item<float>() <= scale / 2 + 1e-6f);
+      }
+  }
+  const int64_t hd = 64;
+  std::vector<uint8_t> codes(static_cast<size_t>(int4_code_bytes(hd)));
+  std::vector<float> params(static_cast<size_t>(int4_groups(hd) * 2));
   // Values on the grid come back exactly; a constant group has scale 0.
   std::vector<float> grid(static_cast<size_t>(hd));
   for (int64_t i = 0; i < hd; ++i) grid[size_t(i)] = -1.0f + float(i % 16) * 0.25f;

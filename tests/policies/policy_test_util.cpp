@@ -28,13 +28,23 @@ std::vector<int64_t> story_prompt_ids() {
 PolicyRun::PolicyRun(const model::Transformer& model, const std::string& spec, int64_t max_tokens,
                      int64_t prompt_tokens)
     : instance_(policy::make_policy(spec, {prompt_tokens, ""})) {
-  const model::ModelConfig& c = model.config();
+  start(model.config(), instance_.descriptor->name, max_tokens, prompt_tokens);
+}
+
+PolicyRun::PolicyRun(const model::Transformer& model, std::unique_ptr<policy::Policy> policy,
+                     const std::string& name, int64_t max_tokens, int64_t prompt_tokens) {
+  instance_.policy = std::move(policy);
+  instance_.name = name;
+  start(model.config(), name, max_tokens, prompt_tokens);
+}
+
+void PolicyRun::start(const model::ModelConfig& c, const std::string& name, int64_t max_tokens,
+                      int64_t prompt_tokens) {
   L_ = c.n_layers;
   K_ = c.n_kv_heads;
   instance_.policy->setup({&c, max_tokens, prompt_tokens, 16});
   driver_ = std::make_unique<policy::StepDriver>(
-      c, policy::StepDriver::Options{16, max_tokens, prompt_tokens}, *instance_.policy,
-      instance_.descriptor->name);
+      c, policy::StepDriver::Options{16, max_tokens, prompt_tokens}, *instance_.policy, name);
   driver_->set_observer(this);
 }
 
@@ -59,6 +69,7 @@ void PolicyRun::end_step() {
   driver_->end_step();
   events_ = driver_->take_events();
   gates_ = driver_->take_gates();
+  stalls_ = driver_->take_stalls();
 }
 
 void PolicyRun::on_attention(int64_t layer, int64_t kv_head, const float* probs, int64_t R,

@@ -43,6 +43,9 @@ class PolicyRun : public model::AttentionBackend, public cache::FullMatrixObserv
  public:
   PolicyRun(const model::Transformer& model, const std::string& spec, int64_t max_tokens,
             int64_t prompt_tokens);
+  // A policy built by the test itself (e.g. with scripted scores), named `name`.
+  PolicyRun(const model::Transformer& model, std::unique_ptr<policy::Policy> policy,
+            const std::string& name, int64_t max_tokens, int64_t prompt_tokens);
 
   // Feeds tokens at pos0 (one forward step); returns the last token's logits.
   torch::Tensor feed(model::Transformer& model, const std::vector<int64_t>& ids, int64_t pos0);
@@ -62,6 +65,8 @@ class PolicyRun : public model::AttentionBackend, public cache::FullMatrixObserv
   const std::vector<trace::Event>& last_events() const { return events_; }
   // Gate values (the scored policies' scores) of the last step.
   const std::vector<trace::GateValue>& last_gates() const { return gates_; }
+  // Stalls of the last step (Decisions::stall).
+  const std::vector<trace::StallRow>& last_stalls() const { return stalls_; }
   // All inputs of a layer concatenated over the steps so far.
   LayerInputs all_inputs(int64_t layer) const;
 
@@ -81,7 +86,11 @@ class PolicyRun : public model::AttentionBackend, public cache::FullMatrixObserv
   std::vector<std::vector<HeadProbs>> probs_;
   std::vector<trace::Event> events_;
   std::vector<trace::GateValue> gates_;
+  std::vector<trace::StallRow> stalls_;
   int64_t L_ = 0, K_ = 0;
+
+  void start(const model::ModelConfig& c, const std::string& name, int64_t max_tokens,
+             int64_t prompt_tokens);
 };
 
 // softmax(q k^T * scale) with the causal mask, computed here: [H, n, m] for

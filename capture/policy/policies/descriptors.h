@@ -23,6 +23,7 @@ PolicyDescriptor attention_gate_descriptor();
 PolicyDescriptor trimkv_descriptor();
 PolicyDescriptor dbtrimkv_descriptor();
 PolicyDescriptor kvpop_descriptor();
+PolicyDescriptor sfc_descriptor();
 PolicyDescriptor scripted_descriptor();
 
 // Per-head scorers the policies above are built from (capture/policy/scorer.h).
