@@ -2,10 +2,23 @@
 
 #include <QFontMetricsF>
 #include <algorithm>
+#include <cmath>
 
 namespace kvscope::views {
 
-std::shared_ptr<BudgetFigure> BudgetFigure::load(TraceData& data, const Selection& sel) {
+namespace {
+// The series shown for a choice: an index, the first "*hot_budget*" one, or none.
+int resolve_series(const std::vector<trace::SeriesSpec>& all, int choice) {
+  if (choice >= 0) return choice < int(all.size()) ? choice : -1;
+  if (choice == BudgetFigure::kNoSeries) return -1;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (all[i].name.find("hot_budget") != std::string::npos) return int(i);
+  return -1;
+}
+}  // namespace
+
+std::shared_ptr<BudgetFigure> BudgetFigure::load(TraceData& data, const Selection& sel,
+                                                 int series) {
   const trace::TraceReader& r = data.reader();
   auto f = std::make_shared<BudgetFigure>();
   f->layer = sel.layer;
@@ -18,6 +31,7 @@ std::shared_ptr<BudgetFigure> BudgetFigure::load(TraceData& data, const Selectio
   f->budget = r.run().budget;
   for (const std::string& n : r.run().tier_names)
     f->tier_names.push_back(QString::fromStdString(n));
+  for (const trace::SeriesSpec& s : r.series()) f->series_names << QString::fromStdString(s.name);
   if (f->n_steps == 0) return f;
   f->step = std::clamp<int64_t>(sel.step, 0, f->n_steps - 1);
   f->at_step = r.occupancy(f->step);
@@ -28,6 +42,16 @@ std::shared_ptr<BudgetFigure> BudgetFigure::load(TraceData& data, const Selectio
     for (int64_t i = 0; i < f->n_steps; ++i)
       for (int64_t t = 0; t < f->tiers; ++t) total[size_t(i)] += s[size_t(i * f->tiers + t)];
     f->layer_series.push_back(std::move(total));
+  }
+  f->shown_series = resolve_series(r.series(), series);
+  if (f->shown_series >= 0) {
+    const trace::SeriesSpec& spec = r.series()[size_t(f->shown_series)];
+    f->series_name = QString::fromStdString(spec.name);
+    f->series_units = QString::fromStdString(spec.units);
+    f->series_meaning = QString::fromStdString(spec.meaning);
+    for (int k = 0; k < f->kv_heads; ++k)
+      f->head_series.push_back(r.series_head(f->shown_series, f->layer, k, 0, f->n_steps));
+    f->series_at_step = r.series_values(f->shown_series, f->step, f->step + 1);
   }
   return f;
 }
@@ -47,29 +71,68 @@ namespace {
 // both at any layer count.
 QRectF grid_area(const QRectF& area) {
   QRectF inner = area.adjusted(8, 36, -8, -8);
-  return QRectF(inner.left() + 72, inner.top(), inner.width() * 0.36 - 72, inner.height() - 40);
+  // 56 px below: tick labels, the axis label and the caption of what it shows.
+  return QRectF(inner.left() + 72, inner.top(), inner.width() * 0.36 - 72, inner.height() - 56);
 }
 }  // namespace
 
-std::vector<std::pair<QColor, QString>> BudgetFigure::legend_items() const {
-  std::vector<std::pair<QColor, QString>> items;
-  for (int64_t t = 0; t < tiers; ++t)
-    items.push_back({palette::tier(int(t)), tier_names[size_t(t)]});
-  items.push_back({QColor(90, 90, 90), "other heads of layer"});
-  if (budget_kind == "head" && budget > 0) items.push_back({Qt::black, "budget"});
-  return items;
+std::vector<LegendEntry> BudgetFigure::legend_entries(bool compact) const {
+  std::vector<LegendEntry> out;
+  auto swatch = [](QColor c) {
+    return [c](QPainter& p, const QRectF& r) { p.fillRect(r.adjusted(2, 2, -2, -2), c); };
+  };
+  auto line = [](QPen pen) {
+    return [pen](QPainter& p, const QRectF& r) {
+      p.setPen(pen);
+      p.drawLine(QPointF(r.left(), r.center().y()), QPointF(r.right(), r.center().y()));
+    };
+  };
+  QString head = QString("kv head %1").arg(kv_head);
+  if (shown_series >= 0) {
+    out.push_back({compact ? head : series_name + ": " + head, line(QPen(Qt::black, 2.2))});
+    out.push_back({compact ? QString("other heads") : series_name + ": other heads of layer",
+                   line(QPen(QColor(90, 90, 90, 150), 1))});
+    if (series_units.contains("entries") && tiers > 0) {
+      QColor c = palette::tier(0);
+      c.setAlpha(110);
+      out.push_back({compact ? tier_names[0] + " entries"
+                             : QString("%1 entries held by %2").arg(tier_names[0], head),
+                     swatch(c)});
+    }
+  } else {
+    for (int64_t t = 0; t < tiers; ++t) {
+      QColor c = palette::tier(int(t));
+      c.setAlpha(170);
+      out.push_back({tier_names[size_t(t)], swatch(c)});
+    }
+    out.push_back({compact ? QString("other heads") : QString("other heads of layer"),
+                   line(QPen(QColor(90, 90, 90), 1))});
+    if (budget_kind == "head" && budget > 0)
+      out.push_back({"budget", line(QPen(Qt::black, 1, Qt::DashLine))});
+  }
+  out.push_back({QString("step %1").arg(step), line(QPen(palette::kVermillion, 1.5))});
+  return out;
 }
 
-// The series plot leaves room on its right for the legend's longest entry.
-QRectF BudgetFigure::series_area(QPainter& p, const QRectF& area) const {
+BudgetFigure::Layout BudgetFigure::series_layout(const QRectF& area,
+                                                 const QPaintDevice* device) const {
   QRectF inner = area.adjusted(8, 36, -8, -8);
-  // Measured on the painter's device: exports render at their own DPI.
-  QFontMetricsF fm(plot::font(8), p.device());
-  double legend = 0;
-  for (const auto& item : legend_items())
-    legend = std::max(legend, fm.horizontalAdvance(item.second));
-  double left = inner.left() + inner.width() * 0.36 + 110;
-  return QRectF(left, inner.top(), inner.right() - left - (legend + 40), inner.height() - 40);
+  // Right of the grid's colour bar and its tick labels; 70 px more for the
+  // plot's y ticks and label.
+  double left = inner.left() + inner.width() * 0.36 + 52;
+  QRectF right(left, inner.top(), std::max(40.0, inner.right() - left), inner.height());
+  QFontMetricsF fm(plot::font(kLegendPoints), device);
+  double row_h = fm.height() + 3;
+  Layout l;
+  int rows = legend_rows(legend_entries(false), fm, right.width());
+  l.compact = rows * row_h > 0.25 * right.height();
+  if (l.compact) rows = legend_rows(legend_entries(true), fm, right.width());
+  l.legend = QRectF(right.left(), right.top(), right.width(), rows * row_h);
+  double top = l.legend.bottom() + 10;
+  // 16 px on the right: the last step's tick label is centred on the edge.
+  l.plot = QRectF(right.left() + 70, top, std::max(10.0, right.width() - 70 - 16),
+                  std::max(10.0, right.bottom() - top - 40));
+  return l;
 }
 
 QRectF BudgetFigure::grid_cell(const QRectF& area, int l, int k) const {
@@ -79,24 +142,42 @@ QRectF BudgetFigure::grid_cell(const QRectF& area, int l, int k) const {
   return QRectF(g.left() + k * cw, g.top() + l * ch, cw, ch);
 }
 
+float BudgetFigure::grid_value(int l, int k) const {
+  if (shown_series >= 0) return series_at_step[size_t(l * kv_heads + k)];
+  return float(head_total(l, k));
+}
+
 void BudgetFigure::paint_grid(QPainter& p, const QRectF& area) const {
   QRectF g = grid_area(area);
-  int64_t hi = 1;
+  // Entries held at the step, or the shown series' value there (NaN: grey).
+  float hi = 1;
   for (int l = 0; l < layers; ++l)
-    for (int k = 0; k < kv_heads; ++k) hi = std::max(hi, head_total(l, k));
+    for (int k = 0; k < kv_heads; ++k)
+      if (std::isfinite(grid_value(l, k))) hi = std::max(hi, grid_value(l, k));
   ColorScale cs;
   cs.lo = 0;
-  cs.hi = float(hi);
+  cs.hi = hi;
   for (int l = 0; l < layers; ++l)
     for (int k = 0; k < kv_heads; ++k) {
       QRectF c = grid_cell(area, l, k);
-      p.fillRect(c, QColor(cs.color(float(head_total(l, k)))));
+      float v = grid_value(l, k);
+      p.fillRect(c, std::isfinite(v) ? QColor(cs.color(v)) : palette::kLightGrey);
     }
   p.setPen(QPen(Qt::white, 2));
   p.setBrush(Qt::NoBrush);
   p.drawRect(grid_cell(area, layer, kv_head));
   plot::axes(p, g, 0, double(kv_heads), 0, double(layers), "kv head", "layer", true);
   plot::colorbar(p, QRectF(g.right() + 8, g.top(), 10, g.height()), cs, "");
+  p.save();
+  p.setFont(plot::font(8));
+  p.setPen(QColor(60, 60, 60));
+  QString what = shown_series >= 0 ? QString("%1 at step %2").arg(series_name).arg(step)
+                                   : QString("entries held at step %1").arg(step);
+  // Under the grid's axis label, elided to the grid's width.
+  QFontMetricsF fm(p.font());
+  p.drawText(QRectF(g.left() - 50, g.bottom() + 36, g.width() + 100, fm.height() + 2),
+             Qt::AlignHCenter | Qt::AlignTop, fm.elidedText(what, Qt::ElideRight, g.width() + 100));
+  p.restore();
 }
 
 void BudgetFigure::paint_series(QPainter& p, const QRectF& r) const {
@@ -141,15 +222,78 @@ void BudgetFigure::paint_series(QPainter& p, const QRectF& r) const {
   p.drawLine(QPointF(mx(double(step)), r.top()), QPointF(mx(double(step)), r.bottom()));
   p.restore();
   plot::axes(p, r, 0, double(std::max<int64_t>(1, n_steps - 1)), 0, double(hi), "step", "entries");
-  plot::legend(p, QPointF(r.right() + 10, r.top()), legend_items());
+}
+
+void BudgetFigure::paint_head_series(QPainter& p, const QRectF& r) const {
+  const bool entries = series_units.contains("entries");
+  double lo = INFINITY, hi = -INFINITY;
+  for (const auto& s : head_series)
+    for (float v : s)
+      if (std::isfinite(v)) lo = std::min(lo, double(v)), hi = std::max(hi, double(v));
+  if (entries)
+    for (int64_t s = 0; s < n_steps; ++s) hi = std::max(hi, double(series[size_t(s * tiers)]));
+  if (!std::isfinite(lo)) lo = 0, hi = 1;
+  if (entries) lo = 0;  // entries count from zero
+  double pad = hi > lo ? (hi - lo) * 0.06 : 0.5;
+  if (!entries) lo -= pad;
+  hi += pad;
+  plot::Map mx{0, double(std::max<int64_t>(1, n_steps - 1)), r.left(), r.right()};
+  plot::Map my{lo, hi, r.bottom(), r.top()};
+  p.save();
+  p.setClipRect(r);
+  // The current head's hot-tier entries, for comparison with its budget.
+  if (entries) {
+    QPolygonF area;
+    area << QPointF(mx(0), my(0));
+    for (int64_t s = 0; s < n_steps; ++s)
+      area << QPointF(mx(double(s)), my(series[size_t(s * tiers)]));
+    area << QPointF(mx(double(n_steps - 1)), my(0));
+    QColor c = palette::tier(0);
+    c.setAlpha(110);
+    p.setPen(Qt::NoPen);
+    p.setBrush(c);
+    p.drawPolygon(area);
+  }
+  // Each head's series, broken at NaN holes; the current head last, on top.
+  auto draw = [&](const std::vector<float>& v, const QPen& pen) {
+    p.setPen(pen);
+    p.setBrush(Qt::NoBrush);
+    QPolygonF run;
+    for (size_t s = 0; s <= v.size(); ++s) {
+      if (s < v.size() && std::isfinite(v[s])) {
+        run << QPointF(mx(double(s)), my(v[s]));
+      } else if (!run.isEmpty()) {
+        run.size() == 1 ? p.drawPoint(run.front()) : p.drawPolyline(run);
+        run.clear();
+      }
+    }
+  };
+  for (size_t k = 0; k < head_series.size(); ++k)
+    if (int(k) != kv_head) draw(head_series[k], QPen(QColor(90, 90, 90, 150), 1));
+  if (size_t(kv_head) < head_series.size())
+    draw(head_series[size_t(kv_head)], QPen(Qt::black, 2.2));
+  p.setPen(QPen(palette::kVermillion, 1.5));
+  p.drawLine(QPointF(mx(double(step)), r.top()), QPointF(mx(double(step)), r.bottom()));
+  p.restore();
+  QString units =
+      series_units.isEmpty() || series_units == "1" ? QString() : " (" + series_units + ")";
+  QFontMetricsF fm(plot::font(9), p.device());
+  plot::axes(p, r, 0, double(std::max<int64_t>(1, n_steps - 1)), lo, hi, "step",
+             fm.elidedText(series_name + units, Qt::ElideRight, r.height() * 0.95));
 }
 
 void BudgetFigure::paint(QPainter& p, const QRectF& area) const {
-  plot::title(p, QRectF(area.left(), area.top(), area.width(), 30), title(),
-              QString("budget: %1 %2").arg(budget_kind).arg(budget));
+  plot::title(
+      p, QRectF(area.left(), area.top(), area.width(), 30), title(),
+      shown_series >= 0 ? series_meaning : QString("budget: %1 %2").arg(budget_kind).arg(budget));
   if (n_steps == 0) return plot::message(p, area, "no steps yet");
   paint_grid(p, area);
-  paint_series(p, series_area(p, area));
+  Layout l = series_layout(area, p.device());
+  if (shown_series >= 0)
+    paint_head_series(p, l.plot);
+  else
+    paint_series(p, l.plot);
+  paint_legend_rows(p, l.legend, legend_entries(l.compact));
 }
 
 void BudgetFigure::write_csv(QTextStream& out) const {
@@ -164,6 +308,11 @@ void BudgetFigure::write_csv(QTextStream& out) const {
       for (int64_t t = 0; t < tiers; ++t)
         out << step << ',' << l << ',' << k << ',' << tier_names[size_t(t)] << ','
             << at_step[size_t((l * kv_heads + k) * tiers + t)] << '\n';
+  // The shown series of every head of the layer: tier column "series:NAME".
+  for (size_t k = 0; k < head_series.size(); ++k)
+    for (int64_t s = 0; s < n_steps; ++s)
+      out << s << ',' << layer << ',' << k << ",series:" << series_name << ','
+          << head_series[k][size_t(s)] << '\n';
 }
 
 }  // namespace kvscope::views

@@ -1,6 +1,10 @@
 // Head budgets: a layers x kv-heads grid of entries held at the current step,
 // and entries over steps for the current head (stacked by tier) against the
 // other heads of its layer — what a global-budget policy moves between heads.
+// With a per-head series of the trace chosen (by default the first whose
+// name contains "hot_budget", e.g. sfc_hot_budget), the right panel shows
+// that series for every kv head of the layer (the current one highlighted)
+// over the current head's hot-tier entries. Legends sit above their plots.
 #pragma once
 
 #include <memory>
@@ -9,13 +13,19 @@
 
 #include "views/current_state.h"
 #include "views/figure.h"
+#include "views/tier_marks.h"
 #include "views/trace_data.h"
 
 namespace kvscope::views {
 
 class BudgetFigure : public Figure {
  public:
-  static std::shared_ptr<BudgetFigure> load(TraceData& data, const Selection& sel);
+  // `series`: index into the trace's /series to show per head; kAutoSeries
+  // picks the first "*hot_budget*" one (none: entries by tier); kNoSeries
+  // always shows entries by tier.
+  static constexpr int kAutoSeries = -1, kNoSeries = -2;
+  static std::shared_ptr<BudgetFigure> load(TraceData& data, const Selection& sel,
+                                            int series = kAutoSeries);
   QString title() const override;
   void paint(QPainter& p, const QRectF& area) const override;
   void write_csv(QTextStream& out) const override;
@@ -30,14 +40,29 @@ class BudgetFigure : public Figure {
   std::vector<int32_t> at_step;                    // L*K*R entries after the step
   std::vector<int32_t> series;                     // steps x R of the current head
   std::vector<std::vector<int32_t>> layer_series;  // per kv head of the layer: steps (all tiers)
+  int shown_series = -1;                           // index into series_names, -1: entries by tier
+  QStringList series_names;                        // the trace's /series
+  QString series_name, series_units, series_meaning;
+  std::vector<std::vector<float>> head_series;  // per kv head of the layer: steps (NaN: none)
+  std::vector<float> series_at_step;            // L*K values of the shown series at the step
+
+  // The right panel: its legend in rows above its plot (tests check they do
+  // not meet). `device`: where the text is drawn (its DPI); null: the screen.
+  struct Layout {
+    QRectF legend, plot;
+    bool compact = false;
+  };
+  Layout series_layout(const QRectF& area, const QPaintDevice* device = nullptr) const;
 
   int64_t head_total(int l, int k) const;
+  // What grid cell (l, k) shows: the shown series at the step, else head_total.
+  float grid_value(int l, int k) const;
 
  private:
   void paint_grid(QPainter& p, const QRectF& r) const;
   void paint_series(QPainter& p, const QRectF& r) const;
-  QRectF series_area(QPainter& p, const QRectF& area) const;
-  std::vector<std::pair<QColor, QString>> legend_items() const;
+  void paint_head_series(QPainter& p, const QRectF& r) const;
+  std::vector<LegendEntry> legend_entries(bool compact) const;
 };
 
 }  // namespace kvscope::views

@@ -10,6 +10,7 @@
 #include "views/budget_figure.h"
 #include "views/compare_figure.h"
 #include "views/cutoff_figure.h"
+#include "views/forecast_figure.h"
 #include "views/gates_figure.h"
 #include "views/heatmap_figure.h"
 #include "views/overview_figure.h"
@@ -26,7 +27,9 @@ struct FigureRequest {
   TokenColoring coloring = TokenColoring::AllHeads;
   OverviewMetric metric = OverviewMetric::Head;
   int gate = 0;
-  int series = 0;  // cutoff: index into the trace's /series
+  int series = 0;                                 // cutoff: index into the trace's /series
+  int budget_series = BudgetFigure::kAutoSeries;  // budget: a /series index, auto or none
+  int forecast_gate = -1;  // forecast: index into the trace's gates (-1: first time-varying)
   int64_t horizon = -1;
   QSizeF pixels{900, 700};  // plot size the figure is made for
   QRectF viewport;          // heatmap/timeline window (empty: everything)

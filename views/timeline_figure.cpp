@@ -1,15 +1,46 @@
 #include "views/timeline_figure.h"
 
+#include <QFontMetricsF>
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace kvscope::views {
 
-QColor timeline_class_color(const analysis::TimelineClasses& classes, int c) {
-  if (c < classes.tiers) return palette::tier(c);
+QColor timeline_class_color(const analysis::TimelineClasses& classes, int c,
+                            const std::vector<uint8_t>& attended) {
+  if (c < classes.tiers) {
+    bool read = size_t(c) >= attended.size() || attended[size_t(c)] != 0;
+    return read ? palette::tier(c) : unattended::kFill;
+  }
   if (c == classes.evicted()) return QColor(240, 190, 160);  // light vermillion
   return QColor(110, 110, 110);                              // rejected
 }
+
+namespace {
+
+// The head's promotions and stalls as marks, by step; a class per promotion
+// reason, stalls last.
+void load_marks(TimelineFigure& f, const trace::TraceReader& r) {
+  f.promotions = head_events(r, f.layer, f.kv_head, trace::EventKind::Promote);
+  f.stalls = head_stalls(r, f.layer, f.kv_head);
+  std::map<uint16_t, uint8_t> cls;
+  for (const trace::Event& e : f.promotions) cls[e.reason] = 0;
+  std::vector<uint16_t> reasons;
+  for (auto& entry : cls) {
+    entry.second = uint8_t(reasons.size());
+    reasons.push_back(entry.first);
+  }
+  f.mark_kinds = mark_classes(reasons, r.run().reason_names);
+  const uint8_t stall = uint8_t(f.mark_kinds.size() - 1);
+  for (const trace::Event& e : f.promotions) f.marks.push_back({e.step, e.token, cls[e.reason]});
+  for (const trace::StallRow& s : f.stalls) f.marks.push_back({s.step, s.token, stall});
+  for (const TimelineFigure::Mark& m : f.marks) ++f.mark_kinds[m.cls].count;
+  std::stable_sort(f.marks.begin(), f.marks.end(),
+                   [](const auto& a, const auto& b) { return a.step < b.step; });
+}
+
+}  // namespace
 
 std::shared_ptr<TimelineFigure> TimelineFigure::load(TraceData& data, const Selection& sel,
                                                      TimelineMode mode) {
@@ -27,6 +58,8 @@ std::shared_ptr<TimelineFigure> TimelineFigure::load(TraceData& data, const Sele
   f->selected_token = sel.token();
   for (const std::string& n : r.run().tier_names)
     f->tier_names.push_back(QString::fromStdString(n));
+  f->tier_attended = r.tier_attended();
+  f->tier_attended.resize(f->tier_names.size(), 1);
   auto texts = std::make_shared<std::vector<QString>>();
   for (const trace::TokenRecord& t : b.tokens)
     texts->push_back(QString::fromUtf8(t.text.data(), int(t.text.size())));
@@ -34,6 +67,9 @@ std::shared_ptr<TimelineFigure> TimelineFigure::load(TraceData& data, const Sele
   if (mode == TimelineMode::Head) {
     f->head = std::make_shared<analysis::HeadTimeline>(
         analysis::HeadTimeline::read(r, f->layer, f->kv_head));
+    for (int32_t e : f->head->lifetimes.evict_step) f->any_evicted |= e >= 0;
+    for (int32_t a : f->head->lifetimes.admit_step) f->any_rejected |= a < 0;
+    load_marks(*f, r);
   } else {
     f->counts = analysis::layer_head_counts(data.all_lifetimes(), f->step);
     f->fed_step = b.fed_step;
@@ -59,13 +95,70 @@ void TimelineFigure::set_viewport(const QRectF& v) {
                      std::clamp(v.top(), e.top(), e.bottom() - h), w, h);
 }
 
-QRectF TimelineFigure::plot_rect(const QRectF& area) {
-  return plot::frame(area, true, 70, 48).plot;
+TimelineFigure::Layout TimelineFigure::layout(const QRectF& area,
+                                              const QPaintDevice* device) const {
+  Layout l;
+  if (mode == TimelineMode::Layers) {
+    plot::Frame fr = plot::frame(area, true, 70, 48);
+    l.title = fr.title;
+    l.plot = fr.plot;
+    return l;
+  }
+  // Head mode: the legend flows in rows above the plot, so it never covers
+  // data; short labels when the full ones would crowd the plot out.
+  l.title = QRectF(area.left(), area.top(), area.width(), 30);
+  QFontMetricsF fm(plot::font(kLegendPoints), device);
+  double row_h = fm.height() + 3, width = std::max(40.0, area.width() - 24);
+  int rows = legend_rows(legend_entries(false), fm, width);
+  l.compact = rows * row_h > 0.2 * area.height();
+  if (l.compact) rows = legend_rows(legend_entries(true), fm, width);
+  l.legend = QRectF(area.left() + 12, area.top() + 32, width, rows * row_h);
+  double top = l.legend.bottom() + 8;
+  // 24 px on the right: the last step's tick label is centred on the edge.
+  l.plot = QRectF(area.left() + 70, top, std::max(10.0, area.width() - 70 - 24),
+                  std::max(10.0, area.bottom() - top - 48));
+  return l;
+}
+
+QPointF TimelineFigure::cell_center(const QRectF& plot, double s, double t) const {
+  plot::Map mx{viewport_.left(), viewport_.right(), plot.left(), plot.right()};
+  plot::Map my{viewport_.top(), viewport_.bottom(), plot.top(), plot.bottom()};
+  return QPointF(mx(s + 0.5), my(t + 0.5));
+}
+
+std::vector<std::vector<QPointF>> TimelineFigure::mark_positions(const QRectF& plot,
+                                                                 double bucket) const {
+  std::vector<std::vector<QPointF>> out(mark_kinds.size());
+  const double b = std::max(1.0, bucket);
+  const int nx = int(plot.width() / b) + 1, ny = int(plot.height() / b) + 1;
+  std::vector<std::vector<uint8_t>> used(mark_kinds.size());
+  // Only the steps in view (marks are in step order), then one mark per
+  // bucket and class: the work is the marks in view plus the buckets.
+  auto first = std::lower_bound(marks.begin(), marks.end(), int32_t(std::floor(viewport_.left())),
+                                [](const Mark& m, int32_t s) { return m.step < s; });
+  for (auto it = first; it != marks.end() && it->step < viewport_.right(); ++it) {
+    if (it->token + 1 <= viewport_.top() || it->token >= viewport_.bottom()) continue;
+    QPointF c = cell_center(plot, it->step, it->token);
+    if (!plot.contains(c)) continue;
+    int bx = std::min(nx - 1, int((c.x() - plot.left()) / b));
+    int by = std::min(ny - 1, int((c.y() - plot.top()) / b));
+    std::vector<uint8_t>& u = used[it->cls];
+    if (u.empty()) u.assign(size_t(nx) * size_t(ny), 0);
+    uint8_t& cell = u[size_t(by) * size_t(nx) + size_t(bx)];
+    if (cell) continue;
+    cell = 1;
+    out[it->cls].push_back(c);
+  }
+  return out;
 }
 
 QString TimelineFigure::title() const {
+  bool tiered = std::find(tier_attended.begin(), tier_attended.end(), 0) != tier_attended.end();
   if (mode == TimelineMode::Head)
-    return QString("Eviction timeline · layer %1 · kv head %2").arg(layer).arg(kv_head);
+    return QString("%1 timeline · layer %2 · kv head %3")
+        .arg(tiered ? "Tier" : "Eviction")
+        .arg(layer)
+        .arg(kv_head);
   return QString("Heads holding each token · step %1").arg(step);
 }
 
@@ -76,7 +169,7 @@ QColor TimelineFigure::cell_color(int64_t s, int64_t t) const {
   double rr = 255, gg = 255, bb = 255;
   for (int c = 0; c < r.classes.count(); ++c) {
     float w = r.at(0, 0, c);
-    QColor k = timeline_class_color(r.classes, c);
+    QColor k = timeline_class_color(r.classes, c, tier_attended);
     rr += w * (k.red() - 255);
     gg += w * (k.green() - 255);
     bb += w * (k.blue() - 255);
@@ -84,7 +177,8 @@ QColor TimelineFigure::cell_color(int64_t s, int64_t t) const {
   return QColor(int(std::lround(rr)), int(std::lround(gg)), int(std::lround(bb)));
 }
 
-void TimelineFigure::paint_head(QPainter& p, const QRectF& plot, double scale) const {
+TimelineFigure::Raster TimelineFigure::paint_head(QPainter& p, const QRectF& plot,
+                                                  double scale) const {
   // Fold at the coarser of data and pixel resolution: with fewer steps (or
   // tokens) in view than pixels, one image cell per step (token) is scaled up
   // by the blit; with more, one cell per pixel folds many. Either way the
@@ -106,35 +200,186 @@ void TimelineFigure::paint_head(QPainter& p, const QRectF& plot, double scale) c
   const int C = cls.count();
   // Colour deltas from white per class, so a row converts with one pass.
   std::vector<float> dr, dg, db;
+  std::vector<uint8_t> unread(size_t(C), 0);  // tiers the attention does not read
   for (int c = 0; c < C; ++c) {
-    QColor k = timeline_class_color(cls, c);
+    QColor k = timeline_class_color(cls, c, tier_attended);
     dr.push_back(float(k.red() - 255));
     dg.push_back(float(k.green() - 255));
     db.push_back(float(k.blue() - 255));
+    unread[size_t(c)] =
+        c < cls.tiers && size_t(c) < tier_attended.size() && !tier_attended[size_t(c)];
   }
+  const bool hatched = std::find(unread.begin(), unread.end(), 1) != unread.end();
   QImage img(w, h, QImage::Format_RGB32);
   img.fill(Qt::white);
+  // Alpha: each pixel's share of not-attended cells, where the hatch goes.
+  QImage mask;
+  if (hatched) {
+    mask = QImage(w, h, QImage::Format_ARGB32);
+    mask.fill(Qt::transparent);
+  }
+  const QRgb hatch = unattended::kHatch.rgb();
   analysis::fold_timeline_rows(*head, s0, s1, t0, t1, w, h, [&](int y, const float* cell) {
     QRgb* line = reinterpret_cast<QRgb*>(img.scanLine(y));
+    QRgb* alpha = hatched ? reinterpret_cast<QRgb*>(mask.scanLine(y)) : nullptr;
     for (int x = 0; x < w; ++x, cell += C) {
-      float rr = 255, gg = 255, bb = 255;
+      float rr = 255, gg = 255, bb = 255, cold = 0;
       for (int c = 0; c < C; ++c) {
         float s = std::min(cell[c], 1.f);
         rr += s * dr[size_t(c)];
         gg += s * dg[size_t(c)];
         bb += s * db[size_t(c)];
+        if (unread[size_t(c)]) cold += s;
       }
       line[x] = qRgb(int(std::clamp(rr, 0.f, 255.f) + 0.5f), int(std::clamp(gg, 0.f, 255.f) + 0.5f),
                      int(std::clamp(bb, 0.f, 255.f) + 0.5f));
+      if (alpha && cold > 0)
+        alpha[x] = qRgba(qRed(hatch), qGreen(hatch), qBlue(hatch),
+                         int(std::clamp(cold, 0.f, 1.f) * 255.f + 0.5f));
     }
   });
   plot::Map mx{viewport_.left(), viewport_.right(), plot.left(), plot.right()};
   plot::Map my{viewport_.top(), viewport_.bottom(), plot.top(), plot.bottom()};
+  QRectF target(QPointF(mx(s0), my(t0)), QPointF(mx(s1), my(t1)));
   p.save();
   p.setClipRect(plot);
   p.setRenderHint(QPainter::SmoothPixmapTransform, false);
-  p.drawImage(QRectF(QPointF(mx(s0), my(t0)), QPointF(mx(s1), my(t1))), img);
+  p.drawImage(target, img);
   p.restore();
+  if (hatched) paint_hatch(p, plot, target, mask, scale);
+  return {s0, s1, t0, t1, w, h, target};
+}
+
+void TimelineFigure::paint_hatch(QPainter& p, const QRectF& plot, const QRectF& target,
+                                 const QImage& mask, double scale) const {
+  // A layer of the plot's device pixels: the mask scaled up, then cut to the
+  // hatch lines (DestinationIn keeps the layer only where the tile is
+  // opaque). Lines stay one device pixel wide at any zoom; the work is the
+  // plot's pixels.
+  QImage layer(std::max(1, int(std::ceil(plot.width() * scale))),
+               std::max(1, int(std::ceil(plot.height() * scale))),
+               QImage::Format_ARGB32_Premultiplied);
+  layer.fill(Qt::transparent);
+  {
+    QPainter lp(&layer);
+    lp.setRenderHint(QPainter::SmoothPixmapTransform, false);
+    lp.drawImage(QRectF((target.left() - plot.left()) * scale, (target.top() - plot.top()) * scale,
+                        target.width() * scale, target.height() * scale),
+                 mask);
+    lp.setCompositionMode(QPainter::CompositionMode_DestinationIn);
+    lp.fillRect(layer.rect(), unattended::hatch_brush());
+  }
+  p.save();
+  p.setRenderHint(QPainter::SmoothPixmapTransform, false);
+  p.drawImage(plot, layer);
+  p.restore();
+}
+
+std::vector<int64_t> TimelineFigure::marks_in_view() const {
+  std::vector<int64_t> n(mark_kinds.size(), 0);
+  auto first = std::lower_bound(marks.begin(), marks.end(), int32_t(std::floor(viewport_.left())),
+                                [](const Mark& m, int32_t s) { return m.step < s; });
+  for (auto it = first; it != marks.end() && it->step < viewport_.right(); ++it)
+    if (it->token + 1 > viewport_.top() && it->token < viewport_.bottom()) ++n[it->cls];
+  return n;
+}
+
+bool TimelineFigure::dense_marks(int64_t count, double r, const QRectF& plot) {
+  return double(count) * (2 * r) * (2 * r) > plot.width() * plot.height() / 6;
+}
+
+void TimelineFigure::paint_marks(QPainter& p, const QRectF& plot, const Raster& raster) const {
+  if (marks.empty()) return;
+  // Glyphs grow with the cells when zoomed in, within limits.
+  double cell = std::min(plot.width() / viewport_.width(), plot.height() / viewport_.height());
+  double r_promo = std::clamp(cell * 0.3, 2.4, 5.0), r_stall = std::clamp(cell * 0.4, 3.4, 7.0);
+  std::vector<int64_t> in_view = marks_in_view();
+  std::vector<uint8_t> dense(mark_kinds.size(), 0);
+  bool any_dense = false;
+  for (size_t k = 0; k < mark_kinds.size(); ++k) {
+    dense[k] = dense_marks(in_view[k], mark_kinds[k].stall ? r_stall : r_promo, plot);
+    any_dense |= bool(dense[k]);
+  }
+  if (any_dense) {
+    // Dense classes colour their cells of the raster (one image pixel per
+    // cell, or per device pixel when folded): promotions half covering,
+    // stalls opaque and last, so they stay what the eye finds.
+    QImage over(raster.w, raster.h, QImage::Format_ARGB32);
+    over.fill(Qt::transparent);
+    const double sx = raster.w / (raster.s1 - raster.s0), sy = raster.h / (raster.t1 - raster.t0);
+    auto first = std::lower_bound(marks.begin(), marks.end(), int32_t(std::floor(raster.s0)),
+                                  [](const Mark& m, int32_t s) { return m.step < s; });
+    for (int pass = 0; pass < 2; ++pass)
+      for (auto it = first; it != marks.end() && it->step < raster.s1; ++it) {
+        const Mark& m = *it;
+        const MarkClass& k = mark_kinds[m.cls];
+        if (!dense[m.cls] || k.stall != (pass == 1)) continue;
+        int x = int(std::floor((m.step + 0.5 - raster.s0) * sx));
+        int y = int(std::floor((m.token + 0.5 - raster.t0) * sy));
+        if (x < 0 || y < 0 || x >= raster.w || y >= raster.h) continue;
+        QColor c = k.color;
+        if (!k.stall) c.setAlpha(150);
+        over.setPixel(x, y, c.rgba());
+      }
+    p.save();
+    p.setClipRect(plot);
+    p.setRenderHint(QPainter::SmoothPixmapTransform, false);
+    p.drawImage(raster.target, over);
+    p.restore();
+  }
+  std::vector<std::vector<QPointF>> promo = mark_positions(plot, 2 * r_promo);
+  std::vector<std::vector<QPointF>> stall = mark_positions(plot, 2 * r_stall);
+  p.save();
+  p.setClipRect(plot.adjusted(-2, -2, 2, 2));
+  // Promotions first, stalls on top: the stalls are what the reader hunts.
+  for (size_t k = 0; k < mark_kinds.size(); ++k)
+    if (!mark_kinds[k].stall && !dense[k])
+      for (const QPointF& c : promo[k]) draw_promotion(p, c, mark_kinds[k].color, r_promo);
+  for (size_t k = 0; k < mark_kinds.size(); ++k)
+    if (mark_kinds[k].stall && !dense[k])
+      for (const QPointF& c : stall[k]) draw_stall(p, c, r_stall);
+  p.restore();
+}
+
+std::vector<LegendEntry> TimelineFigure::legend_entries(bool compact) const {
+  std::vector<LegendEntry> out;
+  analysis::TimelineClasses cls{std::max<int64_t>(1, int64_t(tier_names.size()))};
+  for (int c = 0; c < cls.tiers; ++c) {
+    bool read = size_t(c) >= tier_attended.size() || tier_attended[size_t(c)];
+    QString name = tier_names[size_t(c)];
+    if (read) {
+      QColor k = palette::tier(c);
+      out.push_back({"held: " + name, [k](QPainter& p, const QRectF& r) {
+                       p.fillRect(r.adjusted(2, 1, -2, -1), k);
+                     }});
+    } else {
+      out.push_back(
+          {compact ? name + " (not attended)" : "held, not attended: " + name,
+           [](QPainter& p, const QRectF& r) { unattended::fill(p, r.adjusted(2, 1, -2, -1)); }});
+    }
+  }
+  if (any_evicted)
+    out.push_back({"evicted", [cls](QPainter& p, const QRectF& r) {
+                     p.fillRect(r.adjusted(2, 1, -2, -1), timeline_class_color(cls, cls.evicted()));
+                   }});
+  if (any_rejected)
+    out.push_back({"never admitted", [cls](QPainter& p, const QRectF& r) {
+                     p.fillRect(r.adjusted(2, 1, -2, -1),
+                                timeline_class_color(cls, cls.rejected()));
+                   }});
+  for (const MarkClass& k : mark_kinds) {
+    if (k.count == 0) continue;
+    QString text = compact ? k.short_label : QString("%1 (%2)").arg(k.label).arg(k.count);
+    QColor color = k.color;
+    bool stall = k.stall;
+    out.push_back({text, [color, stall](QPainter& p, const QRectF& r) {
+                     if (stall)
+                       draw_stall(p, r.center(), 4);
+                     else
+                       draw_promotion(p, r.center(), color, 3.5);
+                   }});
+  }
+  return out;
 }
 
 void TimelineFigure::paint_layers(QPainter& p, const QRectF& plot, double scale) const {
@@ -173,38 +418,26 @@ void TimelineFigure::paint(QPainter& p, const QRectF& area) const {
   plot::Frame fr = plot::frame(area, true, 70, 48);
   double scale = std::max(1.0, p.worldTransform().m11());
   if (mode == TimelineMode::Head) {
-    plot::title(p, fr.title, title(), QString("step %1 marked").arg(step));
-    if (!head || n_tokens == 0) return plot::message(p, fr.plot, "no tokens yet");
-    paint_head(p, fr.plot, scale);
-    plot::Map mx{viewport_.left(), viewport_.right(), fr.plot.left(), fr.plot.right()};
-    plot::Map my{viewport_.top(), viewport_.bottom(), fr.plot.top(), fr.plot.bottom()};
+    Layout l = layout(area, p.device());
+    plot::title(p, l.title, title(), QString("step %1 marked").arg(step));
+    if (!head || n_tokens == 0) return plot::message(p, l.plot, "no tokens yet");
+    Raster raster = paint_head(p, l.plot, scale);
+    paint_marks(p, l.plot, raster);
+    plot::Map mx{viewport_.left(), viewport_.right(), l.plot.left(), l.plot.right()};
+    plot::Map my{viewport_.top(), viewport_.bottom(), l.plot.top(), l.plot.bottom()};
     p.save();
-    p.setClipRect(fr.plot);
+    p.setClipRect(l.plot);
     p.setPen(QPen(palette::kVermillion, 1.5));
-    p.drawLine(QPointF(mx(step + 0.5), fr.plot.top()), QPointF(mx(step + 0.5), fr.plot.bottom()));
+    p.drawLine(QPointF(mx(step + 0.5), l.plot.top()), QPointF(mx(step + 0.5), l.plot.bottom()));
     if (selected_token >= 0) {
       p.setPen(QPen(Qt::black, 1, Qt::DashLine));
-      p.drawLine(QPointF(fr.plot.left(), my(selected_token + 0.5)),
-                 QPointF(fr.plot.right(), my(selected_token + 0.5)));
+      p.drawLine(QPointF(l.plot.left(), my(selected_token + 0.5)),
+                 QPointF(l.plot.right(), my(selected_token + 0.5)));
     }
     p.restore();
-    plot::axes(p, fr.plot, viewport_.left(), viewport_.right(), viewport_.top(), viewport_.bottom(),
+    plot::axes(p, l.plot, viewport_.left(), viewport_.right(), viewport_.top(), viewport_.bottom(),
                "step", "token", true);
-    // Legend in the colour-bar column.
-    analysis::TimelineClasses cls{std::max<int64_t>(1, int64_t(tier_names.size()))};
-    p.save();
-    p.setFont(plot::font(7));
-    double y = fr.colorbar.top();
-    for (int c = 0; c < cls.count(); ++c) {
-      QString name = c < cls.tiers ? "held: " + tier_names[size_t(c)]
-                                   : (c == cls.evicted() ? "evicted" : "never admitted");
-      p.fillRect(QRectF(fr.colorbar.left() - 6, y, 10, 10), timeline_class_color(cls, c));
-      p.setPen(Qt::black);
-      p.drawText(QRectF(fr.colorbar.left() + 8, y - 2, 70, 14), Qt::AlignLeft | Qt::AlignVCenter,
-                 name);
-      y += 16;
-    }
-    p.restore();
+    paint_legend_rows(p, l.legend, legend_entries(l.compact));
     return;
   }
   plot::title(p, fr.title, title(),
@@ -289,6 +522,22 @@ void TimelineFigure::write_csv(QTextStream& out) const {
             << iv.begin_step << '-' << iv.end_step;
       }
       out << "\"\n";
+    }
+    // The head's stalls and promotions, each as its own table.
+    out << "# stalls of layer " << layer << " kv head " << kv_head
+        << " (/stalls: a reactive fetch of a not-attended entry made the step wait)\n";
+    out << "stall_step,token,wait_s,needed\n";
+    for (const trace::StallRow& r : stalls)
+      out << r.step << ',' << r.token << ',' << r.wait_s << ',' << int(r.needed) << '\n';
+    out << "# promotions of layer " << layer << " kv head " << kv_head << "\n";
+    out << "promote_step,token,from_tier,to_tier,reason\n";
+    for (const trace::Event& e : promotions) {
+      QString reason;
+      for (const MarkClass& k : mark_kinds)
+        if (!k.stall && k.reason == e.reason) reason = k.label;
+      reason.replace('"', "\"\"");
+      out << e.step << ',' << e.token << ',' << int(e.from_tier) << ',' << int(e.to_tier) << ",\""
+          << reason << "\"\n";
     }
     return;
   }

@@ -2,6 +2,7 @@
 
 #include <QMouseEvent>
 #include <QWheelEvent>
+#include <algorithm>
 #include <cmath>
 
 namespace kvscope::views {
@@ -12,9 +13,23 @@ TimelineView::TimelineView(TimelineMode mode, CurrentState* state, TraceService*
       mode_(mode) {}
 
 uint32_t TimelineView::reload_on() const {
-  // The head raster shows every step at once: a new step only moves a line.
-  uint32_t base = kTraceChanged | kHeadChanged | kTraceGrew | kTokensChanged;
-  return mode_ == TimelineMode::Layers ? base | kStepChanged : base | kStepChanged;
+  // The head raster shows every step at once: a new step or token only moves
+  // a line (follow). The layers mode counts holders at the step: it reloads.
+  uint32_t base = kTraceChanged | kHeadChanged | kTraceGrew;
+  return mode_ == TimelineMode::Layers ? base | kStepChanged | kTokensChanged : base;
+}
+
+void TimelineView::follow(const Selection& sel) {
+  TimelineFigure* f = timeline();
+  if (!f || mode_ != TimelineMode::Head) return;
+  f->step = std::clamp<int64_t>(sel.step, 0, std::max<int64_t>(0, f->n_steps - 1));
+  f->selected_token = sel.token();
+  update();
+}
+
+void TimelineView::state_changed(const Selection& sel, uint32_t changes) {
+  if (changes & (kStepChanged | kTokensChanged)) follow(sel);
+  FigureWidget::state_changed(sel, changes);
 }
 
 std::function<std::shared_ptr<Figure>(TraceData&)> TimelineView::loader(const Selection& sel) {
@@ -28,12 +43,14 @@ void TimelineView::adopt(std::shared_ptr<Figure> previous) {
   auto* old = dynamic_cast<TimelineFigure*>(previous.get());
   if (old && timeline() && old->extent() == timeline()->extent())
     timeline()->set_viewport(old->viewport());
+  // The step or token may have moved while the figure loaded (no reload for that).
+  follow(state_->selection());
 }
 
 void TimelineView::zoom_at(const QPointF& point, double fx, double fy) {
   TimelineFigure* f = timeline();
   if (!f) return;
-  QRectF plot = TimelineFigure::plot_rect(area()), v = f->viewport();
+  QRectF plot = f->plot_rect(area()), v = f->viewport();
   double ax = v.left() + std::clamp((point.x() - plot.left()) / plot.width(), 0.0, 1.0) * v.width();
   double ay = v.top() + std::clamp((point.y() - plot.top()) / plot.height(), 0.0, 1.0) * v.height();
   double w = v.width() * fx, h = v.height() * fy;
@@ -44,7 +61,7 @@ void TimelineView::zoom_at(const QPointF& point, double fx, double fy) {
 void TimelineView::pan_by(const QPointF& d) {
   TimelineFigure* f = timeline();
   if (!f) return;
-  QRectF plot = TimelineFigure::plot_rect(area()), v = f->viewport();
+  QRectF plot = f->plot_rect(area()), v = f->viewport();
   f->set_viewport(
       v.translated(-d.x() * v.width() / plot.width(), -d.y() * v.height() / plot.height()));
   update();
@@ -74,8 +91,9 @@ void TimelineView::mouseMoveEvent(QMouseEvent* e) {
 void TimelineView::mouseReleaseEvent(QMouseEvent* e) {
   dragging_ = false;
   TimelineFigure* f = timeline();
-  QRectF plot = TimelineFigure::plot_rect(area());
-  if (moved_ || !f || !plot.contains(e->position())) return;
+  if (moved_ || !f) return;
+  QRectF plot = f->plot_rect(area());
+  if (!plot.contains(e->position())) return;
   QRectF v = f->viewport();
   double x = v.left() + (e->position().x() - plot.left()) / plot.width() * v.width();
   double y = v.top() + (e->position().y() - plot.top()) / plot.height() * v.height();

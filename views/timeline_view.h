@@ -21,6 +21,7 @@ class TimelineView : public FigureWidget {
 
  protected:
   uint32_t reload_on() const override;
+  void state_changed(const Selection& selection, uint32_t changes) override;
   std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) override;
   void adopt(std::shared_ptr<Figure> previous) override;
   void wheelEvent(QWheelEvent* event) override;
@@ -30,6 +31,7 @@ class TimelineView : public FigureWidget {
   void mouseDoubleClickEvent(QMouseEvent* event) override;
 
  private:
+  void follow(const Selection& sel);
   TimelineMode mode_;
   QPointF press_, last_;
   bool dragging_ = false, moved_ = false;

@@ -65,7 +65,7 @@ const std::vector<ViewDescriptor>& view_registry() {
        A::Right, "timeline", false},
       {"budget", "Head budgets",
        [](TraceData& d, TraceData*, const FigureRequest& q) -> std::shared_ptr<Figure> {
-         return BudgetFigure::load(d, q.selection);
+         return BudgetFigure::load(d, q.selection, q.budget_series);
        },
        make_view<BudgetView>, A::Right, "", true},
       {"survival", "Survival",
@@ -88,6 +88,11 @@ const std::vector<ViewDescriptor>& view_registry() {
          return TokenHistoryFigure::load(d, q.selection);
        },
        make_view<HistoryView>, A::Bottom, "", true},
+      {"forecast", "Forecast vs attention",
+       [](TraceData& d, TraceData*, const FigureRequest& q) -> std::shared_ptr<Figure> {
+         return ForecastFigure::load(d, q.selection, q.forecast_gate);
+       },
+       make_view<ForecastView>, A::Bottom, "history", false},
       {"gates", "Gate scores",
        [](TraceData& d, TraceData*, const FigureRequest& q) -> std::shared_ptr<Figure> {
          return GatesFigure::load(d, q.selection, q.gate);

@@ -12,9 +12,16 @@ namespace kvscope::views {
 BudgetView::BudgetView(CurrentState* state, TraceService* service, QWidget* parent)
     : FigureWidget("budget", state, service, parent) {}
 
+void BudgetView::set_series(int series) {
+  series_ = series;
+  reload();
+}
+
 std::function<std::shared_ptr<Figure>(TraceData&)> BudgetView::loader(const Selection& sel) {
-  return
-      [sel](TraceData& data) -> std::shared_ptr<Figure> { return BudgetFigure::load(data, sel); };
+  int s = series_;
+  return [sel, s](TraceData& data) -> std::shared_ptr<Figure> {
+    return BudgetFigure::load(data, sel, s);
+  };
 }
 
 void BudgetView::mouseReleaseEvent(QMouseEvent* e) {
@@ -114,6 +121,52 @@ void CutoffView::click_at(const QPointF& point) {
 }
 
 void CutoffView::mouseReleaseEvent(QMouseEvent* e) {
+  click_at(e->position());
+}
+
+ForecastView::ForecastView(CurrentState* state, TraceService* service, QWidget* parent)
+    : FigureWidget("forecast", state, service, parent) {}
+
+void ForecastView::set_gate(int gate) {
+  gate_ = gate;
+  reload();
+}
+
+void ForecastView::follow(const Selection& sel) {
+  if (ForecastFigure* f = forecast()) {
+    f->step = std::clamp<int64_t>(sel.step, 0, std::max<int64_t>(0, f->n_steps - 1));
+    update();
+  }
+}
+
+void ForecastView::state_changed(const Selection& sel, uint32_t changes) {
+  if (changes & kStepChanged) follow(sel);
+  FigureWidget::state_changed(sel, changes);
+}
+
+void ForecastView::adopt(std::shared_ptr<Figure>) {
+  // The step may have moved while the figure loaded (no reload for that).
+  follow(state_->selection());
+}
+
+std::function<std::shared_ptr<Figure>(TraceData&)> ForecastView::loader(const Selection& sel) {
+  int g = gate_;
+  return [sel, g](TraceData& data) -> std::shared_ptr<Figure> {
+    return ForecastFigure::load(data, sel, g);
+  };
+}
+
+void ForecastView::click_at(const QPointF& point) {
+  ForecastFigure* f = forecast();
+  if (!f || f->token < 0) return;
+  int64_t s = f->step_at(area(), point);
+  if (s < 0) return;
+  f->step = s;
+  update();
+  state_->set_step(s, this);
+}
+
+void ForecastView::mouseReleaseEvent(QMouseEvent* e) {
   click_at(e->position());
 }
 

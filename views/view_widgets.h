@@ -6,6 +6,7 @@
 #include "views/compare_figure.h"
 #include "views/cutoff_figure.h"
 #include "views/figure_widget.h"
+#include "views/forecast_figure.h"
 #include "views/gates_figure.h"
 #include "views/overview_figure.h"
 #include "views/survival_figure.h"
@@ -17,10 +18,16 @@ class BudgetView : public FigureWidget {
   Q_OBJECT
  public:
   BudgetView(CurrentState* state, TraceService* service, QWidget* parent = nullptr);
+  BudgetFigure* budget() const { return static_cast<BudgetFigure*>(figure_.get()); }
+  // BudgetFigure::kAutoSeries, kNoSeries, or an index into the trace's /series.
+  void set_series(int series);
 
  protected:
   std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) override;
   void mouseReleaseEvent(QMouseEvent* event) override;
+
+ private:
+  int series_ = BudgetFigure::kAutoSeries;
 };
 
 class SurvivalView : public FigureWidget {
@@ -72,6 +79,31 @@ class CutoffView : public FigureWidget {
  private:
   void follow(const Selection& sel);
   int series_ = 0;
+};
+
+// Follows the head and the selected token; a new step only moves its line.
+class ForecastView : public FigureWidget {
+  Q_OBJECT
+ public:
+  ForecastView(CurrentState* state, TraceService* service, QWidget* parent = nullptr);
+  ForecastFigure* forecast() const { return static_cast<ForecastFigure*>(figure_.get()); }
+  // An index into the trace's gates (-1: the first time-varying one).
+  void set_gate(int gate);
+  // A click in the plots selects that step.
+  void click_at(const QPointF& point);
+
+ protected:
+  uint32_t reload_on() const override {
+    return kTraceChanged | kHeadChanged | kTokensChanged | kTraceGrew;
+  }
+  void state_changed(const Selection& selection, uint32_t changes) override;
+  std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) override;
+  void adopt(std::shared_ptr<Figure> previous) override;
+  void mouseReleaseEvent(QMouseEvent* event) override;
+
+ private:
+  void follow(const Selection& sel);
+  int gate_ = -1;
 };
 
 class TokensView : public FigureWidget {

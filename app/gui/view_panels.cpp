@@ -27,6 +27,15 @@ QWidget* row(QHBoxLayout** layout) {
   (*layout)->setContentsMargins(6, 2, 6, 2);
   return w;
 }
+
+// A usage hint that never widens its dock: it is cut when there is no room.
+QLabel* hint(const QString& text) {
+  auto* label = new QLabel(text);
+  label->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  label->setAlignment(Qt::AlignRight | Qt::AlignVCenter);
+  label->setToolTip(text);
+  return label;
+}
 }  // namespace
 
 QWidget* heatmap_controls(views::HeatmapView* view) {
@@ -87,7 +96,7 @@ QWidget* heatmap_controls(views::HeatmapView* view) {
   l->addWidget(lo);
   l->addWidget(hi);
   l->addStretch();
-  l->addWidget(new QLabel("wheel: zoom · drag: pan · double-click: reset"));
+  l->addWidget(hint("wheel: zoom · drag: pan · double-click: reset"));
   return w;
 }
 
@@ -116,7 +125,7 @@ QWidget* tokens_controls(views::TokensView* view) {
   l->addWidget(new QLabel("colour by"));
   l->addWidget(c);
   l->addStretch();
-  l->addWidget(new QLabel("hover: per-head status · click: select"));
+  l->addWidget(hint("hover: per-head status · click: select"));
   return w;
 }
 
@@ -178,7 +187,84 @@ QWidget* cutoff_controls(views::CutoffView* view) {
   l->addWidget(label);
   l->addWidget(c);
   l->addStretch();
-  l->addWidget(new QLabel("click: a decision selects its token and step; elsewhere, the step"));
+  l->addWidget(hint("click: a decision selects its token and step; elsewhere, the step"));
+  return w;
+}
+
+namespace {
+// Refills `c` with `items` when they changed, selecting `current`, without
+// announcing the change (it is the figure's state, not the user's choice).
+void refill(QComboBox* c, const QStringList& items, int current) {
+  QStringList shown;
+  for (int i = 0; i < c->count(); ++i) shown << c->itemText(i);
+  c->blockSignals(true);
+  if (shown != items) {
+    c->clear();
+    c->addItems(items);
+  }
+  c->setCurrentIndex(std::max(0, current));
+  c->blockSignals(false);
+}
+
+}  // namespace
+
+QWidget* budget_controls(views::BudgetView* view) {
+  QHBoxLayout* l;
+  QWidget* w = row(&l);
+  auto* label = new QLabel("show");
+  auto* c = new QComboBox;
+  c->setObjectName("budgetSeriesCombo");
+  // Item 0: entries by tier; item i > 0: the trace's series i - 1.
+  QObject::connect(c, qOverload<int>(&QComboBox::currentIndexChanged), view, [view](int i) {
+    view->set_series(i <= 0 ? views::BudgetFigure::kNoSeries : i - 1);
+  });
+  QObject::connect(view, &views::FigureWidget::figureLoaded, c, [view, c, label] {
+    QStringList items = {"entries by tier"};
+    if (view->budget())
+      for (const QString& n : view->budget()->series_names) items << "per head: " + n;
+    refill(c, items, view->budget() ? view->budget()->shown_series + 1 : 0);
+    c->setVisible(items.size() > 1);
+    label->setVisible(items.size() > 1);
+  });
+  c->setVisible(false);
+  label->setVisible(false);
+  l->addWidget(label);
+  l->addWidget(c);
+  l->addStretch();
+  l->addWidget(hint("click a cell: select that head"));
+  return w;
+}
+
+QWidget* forecast_controls(views::ForecastView* view) {
+  QHBoxLayout* l;
+  QWidget* w = row(&l);
+  auto* label = new QLabel("gate");
+  auto* c = new QComboBox;
+  c->setObjectName("forecastGateCombo");
+  QObject::connect(c, qOverload<int>(&QComboBox::currentIndexChanged), view, [view](int i) {
+    views::ForecastFigure* f = view->forecast();
+    if (f && i >= 0 && size_t(i) < f->gate_choices.size())
+      view->set_gate(f->gate_choices[size_t(i)]);
+  });
+  // The time-varying gates come with each loaded figure; the choice is
+  // offered only when there is one to make.
+  QObject::connect(view, &views::FigureWidget::figureLoaded, c, [view, c, label] {
+    views::ForecastFigure* f = view->forecast();
+    QStringList names = f ? f->gate_choice_names : QStringList();
+    int current = 0;
+    if (f)
+      for (size_t i = 0; i < f->gate_choices.size(); ++i)
+        if (f->gate_choices[i] == f->gate) current = int(i);
+    refill(c, names, current);
+    c->setVisible(names.size() > 1);
+    label->setVisible(names.size() > 1);
+  });
+  c->setVisible(false);
+  label->setVisible(false);
+  l->addWidget(label);
+  l->addWidget(c);
+  l->addStretch();
+  l->addWidget(hint("follows the selected token · click: select the step"));
   return w;
 }
 
@@ -189,6 +275,8 @@ QWidget* controls_for(const QString& name, views::FigureWidget* view) {
   if (name == "survival") return survival_controls(static_cast<views::SurvivalView*>(view));
   if (name == "gates") return gates_controls(static_cast<views::GatesView*>(view), {});
   if (name == "cutoff") return cutoff_controls(static_cast<views::CutoffView*>(view));
+  if (name == "budget") return budget_controls(static_cast<views::BudgetView*>(view));
+  if (name == "forecast") return forecast_controls(static_cast<views::ForecastView*>(view));
   return nullptr;
 }
 

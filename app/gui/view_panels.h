@@ -18,6 +18,8 @@ QWidget* tokens_controls(views::TokensView* view);
 QWidget* survival_controls(views::SurvivalView* view);
 QWidget* gates_controls(views::GatesView* view, const QStringList& gates);
 QWidget* cutoff_controls(views::CutoffView* view);
+QWidget* budget_controls(views::BudgetView* view);
+QWidget* forecast_controls(views::ForecastView* view);
 // The options row of a registered view by name (null: it has none).
 QWidget* controls_for(const QString& name, views::FigureWidget* view);
 

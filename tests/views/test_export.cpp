@@ -91,6 +91,7 @@ TEST_CASE("every view exports to PNG, SVG and PDF with its title, axes and colou
       {"cutoff", {"Eviction cut", "layer 1", "kv head 1", "step", "score", "outside window"}},
       {"tokens", {"Tokens", "p40"}},
       {"history", {"Token history", "token 40"}},
+      {"forecast", {"Forecast vs attention", "forecast", "received attention", "step", "token 40"}},
       {"compare", {"Compare", "kept by A, not B"}},
       {"overview", {"Layers x heads"}},
   };
@@ -185,6 +186,44 @@ TEST_CASE("kvscope export runs headless and names the field on bad input") {
             &out) == 2);
   CHECK(out.find("--series") != std::string::npos);
   CHECK(out.find("its series: cutoff") != std::string::npos);
+  // --view forecast: a time-varying gate by name, a token in range.
+  REQUIRE(
+      test::run_command(env + exe + " export " + path +
+                            " --view forecast --gate forecast --token 50 --layer 1 --head 2 -o " +
+                            dir + "/forecast.csv",
+                        &out) == 0);
+  CHECK(slurp(dir + "/forecast.csv").find("\nsample,") != std::string::npos);
+  CHECK(test::run_command(env + exe + " export " + path +
+                              " --view forecast --gate bogus --token 5 -o " + dir + "/x.png",
+                          &out) == 2);
+  CHECK(out.find("--gate") != std::string::npos);
+  CHECK(out.find("'bogus' is not a gate of the trace (its gates: synthetic_gate, forecast)") !=
+        std::string::npos);
+  CHECK(test::run_command(env + exe + " export " + path +
+                              " --view forecast --gate synthetic_gate --token 5 -o " + dir +
+                              "/x.png",
+                          &out) == 2);
+  CHECK(out.find("--gate") != std::string::npos);
+  CHECK(out.find("no per-step samples (the trace's time-varying gates: forecast)") !=
+        std::string::npos);
+  CHECK(test::run_command(
+            env + exe + " export " + path + " --view forecast --token 999 -o " + dir + "/x.png",
+            &out) == 2);
+  CHECK(out.find("--token") != std::string::npos);
+  CHECK(out.find("999 is outside [0, 80)") != std::string::npos);
+  CHECK(test::run_command(env + exe + " export " + path + " --view forecast -o " + dir + "/x.png",
+                          &out) == 2);
+  CHECK(out.find("--token") != std::string::npos);
+  CHECK_FALSE(std::ifstream(dir + "/x.png").good());  // nothing written for any of them
+  // --series for the budget view: a name, or none; a bad one names the option.
+  REQUIRE(test::run_command(env + exe + " export " + path + " --view budget --series cutoff -o " +
+                                dir + "/budget.csv",
+                            &out) == 0);
+  CHECK(slurp(dir + "/budget.csv").find(",series:cutoff,") != std::string::npos);
+  CHECK(test::run_command(
+            env + exe + " export " + path + " --view budget --series nope -o " + dir + "/x.png",
+            &out) == 2);
+  CHECK(out.find("--series") != std::string::npos);
 }
 
 TEST_CASE("the cutoff view of a trace without series says so in words, with no axes") {

@@ -144,7 +144,7 @@ TEST_CASE("timeline pixels: held in tier colour until the eviction step, then ev
   REQUIRE(l.sel.kv_head() == 2);
   auto f = TimelineFigure::load(*l.data, l.sel, TimelineMode::Head);
   QImage img = render(*f);
-  QRectF plot = TimelineFigure::plot_rect(QRectF(0, 0, 1000, 800));
+  QRectF plot = f->plot_rect(QRectF(0, 0, 1000, 800));
   QRectF v = f->viewport();
   auto px = [&](double step, double token) {
     return QPoint(int(plot.left() + (step - v.left()) / v.width() * plot.width()),

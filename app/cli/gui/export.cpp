@@ -28,12 +28,12 @@ namespace {
 
 struct ExportOptions {
   std::string trace, output, view = "heatmap", compare, colormap = "viridis", zoom;
-  int layer = 0, head = 0, gate = 0;
+  int layer = 0, head = 0;
   int64_t step = -1, token = -1, horizon = -1;
   int width = 1600, height = 1000;
   double dpi = 150;
   bool linear = false, max = false, no_evicted = false, build_lod = false;
-  std::string coloring = "all", metric = "head", series;
+  std::string coloring = "all", metric = "head", series, gate;
   std::vector<int> perfetto_layers;
 };
 
@@ -93,30 +93,79 @@ int run_perfetto(const ExportOptions& o, const trace::TraceReader& reader) {
   return kExitOk;
 }
 
-// --series: a name of the trace's /series or its index ("": the first).
-int series_option(const std::string& value, const trace::TraceReader& reader) {
-  if (value.empty()) return 0;
-  const int64_t n = static_cast<int64_t>(reader.series().size());
-  int index = reader.series_index(value);
-  if (index < 0 && value.find_first_not_of("0123456789") == std::string::npos && value.size() < 9)
-    index = std::stoi(value);
-  if (index >= 0 && index < n) return index;
-  std::string names;
-  for (const trace::SeriesSpec& s : reader.series()) names += (names.empty() ? "" : ", ") + s.name;
-  throw InputError(reader.path(), "--series",
-                   "'" + value + "' is not a series of the trace (its series: " +
-                       (names.empty() ? "none" : names) + ")");
+// A name or a small index into `names` (-1: neither).
+int name_or_index(const std::string& value, const std::vector<std::string>& names) {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == value) return int(i);
+  if (!value.empty() && value.find_first_not_of("0123456789") == std::string::npos &&
+      value.size() < 9)
+    return std::stoi(value);
+  return -1;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "none" : out;
+}
+
+// --series: a name of the trace's /series or its index. "": the first for
+// the cutoff view, for the budget view the first "*hot_budget*" one; the
+// budget view also takes "none" (entries by tier).
+int series_option(const std::string& value, const std::string& view,
+                  const trace::TraceReader& reader) {
+  if (value.empty()) return view == "budget" ? views::BudgetFigure::kAutoSeries : 0;
+  if (view == "budget" && value == "none") return views::BudgetFigure::kNoSeries;
+  std::vector<std::string> names;
+  for (const trace::SeriesSpec& s : reader.series()) names.push_back(s.name);
+  int index = name_or_index(value, names);
+  if (index >= 0 && index < static_cast<int>(names.size())) return index;
+  throw InputError(
+      reader.path(), "--series",
+      "'" + value + "' is not a series of the trace (its series: " + joined(names) + ")");
+}
+
+// --gate: a name of the trace's /gates or its index. "": gate 0 for the
+// gates view; for the forecast view the first time-varying gate, and a
+// named one must be time-varying (have per-step samples).
+int gate_option(std::string value, const std::string& view, const trace::TraceReader& reader) {
+  const std::vector<trace::GateSpec>& gates = reader.layout().gates;
+  std::vector<std::string> names, varying;
+  for (const trace::GateSpec& g : gates) {
+    names.push_back(g.name);
+    if (g.time_varying) varying.push_back(g.name);
+  }
+  if (value.empty() && view == "forecast") return -1;
+  if (value.empty() && view != "gates") return 0;
+  if (value.empty()) value = "0";  // the gates view needs a gate
+  int index = name_or_index(value, names);
+  const bool number = value.find_first_not_of("0123456789") == std::string::npos;
+  if (index < 0 || index >= static_cast<int>(names.size())) {
+    if (number)
+      throw InputError(reader.path(), "--gate",
+                       value + " is outside [0, " + std::to_string(names.size()) +
+                           ") (the trace's gates: /gates)");
+    throw InputError(
+        reader.path(), "--gate",
+        "'" + value + "' is not a gate of the trace (its gates: " + joined(names) + ")");
+  }
+  if (view == "forecast" && !gates[size_t(index)].time_varying)
+    throw InputError(
+        reader.path(), "--gate",
+        "'" + names[size_t(index)] +
+            "' has no per-step samples (the trace's time-varying gates: " + joined(varying) + ")");
+  return index;
 }
 
 int run_export(const ExportOptions& o) {
   check_output_path(o.output, "-o");
   auto reader = trace::TraceReader::open(o.trace);
-  const int64_t gates = static_cast<int64_t>(reader->layout().gates.size());
-  if (o.view == "gates" && o.gate >= gates)
-    throw InputError(o.trace, "--gate",
-                     std::to_string(o.gate) + " is outside [0, " + std::to_string(gates) +
-                         ") (the trace's gates: /gates)");
-  const int series = series_option(o.series, *reader);
+  const int gate = gate_option(o.gate, o.view, *reader);
+  const int series = series_option(o.series, o.view, *reader);
+  if (o.view == "forecast" && o.token < 0)
+    throw InputError(o.trace, "--token",
+                     "the forecast view follows one token: give --token T (0 <= T < " +
+                         std::to_string(reader->n_tokens()) + ")");
   if (o.view == "perfetto") return run_perfetto(o, *reader);
   auto app = headless_app();
   views::TraceData data(*reader);
@@ -149,8 +198,10 @@ int run_export(const ExportOptions& o) {
   const std::vector<std::string> metrics = overview_metric_options();
   q.metric =
       views::OverviewMetric(std::find(metrics.begin(), metrics.end(), o.metric) - metrics.begin());
-  q.gate = o.gate;
-  q.series = series;
+  q.gate = std::max(0, gate);
+  q.forecast_gate = gate;
+  q.series = std::max(0, series);
+  q.budget_series = series;
   q.horizon = o.horizon;
   q.viewport = parse_zoom(o.zoom);
   double scale = o.dpi / 96.0;
@@ -178,7 +229,7 @@ Command add_export_command(CLI::App& app) {
   sub->add_option("--layer", o->layer, "layer")->check(index);
   sub->add_option("--head", o->head, "query head (its kv head follows)")->check(index);
   sub->add_option("--step", o->step, "step (default: the last)")->check(index);
-  sub->add_option("--token", o->token, "selected token (history view)")->check(index);
+  sub->add_option("--token", o->token, "selected token (history and forecast views)")->check(index);
   sub->add_option("--compare", o->compare, "second trace (compare view)")->check(CLI::ExistingFile);
   sub->add_option("--width", o->width, "width in pixels (at --dpi)")->check(CLI::Range(16, 20000));
   sub->add_option("--height", o->height, "height in pixels (at --dpi)")
@@ -196,8 +247,12 @@ Command add_export_command(CLI::App& app) {
   sub->add_option("--metric", o->metric,
                   "overview sort: head, sink-mass, local-mass, entropy, entries-held, lost-mass")
       ->check(CLI::IsMember(overview_metric_options()));
-  sub->add_option("--gate", o->gate, "gates: gate index")->check(index);
-  sub->add_option("--series", o->series, "cutoff: series name or index (default: the first)");
+  sub->add_option("--gate", o->gate,
+                  "gates, forecast: gate name or index (default: the first; forecast: the first "
+                  "time-varying gate)");
+  sub->add_option("--series", o->series,
+                  "cutoff, budget: series name or index (default: cutoff the first, budget the "
+                  "first *hot_budget* one; budget: none shows entries by tier)");
   sub->add_option("--horizon", o->horizon, "survival: horizon h for the per-head map")
       ->check(CLI::Range(1, INT32_MAX));
   sub->add_option("--layers", o->perfetto_layers, "perfetto: layers to include (default all)");

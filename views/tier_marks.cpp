@@ -1,0 +1,142 @@
+#include "views/tier_marks.h"
+
+#include <QImage>
+#include <QPolygonF>
+#include <algorithm>
+
+#include "views/figure.h"
+
+namespace kvscope::views {
+
+namespace {
+constexpr int64_t kEventBlock = int64_t(1) << 16;  // events read per hyperslab
+}  // namespace
+
+std::vector<trace::Event> head_events(const trace::TraceReader& r, int layer, int kv_head,
+                                      trace::EventKind kind, int64_t token) {
+  std::vector<trace::Event> out;
+  for (int64_t b = 0, n = r.n_events(); b < n; b += kEventBlock)
+    for (const trace::Event& e : r.events(b, std::min(n, b + kEventBlock)))
+      if (e.layer == layer && e.kv_head == kv_head && e.kind == kind &&
+          (token < 0 || e.token == token))
+        out.push_back(e);
+  return out;
+}
+
+std::vector<trace::StallRow> head_stalls(const trace::TraceReader& r, int layer, int kv_head,
+                                         int64_t token) {
+  std::vector<trace::StallRow> out;
+  if (r.n_stalls() == 0) return out;
+  for (const trace::StallRow& s : r.stalls())
+    if (s.layer == layer && s.kv_head == kv_head && (token < 0 || s.token == token))
+      out.push_back(s);
+  return out;
+}
+
+QString short_reason(const QString& reason) {
+  QString s = reason;
+  int colon = s.indexOf(": ");
+  if (colon > 0 && colon < 16) s = s.mid(colon + 2);  // "promoted: ..." -> "..."
+  int paren = s.indexOf(" (");
+  if (paren > 0) s = s.left(paren);
+  return s;
+}
+
+std::vector<MarkClass> mark_classes(const std::vector<uint16_t>& reasons,
+                                    const std::vector<std::string>& reason_names) {
+  static const QColor others[] = {Qt::black, palette::kPurple, palette::kYellow};
+  std::vector<MarkClass> out;
+  int other = 0;
+  for (uint16_t reason : reasons) {
+    MarkClass c;
+    c.reason = reason;
+    bool named = reason < reason_names.size() && reason_names[reason] != "none";
+    c.label = named ? QString::fromStdString(reason_names[reason]) : QString("promoted");
+    c.short_label = short_reason(c.label);
+    if (c.label.contains("prefetch"))
+      c.color = palette::kGreen;
+    else if (c.label.contains("reactive"))
+      c.color = palette::kOrange;
+    else
+      c.color = others[other++ % 3];
+    out.push_back(c);
+  }
+  MarkClass stall;
+  stall.label = "stall: a reactive fetch made the step wait";
+  stall.short_label = "stall";
+  stall.color = palette::kVermillion;
+  stall.stall = true;
+  out.push_back(stall);
+  return out;
+}
+
+void draw_promotion(QPainter& p, const QPointF& c, const QColor& color, double r) {
+  p.setPen(QPen(color.darker(170), 0.6));
+  p.setBrush(color);
+  p.drawPolygon(
+      QPolygonF({c + QPointF(-r, r * 0.8), c + QPointF(r, r * 0.8), c + QPointF(0, -r * 1.1)}));
+}
+
+void draw_stall(QPainter& p, const QPointF& c, double r) {
+  p.setPen(QPen(Qt::black, 0.9));
+  p.setBrush(palette::kVermillion);
+  p.drawPolygon(QPolygonF({c + QPointF(0, -r * 1.15), c + QPointF(r, 0), c + QPointF(0, r * 1.15),
+                           c + QPointF(-r, 0)}));
+}
+
+namespace unattended {
+
+QBrush hatch_brush() {
+  // An 8 x 8 tile with one diagonal line, the rest transparent: drawn with
+  // DestinationIn it keeps only the lines of what is under it.
+  static const QImage tile = [] {
+    QImage t(8, 8, QImage::Format_ARGB32);
+    t.fill(Qt::transparent);
+    for (int i = 0; i < 8; ++i) t.setPixel(i, 7 - i, kHatch.rgb());
+    return t;
+  }();
+  return QBrush(tile);
+}
+
+void fill(QPainter& p, const QRectF& r) {
+  p.fillRect(r, kFill);
+  p.save();
+  p.setPen(QPen(kHatch, 0.8));
+  p.setClipRect(r);
+  for (double x = r.left() - r.height(); x < r.right(); x += 4)
+    p.drawLine(QPointF(x, r.bottom()), QPointF(x + r.height(), r.top()));
+  p.restore();
+}
+
+}  // namespace unattended
+
+int legend_rows(const std::vector<LegendEntry>& entries, const QFontMetricsF& fm, double width) {
+  int rows = entries.empty() ? 0 : 1;
+  double x = 0;
+  for (const LegendEntry& e : entries) {
+    double w = 24 + fm.horizontalAdvance(e.text) + 16;
+    if (x > 0 && x + w > width) ++rows, x = 0;
+    x += w;
+  }
+  return rows;
+}
+
+void paint_legend_rows(QPainter& p, const QRectF& rect, const std::vector<LegendEntry>& entries) {
+  p.save();
+  p.setFont(plot::font(kLegendPoints));
+  QFontMetricsF fm(p.font());  // the painter's font: metrics at the device's DPI
+  double row_h = fm.height() + 3, x = rect.left(), y = rect.top();
+  for (const LegendEntry& e : entries) {
+    double w = 24 + fm.horizontalAdvance(e.text) + 16;
+    if (x > rect.left() && x + w > rect.right()) x = rect.left(), y += row_h;
+    p.save();
+    e.draw(p, QRectF(x, y + 1, 18, row_h - 2));
+    p.restore();
+    p.setPen(Qt::black);
+    p.drawText(QPointF(x + 24, y + (row_h + fm.ascent() - fm.descent()) / 2), e.text);
+    x += w;
+  }
+  p.restore();
+}
+
+}  // namespace kvscope::views
