@@ -15,20 +15,4 @@ namespace kvscope::tiering {
 std::vector<int64_t> allocate_by_volatility(int64_t budget, const std::vector<double>& volatility,
                                             const std::vector<int64_t>& floor);
 
-// The running mean and variance of one token's forecasts (exponentially
-// weighted, decay `rho` per step): the volatility the allocator reads.
-struct ForecastMoments {
-  float mean = 0, sq = 0;
-  bool seen = false;
-  void add(float p, float rho) {
-    if (!seen) {
-      mean = p, sq = p * p, seen = true;
-      return;
-    }
-    mean = rho * mean + (1 - rho) * p;
-    sq = rho * sq + (1 - rho) * p * p;
-  }
-  float variance() const { return sq > mean * mean ? sq - mean * mean : 0.0f; }
-};
-
 }  // namespace kvscope::tiering

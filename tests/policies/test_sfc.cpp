@@ -75,13 +75,15 @@ class ScriptedSfc : public policy::sfc::SfcPolicy {
       : SfcPolicy(std::move(spec)), script_(std::move(script)) {}
 
  protected:
-  std::pair<float, float> predict(int64_t layer, int64_t h, int64_t step, int64_t, int64_t pos,
-                                  policy::sfc::TokenState&, const float*) override {
-    std::pair<float, float> p{0.0f, 0.0f};
-    if (layer != 0 || h != 0) return p;
-    for (const auto& [key, value] : script_)
-      if (key.second == pos && key.first <= step) p = value;
-    return p;
+  void predict(const policy::AdmitContext& c, torch::Tensor p_now, torch::Tensor p_hor) override {
+    p_now.zero_();
+    p_hor.zero_();
+    if (c.layer != 0) return;
+    for (const auto& [key, value] : script_)  // later entries of a token override earlier
+      if (key.first <= c.step && key.second < p_now.size(1)) {
+        p_now[0][key.second] = value.first;
+        p_hor[0][key.second] = value.second;
+      }
   }
 
  private:

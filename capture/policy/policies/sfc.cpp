@@ -44,6 +44,7 @@ void SfcPolicy::setup(const PolicySetup& s) {
   const model::ModelConfig& m = *s.model;
   L_ = m.n_layers, K_ = m.n_kv_heads, R_ = m.n_heads / m.n_kv_heads, M_ = s.max_tokens;
   hd_ = m.head_dim;
+  cfg_.head_dim = hd_;
   if (spec_.forecast == "gru" && !spec_.gates.empty()) {  // none: a test scripts predict()
     gates::GateSet g = gates::load_gates(spec_.gates, m);
     const nlohmann::json& base = g.meta.value("base_model", nlohmann::json::object());
@@ -52,10 +53,10 @@ void SfcPolicy::setup(const PolicySetup& s) {
       throw InputError(spec_.gates, "base_model.name",
                        "the forecaster was trained for " + base["name"].get<std::string>() +
                            ", not for " + m.name + " (expected a forecaster of this model)");
-    net_ = std::make_unique<gates::SfcForecaster>(g);
-    cfg_ = net_->config();
-  } else {
-    cfg_.head_dim = hd_;
+    cfg_ = gates::SfcConfig::of(g);
+    torch::NoGradGuard no_grad;
+    params_ = gates::SfcParams::of(g);
+    gru_ = true;
   }
   G_ = cfg_.hidden, Z_ = cfg_.latent;
   if (spec_.hot * double(s.prompt_tokens) < double(spec_.sinks + spec_.window))
@@ -67,11 +68,21 @@ void SfcPolicy::setup(const PolicySetup& s) {
   row_bytes_ = 2 * hd_ * int64_t(sizeof(float));
   lead_steps_ = std::max<int64_t>(
       1, int64_t(std::ceil(link_.copy_seconds(row_bytes_) / (spec_.link.step_us * 1e-6))));
-  state_.assign(size_t(L_ * K_ * M_), TokenState{});
-  hid_.assign(size_t(L_ * K_ * M_ * G_), 0.0f);
-  zkey_.assign(size_t(L_ * K_ * M_ * Z_), 0.0f);
+  const auto f = torch::TensorOptions().dtype(torch::kFloat32);
+  for (int64_t l = 0; l < L_; ++l) {
+    LayerState st;
+    st.hidden = torch::zeros({K_, M_, G_}, f);
+    st.z_key = torch::zeros({K_, M_, Z_}, f);
+    st.key_norm = torch::zeros({K_, M_}, f);
+    st.ewma = torch::zeros({K_, M_}, f);
+    st.acc = torch::zeros({K_, M_}, f);
+    for (torch::Tensor* t : {&st.p_now, &st.p_hor, &st.mom_mean, &st.mom_sq, &st.sampled})
+      *t = torch::full({K_, M_}, kNaN, f);
+    st.landing.assign(size_t(K_ * M_), -1);
+    state_.push_back(std::move(st));
+  }
+  born_.assign(size_t(M_), -1);
   volatility_.assign(size_t(L_ * K_), 1.0);  // uniform until the first rebalance
-  features_.assign(size_t(cfg_.features()), 0.0f);
 }
 
 // ---- before attention ------------------------------------------------------------
@@ -80,71 +91,92 @@ void SfcPolicy::land_prefetches(AdmitContext& c) {
   for (int64_t h = 0; h < K_; ++h) {
     const std::vector<int32_t> cold = c.cache.positions(c.layer, h, kCold);  // copy: moves edit it
     for (int32_t pos : cold) {
-      TokenState& t = tok(c.layer, h, pos);
-      if (t.landing < 0 || t.landing > c.step) continue;
-      t.landing = -1;
-      c.decide.move(c.layer, h, pos, kHot, t.p_hor, kLanded);
+      int32_t& land = landing(c.layer, h, pos);
+      if (land < 0 || land > c.step) continue;
+      land = -1;
+      c.decide.move(c.layer, h, pos, kHot, at(state_[size_t(c.layer)].p_hor, h, pos), kLanded);
     }
   }
 }
 
-// One GRU step for every token the layer holds (all tiers), with the step's
-// query: the forecasts `now` and `horizon` of the token for this step.
+void SfcPolicy::predict(const AdmitContext& c, torch::Tensor p_now, torch::Tensor p_hor) {
+  LayerState& st = state_[size_t(c.layer)];
+  const int64_t T = c.pos0;
+  if (!gru_) {
+    // Ablation forecast=accumulated: the mean received attention relative to
+    // a uniform share, u / (1 + u) (0.5 at uniform); attention-mass methods
+    // never fetch back, so "now" is 0.
+    std::vector<float> age(static_cast<size_t>(T));
+    for (int64_t p = 0; p < T; ++p)
+      age[size_t(p)] = float(std::max<int64_t>(1, c.step - born_[size_t(p)]));
+    const torch::Tensor u = st.acc.narrow(1, 0, T) / torch::tensor(age) * float(T);
+    p_hor.copy_(u / (1 + u));
+    p_now.zero_();
+    return;
+  }
+  const gates::SfcParams p = params_.groups(torch::arange(c.layer * K_, (c.layer + 1) * K_));
+  const float inv_sqrt_hd = 1.0f / std::sqrt(float(hd_));
+  // The step's last query, averaged over each group's heads, in the latent space.
+  const torch::Tensor q =
+      c.in.q.select(0, c.n - 1).to(torch::kFloat32).reshape({K_, R_, hd_}).mean(1);  // [K, hd]
+  const torch::Tensor zq = torch::bmm(q.unsqueeze(1), p.latent);                     // [K, 1, Z]
+  const torch::Tensor zk = st.z_key.narrow(1, 0, T);                                 // [K, T, Z]
+  const torch::Tensor dist =
+      torch::log1p(float(c.pos0) - torch::arange(T, torch::kFloat32)) / 8.0f;  // [T]
+  const torch::Tensor x =
+      torch::cat({torch::log1p(st.ewma.narrow(1, 0, T) * float(T)).unsqueeze(-1),
+                  dist.expand({K_, T}).unsqueeze(-1),
+                  (st.key_norm.narrow(1, 0, T) * inv_sqrt_hd).unsqueeze(-1),
+                  ((zk * zq).sum(-1) * inv_sqrt_hd).unsqueeze(-1), zk},
+                 -1);  // [K, T, F], the order of docs/policies/sfc.md
+  torch::Tensor h = st.hidden.narrow(1, 0, T);
+  h.copy_(gates::sfc_gru_step(x, h, p.w_ih, p.w_hh, p.b_ih, p.b_hh));
+  const torch::Tensor logits = torch::matmul(h, p.head_w.t()) + p.head_b;  // [K, T, 2]
+  p_now.copy_(torch::sigmoid(logits.select(-1, 0)));
+  p_hor.copy_(torch::sigmoid(logits.select(-1, 1)));
+}
+
+// One forecaster step for every token the layer holds (all tiers), then the
+// moments behind the volatility and the gate samples of forecasts that moved.
 void SfcPolicy::forecast(AdmitContext& c) {
-  torch::Tensor q = c.in.q.select(0, c.n - 1).to(torch::kFloat32).contiguous();  // [H, hd]
-  std::vector<float> qmean(static_cast<size_t>(hd_));
-  std::vector<float> zq(static_cast<size_t>(std::max<int64_t>(Z_, 1)));
-  for (int64_t h = 0; h < K_; ++h) {
-    std::fill(qmean.begin(), qmean.end(), 0.0f);
-    for (int64_t r = 0; r < R_; ++r)
-      for (int64_t i = 0; i < hd_; ++i)
-        qmean[size_t(i)] += q.data_ptr<float>()[(h * R_ + r) * hd_ + i] / float(R_);
-    if (net_) net_->latent(c.layer, h, qmean.data(), zq.data());
-    for (int tier = kHot; tier <= kCold; ++tier)
-      for (int32_t pos : c.cache.positions(c.layer, h, tier)) {
-        TokenState& t = tok(c.layer, h, pos);
-        std::tie(t.p_now, t.p_hor) = predict(c.layer, h, c.step, c.pos0, pos, t, zq.data());
-        t.moments.add(t.p_hor, kVolatilityDecay);
-        if (std::isnan(t.sampled) || std::fabs(t.p_hor - t.sampled) >= float(spec_.sample)) {
-          t.sampled = t.p_hor;
-          c.decide.gate(0, c.layer, h, pos, t.p_hor, true);
-        }
-      }
+  LayerState& st = state_[size_t(c.layer)];
+  const int64_t T = c.pos0;
+  torch::Tensor p_now = st.p_now.narrow(1, 0, T), p_hor = st.p_hor.narrow(1, 0, T);
+  predict(c, p_now, p_hor);
+  const float rho = kVolatilityDecay;
+  torch::Tensor mean = st.mom_mean.narrow(1, 0, T), sq = st.mom_sq.narrow(1, 0, T);
+  const torch::Tensor fresh = torch::isnan(mean);
+  mean.copy_(torch::where(fresh, p_hor, rho * mean + (1 - rho) * p_hor));
+  sq.copy_(torch::where(fresh, p_hor * p_hor, rho * sq + (1 - rho) * p_hor * p_hor));
+  torch::Tensor sampled = st.sampled.narrow(1, 0, T);
+  const torch::Tensor moved =
+      torch::isnan(sampled) | ((p_hor - sampled).abs() >= float(spec_.sample));
+  const torch::Tensor idx = moved.nonzero().contiguous();  // [N, 2]: (head, position)
+  const int64_t* ix = idx.data_ptr<int64_t>();
+  for (int64_t i = 0; i < idx.size(0); ++i) {
+    const int64_t h = ix[2 * i], pos = ix[2 * i + 1];
+    if (!c.cache.holds(c.layer, h, pos)) continue;  // evicted (ablation demote=evict)
+    const float v = at(st.p_hor, h, pos);
+    st.sampled.data_ptr<float>()[h * M_ + pos] = v;
+    c.decide.gate(0, c.layer, h, pos, v, true);
   }
 }
 
 // Cold tokens the forecaster says this query needs now: fetched before the
 // attention, the step waiting for the link (one batch per head and layer).
-std::pair<float, float> SfcPolicy::predict(int64_t layer, int64_t h, int64_t step, int64_t pos0,
-                                           int64_t pos, TokenState& t, const float* z_query) {
-  if (net_) {
-    std::vector<float>& x = features_;
-    gates::sfc_features(cfg_, t.ewma, pos0, pos0 - pos, t.key_norm, z_query, zkey(layer, h, pos),
-                        x.data());
-    float logits[2];
-    net_->step(layer, h, x.data(), hidden(layer, h, pos), logits);
-    return {gates::sfc_sigmoid(logits[0]), gates::sfc_sigmoid(logits[1])};
-  }
-  // Ablation forecast=accumulated: the mean received attention relative to a
-  // uniform share, u / (1 + u) (0.5 at uniform); attention-mass methods never
-  // fetch back, so "now" is 0.
-  const float u = t.acc / float(std::max<int64_t>(1, step - t.born)) * float(pos0);
-  return {0.0f, u / (1.0f + u)};
-}
-
 void SfcPolicy::fetch_reactively(AdmitContext& c) {
+  const LayerState& st = state_[size_t(c.layer)];
   for (int64_t h = 0; h < K_; ++h) {
     std::vector<int32_t> fetch;
     for (int32_t pos : c.cache.positions(c.layer, h, kCold))
-      if (tok(c.layer, h, pos).p_now >= float(spec_.now)) fetch.push_back(pos);
+      if (at(st.p_now, h, pos) >= float(spec_.now)) fetch.push_back(pos);
     if (fetch.empty()) continue;
     std::sort(fetch.begin(), fetch.end());
     const double wait = link_.fetch_now(c.step, phase(c.layer), int64_t(fetch.size()) * row_bytes_);
     for (int32_t pos : fetch) {
-      TokenState& t = tok(c.layer, h, pos);
-      t.landing = -1;  // a prefetch in flight came too late
+      landing(c.layer, h, pos) = -1;  // a prefetch in flight came too late
       c.decide.stall(c.layer, h, pos, float(wait));
-      c.decide.move(c.layer, h, pos, kHot, t.p_now, kReactive);
+      c.decide.move(c.layer, h, pos, kHot, at(st.p_now, h, pos), kReactive);
     }
   }
 }
@@ -153,6 +185,7 @@ void SfcPolicy::admit(AdmitContext& c) {
   for (int64_t h = 0; h < K_; ++h)
     for (int64_t i = 0; i < c.n; ++i) c.at(h, i) = Admission{kHot, false, kNoScore, kNewToken};
   if (c.pos0 == 0) return;  // nothing held yet
+  torch::NoGradGuard no_grad;
   land_prefetches(c);
   forecast(c);
   if (spec_.forecast == "gru") fetch_reactively(c);
@@ -160,32 +193,25 @@ void SfcPolicy::admit(AdmitContext& c) {
 
 // ---- after attention -------------------------------------------------------------
 
-// The EWMA (and, for the ablation, the sum) of the received attention; the
-// step's new tokens get their key features and a fresh GRU state.
+// The EWMA and the sum of the received attention (a cold token received 0:
+// the statistics hold 0 for every position the head did not attend); the
+// step's new tokens get their key norm and latent (their GRU state is 0).
 void SfcPolicy::update_attention(LayerContext& c) {
+  LayerState& st = state_[size_t(c.layer)];
+  const int64_t T = c.tokens_fed();
+  torch::Tensor r = torch::empty({K_, T}, torch::kFloat32);
+  for (int64_t h = 0; h < K_; ++h)
+    std::copy_n(c.stats.received[size_t(h)].data(), T, r.data_ptr<float>() + h * T);
   const float beta = float(cfg_.ewma);
-  torch::Tensor k = c.in.k.to(torch::kFloat32).contiguous();  // [n, K, hd]
-  for (int64_t h = 0; h < K_; ++h) {
-    const std::vector<float>& rec = c.stats.received[size_t(h)];
-    for (int64_t i = 0; i < c.n; ++i) {
-      const int64_t pos = c.pos0 + i;
-      if (!c.cache.holds(c.layer, h, pos)) continue;
-      const float* key = k.data_ptr<float>() + (i * K_ + h) * hd_;
-      TokenState& t = tok(c.layer, h, pos);
-      t.born = int32_t(c.step);
-      float n2 = 0;
-      for (int64_t j = 0; j < hd_; ++j) n2 += key[j] * key[j];
-      t.key_norm = std::sqrt(n2);
-      if (net_) net_->latent(c.layer, h, key, zkey(c.layer, h, pos));
-    }
-    for (int tier = kHot; tier <= kCold; ++tier)
-      for (int32_t pos : c.cache.positions(c.layer, h, tier)) {
-        TokenState& t = tok(c.layer, h, pos);
-        const float r = tier == kCold ? 0.0f : rec[size_t(pos)];
-        t.ewma = beta * t.ewma + (1.0f - beta) * r;
-        t.acc += r;
-      }
-  }
+  torch::Tensor ewma = st.ewma.narrow(1, 0, T);
+  ewma.mul_(beta).add_(r, 1.0f - beta);
+  st.acc.narrow(1, 0, T).add_(r);
+  const torch::Tensor k = c.in.k.to(torch::kFloat32).permute({1, 0, 2});  // [K, n, hd]
+  st.key_norm.narrow(1, c.pos0, c.n).copy_(k.norm(2, -1));
+  if (gru_)
+    st.z_key.narrow(1, c.pos0, c.n)
+        .copy_(torch::bmm(k, params_.latent.narrow(0, c.layer * K_, K_)));
+  for (int64_t i = 0; i < c.n; ++i) born_[size_t(c.pos0 + i)] = int32_t(c.step);
 }
 
 // Hysteresis placement of one head (see the file comment), then speculative
@@ -200,8 +226,8 @@ void SfcPolicy::place(LayerContext& c, int64_t h, int64_t hot_budget) {
   std::vector<Cand> pinned_c, eligible, rest;
   for (int tier : {kHot, kWarm})
     for (int32_t pos : c.cache.positions(l, h, tier)) {
-      const TokenState& t = tok(l, h, pos);
-      const float p = std::isnan(t.p_hor) ? 1.0f : t.p_hor;  // new: no forecast yet
+      const float f = at(state_[size_t(l)].p_hor, h, pos);
+      const float p = std::isnan(f) ? 1.0f : f;  // new: no forecast yet
       if (is_pinned(pos, T))
         pinned_c.push_back({pos, tier, p});
       else if ((tier == kHot && p >= float(spec_.down)) || (tier == kWarm && p >= float(spec_.up)))
@@ -241,15 +267,19 @@ void SfcPolicy::place(LayerContext& c, int64_t h, int64_t hot_budget) {
     c.decide.move(l, h, e.pos, target, e.p, why);
   }
   if (!spec_.speculate || spec_.forecast != "gru") return;
+  const LayerState& st = state_[size_t(l)];
   for (int32_t pos : c.cache.positions(l, h, kCold)) {
-    TokenState& t = tok(l, h, pos);
-    if (t.landing < 0 && t.p_hor >= float(spec_.up))
-      t.landing = int32_t(link_.prefetch(c.step, phase(l), row_bytes_));
+    int32_t& land = landing(l, h, pos);
+    if (land < 0 && at(st.p_hor, h, pos) >= float(spec_.up))
+      land = int32_t(link_.prefetch(c.step, phase(l), row_bytes_));
   }
 }
 
 void SfcPolicy::after_attention(LayerContext& c) {
-  update_attention(c);
+  {
+    torch::NoGradGuard no_grad;
+    update_attention(c);
+  }
   const int64_t T = c.tokens_fed();
   std::vector<double> vol(volatility_.begin() + c.layer * K_,
                           volatility_.begin() + (c.layer + 1) * K_);
@@ -267,17 +297,14 @@ void SfcPolicy::after_attention(LayerContext& c) {
 // tokens' recent forecasts (the budgets of the next steps follow it).
 void SfcPolicy::end_step(StepContext& c) {
   if ((c.step + 1) % spec_.rebalance != 0) return;
-  for (int64_t l = 0; l < L_; ++l)
-    for (int64_t h = 0; h < K_; ++h) {
-      double sum = 0;
-      int64_t n = 0;
-      for (int tier = kHot; tier <= kCold; ++tier)
-        for (int32_t pos : c.cache.positions(l, h, tier)) {
-          sum += tok(l, h, pos).moments.variance();
-          ++n;
-        }
-      volatility_[size_t(l * K_ + h)] = n > 0 ? sum / double(n) : 0.0;
-    }
+  torch::NoGradGuard no_grad;
+  const int64_t T = c.tokens_fed();
+  for (int64_t l = 0; l < L_; ++l) {
+    const LayerState& st = state_[size_t(l)];
+    const torch::Tensor mean = st.mom_mean.narrow(1, 0, T), sq = st.mom_sq.narrow(1, 0, T);
+    const torch::Tensor var = torch::nan_to_num(torch::clamp_min(sq - mean * mean, 0.0)).mean(1);
+    for (int64_t h = 0; h < K_; ++h) volatility_[size_t(l * K_ + h)] = var[h].item<double>();
+  }
 }
 
 }  // namespace sfc

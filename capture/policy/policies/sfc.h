@@ -3,6 +3,8 @@
 // docs/policies/sfc.md.
 #pragma once
 
+#include <torch/types.h>
+
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "capture/gates/sfc_forecaster.h"
+#include "capture/gates/sfc_training.h"
 #include "capture/policy/policy.h"
 #include "capture/tiering/hot_budget.h"
 #include "capture/tiering/transfer_link.h"
@@ -35,13 +38,19 @@ struct SfcSpec {
   double sample = 0.05;  // forecast change that records a new gate sample
 };
 
-// What the policy knows of one token of one head (index group * M + pos).
-struct TokenState {
-  float ewma = 0, acc = 0, key_norm = 0;
-  float p_now = kNaN, p_hor = kNaN, sampled = kNaN;
-  int32_t born = -1;     // the step that wrote it
-  int32_t landing = -1;  // step a prefetch in flight lands, -1 when none
-  tiering::ForecastMoments moments;
+// What the policy knows of the tokens of one layer, per kv head and
+// position ([K, M], M the positions the run may reach): the SFC never
+// evicts, so every head of a layer holds positions 0 .. T-1 and the
+// forecaster runs over dense [K, T] slices, batched (one GRU step per layer).
+struct LayerState {
+  torch::Tensor hidden;            // [K, M, G] GRU state (0 until the token's first step)
+  torch::Tensor z_key;             // [K, M, Z] the key's salience latent
+  torch::Tensor key_norm;          // [K, M]
+  torch::Tensor ewma, acc;         // [K, M] received attention: EWMA and sum
+  torch::Tensor p_now, p_hor;      // [K, M] this step's forecasts (NaN before the first)
+  torch::Tensor mom_mean, mom_sq;  // [K, M] recent forecasts' moments (NaN: none yet)
+  torch::Tensor sampled;           // [K, M] the last gate sample (NaN: none)
+  std::vector<int32_t> landing;    // [K * M] step a prefetch lands, -1 when none in flight
 };
 
 class SfcPolicy : public Policy {
@@ -111,23 +120,19 @@ class SfcPolicy : public Policy {
   void end_step(StepContext& c) override;
 
  protected:
-  // The forecasts (now, horizon) of the token at `pos` of head (layer, h) at
-  // step `step` (first position pos0), whose state is `t`; `z_query`: the
-  // latent of the step's query. The GRU's, or the accumulated-attention
-  // ablation's; tests script it.
-  virtual std::pair<float, float> predict(int64_t layer, int64_t h, int64_t step, int64_t pos0,
-                                          int64_t pos, TokenState& t, const float* z_query);
+  // This step's forecasts of every token the layer holds, before its
+  // attention: fills p_now and p_hor [K, T] (T = c.pos0, the tokens fed
+  // before the step). The GRU's (one batched step; it sees the step's
+  // query), or the accumulated-attention ablation's; tests script it.
+  virtual void predict(const AdmitContext& c, torch::Tensor p_now, torch::Tensor p_hor);
   const SfcSpec& spec() const { return spec_; }
 
  private:
-  TokenState& tok(int64_t layer, int64_t h, int64_t pos) {
-    return state_[size_t((layer * K_ + h) * M_ + pos)];
+  float at(const torch::Tensor& t, int64_t h, int64_t pos) const {
+    return t.data_ptr<float>()[h * M_ + pos];
   }
-  float* hidden(int64_t layer, int64_t h, int64_t pos) {
-    return hid_.data() + ((layer * K_ + h) * M_ + pos) * G_;
-  }
-  float* zkey(int64_t layer, int64_t h, int64_t pos) {
-    return zkey_.data() + ((layer * K_ + h) * M_ + pos) * Z_;
+  int32_t& landing(int64_t layer, int64_t h, int64_t pos) {
+    return state_[size_t(layer)].landing[size_t(h * M_ + pos)];
   }
   // Where in a step layer `l` attends, for the link model.
   double phase(int64_t l) const { return double(l) / double(L_); }
@@ -148,14 +153,14 @@ class SfcPolicy : public Policy {
 
   SfcSpec spec_;
   tiering::TransferLink link_;
-  std::unique_ptr<gates::SfcForecaster> net_;
+  bool gru_ = false;         // a forecaster file was loaded
+  gates::SfcParams params_;  // its parameters, stacked over the groups [L * K, ...]
   gates::SfcConfig cfg_;
   int64_t L_ = 0, K_ = 0, R_ = 0, M_ = 0, G_ = 0, Z_ = 0, hd_ = 0;
   int64_t row_bytes_ = 0, lead_steps_ = 1;
-  std::vector<TokenState> state_;   // [L, K, M]
-  std::vector<float> hid_, zkey_;   // [L, K, M, G], [L, K, M, Z]
+  std::vector<LayerState> state_;   // per layer
+  std::vector<int32_t> born_;       // [M] the step that fed each position
   std::vector<double> volatility_;  // [L, K] at the last rebalance
-  std::vector<float> features_;     // scratch [F]
 };
 
 }  // namespace sfc
