@@ -76,10 +76,10 @@ std::vector<int32_t> end_of_sequence_ids(const model::ModelConfig& config,
   return ids;
 }
 
-void check_prompt_fits(int64_t prompt_tokens, int64_t max_positions) {
-  if (prompt_tokens == 0) throw InputError("", "prompt", "is empty (no tokens to start from)");
+void check_prompt_fits(int64_t prompt_tokens, int64_t max_positions, const std::string& field) {
+  if (prompt_tokens == 0) throw InputError("", field, "is empty (no tokens to start from)");
   if (prompt_tokens >= max_positions)
-    throw InputError("", "prompt",
+    throw InputError("", field,
                      "has " + std::to_string(prompt_tokens) + " tokens; the context holds " +
                          std::to_string(max_positions) + " positions, leaving no room to generate");
 }
@@ -93,6 +93,10 @@ GenerationResult Generator::run(const std::vector<int32_t>& prompt, const Genera
   const int64_t max_positions =
       o.max_positions > 0 ? o.max_positions : model_.config().context_length;
   check_prompt_fits(static_cast<int64_t>(prompt.size()), max_positions);
+  const std::vector<int32_t>& forced = o.forced_tokens;
+  if (!forced.empty())
+    check_prompt_fits(static_cast<int64_t>(prompt.size() + forced.size()), max_positions,
+                      "prompt + forced tokens");
   if (!o.stop_strings.empty() && !tokenizer_)
     throw InputError("", "--stop", "stop strings need a tokenizer");
   if (o.max_new_tokens <= 0) throw InputError("", "--max-new", "must be positive");
@@ -119,6 +123,14 @@ GenerationResult Generator::run(const std::vector<int32_t>& prompt, const Genera
     if (on_text) on_text(text);
   };
 
+  // The token each step feeds next: the forced ones first, then samples.
+  size_t forced_chosen = 0;
+  bool token_forced = false;
+  auto choose = [&](const torch::Tensor& step_logits) {
+    token_forced = forced_chosen < forced.size();
+    return token_forced ? forced[forced_chosen++] : sampler.next(step_logits[0]);
+  };
+
   // Prefill in chunks; only the last token's logits are needed.
   const auto start = Clock::now();
   torch::Tensor ids =
@@ -131,30 +143,36 @@ GenerationResult Generator::run(const std::vector<int32_t>& prompt, const Genera
     logits = model_.forward(ids.narrow(0, p, n), p, backend_);
     // Observers see every forward pass: a capture records each chunk as a step.
     const bool last = p + n >= r.prefill_tokens;
-    if (last) token = sampler.next(logits[0]);
-    if (on_step) on_step({p, n, true, &logits, last ? token : -1});
+    if (last) token = choose(logits);
+    if (on_step) on_step({p, n, true, &logits, last ? token : -1, last && token_forced});
   }
   r.prefill_seconds = seconds_since(start);
 
   int64_t pos = r.prefill_tokens;
   torch::Tensor next = torch::empty({1}, torch::kInt64);
   while (true) {
-    r.output_ids.push_back(token);
-    if (std::find(eos.begin(), eos.end(), token) != eos.end()) {
-      r.finish_reason = "eos";
-      break;
-    }
-    if (decoder) {
-      bool stopped = false;
-      emit(stops.push(decoder->push(token), &stopped));
-      if (stopped) {
-        r.finish_reason = "stop";
+    if (token_forced) {
+      // Context, like the prompt: no output, no end of the run.
+      ++r.forced_tokens;
+      if (decoder) decoder->prime({token});
+    } else {
+      r.output_ids.push_back(token);
+      if (std::find(eos.begin(), eos.end(), token) != eos.end()) {
+        r.finish_reason = "eos";
         break;
       }
-    }
-    if (static_cast<int64_t>(r.output_ids.size()) >= o.max_new_tokens) {
-      r.finish_reason = "length";
-      break;
+      if (decoder) {
+        bool stopped = false;
+        emit(stops.push(decoder->push(token), &stopped));
+        if (stopped) {
+          r.finish_reason = "stop";
+          break;
+        }
+      }
+      if (static_cast<int64_t>(r.output_ids.size()) >= o.max_new_tokens) {
+        r.finish_reason = "length";
+        break;
+      }
     }
     if (pos >= max_positions) {
       r.finish_reason = "context";
@@ -163,10 +181,10 @@ GenerationResult Generator::run(const std::vector<int32_t>& prompt, const Genera
     const auto step_start = Clock::now();
     next.data_ptr<int64_t>()[0] = token;
     logits = model_.forward(next, pos, backend_);
-    token = sampler.next(logits[0]);
+    token = choose(logits);
     r.decode_seconds += seconds_since(step_start);
     ++r.decode_steps;
-    if (on_step) on_step({pos, 1, false, &logits, token});
+    if (on_step) on_step({pos, 1, false, &logits, token, token_forced});
     ++pos;
   }
   if (decoder && r.finish_reason != "stop") {

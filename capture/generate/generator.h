@@ -25,15 +25,21 @@ struct GenerationOptions {
   int64_t prefill_chunk = 512;            // prompt tokens per forward pass
   int64_t max_positions = 0;              // 0: the model's context length
   bool stop_at_eos = true;
+  // Teacher forcing: tokens fed as decode steps right after the prompt, one
+  // per step, as if generated, before sampling resumes (a task's forced
+  // distractors and question). They are context, not output: no EOS or stop
+  // string ends them and max_new_tokens counts only the sampled tokens.
+  std::vector<int32_t> forced_tokens;
 };
 
 struct GenerationResult {
   std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> output_ids;  // generated ids, an EOS id included when it ended the run
+  std::vector<int32_t> output_ids;  // sampled ids, an EOS id included when it ended the run
   std::string text;                 // decoded output (no EOS, cut before a stop string)
+  int64_t forced_tokens = 0;        // teacher-forced decode steps fed (GenerationOptions)
   std::string finish_reason;        // "eos", "stop", "length" or "context"
   int64_t prefill_tokens = 0;
-  int64_t decode_steps = 0;  // forward passes after the prefill
+  int64_t decode_steps = 0;  // forward passes after the prefill (forced ones included)
   double prefill_seconds = 0;
   double decode_seconds = 0;
   double prefill_tokens_per_second() const;
@@ -48,17 +54,19 @@ struct StepEvent {
   int64_t n = 0;
   bool prefill = false;
   const torch::Tensor* logits = nullptr;  // [1, V] float32 of the step's last token
-  int32_t token = -1;                     // the token chosen from those logits (-1: none)
+  int32_t token = -1;   // the token the next step feeds, chosen after these logits (-1: none)
+  bool forced = false;  // that token is teacher-forced, not sampled from the logits
 };
 
 using TextCallback = std::function<void(const std::string&)>;
 using StepCallback = std::function<void(const StepEvent&)>;
 
-// Throws InputError unless a prompt of this many tokens leaves room to
-// generate in a context of max_positions (run() checks it; callers that
-// prepare work before run(), such as a capture creating its trace, check it
-// first).
-void check_prompt_fits(int64_t prompt_tokens, int64_t max_positions);
+// Throws InputError (naming `field`) unless a prompt of this many tokens
+// leaves room to generate in a context of max_positions (run() checks it, and
+// the prompt with the forced tokens as "prompt + forced tokens"; callers that prepare
+// work before run(), such as a capture creating its trace, check it first).
+void check_prompt_fits(int64_t prompt_tokens, int64_t max_positions,
+                       const std::string& field = "prompt");
 
 class Generator {
  public:
@@ -66,8 +74,8 @@ class Generator {
   Generator(model::Transformer& model, model::AttentionBackend& backend,
             const tokenizer::Tokenizer* tokenizer);
 
-  // Throws InputError for an empty prompt, a prompt that leaves no room in
-  // the context, or stop strings without a tokenizer.
+  // Throws InputError for an empty prompt, a prompt (with the forced tokens)
+  // that leaves no room in the context, or stop strings without a tokenizer.
   GenerationResult run(const std::vector<int32_t>& prompt, const GenerationOptions& options,
                        const TextCallback& on_text = {}, const StepCallback& on_step = {});
 

@@ -88,9 +88,14 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   torch::InferenceMode inference;
   const model::ModelConfig& config = engine.model->config();
   const int64_t prompt_tokens = static_cast<int64_t>(req.prompt_ids.size());
-  const int64_t max_tokens = prompt_tokens + req.generation.max_new_tokens;
+  const int64_t forced_tokens = static_cast<int64_t>(req.generation.forced_tokens.size());
+  const int64_t max_tokens = prompt_tokens + forced_tokens + req.generation.max_new_tokens;
   // Everything that can refuse the run does so before the trace exists.
-  generate::check_prompt_fits(prompt_tokens, std::min<int64_t>(config.context_length, max_tokens));
+  const int64_t max_positions = std::min<int64_t>(config.context_length, max_tokens);
+  generate::check_prompt_fits(prompt_tokens, max_positions);
+  if (forced_tokens > 0)
+    generate::check_prompt_fits(prompt_tokens + forced_tokens, max_positions,
+                                "prompt + forced tokens");
 
   policy::PolicyInstance pi = policy::make_policy(req.policy, {prompt_tokens, req.model_path});
   CaptureLevels levels = parse_capture_levels(req.levels, config.n_layers, config.n_heads);
@@ -137,20 +142,24 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
     else
       ids.push_back(fed_generated.back());
     if (ev.token >= 0) fed_generated.push_back(ev.token);
+    // A decode step feeding a forced token records it like prompt text, and
+    // text is generated only from the first sampled token on.
+    const bool feeds_forced = !ev.prefill && ev.pos0 < prompt_tokens + forced_tokens;
+    const int32_t sampled = ev.forced ? -1 : ev.token;
     trace::StepData sd;
     if (oracle) {
       recorder.pause();
       torch::Tensor t = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64);
       trace::OracleRow row = oracle->step(t, ev.pos0, *ev.logits);
       recorder.resume();
-      sd = recorder.finish_step(ev.pos0, ids, ev.prefill, ev.token);
+      sd = recorder.finish_step(ev.pos0, ids, ev.prefill, sampled, feeds_forced);
       sd.has_oracle = true;
       sd.oracle = std::move(row);
       // The shadow has run this step: its last query judges the step's stalls.
       for (trace::StallRow& st : sd.stalls)
         st.needed = oracle->needed(st.layer, st.kv_head, st.token);
     } else {
-      sd = recorder.finish_step(ev.pos0, ids, ev.prefill, ev.token);
+      sd = recorder.finish_step(ev.pos0, ids, ev.prefill, sampled, feeds_forced);
     }
     mark_roles(&sd, req);
     result.peak_kv_bytes = std::max(result.peak_kv_bytes, sd.step.kv_bytes);
@@ -163,7 +172,7 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
 
   generate::Generator generator(*engine.model, driver, engine.tokenizer.get());
   generate::GenerationOptions g = req.generation;
-  if (g.max_positions <= 0) g.max_positions = std::min<int64_t>(config.context_length, max_tokens);
+  if (g.max_positions <= 0) g.max_positions = max_positions;
   // On an exception the writer's destructor flushes what was captured and
   // leaves complete = 0.
   result.generation = generator.run(req.prompt_ids, g, {}, on_step);

@@ -38,7 +38,9 @@ struct CaptureRequest {
   std::string run_json = "{}";  // extra run description (sampling, task, ...)
   std::string task_kind;        // e.g. "needle"
   std::string expected_answer;
-  std::vector<std::pair<int64_t, int64_t>> needle_spans;  // [begin, end) token ranges
+  // [begin, end) token ranges; they may cover teacher-forced decode tokens
+  // (generation.forced_tokens, recorded with prompt roles).
+  std::vector<std::pair<int64_t, int64_t>> needle_spans;
   std::vector<std::pair<int64_t, int64_t>> question_spans;
   std::function<void(const CaptureProgress&)> progress;
 };

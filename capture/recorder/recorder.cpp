@@ -193,7 +193,7 @@ trace::TokenRole Recorder::role_of(int32_t id) const {
 }
 
 trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& ids, bool prefill,
-                                      int32_t sampled) {
+                                      int32_t sampled, bool forced) {
   auto now = std::chrono::steady_clock::now();
   trace::StepData sd;
   sd.step.kind = prefill ? trace::StepKind::Prefill : trace::StepKind::Decode;
@@ -218,7 +218,8 @@ trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& 
         prompt_offset_ = static_cast<int64_t>(at + t.text.size());
       }
     } else {
-      t.role = trace::TokenRole::Generated;
+      // A teacher-forced token is text the task supplied, not the model's.
+      t.role = forced ? role_of(ids[i]) : trace::TokenRole::Generated;
     }
     sd.tokens.push_back(std::move(t));
   }
@@ -258,7 +259,7 @@ trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& 
   }
   // The prompt primes the stream decoder (a SentencePiece decode strips its
   // first space: the first generated token alone would lose its own).
-  if (decoder_ && prefill) decoder_->prime(ids);
+  if (decoder_ && (prefill || forced)) decoder_->prime(ids);
   if (decoder_ && sampled >= 0 && !tokenizer_->is_special(sampled))
     sd.generated_text = decoder_->push(sampled);
   last_ = std::chrono::steady_clock::now();

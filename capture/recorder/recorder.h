@@ -38,9 +38,11 @@ class Recorder : public cache::AttentionObserver {
   void set_track_attended(bool on) { track_attended_ = on; }
 
   // Builds the step's record. `ids` are the tokens the step fed (positions
-  // pos0..), `sampled` the token chosen from its logits (-1: none).
+  // pos0..), `sampled` the token sampled from its logits (-1: none, or the
+  // next token is teacher-forced). `forced`: a decode step feeding a
+  // teacher-forced token, recorded like prompt text (role, no generated text).
   trace::StepData finish_step(int64_t pos0, const std::vector<int32_t>& ids, bool prefill,
-                              int32_t sampled);
+                              int32_t sampled, bool forced = false);
   // Text of the generation not yet emitted (incomplete UTF-8 at the end).
   std::string finish_text();
   // Time between pause() and resume() (the oracle's shadow run) is not
