@@ -14,6 +14,7 @@
 #include "app/cli/command.h"
 #include "capture/generate/engine_cli.h"
 #include "capture/recorder/capture_run.h"
+#include "capture/tasks/defer.h"
 #include "capture/tasks/needle.h"
 #include "core/common/input_error.h"
 
@@ -51,23 +52,38 @@ int run_capture_cli(const CaptureCliOptions& o) {
   if (!engine.tokenizer)
     throw InputError(o.model.model, "--tokenizer", "no tokenizer: " + engine.tokenizer_source);
   recorder::CaptureRequest req;
+  std::vector<int32_t> forced;  // teacher-forced decode tokens of the defer task
   if (!o.task.empty()) {
     if (!o.prompt.prompt.empty() || !o.prompt.prompt_file.empty())
       throw InputError("", "--task", "builds its own prompt: drop --prompt/--prompt-file");
-    tasks::NeedleOptions no = tasks::parse_needle_spec(o.task);
-    no.chat = o.prompt.chat;
-    tasks::NeedleTask task = tasks::make_needle_task(*engine.tokenizer, no);
-    req.prompt_text = task.prompt_text;
-    req.prompt_ids = task.ids;
-    req.task_kind = "needle";
-    req.expected_answer = task.answer;
-    req.needle_spans = {task.needle_span};
-    req.question_spans = {task.question_span};
+    if (tasks::is_defer_spec(o.task)) {
+      tasks::DeferOptions d = tasks::parse_defer_spec(o.task);
+      d.chat = o.prompt.chat;
+      tasks::DeferTask task = tasks::make_defer_task(*engine.tokenizer, d);
+      req.prompt_text = task.prompt_text;
+      req.prompt_ids = task.ids;
+      forced = task.forced;
+      req.task_kind = "defer";
+      req.expected_answer = task.answer;
+      req.needle_spans = {task.needle_span};
+      req.question_spans = {task.question_span};
+    } else {
+      tasks::NeedleOptions no = tasks::parse_needle_spec(o.task);
+      no.chat = o.prompt.chat;
+      tasks::NeedleTask task = tasks::make_needle_task(*engine.tokenizer, no);
+      req.prompt_text = task.prompt_text;
+      req.prompt_ids = task.ids;
+      req.task_kind = "needle";
+      req.expected_answer = task.answer;
+      req.needle_spans = {task.needle_span};
+      req.question_spans = {task.question_span};
+    }
   } else {
     req.prompt_text = generate::model_input_text(*engine.tokenizer, o.prompt);
     req.prompt_ids = engine.tokenizer->encode(req.prompt_text, /*add_special=*/true);
   }
   req.generation = generate::generation_options(o.prompt);
+  req.generation.forced_tokens = std::move(forced);
   req.policy = o.policy;
   req.levels = o.levels;
   req.oracle = o.oracle;
@@ -87,6 +103,7 @@ int run_capture_cli(const CaptureCliOptions& o) {
                         {"top_k", req.generation.sampling.top_k},
                         {"top_p", req.generation.sampling.top_p},
                         {"max_new", req.generation.max_new_tokens},
+                        {"forced_tokens", req.generation.forced_tokens.size()},
                         {"prefill_chunk", req.generation.prefill_chunk},
                         {"page_rows", o.page_rows},
                         {"threads", o.model.threads}};
@@ -142,7 +159,9 @@ Command add_capture_command(CLI::App& app) {
   sub->add_option("--expect", opt->expect, "text a successful generation contains (task success)");
   sub->add_option(
       "--task", opt->task,
-      "needle[:tokens=N,depth=D,seed=S]: passkey retrieval prompt with the needle marked");
+      "needle[:tokens=N,depth=D,seed=S]: passkey retrieval prompt with the needle marked; "
+      "defer[:tokens=N,distract=D,seed=S,depth=X]: the pass key early, then D teacher-forced "
+      "distractor decode steps and the forced question before the answer");
   sub->add_option("-o,--output", opt->output, "trace file to write (.kvtrace.h5)");
   sub->add_flag("-q,--quiet", opt->quiet, "no progress bar and no generated text");
   return {sub, [opt] {

@@ -4,9 +4,11 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "app/cli/command.h"
+#include "core/analysis/deferred_retention.h"
 #include "core/analysis/summary.h"
 #include "core/common/input_error.h"
 #include "core/trace/reader.h"
@@ -101,6 +103,19 @@ nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSu
     j["task"] = {{"kind", run.task_kind},
                  {"expected_answer", run.expected_answer},
                  {"success", r.task_success()}};
+  if (std::optional<analysis::DeferredRetention> d = analysis::deferred_retention(r))
+    j["deferred_retention"] = {{"rate", d->rate},
+                               {"layer_rate", d->layer_rate},
+                               {"always_available_share", d->always_share},
+                               {"needle_tokens", d->needle_tokens},
+                               {"question_begin", d->question_begin},
+                               {"first_needed_step", d->first_needed_step},
+                               {"needed_steps", d->needed_steps},
+                               {"checks", d->checks},
+                               {"available", d->available},
+                               {"available_by_promotion", d->promoted},
+                               {"pairs", d->pairs},
+                               {"pairs_always_available", d->pairs_always}};
   return j;
 }
 
@@ -158,6 +173,19 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
     o << "task      " << j["task"]["kind"].get<std::string>() << ", expected \""
       << j["task"]["expected_answer"].get<std::string>() << "\", success " << j["task"]["success"]
       << "\n";
+  if (j.contains("deferred_retention")) {
+    const auto& d = j["deferred_retention"];
+    o << "retention DRR " << std::setprecision(4) << d["rate"].get<double>() << " ("
+      << d["needle_tokens"] << " needle tokens x "
+      << d["pairs"].get<int64_t>() / d["needle_tokens"].get<int64_t>() << " kv heads x "
+      << d["needed_steps"] << " needed steps from step " << d["first_needed_step"] << ", "
+      << d["available_by_promotion"]
+      << " by promotion); at every needed step: " << std::setprecision(1)
+      << 100.0 * d["always_available_share"].get<double>() << " % of (token, head) pairs\n"
+      << "          per layer:";
+    for (const auto& v : d["layer_rate"]) o << " " << std::setprecision(3) << v.get<double>();
+    o << "\n";
+  }
   std::string text = generated.size() > 300 ? generated.substr(0, 300) + "..." : generated;
   o << "generated " << nlohmann::json(text).dump() << "\n";
 }

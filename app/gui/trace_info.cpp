@@ -2,6 +2,9 @@
 
 #include <QFileInfo>
 
+#include <optional>
+
+#include "core/analysis/deferred_retention.h"
 #include "core/analysis/summary.h"
 
 namespace kvscope::gui {
@@ -86,6 +89,15 @@ QString TraceInfoPanel::describe(views::TraceData& data) {
   html += row("finish", q(r.finish_reason()));
   if (!run.task_kind.empty())
     html += row("task", q(run.task_kind) + ", expected: " + q(run.expected_answer));
+  if (std::optional<analysis::DeferredRetention> d = analysis::deferred_retention(r))
+    html += row("deferred retention",
+                QString("DRR %1 (%2 needle tokens, %3 needed steps from step %4); available at "
+                        "every needed step: %5 % of (token, kv head) pairs")
+                    .arg(d->rate, 0, 'f', 4)
+                    .arg(d->needle_tokens)
+                    .arg(d->needed_steps)
+                    .arg(d->first_needed_step)
+                    .arg(100.0 * d->always_share, 0, 'f', 1));
   html += row("command", "<code>" + q(run.command_line) + "</code>");
   html += "</table><p><b>prompt</b>: " + q(run.prompt.substr(0, 2000)) +
           (run.prompt.size() > 2000 ? "…" : "") + "</p>";

@@ -13,7 +13,11 @@ namespace {
 const char* kIntro =
     "There is an important piece of information hidden inside a lot of irrelevant text. Find it "
     "and remember it. I will ask you about it.\n";
-const char* kFiller = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
+
+}  // namespace
+
+const char* const kPasskeyFiller =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
 
 std::string passkey(uint64_t seed) {
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
@@ -23,12 +27,12 @@ std::string passkey(uint64_t seed) {
   return std::to_string(10000 + x % 90000);  // five digits
 }
 
-}  // namespace
-
 NeedleOptions parse_needle_spec(const std::string& spec) {
   NeedleOptions o;
   if (spec.rfind("needle", 0) != 0)
-    throw InputError("--task", spec, "unknown task (expected needle[:tokens=N,depth=D,seed=S])");
+    throw InputError("--task", spec,
+                     "unknown task (expected needle[:tokens=N,depth=D,seed=S] or "
+                     "defer[:tokens=N,distract=D,seed=S,depth=X])");
   size_t colon = spec.find(':');
   std::string rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
   size_t pos = 0;
@@ -63,13 +67,13 @@ NeedleTask make_needle_task(const tokenizer::Tokenizer& tok, const NeedleOptions
                              " is the pass key. ";
   const std::string question = "What is the pass key?";
   // Filler repetitions to reach the requested length.
-  const int64_t per_filler = std::max<int64_t>(1, int64_t(tok.encode(kFiller, false).size()));
+  const int64_t per_filler = std::max<int64_t>(1, int64_t(tok.encode(kPasskeyFiller, false).size()));
   const int64_t fixed = int64_t(tok.encode(std::string(kIntro) + needle + question, false).size()) + 24;
   const int64_t fillers = std::max<int64_t>(2, (o.tokens - fixed) / per_filler);
   const int64_t before = static_cast<int64_t>(o.depth * double(fillers) + 0.5);
   std::string head = kIntro, tail;
-  for (int64_t i = 0; i < before; ++i) head += kFiller;
-  for (int64_t i = before; i < fillers; ++i) tail += kFiller;
+  for (int64_t i = 0; i < before; ++i) head += kPasskeyFiller;
+  for (int64_t i = before; i < fillers; ++i) tail += kPasskeyFiller;
 
   std::string user = head + needle + tail + question;
   std::string prefix;  // text before the user content (chat template)

@@ -29,6 +29,11 @@ struct NeedleTask {
   std::pair<int64_t, int64_t> question_span;
 };
 
+// The five-digit pass key of a seed, and the filler sentence around it
+// (shared with the deferred-salience task, capture/tasks/defer.h).
+std::string passkey(uint64_t seed);
+extern const char* const kPasskeyFiller;
+
 // "needle:tokens=1000,depth=0.5,seed=1" -> options (throws InputError).
 NeedleOptions parse_needle_spec(const std::string& spec);
 NeedleTask make_needle_task(const tokenizer::Tokenizer& tok, const NeedleOptions& options);

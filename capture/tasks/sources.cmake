@@ -1,3 +1,4 @@
 target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/needle.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/defer.cpp
 )
