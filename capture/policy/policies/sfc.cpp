@@ -79,6 +79,7 @@ void SfcPolicy::setup(const PolicySetup& s) {
     for (torch::Tensor* t : {&st.p_now, &st.p_hor, &st.mom_mean, &st.mom_sq, &st.sampled})
       *t = torch::full({K_, M_}, kNaN, f);
     st.landing.assign(size_t(K_ * M_), -1);
+    st.target.assign(size_t(K_ * M_), int8_t(kCold));
     state_.push_back(std::move(st));
   }
   born_.assign(size_t(M_), -1);
@@ -90,11 +91,14 @@ void SfcPolicy::setup(const PolicySetup& s) {
 void SfcPolicy::land_prefetches(AdmitContext& c) {
   for (int64_t h = 0; h < K_; ++h) {
     const std::vector<int32_t> cold = c.cache.positions(c.layer, h, kCold);  // copy: moves edit it
+    LayerState& st = state_[size_t(c.layer)];
     for (int32_t pos : cold) {
       int32_t& land = landing(c.layer, h, pos);
       if (land < 0 || land > c.step) continue;
       land = -1;
-      c.decide.move(c.layer, h, pos, kHot, at(state_[size_t(c.layer)].p_hor, h, pos), kLanded);
+      const int target = st.target[size_t(h * M_ + pos)];
+      if (target != kCold)  // else placement dropped it while the copy was in flight
+        c.decide.move(c.layer, h, pos, target, at(st.p_hor, h, pos), kLanded);
     }
   }
 }
@@ -214,64 +218,65 @@ void SfcPolicy::update_attention(LayerContext& c) {
   for (int64_t i = 0; i < c.n; ++i) born_[size_t(c.pos0 + i)] = int32_t(c.step);
 }
 
-// Hysteresis placement of one head (see the file comment), then speculative
-// prefetch of the cold tokens forecast above `up`.
+// Hysteresis placement of one head: the hot and warm sets it should hold
+// (see the file comment). Hot and warm tokens move at once; a cold token
+// chosen for either set is prefetched and moves when its copy lands, its
+// slot reserved meanwhile (a token that lands only to be pushed out again
+// would ping-pong over the link every step).
 void SfcPolicy::place(LayerContext& c, int64_t h, int64_t hot_budget) {
   const int64_t T = c.tokens_fed(), l = c.layer;
+  LayerState& st = state_[size_t(l)];
+  const bool prefetch = spec_.speculate && spec_.forecast == "gru";
   struct Cand {
     int32_t pos;
     int tier;
     float p;
   };
   std::vector<Cand> pinned_c, eligible, rest;
-  for (int tier : {kHot, kWarm})
+  for (int tier : {kHot, kWarm, kCold}) {
+    if (tier == kCold && !prefetch) break;  // cold tokens come back only reactively
     for (int32_t pos : c.cache.positions(l, h, tier)) {
-      const float f = at(state_[size_t(l)].p_hor, h, pos);
+      const float f = at(st.p_hor, h, pos);
       const float p = std::isnan(f) ? 1.0f : f;  // new: no forecast yet
       if (is_pinned(pos, T))
         pinned_c.push_back({pos, tier, p});
-      else if ((tier == kHot && p >= float(spec_.down)) || (tier == kWarm && p >= float(spec_.up)))
+      else if (p >= float(tier == kHot ? spec_.down : spec_.up))
         eligible.push_back({pos, tier, p});
       else
         rest.push_back({pos, tier, p});
     }
+  }
   // Best forecast first; ties to the older token (deterministic).
   auto by_forecast = [](const Cand& a, const Cand& b) {
     return a.p != b.p ? a.p > b.p : a.pos < b.pos;
   };
   std::sort(eligible.begin(), eligible.end(), by_forecast);
   int64_t room = hot_budget - int64_t(pinned_c.size());
-  std::vector<std::pair<Cand, int>> moves;  // (token, target)
-  for (const Cand& e : pinned_c)
-    if (e.tier != kHot) moves.push_back({e, kHot});
+  std::vector<std::pair<Cand, int>> targets;  // (token, tier it should be in)
+  for (const Cand& e : pinned_c) targets.push_back({e, kHot});
   for (const Cand& e : eligible) {
-    if (room > 0) {
-      --room;
-      if (e.tier != kHot) moves.push_back({e, kHot});
-    } else {
+    if (room-- > 0)
+      targets.push_back({e, kHot});
+    else
       rest.push_back(e);
-    }
   }
   std::sort(rest.begin(), rest.end(), by_forecast);
   int64_t warm_room = warm_budget(T);
-  for (const Cand& e : rest) {
-    const int target = warm_room-- > 0 ? kWarm : kCold;
-    if (e.tier != target) moves.push_back({e, target});
-  }
-  for (const auto& [e, target] : moves) {
+  for (const Cand& e : rest) targets.push_back({e, warm_room-- > 0 ? kWarm : kCold});
+  for (const auto& [e, target] : targets) {
+    if (e.tier == kCold) {
+      int32_t& land = landing(l, h, e.pos);
+      st.target[size_t(h * M_ + e.pos)] = int8_t(target);  // kCold: a copy in flight is dropped
+      if (target != kCold && land < 0) land = int32_t(link_.prefetch(c.step, phase(l), row_bytes_));
+      continue;
+    }
+    if (e.tier == target) continue;
     if (target == kCold && spec_.demote == "evict") {
       c.decide.evict(l, h, e.pos, e.p, kEvicted);
       continue;
     }
     const uint16_t why = target == kHot ? kWarmUp : target == kWarm ? kHotDown : kColdDown;
     c.decide.move(l, h, e.pos, target, e.p, why);
-  }
-  if (!spec_.speculate || spec_.forecast != "gru") return;
-  const LayerState& st = state_[size_t(l)];
-  for (int32_t pos : c.cache.positions(l, h, kCold)) {
-    int32_t& land = landing(l, h, pos);
-    if (land < 0 && at(st.p_hor, h, pos) >= float(spec_.up))
-      land = int32_t(link_.prefetch(c.step, phase(l), row_bytes_));
   }
 }
 

@@ -51,6 +51,7 @@ struct LayerState {
   torch::Tensor mom_mean, mom_sq;  // [K, M] recent forecasts' moments (NaN: none yet)
   torch::Tensor sampled;           // [K, M] the last gate sample (NaN: none)
   std::vector<int32_t> landing;    // [K * M] step a prefetch lands, -1 when none in flight
+  std::vector<int8_t> target;      // [K * M] the tier a cold token's prefetch lands in
 };
 
 class SfcPolicy : public Policy {
