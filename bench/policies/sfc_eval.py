@@ -42,8 +42,10 @@ def parse_seeds(text):
 
 def capture(args, spec, task, seed, trace):
     cmd = [args.kvscope, "capture", "--model", args.model, "--policy", spec,
-           "--task", f"{task},seed={seed}", "--max-new", str(args.max_new), "--oracle",
+           "--task", f"{task},seed={seed}", "--max-new", str(args.max_new),
            "--capture", "events", "-q", "-o", trace]
+    if args.oracle:
+        cmd.append("--oracle")
     if args.chat:
         cmd.append("--chat")
     if args.tokenizer:
@@ -119,6 +121,8 @@ def main():
     ap.add_argument("--seeds", default="1-4")
     ap.add_argument("--max-new", type=int, default=16)
     ap.add_argument("--keep", default="", help="directory to keep the traces in")
+    ap.add_argument("--no-oracle", dest="oracle", action="store_false",
+                    help="no full-cache shadow (faster; stalls then have no 'needed' verdict)")
     args = ap.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="sfc-eval-")
     os.makedirs(work, exist_ok=True)
