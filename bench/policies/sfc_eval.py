@@ -6,7 +6,8 @@ each stall carries the full cache's verdict), then from the trace:
   success      the task's expected answer is in the generation
   drr          Deferred Retention Rate (kvscope info --json, deferred_retention)
   in_time      promotions that landed from a prefetch / (those + reactive fetches)
-  stalls_100   stalls per 100 decode steps; stall_ms the modelled wait per decode step
+  stalls_100   stalls (tokens fetched reactively, all heads) per 100 decode steps;
+               stall_ms the modelled wait per decode step (each head's batch once)
   needed       share of stalls the oracle says were needed
   read_kib     KV bytes the attention reads per decode step (pool bytes of the
                attended tiers after the step, 16-row page granularity), KiB
@@ -79,6 +80,8 @@ def metrics(args, trace):
         st_step = f["stalls/step"][:] if "stalls/step" in f else np.zeros(0, np.int32)
         st_wait = f["stalls/wait_s"][:] if "stalls/wait_s" in f else np.zeros(0, np.float32)
         st_need = f["stalls/needed"][:] if "stalls/needed" in f else np.zeros(0, np.int8)
+        st_head = (f["stalls/layer"][:].astype(np.int64) * K + f["stalls/kv_head"][:]
+                   if "stalls/layer" in f else np.zeros(0, np.int64))
     promote = ev_kind == 5
     landed = [i for i, r in enumerate(reasons) if r.startswith("promoted: prefetch landed")]
     reactive = [i for i, r in enumerate(reasons) if r.startswith("promoted: reactive fetch")]
@@ -97,7 +100,10 @@ def metrics(args, trace):
         "prefetched": n_landed,
         "reactive": n_reactive,
         "stalls_100": 100.0 * int(in_dec.sum()) / nd,
-        "stall_ms": 1e3 * float(st_wait[in_dec].sum()) / nd,
+        # A head's reactive fetches of a step are one batch: every row of the
+        # batch carries the batch's wait, so count each (step, head) once.
+        "stall_ms": 1e3 * sum(dict(zip(zip(st_step[in_dec].tolist(), st_head[in_dec].tolist()),
+                                       st_wait[in_dec].tolist())).values()) / nd,
         "needed": float(np.mean(st_need[in_dec] == 1)) if in_dec.any() else None,
         "read_kib": float(np.mean(read)) / 1024.0,
         "hot_frac": float(np.mean(hot)),
