@@ -104,10 +104,12 @@ def metrics(args, trace):
         # batch carries the batch's wait, so count each (step, head) once.
         "stall_ms": 1e3 * sum(dict(zip(zip(st_step[in_dec].tolist(), st_head[in_dec].tolist()),
                                        st_wait[in_dec].tolist())).values()) / nd,
-        "needed": float(np.mean(st_need[in_dec] == 1)) if in_dec.any() else None,
+        "needed": (float(np.mean(st_need[in_dec] == 1))
+                   if in_dec.any() and (st_need[in_dec] >= 0).all() else None),
         "read_kib": float(np.mean(read)) / 1024.0,
         "hot_frac": float(np.mean(hot)),
-        "prompt_tokens": int(fed[0]) if len(fed) else 0,
+        # The prompt is fed in chunks (--prefill-chunk): it ends with the last prefill step.
+        "prompt_tokens": int(fed[kind == 0][-1]) if (kind == 0).any() else 0,
     }
 
 
