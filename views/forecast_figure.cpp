@@ -200,18 +200,7 @@ std::vector<LegendEntry> ForecastFigure::legend_entries(bool compact) const {
     out.push_back({"evicted", [](QPainter& p, const QRectF& r) {
                      p.fillRect(r.adjusted(2, 1, -2, -1), QColor(240, 190, 160));
                    }});
-  for (const MarkClass& k : mark_kinds) {
-    if (k.count == 0) continue;
-    QString text = compact ? k.short_label : QString("%1 (%2)").arg(k.label).arg(k.count);
-    QColor color = k.color;
-    bool stall = k.stall;
-    out.push_back({text, [color, stall](QPainter& p, const QRectF& r) {
-                     if (stall)
-                       draw_stall(p, r.center(), 4);
-                     else
-                       draw_promotion(p, r.center(), color, 3.5);
-                   }});
-  }
+  add_mark_legend(out, mark_kinds, compact);
   out.push_back({QString("step %1").arg(step), line(QPen(QColor(120, 120, 120), 1, Qt::DashLine))});
   return out;
 }

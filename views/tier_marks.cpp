@@ -139,4 +139,20 @@ void paint_legend_rows(QPainter& p, const QRectF& rect, const std::vector<Legend
   p.restore();
 }
 
+void add_mark_legend(std::vector<LegendEntry>& out, const std::vector<MarkClass>& kinds,
+                     bool compact) {
+  for (const MarkClass& k : kinds) {
+    if (k.count == 0) continue;
+    QString text = compact ? k.short_label : QString("%1 (%2)").arg(k.label).arg(k.count);
+    QColor color = k.color;
+    bool stall = k.stall;
+    out.push_back({text, [color, stall](QPainter& p, const QRectF& r) {
+                     if (stall)
+                       draw_stall(p, r.center(), 4);
+                     else
+                       draw_promotion(p, r.center(), color, 3.5);
+                   }});
+  }
+}
+
 }  // namespace kvscope::views

@@ -65,6 +65,10 @@ struct LegendEntry {
 };
 int legend_rows(const std::vector<LegendEntry>& entries, const QFontMetricsF& fm, double width);
 void paint_legend_rows(QPainter& p, const QRectF& rect, const std::vector<LegendEntry>& entries);
+// Appends an entry per mark kind that has marks: its label and count (compact:
+// its short label) beside its mark.
+void add_mark_legend(std::vector<LegendEntry>& out, const std::vector<MarkClass>& kinds,
+                     bool compact);
 constexpr double kLegendPoints = 8;
 
 }  // namespace kvscope::views

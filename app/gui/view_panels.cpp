@@ -206,23 +206,24 @@ void refill(QComboBox* c, const QStringList& items, int current) {
   c->blockSignals(false);
 }
 
-}  // namespace
-
-QWidget* budget_controls(views::BudgetView* view) {
+// A row offering one choice a loaded figure makes possible, shown only when
+// there is one to make (more than one item). `choose(view, i)` applies the
+// user's pick; `choices(view, &current)` gives the items of the figure just
+// loaded and sets the one it shows.
+template <class View, class Choose, class Choices>
+QWidget* figure_choice_row(View* view, const QString& label_text, const QString& object_name,
+                           Choose choose, Choices choices, const QString& hint_text) {
   QHBoxLayout* l;
   QWidget* w = row(&l);
-  auto* label = new QLabel("show");
+  auto* label = new QLabel(label_text);
   auto* c = new QComboBox;
-  c->setObjectName("budgetSeriesCombo");
-  // Item 0: entries by tier; item i > 0: the trace's series i - 1.
-  QObject::connect(c, qOverload<int>(&QComboBox::currentIndexChanged), view, [view](int i) {
-    view->set_series(i <= 0 ? views::BudgetFigure::kNoSeries : i - 1);
-  });
-  QObject::connect(view, &views::FigureWidget::figureLoaded, c, [view, c, label] {
-    QStringList items = {"entries by tier"};
-    if (view->budget())
-      for (const QString& n : view->budget()->series_names) items << "per head: " + n;
-    refill(c, items, view->budget() ? view->budget()->shown_series + 1 : 0);
+  c->setObjectName(object_name);
+  QObject::connect(c, qOverload<int>(&QComboBox::currentIndexChanged), view,
+                   [view, choose](int i) { choose(view, i); });
+  QObject::connect(view, &views::FigureWidget::figureLoaded, c, [view, c, label, choices] {
+    int current = 0;
+    QStringList items = choices(view, &current);
+    refill(c, items, current);
     c->setVisible(items.size() > 1);
     label->setVisible(items.size() > 1);
   });
@@ -231,41 +232,47 @@ QWidget* budget_controls(views::BudgetView* view) {
   l->addWidget(label);
   l->addWidget(c);
   l->addStretch();
-  l->addWidget(hint("click a cell: select that head"));
+  l->addWidget(hint(hint_text));
   return w;
 }
 
+}  // namespace
+
+QWidget* budget_controls(views::BudgetView* view) {
+  // Item 0: entries by tier; item i > 0: the trace's series i - 1.
+  return figure_choice_row(
+      view, "show", "budgetSeriesCombo",
+      [](views::BudgetView* v, int i) {
+        v->set_series(i <= 0 ? views::BudgetFigure::kNoSeries : i - 1);
+      },
+      [](views::BudgetView* v, int* current) {
+        QStringList items = {"entries by tier"};
+        if (v->budget())
+          for (const QString& n : v->budget()->series_names) items << "per head: " + n;
+        *current = v->budget() ? v->budget()->shown_series + 1 : 0;
+        return items;
+      },
+      "click a cell: select that head");
+}
+
 QWidget* forecast_controls(views::ForecastView* view) {
-  QHBoxLayout* l;
-  QWidget* w = row(&l);
-  auto* label = new QLabel("gate");
-  auto* c = new QComboBox;
-  c->setObjectName("forecastGateCombo");
-  QObject::connect(c, qOverload<int>(&QComboBox::currentIndexChanged), view, [view](int i) {
-    views::ForecastFigure* f = view->forecast();
-    if (f && i >= 0 && size_t(i) < f->gate_choices.size())
-      view->set_gate(f->gate_choices[size_t(i)]);
-  });
-  // The time-varying gates come with each loaded figure; the choice is
-  // offered only when there is one to make.
-  QObject::connect(view, &views::FigureWidget::figureLoaded, c, [view, c, label] {
-    views::ForecastFigure* f = view->forecast();
-    QStringList names = f ? f->gate_choice_names : QStringList();
-    int current = 0;
-    if (f)
-      for (size_t i = 0; i < f->gate_choices.size(); ++i)
-        if (f->gate_choices[i] == f->gate) current = int(i);
-    refill(c, names, current);
-    c->setVisible(names.size() > 1);
-    label->setVisible(names.size() > 1);
-  });
-  c->setVisible(false);
-  label->setVisible(false);
-  l->addWidget(label);
-  l->addWidget(c);
-  l->addStretch();
-  l->addWidget(hint("follows the selected token · click: select the step"));
-  return w;
+  // The time-varying gates come with each loaded figure.
+  return figure_choice_row(
+      view, "gate", "forecastGateCombo",
+      [](views::ForecastView* v, int i) {
+        views::ForecastFigure* f = v->forecast();
+        if (f && i >= 0 && size_t(i) < f->gate_choices.size())
+          v->set_gate(f->gate_choices[size_t(i)]);
+      },
+      [](views::ForecastView* v, int* current) {
+        views::ForecastFigure* f = v->forecast();
+        QStringList names = f ? f->gate_choice_names : QStringList();
+        if (f)
+          for (size_t i = 0; i < f->gate_choices.size(); ++i)
+            if (f->gate_choices[i] == f->gate) *current = int(i);
+        return names;
+      },
+      "follows the selected token · click: select the step");
 }
 
 QWidget* controls_for(const QString& name, views::FigureWidget* view) {

@@ -543,6 +543,19 @@ struct TraceWriter::Impl {
                       ") outside " + std::to_string(L) + " x " + std::to_string(K));
   }
 
+  // What every row of a step (an event, a stall) must name: that step, a head
+  // and a token already fed. `group` is "/events" or "/stalls", `noun` the row.
+  void check_step_row(const std::string& group, const char* noun, int64_t row_step, int32_t step,
+                      int64_t layer, int64_t kv_head, int64_t token) const {
+    if (row_step != step)
+      fail(group + "/step", std::string(noun) + " for step " + std::to_string(row_step) +
+                                " appended in step " + std::to_string(step));
+    check_head((group + "/layer").c_str(), layer, kv_head);
+    if (token < 0 || token >= tokens_appended)
+      fail(group + "/token", "token " + std::to_string(token) + " not yet fed (" +
+                                 std::to_string(tokens_appended) + " tokens)");
+  }
+
   void append(const StepData& sd) {
     if (closed) fail("", "append_step after close");
     const int32_t step = static_cast<int32_t>(steps_appended);
@@ -612,13 +625,7 @@ struct TraceWriter::Impl {
 
   void append_events(const std::vector<Event>& events, int32_t step) {
     for (const Event& e : events) {
-      if (e.step != step)
-        fail("/events/step", "event for step " + std::to_string(e.step) + " appended in step " +
-                                 std::to_string(step));
-      check_head("/events/layer", e.layer, e.kv_head);
-      if (e.token < 0 || e.token >= tokens_appended)
-        fail("/events/token", "token " + std::to_string(e.token) + " not yet fed (" +
-                                  std::to_string(tokens_appended) + " tokens)");
+      check_step_row("/events", "event", e.step, step, e.layer, e.kv_head, e.token);
       if (static_cast<int>(e.kind) >= kEventKindCount) fail("/events/kind", "unknown kind");
       if (e.reason >= run.reason_names.size()) fail("/events/reason", "outside reason_names");
       if ((e.from_tier != kNoTier && e.from_tier >= R) || (e.to_tier != kNoTier && e.to_tier >= R))
@@ -703,13 +710,7 @@ struct TraceWriter::Impl {
   // Stalls are rows of the step like its events; /steps commits them.
   void append_stalls(const std::vector<StallRow>& stalls, int32_t step) {
     for (const StallRow& s : stalls) {
-      if (s.step != step)
-        fail("/stalls/step", "stall for step " + std::to_string(s.step) + " appended in step " +
-                                 std::to_string(step));
-      check_head("/stalls/layer", s.layer, s.kv_head);
-      if (s.token < 0 || s.token >= tokens_appended)
-        fail("/stalls/token", "token " + std::to_string(s.token) + " not yet fed (" +
-                                  std::to_string(tokens_appended) + " tokens)");
+      check_step_row("/stalls", "stall", s.step, step, s.layer, s.kv_head, s.token);
       if (!std::isfinite(s.wait_s) || s.wait_s < 0)
         fail("/stalls/wait_s", "is " + number_text(s.wait_s) + " s (expected finite and >= 0)");
       if (s.needed < -1 || s.needed > 1)

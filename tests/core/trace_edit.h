@@ -51,12 +51,17 @@ struct Edit {
   }
   // Deletes the attribute `name` of `object` and writes a 1-D uint8 one.
   void set_u8s_attr(const char* object, const char* name, const std::vector<uint8_t>& values) {
-    hsize_t n = values.size();
+    replace_1d_attr(object, name, H5T_STD_U8LE, H5T_NATIVE_UINT8, values.size(), values.data());
+  }
+  // Deletes the attribute `name` of `object` and writes `n` values of
+  // `mem_type` from `data` as a 1-D one of `file_type`.
+  void replace_1d_attr(const char* object, const char* name, hid_t file_type, hid_t mem_type,
+                       hsize_t n, const void* data) {
     hid_t obj = H5Oopen(file, object, H5P_DEFAULT);
     H5Adelete(obj, name);
     hid_t space = H5Screate_simple(1, &n, nullptr);
-    hid_t attr = H5Acreate2(obj, name, H5T_STD_U8LE, space, H5P_DEFAULT, H5P_DEFAULT);
-    REQUIRE(H5Awrite(attr, H5T_NATIVE_UINT8, values.data()) >= 0);
+    hid_t attr = H5Acreate2(obj, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT);
+    REQUIRE(H5Awrite(attr, mem_type, data) >= 0);
     H5Aclose(attr);
     H5Sclose(space);
     H5Oclose(obj);
@@ -106,15 +111,7 @@ struct Edit {
     for (const std::string& v : values) ptrs.push_back(v.c_str());
     hid_t type = H5Tcopy(H5T_C_S1);
     H5Tset_size(type, H5T_VARIABLE);
-    hsize_t n = values.size();
-    hid_t obj = H5Oopen(file, object, H5P_DEFAULT);
-    H5Adelete(obj, name);
-    hid_t space = H5Screate_simple(1, &n, nullptr);
-    hid_t attr = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
-    REQUIRE(H5Awrite(attr, type, ptrs.data()) >= 0);
-    H5Aclose(attr);
-    H5Sclose(space);
-    H5Oclose(obj);
+    replace_1d_attr(object, name, type, type, values.size(), ptrs.data());
     H5Tclose(type);
   }
   void extend(const char* path, hsize_t by) {

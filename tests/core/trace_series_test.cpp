@@ -13,12 +13,14 @@
 #include "core/trace/reader.h"
 #include "core/trace/validate.h"
 #include "core/trace/writer.h"
+#include "tests/core/trace_checks.h"
 #include "tests/core/trace_edit.h"
 #include "tests/support/paths.h"
 
 using namespace kvscope;
 using namespace kvscope::trace;
 using kvscope::test::Edit;
+using kvscope::test::has_violation;
 
 namespace {
 
@@ -74,15 +76,6 @@ std::vector<SeriesSpec> two_series() {
 // leaves holes, step 2 records every head.
 std::vector<std::vector<float>> steps_with_holes() {
   return {{}, {0.5f, kNaN, kNaN, -2.0f, 3, 3, kNaN, 4}, {1.5f, 2.5f, 3.5f, 4.5f, 10, 11, 12, 13}};
-}
-
-bool has_violation(const ValidationReport& r, const std::string& field,
-                   const std::string& message) {
-  for (const Violation& v : r.violations) {
-    UNSCOPED_INFO(v.field << ": " << v.message);
-    if (v.field == field && v.message == message) return true;
-  }
-  return false;
 }
 
 void expect_open_error(const std::string& path, const std::string& field,

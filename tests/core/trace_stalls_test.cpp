@@ -17,6 +17,7 @@
 #include "core/trace/synthetic.h"
 #include "core/trace/validate.h"
 #include "core/trace/writer.h"
+#include "tests/core/trace_checks.h"
 #include "tests/core/trace_edit.h"
 #include "tests/core/trace_test_util.h"
 #include "tests/support/paths.h"
@@ -24,6 +25,7 @@
 using namespace kvscope;
 using namespace kvscope::trace;
 using kvscope::test::Edit;
+using kvscope::test::has_violation;
 
 namespace {
 
@@ -86,15 +88,6 @@ std::vector<StallRow> all_of(const std::vector<std::vector<StallRow>>& steps) {
   std::vector<StallRow> out;
   for (const auto& s : steps) out.insert(out.end(), s.begin(), s.end());
   return out;
-}
-
-bool has_violation(const ValidationReport& r, const std::string& field,
-                   const std::string& message) {
-  for (const Violation& v : r.violations) {
-    UNSCOPED_INFO(v.field << ": " << v.message);
-    if (v.field == field && v.message == message) return true;
-  }
-  return false;
 }
 
 void check_valid(const std::string& path) {
