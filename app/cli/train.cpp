@@ -1,6 +1,10 @@
 // kvscope train --policy wgkv|attention-gate|retention|retention-global|kvpop
 //   --model M --data PATH... [--generate N] --seq-len L --steps N [--lr X]
 //   [--gate key=value ...] [objective weights] [--resume] -o gates.safetensors
+// kvscope train --policy sfc --traces A,B [--holdout C] [--model M] --steps N
+//   [--lr X] [--gate key=value ...] -o forecaster.safetensors
+//   learns the Salience Forecasting Cache's forecaster from full-cache traces
+//   (capture/gates/sfc_trainer.cpp, docs/policies/sfc.md "Training").
 // Learns a seed paper's gates for a frozen model (capture/gates/trainer.h,
 // docs/training.md). Writes the gate file, its .json metadata, the .log and
 // the .csv loss curve, and a .ckpt to --resume from. KVpop's fine-tuning
@@ -90,6 +94,21 @@ void resolve_kvpop_options(TrainCli& c) {
   k.balance = !c.no_balance;
 }
 
+// --policy sfc trains the sfc-gru forecaster from traces: --model is
+// optional (the traces name it), the text options do not apply; the other
+// kinds need --model and no traces.
+void resolve_sfc_options(TrainCli& c) {
+  const bool sfc = c.policy == "sfc" || c.policy == "sfc-gru";
+  if (sfc) {
+    c.policy = "sfc-gru";
+    return;
+  }
+  for (const char* option : {"--traces", "--holdout", "--tokens", "--groups", "--bptt"})
+    if (c.sub->get_option(option)->count() > 0)
+      throw InputError("", option, "only --policy sfc trains from traces");
+  if (c.o.model.model.empty()) throw InputError("", "--model", "is required");
+}
+
 // "key=value" -> JSON number when it parses as one, else string.
 nlohmann::json parse_gate_values(const std::vector<std::string>& items) {
   nlohmann::json out = nlohmann::json::object();
@@ -113,6 +132,7 @@ int run_train(TrainCli& c) {
   // trainer checks it.
   if (c.o.evaluate.empty() && c.policy != "streaming-plus") check_output_path(c.o.output, "-o");
   c.o.command_line = own_command_line();
+  resolve_sfc_options(c);
   resolve_base_setting(c);
   resolve_kvpop_options(c);
   c.o.kind = gates::parse_gate_kind(c.policy, "", "--policy");
@@ -125,6 +145,9 @@ int run_train(TrainCli& c) {
   if (c.o.base == gates::TrainOptions::Base::StreamingPlus)
     std::fprintf(stderr, "train: wrote the model %s (+ .json .csv .log .ckpt) in %.1f s\n",
                  r.model_file.c_str(), r.wall_seconds);
+  else if (c.o.kind == gates::GateKind::SfcGru)
+    std::fprintf(stderr, "train: wrote %s (+ .json .csv .log) in %.1f s\n", c.o.output.c_str(),
+                 r.wall_seconds);
   else
     std::fprintf(
         stderr, "train: wrote %s (+ .json .csv .log .ckpt)%s in %.1f s\n", c.o.output.c_str(),
@@ -136,13 +159,34 @@ Command add_train_command(CLI::App& app) {
   auto c = std::make_shared<TrainCli>();
   gates::TrainOptions& o = c->o;
   CLI::App* sub = app.add_subcommand(
-      "train", "Train learned KV-cache gates (WG-KV, Attention-Gate, TrimKV/DBTrimKV, KVpop)");
+      "train", "Train learned KV-cache gates (WG-KV, Attention-Gate, TrimKV/DBTrimKV, KVpop, SFC)");
   c->sub = sub;
   sub->add_option("--policy", c->policy,
                   "wgkv | attention-gate | retention | retention-global | kvpop (--scorer "
-                  "mlp|mlstm; --retrofit) | streaming-plus")
+                  "mlp|mlstm; --retrofit) | streaming-plus | sfc (--traces)")
       ->required();
   generate::add_model_options(sub, &o.model);
+  // sfc reads the model's path from its traces.
+  sub->get_option("--model")->required(false);
+  sub->add_option("--traces", o.sfc.traces,
+                  "sfc: full-cache traces (--policy full --capture received), comma-separated")
+      ->delimiter(',')
+      ->check(CLI::ExistingFile);
+  sub->add_option("--holdout", o.sfc.holdout,
+                  "sfc: held-out traces, evaluated and never trained on, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::ExistingFile);
+  sub->add_option("--tokens", o.sfc.tokens, "sfc: tokens sampled per trace and step")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 24))
+      ->capture_default_str();
+  sub->add_option("--groups", o.sfc.groups,
+                  "sfc: (layer, kv head) groups sampled per trace and step (0: all)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 24))
+      ->capture_default_str();
+  sub->add_option("--bptt", o.sfc.bptt,
+                  "sfc: truncate backpropagation through time every N steps (0: the whole trace)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 24))
+      ->capture_default_str();
   sub->add_option("--data", o.data.paths,
                   "plain-text files or directories (e.g. a Debian docs corpus)");
   sub->add_option("--generate", o.data.generate_tokens,
@@ -159,7 +203,8 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--steps", o.steps, "optimizer steps (one window each)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30))
       ->capture_default_str();
-  sub->add_option("--batch", o.batch, "windows per optimizer step, their gradients accumulated")
+  sub->add_option("--batch", o.batch,
+                  "windows (sfc: traces) per optimizer step, their gradients accumulated")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
       ->capture_default_str();
   sub->add_option("--lr", o.lr, "peak learning rate (AdamW, warmup then cosine)")
@@ -176,7 +221,8 @@ Command add_train_command(CLI::App& app) {
   sub->add_option(
       "--gate", c->gate_values,
       "gate hyperparameter key=value (wgkv: window, tau, expand; attention-gate: heads, "
-      "head_dim, tau, gamma; retention*: hidden, bias_init, activation)");
+      "head_dim, tau, gamma; retention*: hidden, bias_init, activation; sfc: hidden, latent, "
+      "horizon, ewma, tau_quantile, alpha, focal_gamma, lead, latency_weight)");
   sub->add_option("--lambda", o.lambda, "wgkv: weight of the sparsity loss mean(g + g(1-g))")
       ->check(finite_range(0, 1e6))
       ->capture_default_str();
@@ -256,7 +302,7 @@ Command add_train_command(CLI::App& app) {
   sub->add_option(
       "--evaluate", o.evaluate,
       "print the held-out numbers of this gate file as JSON instead of training (kvpop: "
-      "at the budget --gate sinks/window/topk give)");
+      "at the budget --gate sinks/window/topk give; sfc: on --holdout, else --traces)");
   return {sub, [c] { return run_train(*c); }};
 }
 

@@ -24,10 +24,16 @@ def main():
         t = m["training"]
         st = js[:-5] + ".safetensors"
         h = t.get("heldout", {})
-        keys = [k for k in ("distill", "kl", "ce", "cap", "keep", "cache_fraction", "gate_mean", "agreement", "recall") if k in h]
-        held = ", ".join(f"{k} {fmt(h[k])}" for k in keys)
+        if m["policy"] == "sfc-gru":  # trained from traces: tokens sampled per trace and step
+            held = (f"AUROC now {fmt(h['now']['auroc'])}, horizon {fmt(h['horizon']['auroc'])}; "
+                    f"onsets forecast {fmt(h['onsets_forecast_lead'])}") if h else "-"
+            shape = f"{t['steps']} x {t['tokens']} tokens"
+        else:
+            keys = [k for k in ("distill", "kl", "ce", "cap", "keep", "cache_fraction", "gate_mean", "agreement", "recall") if k in h]
+            held = ", ".join(f"{k} {fmt(h[k])}" for k in keys)
+            shape = f"{t['steps']} x {t['seq_len']}"
         print(f"| `{os.path.basename(st)}` | {m['policy']} | {m['base_model']['name']} | "
-              f"{t['steps']} x {t['seq_len']} | {t['wall_seconds']:.0f} s | {held} | "
+              f"{shape} | {t['wall_seconds']:.0f} s | {held} | "
               f"{os.path.getsize(st) / 1024:.0f} KiB |")
     print()
     for js in sorted(glob.glob(os.path.join(d, "*.json"))):

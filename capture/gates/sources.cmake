@@ -14,4 +14,7 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/kvpop_math.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sfc_forecaster.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/sfc_data.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/sfc_training.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/sfc_trainer.cpp
 )

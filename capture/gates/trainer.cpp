@@ -43,6 +43,19 @@ void apply_table3_defaults(TrainOptions& o, const std::set<std::string>& given) 
   set("--grad-clip", o.grad_clip, 1.0);
 }
 
+// `name` is checked by the kvpop policy; `sha256` finds shipped gates
+// (gate_search.cpp).
+json model_json(const model::ModelConfig& c, const std::string& name, const std::string& path,
+                const std::string& hashed_file) {
+  return {{"name", name},
+          {"file", fs::path(path).filename().string()},
+          {"sha256", file_sha256(hashed_file)},
+          {"n_layers", c.n_layers},
+          {"n_kv_heads", c.n_kv_heads},
+          {"head_dim", c.head_dim},
+          {"hidden_size", c.hidden_size}};
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -540,20 +553,6 @@ json numbers_json(const Numbers& n) {
   return j;
 }
 
-// What a gate file says about a model: `name` as the loader names it (the
-// kvpop policy checks it), `sha256` of the file a policy hashes to find
-// shipped gates (gate_search.cpp).
-json model_json(const model::ModelConfig& c, const std::string& name, const std::string& path,
-                const std::string& hashed_file) {
-  return {{"name", name},
-          {"file", fs::path(path).filename().string()},
-          {"sha256", file_sha256(hashed_file)},
-          {"n_layers", c.n_layers},
-          {"n_kv_heads", c.n_kv_heads},
-          {"head_dim", c.head_dim},
-          {"hidden_size", c.hidden_size}};
-}
-
 json Trainer::gate_meta(int64_t steps_done, double wall, const Numbers& last,
                         const Numbers& eval) const {
   const model::ModelConfig& c = engine_.model->config();
@@ -907,6 +906,7 @@ TrainResult Trainer::run() {
 }  // namespace
 
 TrainResult train_gates(const TrainOptions& options) {
+  if (options.kind == GateKind::SfcGru) return train_sfc(options);
   return Trainer(options).run();
 }
 

@@ -13,6 +13,9 @@
 //                     kvpop_training.h); KL(teacher || sparse student) on
 //                     the teacher's top-256 logits is reported (the scorer
 //                     cannot move it: the top-k mask is hard)
+//   sfc-gru           from full-cache traces, not text: the asymmetric focal
+//                     BCE on both outputs + the promotion-latency term
+//                     (seed 004; train_sfc, sfc_trainer.cpp)
 // with S_lht = sum_{i<=t} beta_i^(t-i), the expected cache size of head (l, h).
 // Only the gate parameters train (the model's weights have requires_grad =
 // false), except in KVpop's two fine-tuning settings (seed 003 §4, App. F;
@@ -28,6 +31,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "capture/gates/gate_set.h"
 #include "capture/gates/kvpop_training.h"
@@ -35,6 +39,17 @@
 #include "capture/generate/engine.h"
 
 namespace kvscope::gates {
+
+// The Latent Salience Forecaster (sfc-gru) trains from full-cache traces
+// instead of text (sfc_trainer.cpp, docs/policies/sfc.md "Training").
+struct SfcTrainOptions {
+  std::vector<std::string> traces;   // --traces: captured with --policy full --capture received
+  std::vector<std::string> holdout;  // --holdout: evaluated, never trained on
+  int64_t tokens = 128;              // tokens sampled per trace and step
+  int64_t groups = 0;                // (layer, kv head) groups sampled per step; 0: all
+  int64_t bptt = 0;                  // truncated backprop every N steps; 0: whole trace
+  int64_t eval_cells = int64_t(1) << 20;  // (group, step, token) entries per evaluation chunk
+};
 
 struct TrainOptions {
   GateKind kind = GateKind::WriteGate;
@@ -53,6 +68,7 @@ struct TrainOptions {
   double alpha = 5.0, beta = 0.4;
   double budget = 0;  // M, tokens per head (0: seq_len / 4)
   double cap_weight = 1.0, ce_weight = 1.0;
+  SfcTrainOptions sfc;     // sfc-gru: the traces and the batch shape (batch = traces per step)
   KvpopLossOptions kvpop;  // kvpop-*: target and boundary-loss options
   int64_t kl_topk = 256;   // kvpop-*: the KL over the teacher's top logits (seed 003 App. F)
   // The base model's weights (kvpop-* only besides Frozen):
@@ -105,6 +121,15 @@ void apply_table3_defaults(TrainOptions& o, const std::set<std::string>& given);
 // Throws InputError for bad options, data or a checkpoint that belongs to
 // another run.
 TrainResult train_gates(const TrainOptions& options);
+
+// sfc-gru: train_gates hands the options to this (sfc_trainer.cpp).
+TrainResult train_sfc(const TrainOptions& options);
+
+// What a gate file says about a model: `name` as the loader names it, the
+// file's name and the sha256 of `hashed_file` (what policies hash to find
+// shipped gates), and the shape.
+nlohmann::json model_json(const model::ModelConfig& c, const std::string& name,
+                          const std::string& path, const std::string& hashed_file);
 
 // Paths written beside the gate file (or, for StreamingPlus, the model):
 // `output` minus .safetensors or .bin, plus `ext`.
