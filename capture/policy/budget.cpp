@@ -27,6 +27,10 @@ int64_t evict_to_budget(Decisions& decide, int64_t layer, int64_t kv_head, int64
   };
   std::partial_sort(candidates.begin(), candidates.begin() + excess, candidates.end(), lower);
   candidates.resize(size_t(excess));
+  // Recorded in position order: the set is the decision; an order by score
+  // would follow rounding-level differences between near-equal scores, which
+  // differ between CPUs (AMD EPYC vs Intel Xeon), and the trace would too.
+  std::sort(candidates.begin(), candidates.end());
   evict_all(decide, layer, kv_head, candidates, score_by_pos, reason);
   return excess;
 }

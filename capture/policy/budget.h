@@ -24,7 +24,8 @@ std::vector<int64_t> evictable(const Decisions& decide, int64_t layer, int64_t k
 
 // Evicts the lowest-scored unprotected entries of the head until it holds at
 // most `keep` entries in `tier`. score_by_pos is indexed by position; ties go
-// to the older position. Returns the number evicted.
+// to the older position. The evictions are recorded in position order.
+// Returns the number evicted.
 int64_t evict_to_budget(Decisions& decide, int64_t layer, int64_t kv_head, int64_t keep,
                         const Protection& protect, const float* score_by_pos, uint16_t reason,
                         int tier = 0);

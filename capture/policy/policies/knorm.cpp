@@ -2,7 +2,11 @@
 // Norm-Based Strategy for KV Cache Compression", EMNLP 2024). Keys with a low
 // L2 norm draw high attention, so each head keeps the `budget` keys of lowest
 // norm: score = -||k||_2. RoPE rotates pairs of channels, so the norm of the
-// cached (rotated) key is the norm before RoPE. Needs no attention at all.
+// cached (rotated) key is the norm before RoPE, but only up to rounding: the
+// norm is taken before RoPE, where the keys of one token repeated at several
+// positions (layer 0) are equal bit for bit and tie exactly (the older one
+// leaves), instead of being ordered by RoPE's rounding, which differs between
+// CPUs. Needs no attention at all.
 // docs/policies/knorm.md
 #include <cmath>
 
@@ -21,14 +25,14 @@ class KnormScorer : public HeadScorer {
   }
   std::string score_name() const override { return "knorm_negative_key_norm"; }
   std::string score_meaning() const override {
-    return "-||k||_2 of the cached key (higher = kept)";
+    return "-||k||_2 of the key before RoPE (= the cached key's norm; higher = kept)";
   }
   // Every forward pass: keeping the lowest norms chunk by chunk keeps the
   // lowest norms of the whole prompt.
   bool compresses(const LayerContext&) const override { return true; }
 
   void observe(LayerContext& c) override {
-    torch::Tensor k = c.in.k.to(torch::kFloat32).contiguous();  // [n, K, hd]
+    torch::Tensor k = c.in.k_pre_rope.to(torch::kFloat32).contiguous();  // [n, K, hd]
     const float* kp = k.data_ptr<float>();
     const int64_t K = c.cache.n_kv_heads(), hd = c.cache.head_dim();
     for (int64_t i = 0; i < c.n; ++i)
