@@ -156,8 +156,13 @@ TEST_CASE("chunked prefill and token-by-token decoding give the one-shot logits"
         parts.push_back(model->forward(ids.narrow(0, p, len), p, cache, true));
       }
       const double d = max_abs_diff(torch::cat(parts), reference);
-      INFO("chunk " << chunk << " max |diff| " << d);
-      CHECK(d <= 1e-5);
+      // One row or a few at a time is another GEMM shape than the whole
+      // sequence and rounds differently, by CPU: up to 1.3e-5 at logits of 4.7
+      // on an AMD EPYC (Zen 4), ~28 float steps; a real error (a wrong
+      // position, a missed cache row) moves logits by 0.1 or more.
+      const double largest = reference.abs().max().item<double>();
+      INFO("chunk " << chunk << " max |diff| " << d << ", largest |logit| " << largest);
+      CHECK(d <= 1e-5 * largest);
     }
   }
 }
