@@ -1,150 +1,261 @@
 #!/usr/bin/env python3
 """Cross-checks KVScope's policies against NVIDIA kvpress on the same model and
-prompt: the kept indices per (layer, kv head) after the prefill must match.
+prompt: after the prefill, the kept set of every (layer, kv head) must be the
+same, or each difference must be explained by a tie rule this script checks.
 
-stories260K (llama2.c) is converted in memory to a transformers
-LlamaForCausalLM (q/k rows permuted from interleaved to rotate-half RoPE, as
-transformers' Llama converter does); KVScope runs the .bin through
-`kvscope capture` (one prefill step) and the kept set is read back from the
-trace's events with h5py. kvpress presses compress in the prefill hook.
+Models: stories260K (llama2.c, converted in memory to a transformers
+LlamaForCausalLM with its q/k rows permuted from interleaved to rotate-half
+RoPE, as transformers' Llama converter does) and SmolLM2-135M-Instruct (the
+GGUF, loaded by transformers' GGUF loader: 30 layers, GQA 9/3). KVScope runs
+the same weights through `kvscope capture` (one prefill step) and the kept
+sets are read back from the trace's events with h5py. kvpress compresses in
+its prefill hook; its kept positions are found by matching each kept key to
+the uncompressed keys (presses that remove entries) or read from
+`masked_key_indices` (presses that mask, as AdaKV does).
 
-usage: kvpress_check.py KVSCOPE_EXE SHARED_DIR WORK_DIR
+Tie rule (the default for every scorer press): a difference is explained when
+every entry only one side kept scores, in kvpress's own scores (recorded from
+the press's `score`), within 1e-4 of the head's largest |score| of every entry
+only the other side kept: the two engines compute the same function in
+different float32 orders, so only near-equal scores may fall either way.
+
+usage: kvpress_check.py KVSCOPE_EXE SHARED_DIR MODELS_DIR WORK_DIR --model stories260K|smollm2
+       [--only NAME] [--table]   (--table: one markdown row per press, for docs/policies/README.md)
 """
+import argparse
+import contextlib
 import copy
+import importlib.metadata
 import os
 import subprocess
 import sys
 
-import h5py
-import torch
+os.environ.setdefault("TQDM_DISABLE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-import kvpress
+import h5py  # noqa: E402
+import torch  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import kvpress  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+sys.path.insert(0, HERE)
 from llama2c_hf import load_llama2c  # noqa: E402
+from kvpress_cases import cases_for  # noqa: E402
 
-PROMPT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
-          "One day, she saw a big red ball under a tree. She ran to the ball and kicked it. The ball "
-          "flew high and landed in the pond. Lily was sad. Her mom came and said")
-BUDGET = 24
-
-
-def kvscope_kept(exe, stories, work, spec):
-    trace = os.path.join(work, spec.split(":")[0] + ".kvtrace.h5")
-    subprocess.run([exe, "capture", "--model", os.path.join(stories, "stories260K.bin"),
-                    "--tokenizer", os.path.join(stories, "tok512.bin"), "--prompt", PROMPT,
-                    "--max-new", "1", "--prefill-chunk", "4096", "--capture", "events", "--policy", spec,
-                    "-q", "-o", trace], check=True)
-    with h5py.File(trace, "r") as f:
-        ids = f["tokens/id"][:]
-        prompt = int((f["tokens/role"][:] != 1).sum())
-        L, K = int(f["run"].attrs["n_layers"]), int(f["run"].attrs["n_kv_heads"])
-        kind, step = f["events/kind"][:], f["events/step"][:]
-        layer, head, token = f["events/layer"][:], f["events/kv_head"][:], f["events/token"][:]
-    kept = [[set() for _ in range(K)] for _ in range(L)]
-    for k, s, l, h, t in zip(kind, step, layer, head, token):
-        if s != 0:
-            continue
-        if k == 0:
-            kept[l][h].add(int(t))
-        elif k == 3:
-            kept[l][h].discard(int(t))
-    return ids[:prompt], kept
+STORIES_PROMPT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+                  "One day, she saw a big red ball under a tree. She ran to the ball and kicked it. The ball "
+                  "flew high and landed in the pond. Lily was sad. Her mom came and said")
+SMOL_TASK = "needle:tokens=300,depth=0.5,seed=1"
+TIE_TOLERANCE = 1e-4
 
 
-def kvpress_kept(model, ids, press):
-    """Kept positions per (layer, kv head) and the uncompressed keys [L][K, T, hd]."""
+class Model:
+    """One model as both engines see it: KVScope's command-line arguments,
+    transformers' modules (eager attention, and the default for presses that
+    refuse eager) and the prompt's token ids."""
+
+    def __init__(self, name, exe, shared, models, work):
+        self.name, self.exe, self.work = name, exe, work
+        if name == "stories260K":
+            d = os.path.join(shared, "models", "stories260K")
+            self.args = ["--model", os.path.join(d, "stories260K.bin"), "--tokenizer", os.path.join(d, "tok512.bin"),
+                         "--prompt", STORIES_PROMPT]
+            self.eager = load_llama2c(os.path.join(d, "stories260K.bin"), attn_implementation="eager")
+            self.sdpa = load_llama2c(os.path.join(d, "stories260K.bin"), attn_implementation="sdpa")
+        elif name == "smollm2":
+            gguf = "SmolLM2-135M-Instruct.Q4_1.gguf"
+            if not os.path.exists(os.path.join(models, gguf)):
+                sys.exit(os.path.join(models, gguf) + " is missing: run scripts/fetch-models")
+            self.args = ["--model", os.path.join(models, gguf), "--task", SMOL_TASK, "--chat"]
+            from transformers import AutoModelForCausalLM
+            load = lambda attn: AutoModelForCausalLM.from_pretrained(  # noqa: E731
+                models, gguf_file=gguf, attn_implementation=attn, dtype=torch.float32).eval()
+            self.eager, self.sdpa = load("eager"), load("sdpa")
+        else:
+            sys.exit("--model: expected stories260K or smollm2, got " + name)
+        self._float64 = None
+        ids, _, _ = self.capture("full", "full")
+        self.ids = ids
+        self.layers = self.eager.config.num_hidden_layers
+        self.kv_heads = self.eager.config.num_key_value_heads
+
+    def float64(self):
+        """A float64 copy (presses whose scores underflow float32)."""
+        if self._float64 is None:
+            self._float64 = copy.deepcopy(self.eager).double()
+        return self._float64
+
+    def capture(self, label, spec):
+        """KVScope's prompt ids, kept sets [layer][head] after the prefill and
+        its recorded scores {(layer, head): {pos: score}} of the first gate."""
+        trace = os.path.join(self.work, "%s-%s.kvtrace.h5" % (self.name, label))
+        r = subprocess.run([self.exe, "capture", *self.args, "--max-new", "1", "--prefill-chunk", "100000",
+                            "--capture", "events", "--policy", spec, "-q", "-o", trace],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("kvscope capture --policy %s failed:\n%s" % (spec, r.stderr))
+        with h5py.File(trace, "r") as f:
+            ids = f["tokens/id"][:]
+            prompt = int((f["tokens/role"][:] != 1).sum())
+            L, K = int(f["run"].attrs["n_layers"]), int(f["run"].attrs["n_kv_heads"])
+            kind, step = f["events/kind"][:], f["events/step"][:]
+            layer, head, token = f["events/layer"][:], f["events/kv_head"][:], f["events/token"][:]
+        kept = [[set() for _ in range(K)] for _ in range(L)]
+        for k, s, l, h, t in zip(kind, step, layer, head, token):
+            if s != 0:
+                continue
+            if k == 0:
+                kept[l][h].add(int(t))
+            elif k == 3:
+                kept[l][h].discard(int(t))
+        return [int(i) for i in ids[:prompt]], kept, trace
+
+
+@contextlib.contextmanager
+def recording_scores(press):
+    """Records what every ScorerPress inside `press` returns from score(),
+    per layer: {layer: tensor [K, T]} of the outermost scorer."""
+    scores = {}
+    inner = press
+    while not hasattr(inner, "score") and hasattr(inner, "press"):
+        inner = inner.press
+    if not hasattr(inner, "score"):
+        yield scores
+        return
+    original = inner.score
+
+    def score(module, *a, **kw):
+        s = original(module, *a, **kw)
+        scores.setdefault(module.layer_idx, s[0].detach().double().clone())
+        return s
+
+    inner.score = score
+    try:
+        yield scores
+    finally:
+        del inner.score
+
+
+def kvpress_kept(model, ids, press, masks=False):
+    """kvpress's kept positions per (layer, kv head) after the prefill, and
+    the scores its scorer gave."""
     x = torch.tensor(ids, dtype=torch.long).unsqueeze(0)
     with torch.no_grad():
         full = model(x, use_cache=True).past_key_values
-        with press(model):
+        with recording_scores(press) as scores, press(model):
             pressed = model(x, use_cache=True).past_key_values
+    L = len(model.model.layers)
     kept = []
-    for l in range(len(model.model.layers)):
+    for l in range(L):
         fk, pk = full.layers[l].keys[0], pressed.layers[l].keys[0]  # [K, T, hd], [K, kept, hd]
         heads = []
-        for h in range(fk.shape[0]):
-            # Each kept key is the original key at one position: find it.
-            match = (pk[h][:, None, :] == fk[h][None, :, :]).all(-1)  # [kept, T]
-            assert (match.sum(1) == 1).all(), "kept key not found exactly once"
-            heads.append(set(int(i) for i in match.float().argmax(1)))
+        if masks:
+            # Masking presses keep the whole cache and hide entries from attention.
+            masked = getattr(model.model.layers[l].self_attn, "masked_key_indices", None)
+            for h in range(fk.shape[0]):
+                gone = set()
+                if masked is not None:
+                    _, hh, ss = masked
+                    gone = {int(s) for hi, s in zip(hh.tolist(), ss.tolist()) if hi == h}
+                heads.append(set(range(fk.shape[1])) - gone)
+            model.model.layers[l].self_attn.masked_key_indices = None
+        else:
+            for h in range(fk.shape[0]):
+                match = (pk[h][:, None, :] == fk[h][None, :, :]).all(-1)  # [kept, T]
+                assert (match.sum(1) >= 1).all(), "a kept key matches no original key"
+                # Equal keys (same token and position) cannot occur; the first match is the key.
+                heads.append(set(int(i) for i in match.float().argmax(1)))
         kept.append(heads)
-    return kept, [full.layers[l].keys[0] for l in range(len(model.model.layers))]
+    return kept, scores
 
 
-def knorm_ties(keys, diffs):
-    """Whether every knorm difference swaps keys of equal norm. Keys of the same
-    token at layer 0 differ only by RoPE, a rotation: their norms are equal and
-    only rounding (ours vs transformers' RoPE) decides which one is kept."""
+def near_ties(scores, diffs, tolerance=TIE_TOLERANCE):
+    """The default tie rule (module docstring)."""
     for l, h, only_ours, only_theirs in diffs:
-        norms = keys[l][h].double().norm(dim=-1)
-        ours = sorted(float(norms[p]) for p in only_ours)
-        theirs = sorted(float(norms[p]) for p in only_theirs)
-        if len(ours) != len(theirs) or any(abs(a - b) > 1e-5 * max(a, b) for a, b in zip(ours, theirs)):
+        if l not in scores:
+            return False
+        s = scores[l][h]
+        scale = float(s[torch.isfinite(s)].abs().max())
+        a = [float(s[p]) for p in only_ours]
+        b = [float(s[p]) for p in only_theirs]
+        if not a or not b or max(b) - min(a) > tolerance * scale:
             return False
     return True
 
 
 def ratio_for(n, keep):
-    r = (n - keep) / n
-    while int(n * (1 - r)) < keep:
-        r -= 1e-9
+    """The compression_ratio for which kvpress keeps exactly `keep` of n."""
     from kvpress.utils import compute_n_kept
+    r = (n - keep) / n
+    while compute_n_kept(n, r) < keep:
+        r -= 1e-9
     assert compute_n_kept(n, r) == keep
     return r
 
 
-def main():
-    exe, shared, work = sys.argv[1], sys.argv[2], sys.argv[3]
-    shared = os.environ.get("KVSCOPE_SHARED_DIR") or shared
-    os.makedirs(work, exist_ok=True)
-    stories = os.path.join(shared, "models", "stories260K")
-    model = load_llama2c(os.path.join(stories, "stories260K.bin"), attn_implementation="eager")
-    # Expected attention on stories260K reaches scores of 1e-80 (layer 1): in
-    # float32 kvpress's softmax makes most of them exactly 0 and topk picks
-    # among the ties arbitrarily. KVScope ranks the log scores exactly, so
-    # kvpress runs that press on a float64 copy of the model.
-    model64 = copy.deepcopy(model).double()
-    from kvpress import (ExpectedAttentionPress, KnormPress, SnapKVPress, StreamingLLMPress, TOVAPress)
+def run_case(model, case):
+    n = len(model.ids)
+    budget = case.budget(n)
+    spec = case.spec(budget, n)
+    ids, ours, _ = model.capture(case.name, spec)
+    assert ids == model.ids, "the prompt differs between captures"
+    oracle = model.float64() if case.float64 else (model.sdpa if case.sdpa else model.eager)
+    torch.manual_seed(case.seed)
+    press = case.press(ratio_for(n, budget), model)
+    theirs, scores = kvpress_kept(oracle, ids, press, masks=case.masks)
+    L, K = len(ours), len(ours[0])
+    same = sum(ours[l][h] == theirs[l][h] for l in range(L) for h in range(K))
+    diffs = [(l, h, sorted(ours[l][h] - theirs[l][h]), sorted(theirs[l][h] - ours[l][h]))
+             for l in range(L) for h in range(K) if ours[l][h] != theirs[l][h]]
+    explained = not diffs or (case.tie or (lambda d, s, m: near_ties(s, d)))(diffs, scores, model)
+    return spec, n, budget, same, L * K, diffs, explained
 
-    cases = [
-        ("streaming_llm:sinks=4,window=%d" % (BUDGET - 4), model,
-         lambda r: StreamingLLMPress(compression_ratio=r, n_sink=4)),
-        ("snapkv:budget=%d,window=8,kernel=5" % BUDGET, model,
-         lambda r: SnapKVPress(compression_ratio=r, window_size=8, kernel_size=5)),
-        ("tova:budget=%d" % BUDGET, model, lambda r: TOVAPress(compression_ratio=r)),
-        ("knorm:budget=%d" % BUDGET, model, lambda r: KnormPress(compression_ratio=r)),
-        ("expected_attention:budget=%d,sinks=4,n_future=512" % BUDGET, model64,
-         lambda r: ExpectedAttentionPress(compression_ratio=r, n_future_positions=512, n_sink=4)),
-    ]
-    failures = 0
-    print("kvpress %s, prompt of stories260K, budget %d per head" % (getattr(kvpress, "__version__", "?"), BUDGET))
-    for spec, oracle, make in cases:
-        ids, ours = kvscope_kept(exe, stories, work, spec)
-        n = len(ids)
-        theirs, keys = kvpress_kept(oracle, ids, make(ratio_for(n, BUDGET)))
-        L, K = len(ours), len(ours[0])
-        same = sum(ours[l][h] == theirs[l][h] for l in range(L) for h in range(K))
-        diffs = [(l, h, sorted(ours[l][h] - theirs[l][h]), sorted(theirs[l][h] - ours[l][h]))
-                 for l in range(L) for h in range(K) if ours[l][h] != theirs[l][h]]
-        name = spec.split(":")[0]
-        explained = True
-        if name == "tova":
-            # kvpress always keeps the last prompt token (F.pad with max + 1);
-            # TOVA ranks it like any other. Any difference must be exactly that.
-            explained = all(t == [n - 1] and len(o) == 1 for _, _, o, t in diffs)
-        elif name == "knorm":
-            explained = knorm_ties(keys, diffs)
-        elif diffs:
-            explained = False
-        print("%-20s prompt %d tokens: %d/%d (layer, head) kept sets identical%s" %
-              (name, n, same, L * K, "" if not diffs else
-               (" (explained: %s)" % ("kvpress's last-token protection" if name == "tova" else
-                                      "swaps of equal-norm keys") if explained else "")))
-        for d in diffs[:5]:
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("exe")
+    ap.add_argument("shared")
+    ap.add_argument("models")
+    ap.add_argument("work")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--table", action="store_true")
+    a = ap.parse_args()
+    shared = os.environ.get("KVSCOPE_SHARED_DIR") or a.shared
+    models = os.environ.get("KVSCOPE_MODELS_DIR") or a.models
+    os.makedirs(a.work, exist_ok=True)
+    torch.set_num_threads(1)
+    model = Model(a.model, a.exe, shared, models, a.work)
+    cases = [c for c in cases_for(a.model) if not a.only or c.name in a.only.split(",")]
+    print("kvpress %s on %s (%d layers x %d kv heads), prompt of %d tokens" %
+          (importlib.metadata.version("kvpress"), a.model, model.layers, model.kv_heads, len(model.ids)))
+    failures, rows = [], []
+    for case in cases:
+        try:
+            spec, n, budget, same, total, diffs, explained = run_case(model, case)
+        except Exception as e:  # one press's failure must not hide the others
+            print("%-22s FAILED: %s" % (case.name, e))
+            failures.append(case.name)
+            continue
+        why = case.why if diffs and explained else ""
+        print("%-22s %-18s budget %3d of %d: %d/%d (layer, head) kept sets identical%s" %
+              (case.name, case.press_name, budget, n, same, total,
+               "" if not diffs else " (explained: %s)" % why if explained else " NOT EXPLAINED"))
+        for d in diffs[:4]:
             print("    layer %d head %d: only KVScope %s, only kvpress %s" % d)
-        failures += not explained
-    print("kvpress cross-check: %d of %d presses agree with KVScope" % (len(cases) - failures, len(cases)))
+        rows.append((case.name, case.press_name, same, total, len(diffs), explained, why))
+        if not explained:
+            failures.append(case.name)
+    if a.table:
+        for name, press, same, total, nd, ok, why in rows:
+            print("| `%s` | %s | %s | %d/%d | %s |" % (name, press, a.model, same, total,
+                                                   "identical" if not nd else why if ok else "differs"))
+    print("kvpress cross-check on %s: %d of %d presses agree with KVScope%s" %
+          (a.model, len(cases) - len(failures), len(cases),
+           "" if not failures else " (failed: %s)" % ", ".join(failures)))
     return 1 if failures else 0
 
 

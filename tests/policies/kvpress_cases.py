@@ -1,0 +1,65 @@
+"""The presses kvpress_check.py compares, one Case each: KVScope's spec, the
+kvpress press, and the tie rule that may explain a difference (None: the
+default near-tie rule on kvpress's own scores)."""
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import kvpress
+
+
+@dataclass
+class Case:
+    name: str                      # KVScope policy name (the case's label)
+    press_name: str                # kvpress class
+    spec: Callable                 # (budget, prompt tokens) -> KVScope spec
+    press: Callable                # (compression_ratio, Model) -> press
+    budget: Callable = lambda n: max(1, n // 4)  # entries kept per head
+    float64: bool = False          # kvpress runs on a float64 copy of the model
+    sdpa: bool = False             # the press refuses eager attention
+    masks: bool = False            # the press masks (masked_key_indices) instead of removing
+    seed: int = 0                  # torch.manual_seed before the press is built and run
+    tie: Optional[Callable] = None  # (diffs, kvpress scores, Model) -> explained?
+    why: str = "near-equal scores (within 1e-4 of the head's largest)"
+
+
+def tova_tie(diffs, scores, model):
+    """kvpress always keeps the last prompt token (F.pad with max + 1); TOVA
+    ranks it like any other. Any difference must be exactly that."""
+    n = len(model.ids)
+    return all(t == [n - 1] and len(o) == 1 for _, _, o, t in diffs)
+
+
+def knorm_tie(diffs, scores, model):
+    """Swaps of keys of equal norm: keys of one token at layer 0 differ only by
+    RoPE, a rotation, so their norms are equal; KVScope breaks the tie by
+    position, kvpress by the rounding of its RoPE."""
+    for l, h, only_ours, only_theirs in diffs:
+        s = scores[l][h]  # -||k||
+        ours = sorted(float(s[p]) for p in only_ours)
+        theirs = sorted(float(s[p]) for p in only_theirs)
+        if len(ours) != len(theirs) or any(abs(a - b) > 1e-5 * abs(b) for a, b in zip(ours, theirs)):
+            return False
+    return True
+
+
+def cases_for(model_name):
+    P = kvpress
+    cases = [
+        Case("streaming_llm", "StreamingLLMPress", lambda b, n: "streaming_llm:sinks=4,window=%d" % (b - 4),
+             lambda r, m: P.StreamingLLMPress(compression_ratio=r, n_sink=4)),
+        Case("snapkv", "SnapKVPress", lambda b, n: "snapkv:budget=%d,window=8,kernel=5" % b,
+             lambda r, m: P.SnapKVPress(compression_ratio=r, window_size=8, kernel_size=5)),
+        Case("tova", "TOVAPress", lambda b, n: "tova:budget=%d" % b, lambda r, m: P.TOVAPress(compression_ratio=r),
+             tie=tova_tie, why="kvpress's last-token protection"),
+        Case("knorm", "KnormPress", lambda b, n: "knorm:budget=%d" % b, lambda r, m: P.KnormPress(compression_ratio=r),
+             tie=knorm_tie, why="swaps of equal-norm keys"),
+        # Expected attention reaches scores of 1e-80 (stories260K layer 1): in
+        # float32 kvpress's softmax makes most of them exactly 0 and topk picks
+        # among the ties arbitrarily; KVScope ranks the log scores exactly, so
+        # kvpress runs on a float64 copy of the model.
+        Case("expected_attention", "ExpectedAttentionPress",
+             lambda b, n: "expected_attention:budget=%d,sinks=4,n_future=512" % b,
+             lambda r, m: P.ExpectedAttentionPress(compression_ratio=r, n_future_positions=512, n_sink=4),
+             float64=True),
+    ]
+    return cases
