@@ -23,13 +23,19 @@ const std::vector<PolicyDescriptor>& builtin_policies() {
       wgkv_descriptor(),      attention_gate_descriptor(), trimkv_descriptor(),
       dbtrimkv_descriptor(),  kvpop_descriptor(),          sfc_descriptor(),
       scripted_descriptor(),
+      // The kvpress catalogue.
+      random_descriptor(), observed_attention_descriptor(), keydiff_descriptor(),
+      lagkv_descriptor(), cur_descriptor(), leverage_descriptor(),
+      non_causal_attention_descriptor(), compactor_descriptor(), criticalkv_descriptor(),
   };
   return all;
 }
 
 const std::vector<ScorerDescriptor>& builtin_scorers() {
-  static const std::vector<ScorerDescriptor> all = {snapkv_scorer(), tova_scorer(), knorm_scorer(),
-                                                    expected_attention_scorer()};
+  static const std::vector<ScorerDescriptor> all = {
+      snapkv_scorer(), tova_scorer(),  knorm_scorer(), expected_attention_scorer(),
+      random_scorer(), observed_attention_scorer(), keydiff_scorer(),
+      lagkv_scorer(),  cur_scorer(),   leverage_scorer()};
   return all;
 }
 

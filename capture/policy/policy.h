@@ -22,6 +22,7 @@
 #include "capture/cache/ragged_cache.h"
 #include "capture/model/attention_backend.h"
 #include "capture/model/model_config.h"
+#include "capture/model/model_weights.h"
 #include "capture/policy/decisions.h"
 #include "core/trace/types.h"
 
@@ -34,6 +35,9 @@ struct PolicySetup {
   int64_t max_tokens = 0;     // positions the run may reach
   int64_t prompt_tokens = 0;  // the prompt's length (prefill ends there)
   int64_t page_rows = 16;
+  // The model's weights, for policies that read them (CriticalKV's output
+  // projection); null where a policy runs without a model (unit tests).
+  const model::ModelWeights* weights = nullptr;
 };
 
 // Where a new token goes, per (kv head, token of the step).

@@ -4,12 +4,57 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "capture/policy/policies/descriptors.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::policy {
+
+std::vector<ParamSpec> scorer_forwarded_params() {
+  std::vector<ParamSpec> out;
+  std::set<std::string> seen;
+  for (const ScorerDescriptor& d : builtin_scorers())
+    for (const ParamSpec& s : d.params)
+      if (seen.insert(s.name).second)
+        out.push_back({s.name, ParamType::String, "",
+                       "passed to the scorer (" + d.name + ": " + s.help + ")"});
+  return out;
+}
+
+std::vector<ParamSpec> with_scorer_params(std::vector<ParamSpec> own) {
+  for (const ParamSpec& s : scorer_forwarded_params()) {
+    for (const ParamSpec& o : own)
+      if (o.name == s.name)
+        throw std::logic_error("policy parameter '" + s.name + "' is also a scorer's parameter");
+    own.push_back(s);
+  }
+  return own;
+}
+
+std::string scorer_names() {
+  std::string known;
+  for (const ScorerDescriptor& s : builtin_scorers()) known += (known.empty() ? "" : ", ") + s.name;
+  return known;
+}
+
+std::unique_ptr<HeadScorer> make_named_scorer(const std::string& policy, const Params& p) {
+  const std::string& name = p.get_string("scorer");
+  const ScorerDescriptor* d = find_scorer(name);
+  if (!d)
+    throw InputError("--policy", policy + ":scorer",
+                     "unknown scorer '" + name + "' (known: " + scorer_names() + ")");
+  std::map<std::string, std::string> given;
+  for (const ParamSpec& s : scorer_forwarded_params()) {
+    if (!p.was_given(s.name)) continue;
+    bool takes = false;
+    for (const ParamSpec& own : d->params) takes |= own.name == s.name;
+    if (!takes) throw InputError("--policy", policy + ":" + s.name, "not a parameter of scorer " + name);
+    given[s.name] = p.get_string(s.name);
+  }
+  return d->make(Params(name, d->params, given));
+}
 
 ScoredPolicy::ScoredPolicy(std::unique_ptr<HeadScorer> scorer, std::vector<int64_t> layer_budgets,
                            bool decode, std::string reason)

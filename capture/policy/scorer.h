@@ -38,6 +38,11 @@ class HeadScorer {
   // Writes score_by_pos[pos] for every position head (c.layer, kv_head) holds
   // in tier 0; other positions are left as they are.
   virtual void score(LayerContext& c, int64_t kv_head, float* score_by_pos) = 0;
+  // Whether score() writes the natural log of the score (expected attention:
+  // its scores underflow float32); wrappers that rescale exponentiate it.
+  virtual bool log_scores() const { return false; }
+  // Parameters the scorer resolved at setup (for /run policy_params).
+  virtual std::vector<std::pair<std::string, double>> resolved_params() const { return {}; }
 };
 
 // A scorer by name, for wrappers (`adakv:scorer=NAME,...`).
@@ -47,9 +52,20 @@ struct ScorerDescriptor {
   std::function<std::unique_ptr<HeadScorer>(const Params&)> make;
 };
 
-// The scorers a wrapper may use (defined in policies/adakv.cpp).
+// The scorers a wrapper may use (builtin.cpp).
 const std::vector<ScorerDescriptor>& builtin_scorers();
 const ScorerDescriptor* find_scorer(const std::string& name);
+// Every scorer parameter, once, as a string parameter of a policy built
+// around a scorer (adakv, criticalkv), which passes it on.
+std::vector<ParamSpec> scorer_forwarded_params();
+// A wrapper's own parameters followed by the forwarded ones; a name in both
+// is a programming error (std::logic_error): one would shadow the other.
+std::vector<ParamSpec> with_scorer_params(std::vector<ParamSpec> own);
+// "snapkv, tova, ..." for help texts and messages.
+std::string scorer_names();
+// The scorer named by p's `scorer` with the forwarded parameters it takes;
+// InputError naming `policy:scorer` or `policy:PARAM` otherwise.
+std::unique_ptr<HeadScorer> make_named_scorer(const std::string& policy, const Params& p);
 
 // How an eviction part turns a scorer's scores into evictions: the allocator
 // of budgets over layers and heads, the cadence and extra protections. The
@@ -93,6 +109,9 @@ class ScoredPolicy : public Policy {
   EvictionShape& shape() { return shape_; }
   const EvictionShape& shape() const { return shape_; }
   std::string describe() const override;
+  std::vector<std::pair<std::string, double>> resolved_params() const override {
+    return scorer_->resolved_params();
+  }
 
  protected:
   bool compressing(const LayerContext& c) const;

@@ -27,6 +27,16 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/policies/kvpop.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/sfc.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/scripted.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/held_rows.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/random.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/observed_attention.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/keydiff.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/lagkv.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/cur.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/leverage.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/non_causal_attention.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/compactor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/criticalkv.cpp
 )
 # Learned policies given no gates= look here for the gate shipped for the model.
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gate_search.cpp PROPERTIES

@@ -103,7 +103,7 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
     throw InputError("--capture", "none",
                      "--oracle needs a trace to write to (drop --capture none)");
   policy::StepDriver::Options options{req.page_rows, max_tokens, prompt_tokens};
-  pi.policy->setup({&config, max_tokens, prompt_tokens, req.page_rows});
+  pi.policy->setup({&config, max_tokens, prompt_tokens, req.page_rows, &engine.model->weights()});
   policy::StepDriver driver(config, options, *pi.policy, pi.name);
   const cache::RaggedKvCache& cache = driver.cache();
 

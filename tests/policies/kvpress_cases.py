@@ -44,6 +44,10 @@ def knorm_tie(diffs, scores, model):
 
 def cases_for(model_name):
     P = kvpress
+    # Sizes that exercise each press's structure on the model's prompt (98
+    # tokens for stories260K, 282 for SmolLM2): several LagKV partitions, a
+    # last non-causal chunk that kvpress pads.
+    lag, chunk = (16, 32) if model_name == "stories260K" else (32, 64)
     cases = [
         Case("streaming_llm", "StreamingLLMPress", lambda b, n: "streaming_llm:sinks=4,window=%d" % (b - 4),
              lambda r, m: P.StreamingLLMPress(compression_ratio=r, n_sink=4)),
@@ -61,5 +65,26 @@ def cases_for(model_name):
              lambda b, n: "expected_attention:budget=%d,sinks=4,n_future=512" % b,
              lambda r, m: P.ExpectedAttentionPress(compression_ratio=r, n_future_positions=512, n_sink=4),
              float64=True),
+        Case("random", "RandomPress", lambda b, n: "random:budget=%d,seed=7" % b,
+             lambda r, m: P.RandomPress(compression_ratio=r, seed=7)),
+        Case("observed_attention", "ObservedAttentionPress", lambda b, n: "observed_attention:budget=%d" % b,
+             lambda r, m: P.ObservedAttentionPress(compression_ratio=r)),
+        Case("keydiff", "KeyDiffPress", lambda b, n: "keydiff:budget=%d" % b,
+             lambda r, m: P.KeyDiffPress(compression_ratio=r)),
+        Case("lagkv", "LagKVPress", lambda b, n: "lagkv:budget=%d,sinks=4,lag=%d" % (b, lag),
+             lambda r, m: P.LagKVPress(compression_ratio=r, n_sink=4, lag_size=lag)),
+        Case("cur", "CURPress", lambda b, n: "cur:budget=%d,sinks=4,window=16" % b,
+             lambda r, m: P.CURPress(compression_ratio=r, num_sinks=4, local_window_size=16)),
+        Case("leverage", "LeverageScorePress", lambda b, n: "leverage:budget=%d,sketch=16,seed=3" % b,
+             lambda r, m: P.LeverageScorePress(compression_ratio=r, sketch_dimension=16), seed=3),
+        Case("non_causal_attention", "NonCausalAttnPress",
+             lambda b, n: "non_causal_attention:budget=%d,chunk=%d" % (b, chunk),
+             lambda r, m: P.NonCausalAttnPress(compression_ratio=r, chunk_size=chunk)),
+        Case("compactor", "CompactorPress",
+             lambda b, n: "compactor:budget=%d,chunk=%d,sketch=16,seed=5" % (b, chunk),
+             lambda r, m: P.CompactorPress(compression_ratio=r, chunk_size=chunk, sketch_dimension=16), seed=5),
+        Case("criticalkv", "CriticalKVPress(SnapKVPress)",
+             lambda b, n: "criticalkv:scorer=snapkv,budget=%d,window=8,kernel=5" % b,
+             lambda r, m: P.CriticalKVPress(P.SnapKVPress(compression_ratio=r, window_size=8, kernel_size=5))),
     ]
     return cases

@@ -15,8 +15,8 @@ the uncompressed keys (presses that remove entries) or read from
 
 Tie rule (the default for every scorer press): a difference is explained when
 every entry only one side kept scores, in kvpress's own scores (recorded from
-the press's `score`), within 1e-4 of the head's largest |score| of every entry
-only the other side kept: the two engines compute the same function in
+the press's `score`), within 1e-4 of the head's largest |score| (leaving out
+the sentinels for "kept anyway") of every entry only the other side kept: the two engines compute the same function in
 different float32 orders, so only near-equal scores may fall either way.
 
 usage: kvpress_check.py KVSCOPE_EXE SHARED_DIR MODELS_DIR WORK_DIR --model stories260K|smollm2
@@ -178,7 +178,10 @@ def near_ties(scores, diffs, tolerance=TIE_TOLERANCE):
         if l not in scores:
             return False
         s = scores[l][h]
-        scale = float(s[torch.isfinite(s)].abs().max())
+        # The scale of the real scores: presses mark entries they keep anyway
+        # with float32's largest value (or inf), which must not widen it.
+        real = s[torch.isfinite(s) & (s.abs() < 1e30)]
+        scale = float(real.abs().max()) if real.numel() else 0.0
         a = [float(s[p]) for p in only_ours]
         b = [float(s[p]) for p in only_theirs]
         if not a or not b or max(b) - min(a) > tolerance * scale:

@@ -9,7 +9,6 @@
 // passes the other parameters to the scorer. docs/policies/adakv.md
 #include <algorithm>
 #include <cmath>
-#include <set>
 
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/scorer.h"
@@ -17,32 +16,15 @@
 
 namespace kvscope::policy {
 
-namespace {
-
-// Every scorer parameter, once, as a string the chosen scorer parses.
-std::vector<ParamSpec> forwarded_params() {
-  std::vector<ParamSpec> out;
-  std::set<std::string> seen;
-  for (const ScorerDescriptor& d : builtin_scorers())
-    for (const ParamSpec& s : d.params)
-      if (seen.insert(s.name).second)
-        out.push_back({s.name, ParamType::String, "",
-                       "passed to the scorer (" + d.name + ": " + s.help + ")"});
-  return out;
-}
-
-}  // namespace
-
 PolicyDescriptor adakv_descriptor() {
   std::vector<ParamSpec> params = {
-      {"scorer", ParamType::String, "snapkv",
-       "per-head scorer: snapkv, tova, knorm or expected_attention"},
+      {"scorer", ParamType::String, "snapkv", "per-head scorer: " + scorer_names()},
       {"budget", ParamType::Int, "256", "mean entries per head; the layer holds budget x kv heads"},
       {"alpha", ParamType::Float, "0.2",
        "safeguard: every head keeps its top floor(alpha x budget) entries", 0, 1},
       {"decode", ParamType::Bool, "true",
        "also compress at every decode step (false: prefill only)"}};
-  for (const ParamSpec& s : forwarded_params()) params.push_back(s);
+  params = with_scorer_params(std::move(params));
   return {
       "adakv",
       "adaptive head budgets: a per-layer budget shared across heads, around any per-head scorer",
@@ -53,24 +35,7 @@ PolicyDescriptor adakv_descriptor() {
       params,
       [](const Params& p) -> std::unique_ptr<Policy> {
         const std::string& name = p.get_string("scorer");
-        const ScorerDescriptor* d = find_scorer(name);
-        if (!d) {
-          std::string known;
-          for (const ScorerDescriptor& s : builtin_scorers())
-            known += (known.empty() ? "" : ", ") + s.name;
-          throw InputError("--policy", "adakv:scorer",
-                           "unknown scorer '" + name + "' (known: " + known + ")");
-        }
-        std::map<std::string, std::string> given;
-        for (const ParamSpec& s : forwarded_params()) {
-          if (!p.was_given(s.name)) continue;
-          bool takes = false;
-          for (const ParamSpec& own : d->params) takes |= own.name == s.name;
-          if (!takes)
-            throw InputError("--policy", "adakv:" + s.name, "not a parameter of scorer " + name);
-          given[s.name] = p.get_string(s.name);
-        }
-        std::unique_ptr<HeadScorer> scorer = d->make(Params(name, d->params, given));
+        std::unique_ptr<HeadScorer> scorer = make_named_scorer("adakv", p);
         const Protection pr = scorer->protection();
         if (p.get_int("budget") < pr.sinks + pr.recent + 1)
           throw InputError("--policy", "adakv:budget",

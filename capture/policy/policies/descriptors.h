@@ -25,6 +25,16 @@ PolicyDescriptor dbtrimkv_descriptor();
 PolicyDescriptor kvpop_descriptor();
 PolicyDescriptor sfc_descriptor();
 PolicyDescriptor scripted_descriptor();
+// The kvpress catalogue (docs/policies/README.md, "kvpress presses").
+PolicyDescriptor random_descriptor();
+PolicyDescriptor observed_attention_descriptor();
+PolicyDescriptor keydiff_descriptor();
+PolicyDescriptor lagkv_descriptor();
+PolicyDescriptor cur_descriptor();
+PolicyDescriptor leverage_descriptor();
+PolicyDescriptor non_causal_attention_descriptor();
+PolicyDescriptor compactor_descriptor();
+PolicyDescriptor criticalkv_descriptor();
 
 // Per-head scorers the policies above are built from (capture/policy/scorer.h).
 struct ScorerDescriptor;
@@ -32,6 +42,12 @@ ScorerDescriptor tova_scorer();
 ScorerDescriptor snapkv_scorer();
 ScorerDescriptor knorm_scorer();
 ScorerDescriptor expected_attention_scorer();
+ScorerDescriptor random_scorer();
+ScorerDescriptor observed_attention_scorer();
+ScorerDescriptor keydiff_scorer();
+ScorerDescriptor lagkv_scorer();
+ScorerDescriptor cur_scorer();
+ScorerDescriptor leverage_scorer();
 
 // PyramidKV's per-layer budgets (mean `budget` per head, window included).
 std::vector<int64_t> pyramid_budgets(int64_t layers, int64_t budget, int64_t window, double beta);

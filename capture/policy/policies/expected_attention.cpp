@@ -60,6 +60,7 @@ class ExpectedAttentionScorer : public HeadScorer {
            "epsilon) times ||v||";
   }
   Protection protection() const override { return {o_.sinks, 0}; }
+  bool log_scores() const override { return true; }
 
   void observe(LayerContext& c) override {
     accumulate_queries(c);

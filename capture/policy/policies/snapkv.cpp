@@ -33,7 +33,7 @@ class SnapKvScorer : public HeadScorer {
   cache::StatsNeeds stats_needs() const override { return {true, false, window_}; }
   std::string score_name() const override { return "snapkv_vote"; }
   std::string score_meaning() const override {
-    return "observation-window attention summed over the window's queries, pooled over neighbours";
+    return "observation-window attention, mean over the window's queries, pooled over neighbours";
   }
   Protection protection() const override { return {0, window_}; }
 
@@ -71,6 +71,10 @@ class SnapKvScorer : public HeadScorer {
     std::sort(prefix.begin(), prefix.end());
     const float* votes =
         c.prefill ? c.stats.window[size_t(kv_head)].data() : sums_.at(c.layer, kv_head);
+    // The mean over the window's queries (kvpress's scale; the paper sums:
+    // the same ranking, but CriticalKV adds an epsilon on this scale).
+    const size_t rows = rings_[size_t(c.layer * K_ + kv_head)].size();
+    const float queries = float(std::max<int64_t>(1, c.prefill ? c.stats.window_queries : int64_t(rows)));
     const int64_t n = int64_t(prefix.size()), half = kernel_ / 2;
     for (int64_t i = 0; i < n; ++i) {
       // F.avg_pool1d(kernel, stride 1, padding kernel/2): zero padding counted
@@ -80,7 +84,7 @@ class SnapKvScorer : public HeadScorer {
         const float v = votes[prefix[size_t(j)]];
         acc = max_pool_ ? std::max(acc, v) : acc + v;
       }
-      out[prefix[size_t(i)]] = max_pool_ ? acc : acc / float(kernel_);
+      out[prefix[size_t(i)]] = (max_pool_ ? acc : acc / float(kernel_)) / queries;
     }
   }
 

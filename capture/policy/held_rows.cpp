@@ -1,0 +1,40 @@
+#include "capture/policy/held_rows.h"
+
+#include <algorithm>
+
+namespace kvscope::policy {
+
+HeldRows held_rows(const cache::RaggedKvCache& cache, int64_t layer, int64_t kv_head,
+                   int64_t tier) {
+  HeldRows r;
+  r.pos = cache.positions(layer, kv_head, tier);
+  std::sort(r.pos.begin(), r.pos.end());
+  const int64_t m = r.size(), hd = cache.head_dim();
+  r.keys = torch::empty({m, hd}, torch::kFloat32);
+  r.values = torch::empty({m, hd}, torch::kFloat32);
+  float *kp = r.keys.data_ptr<float>(), *vp = r.values.data_ptr<float>();
+  for (int64_t j = 0; j < m; ++j)
+    cache.read_entry(layer, kv_head, r.pos[size_t(j)], kp + j * hd, vp + j * hd);
+  return r;
+}
+
+RopeInverse::RopeInverse(const model::ModelConfig& config) {
+  if (config.rope.enabled && !config.learned_positions)
+    rope_ = std::make_unique<model::Rope>(config.rope, torch::Device(torch::kCPU));
+}
+
+torch::Tensor RopeInverse::operator()(const torch::Tensor& keys, const std::vector<int32_t>& pos,
+                                      int64_t seq_len) {
+  if (!rope_ || pos.empty()) return keys;
+  const int64_t last = *std::max_element(pos.begin(), pos.end());
+  auto [cos, sin] = rope_->tables(0, last + 1, seq_len);  // [P, 1, d]
+  torch::Tensor index = torch::tensor(std::vector<int64_t>(pos.begin(), pos.end()));
+  torch::Tensor c = cos.index_select(0, index), s = sin.index_select(0, index);
+  return model::Rope::apply(keys.unsqueeze(1), c, -s).squeeze(1);
+}
+
+torch::Tensor z_score(const torch::Tensor& x) {
+  return (x - x.mean()) / x.std().clamp_min(1e-6);
+}
+
+}  // namespace kvscope::policy
