@@ -48,6 +48,7 @@ def cases_for(model_name):
     # tokens for stories260K, 282 for SmolLM2): several LagKV partitions, a
     # last non-causal chunk that kvpress pads.
     lag, chunk = (16, 32) if model_name == "stories260K" else (32, 64)
+    lazy, recent = (0.62, 24) if model_name == "stories260K" else (0.6, 64)
     cases = [
         Case("streaming_llm", "StreamingLLMPress", lambda b, n: "streaming_llm:sinks=4,window=%d" % (b - 4),
              lambda r, m: P.StreamingLLMPress(compression_ratio=r, n_sink=4)),
@@ -86,5 +87,10 @@ def cases_for(model_name):
         Case("criticalkv", "CriticalKVPress(SnapKVPress)",
              lambda b, n: "criticalkv:scorer=snapkv,budget=%d,window=8,kernel=5" % b,
              lambda r, m: P.CriticalKVPress(P.SnapKVPress(compression_ratio=r, window_size=8, kernel_size=5))),
+        # Thresholds between the layers' laziness scores on each prompt, so
+        # that some layers are lazy and some not.
+        Case("simlayerkv", "SimLayerKVPress",
+             lambda b, n: "simlayerkv:threshold=%g,recent=%d,initial=4,last=1" % (lazy, recent),
+             lambda r, m: P.SimLayerKVPress(lazy_threshold=lazy, n_recent=recent, n_initial=4, n_last=1)),
     ]
     return cases

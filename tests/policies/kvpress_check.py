@@ -214,7 +214,8 @@ def run_case(model, case):
     diffs = [(l, h, sorted(ours[l][h] - theirs[l][h]), sorted(theirs[l][h] - ours[l][h]))
              for l in range(L) for h in range(K) if ours[l][h] != theirs[l][h]]
     explained = not diffs or (case.tie or (lambda d, s, m: near_ties(s, d)))(diffs, scores, model)
-    return spec, n, budget, same, L * K, diffs, explained
+    held = sum(len(ours[l][h]) for l in range(L) for h in range(K))
+    return spec, n, held / float(L * K), same, L * K, diffs, explained
 
 
 def main():
@@ -238,14 +239,14 @@ def main():
     failures, rows = [], []
     for case in cases:
         try:
-            spec, n, budget, same, total, diffs, explained = run_case(model, case)
+            spec, n, mean_kept, same, total, diffs, explained = run_case(model, case)
         except Exception as e:  # one press's failure must not hide the others
             print("%-22s FAILED: %s" % (case.name, e))
             failures.append(case.name)
             continue
         why = case.why if diffs and explained else ""
-        print("%-22s %-18s budget %3d of %d: %d/%d (layer, head) kept sets identical%s" %
-              (case.name, case.press_name, budget, n, same, total,
+        print("%-22s %-18s kept %5.1f of %d per head: %d/%d (layer, head) kept sets identical%s" %
+              (case.name, case.press_name, mean_kept, n, same, total,
                "" if not diffs else " (explained: %s)" % why if explained else " NOT EXPLAINED"))
         for d in diffs[:4]:
             print("    layer %d head %d: only KVScope %s, only kvpress %s" % d)

@@ -35,6 +35,7 @@ PolicyDescriptor leverage_descriptor();
 PolicyDescriptor non_causal_attention_descriptor();
 PolicyDescriptor compactor_descriptor();
 PolicyDescriptor criticalkv_descriptor();
+PolicyDescriptor simlayerkv_descriptor();
 
 // Per-head scorers the policies above are built from (capture/policy/scorer.h).
 struct ScorerDescriptor;
