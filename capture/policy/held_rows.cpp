@@ -18,6 +18,21 @@ HeldRows held_rows(const cache::RaggedKvCache& cache, int64_t layer, int64_t kv_
   return r;
 }
 
+HeldRows subset_rows(const HeldRows& all, const std::vector<int64_t>& positions) {
+  HeldRows r;
+  std::vector<int64_t> index;
+  for (int64_t pos : positions) {
+    auto it = std::lower_bound(all.pos.begin(), all.pos.end(), int32_t(pos));
+    if (it == all.pos.end() || *it != pos) throw std::logic_error("subset_rows: position not held");
+    index.push_back(it - all.pos.begin());
+    r.pos.push_back(int32_t(pos));
+  }
+  torch::Tensor i = torch::tensor(index);
+  r.keys = all.keys.index_select(0, i);
+  r.values = all.values.index_select(0, i);
+  return r;
+}
+
 RopeInverse::RopeInverse(const model::ModelConfig& config) {
   if (config.rope.enabled && !config.learned_positions)
     rope_ = std::make_unique<model::Rope>(config.rope, torch::Device(torch::kCPU));

@@ -26,6 +26,9 @@ struct HeldRows {
 HeldRows held_rows(const cache::RaggedKvCache& cache, int64_t layer, int64_t kv_head,
                    int64_t tier = 0);
 
+// The rows of `all` at `positions` (sorted, each held in `all`).
+HeldRows subset_rows(const HeldRows& all, const std::vector<int64_t>& positions);
+
 // Undoes RoPE on cached keys (RoPE rotates channel pairs, so the inverse
 // rotation recovers the pre-RoPE key up to float rounding). Models without
 // RoPE (learned positions) pass keys through.

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "capture/policy/held_rows.h"
 #include "capture/policy/policies/descriptors.h"
 #include "core/common/input_error.h"
 
@@ -119,13 +120,18 @@ HeldLimit ScoredPolicy::held_limit(const LayerContext& c) const {
   if (shape_.adaptive) return {-1, budgets_[0] * c.cache.n_kv_heads()};
   // Protected entries never leave: a budget below them cannot be kept.
   const Protection p = protection();
+  // Whole chunks: the last kept one may overshoot the budget by chunk - 1,
+  // and chunks holding protected entries stay whatever their score.
+  if (shape_.chunk_shared)
+    return {layer_budget(c.layer) + shape_.chunk - 1 + std::min(p.sinks, c.tokens_fed()) + p.recent,
+            -1};
   return {std::max(layer_budget(c.layer), std::min(p.sinks, c.tokens_fed()) + p.recent), -1};
 }
 
 void ScoredPolicy::score_head(LayerContext& c, int64_t kv_head, float* score_by_pos) {
   scorer_->score(c, kv_head, score_by_pos);
   const std::vector<int32_t>& held = c.cache.positions(c.layer, kv_head, 0);
-  if (shape_.chunk > 1) {
+  if (shape_.chunk > 1 && !shape_.chunk_shared) {
     // ChunkKV: every entry carries its chunk's score, the mean over the
     // chunk's held entries (the paper's sum for whole chunks; a chunk already
     // cut is not penalised for its missing members).
@@ -148,10 +154,102 @@ void ScoredPolicy::score_head(LayerContext& c, int64_t kv_head, float* score_by_
 void ScoredPolicy::after_attention(LayerContext& c) {
   scorer_->observe(c);
   if (!compressing(c)) return;
-  if (shape_.adaptive)
+  if (shape_.block > 0 && c.prefill)
+    evict_blocks(c);
+  else if (shape_.chunk_shared)
+    evict_shared_chunks(c);
+  else if (shape_.adaptive)
     evict_adaptive(c);
   else
     evict_uniform(c);
+}
+
+// kvpress's BlockPress (the KeyDiff paper's block-wise prompt processing, in
+// one pass): per head, the first `budget` prompt entries are kept, then each
+// following block of `block` entries joins them and the best `budget` of the
+// union stay, scored as if the union were all the head held.
+void ScoredPolicy::evict_blocks(LayerContext& c) {
+  const int64_t keep = layer_budget(c.layer);
+  const HeadScorer::Subsets kind = scorer_->subsets();
+  for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h) {
+    if (c.cache.count(c.layer, h, 0) <= keep) continue;
+    float* s = scores_.at(c.layer, h);
+    const HeldRows all = held_rows(c.cache, c.layer, h);
+    if (kind == HeadScorer::Subsets::Entry) score_head(c, h, s);
+    std::vector<int64_t> kept(all.pos.begin(), all.pos.begin() + keep);
+    for (int64_t i = keep; i < all.size(); i += shape_.block) {
+      std::vector<int64_t> cur = kept;
+      for (int64_t j = i; j < std::min(all.size(), i + shape_.block); ++j) cur.push_back(all.pos[size_t(j)]);
+      std::sort(cur.begin(), cur.end());
+      if (kind == HeadScorer::Subsets::Set) scorer_->score_rows(c, h, subset_rows(all, cur), s);
+      std::sort(cur.begin(), cur.end(), [&](int64_t a, int64_t b) {
+        return s[a] != s[b] ? s[a] > s[b] : a > b;  // best first; ties keep the newer
+      });
+      cur.resize(size_t(keep));
+      kept = std::move(cur);
+    }
+    std::vector<int64_t> out;
+    std::set<int64_t> stay(kept.begin(), kept.end());
+    for (int32_t pos : all.pos)
+      if (!stay.count(pos)) out.push_back(pos);
+    for (int32_t pos : all.pos) c.decide.gate(0, c.layer, h, pos, s[pos], c.step % 16 == 0);
+    evict_all(c.decide, c.layer, h, out, s, 1);
+  }
+}
+
+// kvpress's ChunkKV: the layer's heads keep the same chunks of `chunk`
+// consecutive positions. A chunk's score is the mean over its held positions
+// of the scores summed over the heads; a chunk holding a protected entry
+// always stays (kvpress's scorers give those the top score). When the prompt
+// is in, the top max(1, floor(chunks x budget / T)) chunks stay (kvpress's
+// count, T the entries held); later, whenever the heads hold more than the
+// budget, the lowest chunks leave whole until they fit.
+void ScoredPolicy::evict_shared_chunks(LayerContext& c) {
+  const int64_t K = c.cache.n_kv_heads(), keep = layer_budget(c.layer), size = shape_.chunk;
+  const std::vector<int32_t>& held0 = c.cache.positions(c.layer, 0, 0);
+  const int64_t T = int64_t(held0.size());
+  if (T <= keep) return;
+  const Protection protect = protection();
+  std::map<int64_t, std::pair<double, int64_t>> chunks;  // chunk -> (score sum, held count)
+  std::set<int64_t> pinned;
+  for (int64_t h = 0; h < K; ++h) {
+    float* s = scores_.at(c.layer, h);
+    score_head(c, h, s);
+    for (int32_t pos : c.cache.positions(c.layer, h, 0)) {
+      auto& [sum, n] = chunks[pos / size];
+      sum += s[pos];
+      if (h == 0) ++n;
+      if (protect.protects(pos, c.tokens_fed())) pinned.insert(pos / size);
+    }
+  }
+  std::vector<std::pair<double, int64_t>> order;  // (score, chunk), best first
+  for (const auto& [chunk, sn] : chunks)
+    order.push_back({pinned.count(chunk) ? std::numeric_limits<double>::infinity()
+                                         : sn.first / double(sn.second),
+                     chunk});
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second > b.second;  // ties keep the newer
+  });
+  std::set<int64_t> leave;
+  if (c.prefill) {
+    const int64_t kept = std::max<int64_t>(1, int64_t(double(order.size()) * double(keep) / double(T)));
+    for (size_t i = size_t(kept); i < order.size(); ++i)
+      if (!std::isinf(order[i].first)) leave.insert(order[i].second);
+  } else {
+    int64_t held = T;
+    for (size_t i = order.size(); i-- > 0 && held > keep;) {
+      if (std::isinf(order[i].first)) break;
+      leave.insert(order[i].second);
+      held -= chunks[order[i].second].second;
+    }
+  }
+  for (int64_t h = 0; h < K; ++h) {
+    std::vector<int64_t> out;
+    for (int32_t pos : c.cache.positions(c.layer, h, 0))
+      if (leave.count(pos / size)) out.push_back(pos);
+    std::sort(out.begin(), out.end());
+    evict_all(c.decide, c.layer, h, out, scores_.at(c.layer, h), 1);
+  }
 }
 
 void ScoredPolicy::evict_uniform(LayerContext& c) {
@@ -230,7 +328,10 @@ std::string ScoredPolicy::describe() const {
       << "), mean budget " << base_budget() << " per head";
   else
     o << "; allocator uniform, budget " << base_budget() << " per head";
-  if (shape_.chunk > 1) o << "; kept by chunks of " << shape_.chunk;
+  if (shape_.block > 0) o << "; the prompt compressed in blocks of " << shape_.block;
+  if (shape_.chunk > 1)
+    o << "; kept by chunks of " << shape_.chunk
+      << (shape_.chunk_shared ? ", the same chunks for the layer's heads" : "");
   o << "; cadence " << (decode_ ? "prefill end and every " : "prefill only")
     << (decode_ ? std::to_string(shape_.every) + " decode step(s)" : "");
   o << "; protected: " << p.sinks << " sinks, " << p.recent << " recent";

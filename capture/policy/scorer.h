@@ -41,6 +41,18 @@ class HeadScorer {
   // Whether score() writes the natural log of the score (expected attention:
   // its scores underflow float32); wrappers that rescale exponentiate it.
   virtual bool log_scores() const { return false; }
+  // How the score of an entry depends on the other entries, for the block
+  // wrapper (kvpress BlockPress), which scores subsets of the held entries:
+  // Entry: each entry's score is its own (knorm), so a subset's scores are
+  // the held ones'; Set: the score depends on the set but not its order
+  // (keydiff's anchor), and score_rows() scores a given set; Other: neither
+  // (order-dependent, or needs queries of the whole prompt) - no blocks.
+  enum class Subsets { Entry, Set, Other };
+  virtual Subsets subsets() const { return Subsets::Other; }
+  // Subsets::Set: writes out[pos] for the entries `rows` (a subset of what
+  // head (c.layer, kv_head) holds, position order) as if they were all it held.
+  virtual void score_rows(LayerContext& c, int64_t kv_head, const struct HeldRows& rows,
+                          float* out) {}
   // Parameters the scorer resolved at setup (for /run policy_params).
   virtual std::vector<std::pair<std::string, double>> resolved_params() const { return {}; }
 };
@@ -77,6 +89,8 @@ struct EvictionShape {
   double pyramid_beta = 0;  // > 0: PyramidKV's layer budgets (mean = budget)
   std::vector<double> layer_keep;  // layer_ratios: fraction of the prompt each layer keeps per head
   int64_t chunk = 1;  // ChunkKV: entries scored and kept by chunks of consecutive positions
+  bool chunk_shared = false;  // kvpress ChunkKV: one chunk choice for all the layer's heads
+  int64_t block = 0;  // kvpress BlockPress: the prompt compressed block by block (0: at once)
   int64_t every = 1;  // decode steps between compressions
   Protection extra;   // protections on top of the scorer's own
 };
@@ -121,6 +135,8 @@ class ScoredPolicy : public Policy {
   void score_head(LayerContext& c, int64_t kv_head, float* score_by_pos);
   void evict_uniform(LayerContext& c);
   void evict_adaptive(LayerContext& c);
+  void evict_shared_chunks(LayerContext& c);
+  void evict_blocks(LayerContext& c);
 
   std::unique_ptr<HeadScorer> scorer_;
   std::string scorer_name_;

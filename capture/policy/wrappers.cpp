@@ -57,6 +57,10 @@ WrapperDescriptor adakv_wrapper() {
             if (p.shape().pyramid_beta > 0 || !p.shape().layer_keep.empty())
               throw InputError("--policy", "adakv",
                                "adakv shares one budget per layer: not with per-layer budgets");
+            if (p.shape().chunk_shared || p.shape().block > 0)
+              throw InputError("--policy", "adakv",
+                               "adakv shares budgets across heads: not with chunk:heads=shared or "
+                               "block");
             p.shape().adaptive = true;
             p.shape().alpha = w.get_float("alpha");
           }};
@@ -69,8 +73,40 @@ WrapperDescriptor chunk_wrapper() {
       "Liu et al., ChunkKV: Semantic-Preserving KV Cache Compression for Efficient Long-Context "
       "LLM Inference, 2025",
       "docs/policies/composition.md",
-      {{"size", ParamType::Int, "10", "positions per chunk (the paper's default: 10)", 1, 1 << 20}},
-      [](ScoredPolicy& p, const Params& w) { p.shape().chunk = w.get_int("size"); }};
+      {{"size", ParamType::Int, "10", "positions per chunk (the paper's default: 10)", 1, 1 << 20},
+       {"heads", ParamType::String, "each",
+        "each: every head picks its own chunks; shared: the layer's heads keep the same chunks "
+        "(kvpress ChunkKVPress: scores summed over heads)"}},
+      [](ScoredPolicy& p, const Params& w) {
+        const std::string& heads = w.get_string("heads");
+        if (heads != "each" && heads != "shared")
+          throw InputError("--policy", "chunk:heads", "'each' or 'shared' expected, got '" + heads + "'");
+        if (heads == "shared" && p.shape().adaptive)
+          throw InputError("--policy", "chunk:heads",
+                           "shared chunks keep one set for the layer's heads: not with adakv");
+        p.shape().chunk = w.get_int("size");
+        p.shape().chunk_shared = heads == "shared";
+      }};
+}
+
+WrapperDescriptor block_wrapper() {
+  return {"block",
+          "the prompt compressed block by block: the kept entries plus each next block, the best "
+          "`budget` of them stay (kvpress BlockPress)",
+          "Park et al., KeyDiff, 2025 (block-wise prompt processing; kvpress BlockPress)",
+          "docs/policies/composition.md",
+          {{"size", ParamType::Int, "128", "entries per block", 1, 1 << 20}},
+          [](ScoredPolicy& p, const Params& w) {
+            if (p.scorer().subsets() == HeadScorer::Subsets::Other)
+              throw InputError("--policy", "block",
+                               "the scorer " + p.scorer().score_name() +
+                                   " cannot score a subset of the prompt on its own (its score "
+                                   "needs the whole prompt, or the entries' order): knorm, "
+                                   "keydiff, random or observed_attention expected");
+            if (p.shape().adaptive || p.shape().chunk > 1)
+              throw InputError("--policy", "block", "per-head budgets only: not with adakv or chunk");
+            p.shape().block = w.get_int("size");
+          }};
 }
 
 WrapperDescriptor layer_ratios_wrapper() {
@@ -117,7 +153,8 @@ WrapperDescriptor protect_wrapper() {
 
 const std::vector<WrapperDescriptor>& builtin_wrappers() {
   static const std::vector<WrapperDescriptor> all = {pyramid_wrapper(), adakv_wrapper(),
-                                                     chunk_wrapper(),   layer_ratios_wrapper(),
+                                                     chunk_wrapper(),   block_wrapper(),
+                                                     layer_ratios_wrapper(),
                                                      cadence_wrapper(), protect_wrapper()};
   return all;
 }

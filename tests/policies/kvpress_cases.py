@@ -87,6 +87,12 @@ def cases_for(model_name):
         Case("criticalkv", "CriticalKVPress(SnapKVPress)",
              lambda b, n: "criticalkv:scorer=snapkv,budget=%d,window=8,kernel=5" % b,
              lambda r, m: P.CriticalKVPress(P.SnapKVPress(compression_ratio=r, window_size=8, kernel_size=5))),
+        Case("chunkkv", "ChunkKVPress(SnapKVPress)",
+             lambda b, n: "snapkv:budget=%d,window=8,kernel=5+chunk:size=10,heads=shared" % b,
+             lambda r, m: P.ChunkKVPress(P.SnapKVPress(compression_ratio=r, window_size=8, kernel_size=5),
+                                         chunk_length=10), sdpa=True),
+        Case("block", "BlockPress(KeyDiffPress)", lambda b, n: "keydiff:budget=%d+block:size=16" % b,
+             lambda r, m: P.BlockPress(P.KeyDiffPress(compression_ratio=r), block_size=16), sdpa=True),
         # Thresholds between the layers' laziness scores on each prompt, so
         # that some layers are lazy and some not.
         Case("simlayerkv", "SimLayerKVPress",

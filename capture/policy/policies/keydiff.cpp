@@ -31,7 +31,10 @@ class KeyDiffScorer : public HeadScorer {
   bool compresses(const LayerContext&) const override { return true; }
 
   void score(LayerContext& c, int64_t kv_head, float* out) override {
-    const HeldRows r = held_rows(c.cache, c.layer, kv_head);
+    score_rows(c, kv_head, held_rows(c.cache, c.layer, kv_head), out);
+  }
+  Subsets subsets() const override { return Subsets::Set; }
+  void score_rows(LayerContext&, int64_t, const HeldRows& r, float* out) override {
     if (r.size() == 0) return;
     // torch.nn.functional.normalize (eps 1e-12) and cosine_similarity (eps
     // 1e-8), as kvpress computes them.

@@ -43,6 +43,7 @@ class KnormScorer : public HeadScorer {
         norms_.at(c.layer, h)[c.pos0 + i] = float(-std::sqrt(s));
       }
   }
+  Subsets subsets() const override { return Subsets::Entry; }
   void score(LayerContext& c, int64_t kv_head, float* out) override {
     const float* n = norms_.at(c.layer, kv_head);
     for (int32_t pos : c.cache.positions(c.layer, kv_head, 0)) out[pos] = n[pos];

@@ -36,6 +36,7 @@ class ObservedAttentionScorer : public HeadScorer {
         sum[pos] += received[size_t(pos)] * float(c.n);
     }
   }
+  Subsets subsets() const override { return Subsets::Entry; }
   void score(LayerContext& c, int64_t kv_head, float* out) override {
     const float* sum = sums_.at(c.layer, kv_head);
     for (int32_t pos : c.cache.positions(c.layer, kv_head, 0))

@@ -43,6 +43,7 @@ class RandomScorer : public HeadScorer {
       draw(c.layer, pos, 1, seed_ + 1000003ull * uint64_t(1 + pos));
     if (drawn > 0) drawn = std::max(drawn, c.tokens_fed());
   }
+  Subsets subsets() const override { return Subsets::Entry; }
   void score(LayerContext& c, int64_t kv_head, float* out) override {
     const float* s = scores_.at(c.layer, kv_head);
     for (int32_t pos : c.cache.positions(c.layer, kv_head, 0)) out[pos] = s[pos];
