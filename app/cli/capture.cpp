@@ -103,6 +103,7 @@ int run_capture_cli(const CaptureCliOptions& o) {
                         {"top_k", req.generation.sampling.top_k},
                         {"top_p", req.generation.sampling.top_p},
                         {"max_new", req.generation.max_new_tokens},
+                        {"ignore_eos", !req.generation.stop_at_eos},
                         {"forced_tokens", req.generation.forced_tokens.size()},
                         {"prefill_chunk", req.generation.prefill_chunk},
                         {"page_rows", o.page_rows},

@@ -55,6 +55,7 @@ struct PromptCliOptions {
   int64_t max_new = 256;
   int64_t prefill_chunk = 512;
   std::vector<std::string> stop;
+  bool ignore_eos = false;
 };
 
 inline void add_prompt_options(CLI::App* app, PromptCliOptions* o) {
@@ -80,6 +81,9 @@ inline void add_prompt_options(CLI::App* app, PromptCliOptions* o) {
       ->check(CLI::Range(int64_t(1), kMaxNewTokens))
       ->capture_default_str();
   app->add_option("--stop", o->stop, "stop before this text (repeatable)");
+  app->add_flag("--ignore-eos", o->ignore_eos,
+                "keep generating past end-of-sequence tokens: exactly --max-new tokens (fixed-length "
+                "runs: decode benchmarks, cross-checks)");
 }
 
 // The prompt text (from --prompt or --prompt-file); throws InputError.
@@ -101,6 +105,7 @@ inline GenerationOptions generation_options(const PromptCliOptions& o) {
   g.max_new_tokens = o.max_new;
   g.prefill_chunk = o.prefill_chunk;
   g.stop_strings = o.stop;
+  g.stop_at_eos = !o.ignore_eos;
   const bool sampling = o.temperature != 0 || o.top_k != 0 || o.top_p != 1.0;
   g.sampling.greedy = o.greedy || !sampling;
   g.sampling.temperature = o.temperature != 0 ? o.temperature : 1.0;

@@ -105,9 +105,19 @@ int64_t ScoredPolicy::budget() const {
 }
 
 bool ScoredPolicy::compressing(const LayerContext& c) const {
-  if (!scorer_->compresses(c) || !(decode_ || c.prefill)) return false;
-  // The cadence: prefill-time compressions always, decode every `every` steps.
-  return c.prefill || shape_.every <= 1 || (c.pos0 - setup_.prompt_tokens) % shape_.every == 0;
+  if (!scorer_->compresses(c)) return false;
+  if (c.prefill) return shape_.prefill;
+  if (!decode_) return false;
+  // The cadence: every `every`-th decode step (the 1st, 2nd, ... after the
+  // prompt: kvpress DecodingPress's per-layer step counter).
+  const int64_t k = c.pos0 - setup_.prompt_tokens + 1;
+  return shape_.every <= 1 || k % shape_.every == 0;
+}
+
+int64_t ScoredPolicy::budget_at(const LayerContext& c) const {
+  if (shape_.grow > 0 && !c.prefill)
+    return std::max<int64_t>(1, int64_t(std::floor(shape_.grow * double(c.tokens_fed()))));
+  return layer_budget(c.layer);
 }
 
 Protection ScoredPolicy::protection() const {
@@ -117,15 +127,15 @@ Protection ScoredPolicy::protection() const {
 
 HeldLimit ScoredPolicy::held_limit(const LayerContext& c) const {
   if (!compressing(c)) return {};
-  if (shape_.adaptive) return {-1, budgets_[0] * c.cache.n_kv_heads()};
+  if (shape_.adaptive) return {-1, budget_at(c) * c.cache.n_kv_heads()};
   // Protected entries never leave: a budget below them cannot be kept.
   const Protection p = protection();
   // Whole chunks: the last kept one may overshoot the budget by chunk - 1,
   // and chunks holding protected entries stay whatever their score.
   if (shape_.chunk_shared)
-    return {layer_budget(c.layer) + shape_.chunk - 1 + std::min(p.sinks, c.tokens_fed()) + p.recent,
+    return {budget_at(c) + shape_.chunk - 1 + std::min(p.sinks, c.tokens_fed()) + p.recent,
             -1};
-  return {std::max(layer_budget(c.layer), std::min(p.sinks, c.tokens_fed()) + p.recent), -1};
+  return {std::max(budget_at(c), std::min(p.sinks, c.tokens_fed()) + p.recent), -1};
 }
 
 void ScoredPolicy::score_head(LayerContext& c, int64_t kv_head, float* score_by_pos) {
@@ -169,7 +179,7 @@ void ScoredPolicy::after_attention(LayerContext& c) {
 // following block of `block` entries joins them and the best `budget` of the
 // union stay, scored as if the union were all the head held.
 void ScoredPolicy::evict_blocks(LayerContext& c) {
-  const int64_t keep = layer_budget(c.layer);
+  const int64_t keep = budget_at(c);
   const HeadScorer::Subsets kind = scorer_->subsets();
   for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h) {
     if (c.cache.count(c.layer, h, 0) <= keep) continue;
@@ -205,7 +215,7 @@ void ScoredPolicy::evict_blocks(LayerContext& c) {
 // count, T the entries held); later, whenever the heads hold more than the
 // budget, the lowest chunks leave whole until they fit.
 void ScoredPolicy::evict_shared_chunks(LayerContext& c) {
-  const int64_t K = c.cache.n_kv_heads(), keep = layer_budget(c.layer), size = shape_.chunk;
+  const int64_t K = c.cache.n_kv_heads(), keep = budget_at(c), size = shape_.chunk;
   const std::vector<int32_t>& held0 = c.cache.positions(c.layer, 0, 0);
   const int64_t T = int64_t(held0.size());
   if (T <= keep) return;
@@ -253,7 +263,7 @@ void ScoredPolicy::evict_shared_chunks(LayerContext& c) {
 }
 
 void ScoredPolicy::evict_uniform(LayerContext& c) {
-  const int64_t keep = layer_budget(c.layer);
+  const int64_t keep = budget_at(c);
   const Protection protect = protection();
   for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h) {
     if (c.cache.count(c.layer, h, 0) <= keep) continue;
@@ -267,7 +277,7 @@ void ScoredPolicy::evict_uniform(LayerContext& c) {
 // wherever they are, after every head's safeguard of floor(alpha x budget)
 // (protected entries first). docs/policies/adakv.md
 void ScoredPolicy::evict_adaptive(LayerContext& c) {
-  const int64_t K = c.cache.n_kv_heads(), per_head = budgets_[0];
+  const int64_t K = c.cache.n_kv_heads(), per_head = budget_at(c);
   int64_t held = 0;
   for (int64_t h = 0; h < K; ++h) held += c.cache.count(c.layer, h, 0);
   if (held <= per_head * K) return;
@@ -332,8 +342,11 @@ std::string ScoredPolicy::describe() const {
   if (shape_.chunk > 1)
     o << "; kept by chunks of " << shape_.chunk
       << (shape_.chunk_shared ? ", the same chunks for the layer's heads" : "");
-  o << "; cadence " << (decode_ ? "prefill end and every " : "prefill only")
-    << (decode_ ? std::to_string(shape_.every) + " decode step(s)" : "");
+  o << "; cadence " << (shape_.prefill ? "prefill end" : "")
+    << (shape_.prefill && decode_ ? " and " : "")
+    << (decode_ ? "every " + std::to_string(shape_.every) + " decode step(s)" : "")
+    << (!shape_.prefill && !decode_ ? "never" : "");
+  if (shape_.grow > 0) o << "; at decode the budget is " << shape_.grow << " of the tokens fed";
   o << "; protected: " << p.sinks << " sinks, " << p.recent << " recent";
   return o.str();
 }

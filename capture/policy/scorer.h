@@ -92,6 +92,9 @@ struct EvictionShape {
   bool chunk_shared = false;  // kvpress ChunkKV: one chunk choice for all the layer's heads
   int64_t block = 0;  // kvpress BlockPress: the prompt compressed block by block (0: at once)
   int64_t every = 1;  // decode steps between compressions
+  bool prefill = true;  // compress at the end of the prefill (false: kvpress DecodingPress)
+  double grow = 0;      // > 0: at decode the budget is this share of the tokens fed
+                        // (kvpress CompressionRatioDecodingPress)
   Protection extra;   // protections on top of the scorer's own
 };
 
@@ -120,6 +123,9 @@ class ScoredPolicy : public Policy {
   void set_scorer_name(std::string name) { scorer_name_ = std::move(name); }
   int64_t base_budget() const { return budgets_.empty() ? 0 : budgets_[0]; }
   int64_t layer_budget(int64_t layer) const;
+  // The budget this step: layer_budget, or at decode with a growing budget
+  // max(1, floor(grow x tokens fed)).
+  int64_t budget_at(const LayerContext& c) const;
   EvictionShape& shape() { return shape_; }
   const EvictionShape& shape() const { return shape_; }
   std::string describe() const override;

@@ -126,11 +126,29 @@ WrapperDescriptor layer_ratios_wrapper() {
 
 WrapperDescriptor cadence_wrapper() {
   return {"cadence",
-          "when the eviction part compresses: at the end of the prefill and every N decode steps",
+          "when the eviction part compresses: at the end of the prefill and every N decode steps; "
+          "decode only; a budget that grows with the tokens fed",
           "baseline (kvpress DecodingPress's compression_interval)",
           "docs/policies/composition.md",
-          {{"every", ParamType::Int, "1", "decode steps between compressions", 1, 1 << 20}},
-          [](ScoredPolicy& p, const Params& w) { p.shape().every = w.get_int("every"); }};
+          {{"every", ParamType::Int, "1",
+            "decode steps between compressions (the every-th, 2 every-th, ... decode step)", 1,
+            1 << 20},
+           {"prefill", ParamType::Bool, "true",
+            "also compress at the end of the prefill (false: decode only, kvpress DecodingPress)"},
+           {"keep", ParamType::Float, "",
+            "at decode, keep this share of the tokens fed instead of the fixed budget (kvpress "
+            "CompressionRatioDecodingPress: keep = 1 - target_compression_ratio)",
+            0, 1}},
+          [](ScoredPolicy& p, const Params& w) {
+            p.shape().every = w.get_int("every");
+            p.shape().prefill = w.get_bool("prefill");
+            const double keep = w.get_float("keep");
+            if (!std::isnan(keep)) {
+              if (!(keep > 0 && keep < 1))
+                throw InputError("--policy", "cadence:keep", "a share in (0, 1) expected");
+              p.shape().grow = keep;
+            }
+          }};
 }
 
 WrapperDescriptor protect_wrapper() {

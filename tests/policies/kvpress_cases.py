@@ -18,6 +18,7 @@ class Case:
     sdpa: bool = False             # the press refuses eager attention
     masks: bool = False            # the press masks (masked_key_indices) instead of removing
     seed: int = 0                  # torch.manual_seed before the press is built and run
+    decode: int = 0                # decode steps before the kept sets are compared
     tie: Optional[Callable] = None  # (diffs, kvpress scores, Model) -> explained?
     why: str = "near-equal scores (within 1e-4 of the head's largest)"
 
@@ -93,6 +94,28 @@ def cases_for(model_name):
                                          chunk_length=10), sdpa=True),
         Case("block", "BlockPress(KeyDiffPress)", lambda b, n: "keydiff:budget=%d+block:size=16" % b,
              lambda r, m: P.BlockPress(P.KeyDiffPress(compression_ratio=r), block_size=16), sdpa=True),
+        # Decode-time presses: kept sets after 12 decode steps. The base is
+        # keydiff: knorm's exact layer-0 ties (equal norms of a repeated
+        # token) can fall either way at one step and then change every later
+        # token's keys, so its differences would not stay at ties.
+        Case("decoding", "DecodingPress(KeyDiffPress)",
+             lambda b, n: "keydiff:budget=%d+cadence:every=4,prefill=false" % b,
+             lambda r, m: P.DecodingPress(P.KeyDiffPress(), compression_interval=4,
+                                          target_size=max(1, len(m.ids) // 4), hidden_states_buffer_size=0),
+             decode=12),
+        Case("compression_ratio_decoding", "CompressionRatioDecodingPress(KeyDiffPress)",
+             lambda b, n: "keydiff:budget=%d+cadence:every=3,prefill=false,keep=0.25" % b,
+             lambda r, m: P.CompressionRatioDecodingPress(base_press=P.KeyDiffPress(), compression_interval=3,
+                                                          target_compression_ratio=0.75,
+                                                          hidden_states_buffer_size=0),
+             decode=12),
+        Case("prefill_decoding", "PrefillDecodingPress(KeyDiffPress, DecodingPress(KeyDiffPress))",
+             lambda b, n: "keydiff:budget=%d+cadence:every=4" % b,
+             lambda r, m: P.PrefillDecodingPress(
+                 prefilling_press=P.KeyDiffPress(compression_ratio=r),
+                 decoding_press=P.DecodingPress(P.KeyDiffPress(), compression_interval=4,
+                                                target_size=max(1, len(m.ids) // 4), hidden_states_buffer_size=0)),
+             decode=12),
         # Thresholds between the layers' laziness scores on each prompt, so
         # that some layers are lazy and some not.
         Case("simlayerkv", "SimLayerKVPress",

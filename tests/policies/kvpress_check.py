@@ -78,7 +78,7 @@ class Model:
             sys.exit("--model: expected stories260K or smollm2, got " + name)
         self._float64 = None
         ids, _, _ = self.capture("full", "full")
-        self.ids = ids
+        self.ids = ids  # the prompt
         self.layers = self.eager.config.num_hidden_layers
         self.kv_heads = self.eager.config.num_key_value_heads
 
@@ -88,13 +88,14 @@ class Model:
             self._float64 = copy.deepcopy(self.eager).double()
         return self._float64
 
-    def capture(self, label, spec):
+    def capture(self, label, spec, decode=0):
         """KVScope's prompt ids, kept sets [layer][head] after the prefill and
-        its recorded scores {(layer, head): {pos: score}} of the first gate."""
+        `decode` decode steps, and the trace; with decode > 0 the ids are the
+        prompt's followed by the `decode` tokens those steps fed."""
         trace = os.path.join(self.work, "%s-%s.kvtrace.h5" % (self.name, label))
-        r = subprocess.run([self.exe, "capture", *self.args, "--max-new", "1", "--prefill-chunk", "100000",
-                            "--capture", "events", "--policy", spec, "-q", "-o", trace],
-                           capture_output=True, text=True)
+        r = subprocess.run([self.exe, "capture", *self.args, "--max-new", str(decode + 1), "--ignore-eos",
+                            "--prefill-chunk", "100000", "--capture", "events", "--policy", spec,
+                            "-q", "-o", trace], capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError("kvscope capture --policy %s failed:\n%s" % (spec, r.stderr))
         with h5py.File(trace, "r") as f:
@@ -105,13 +106,15 @@ class Model:
             layer, head, token = f["events/layer"][:], f["events/kv_head"][:], f["events/token"][:]
         kept = [[set() for _ in range(K)] for _ in range(L)]
         for k, s, l, h, t in zip(kind, step, layer, head, token):
-            if s != 0:
+            if s > decode:
                 continue
             if k == 0:
                 kept[l][h].add(int(t))
             elif k == 3:
                 kept[l][h].discard(int(t))
-        return [int(i) for i in ids[:prompt]], kept, trace
+        if decode:
+            assert len(ids) >= prompt + decode, "the capture stopped before %d decode steps" % decode
+        return [int(i) for i in ids[:prompt + decode]], kept, trace
 
 
 @contextlib.contextmanager
@@ -139,9 +142,83 @@ def recording_scores(press):
         del inner.score
 
 
-def kvpress_kept(model, ids, press, masks=False):
-    """kvpress's kept positions per (layer, kv head) after the prefill, and
-    the scores its scorer gave."""
+def scorer_leaves(press):
+    """The ScorerPress objects inside a (wrapped) press: the ones whose
+    compress() cuts the cache."""
+    out, todo = [], [press]
+    while todo:
+        p = todo.pop()
+        if isinstance(p, kvpress.ScorerPress):
+            out.append(p)
+        for attr in ("press", "base_press", "prefilling_press", "decoding_press"):
+            if getattr(p, attr, None) is not None:
+                todo.append(getattr(p, attr))
+        todo.extend(getattr(p, "presses", []) or [])
+    return out
+
+
+def kvpress_kept_decoding(model, ids, press, decode):
+    """kvpress's kept positions after the prefill and `decode` decode steps
+    (the last `decode` ids fed one at a time with their positions, as
+    kvpress's pipeline does). After a compression the later keys are not those
+    of an uncompressed run, so positions are tracked through every compress()
+    call instead: its output rows are copies of its input rows."""
+    T, L = len(ids) - decode, len(model.model.layers)
+    K = model.config.num_key_value_heads
+    held = {l: [list(range(T)) for _ in range(K)] for l in range(L)}
+    # The latest score each position got, by absolute position (for the tie rules).
+    scores = {l: torch.full((K, len(ids)), float("nan"), dtype=torch.float64) for l in range(L)}
+    leaves = scorer_leaves(press)
+    assert leaves, "no ScorerPress inside the press"
+
+    def scored(original):
+        def score(module, *a, **kw):
+            s = original(module, *a, **kw)
+            l = module.layer_idx
+            for h in range(K):
+                scores[l][h, held[l][h]] = s[0, h].detach().double()
+            return s
+        return score
+
+    def tracked(original):
+        def compress(module, hidden_states, keys, values, attentions, kwargs):
+            k2, v2 = original(module, hidden_states, keys, values, attentions, kwargs)
+            l = module.layer_idx
+            for h in range(K):
+                match = (k2[0, h][:, None, :] == keys[0, h][None, :, :]).all(-1)  # [kept, n]
+                assert (match.sum(1) >= 1).all(), "a kept key matches no key before compress()"
+                rows = match.float().argmax(1).tolist()
+                held[l][h] = [held[l][h][r] for r in rows]
+            return k2, v2
+        return compress
+
+    for leaf in leaves:
+        leaf.compress = tracked(leaf.compress)
+        leaf.score = scored(leaf.score)
+    x = torch.tensor(ids, dtype=torch.long).unsqueeze(0)
+    try:
+        with torch.no_grad(), press(model):
+            cache = model(x[:, :T], use_cache=True).past_key_values
+            for i in range(T, len(ids)):
+                for l in range(L):
+                    for h in range(K):
+                        held[l][h].append(i)
+                pos = torch.tensor([[i]])
+                cache = model(x[:, i:i + 1], past_key_values=cache, use_cache=True, position_ids=pos,
+                              cache_position=pos[0]).past_key_values
+    finally:
+        for leaf in leaves:
+            del leaf.compress, leaf.score
+    for l in range(L):
+        assert cache.layers[l].keys.shape[2] == len(held[l][0]), "position tracking lost a row"
+    return [[set(held[l][h]) for h in range(K)] for l in range(L)], scores
+
+
+def kvpress_kept(model, ids, press, masks=False, decode=0):
+    """kvpress's kept positions per (layer, kv head) after the prefill (and
+    `decode` decode steps), and the scores its scorer gave."""
+    if decode:
+        return kvpress_kept_decoding(model, ids, press, decode)
     x = torch.tensor(ids, dtype=torch.long).unsqueeze(0)
     with torch.no_grad():
         full = model(x, use_cache=True).past_key_values
@@ -203,12 +280,12 @@ def run_case(model, case):
     n = len(model.ids)
     budget = case.budget(n)
     spec = case.spec(budget, n)
-    ids, ours, _ = model.capture(case.name, spec)
-    assert ids == model.ids, "the prompt differs between captures"
+    ids, ours, _ = model.capture(case.name, spec, case.decode)
+    assert ids[:n] == model.ids, "the prompt differs between captures"
     oracle = model.float64() if case.float64 else (model.sdpa if case.sdpa else model.eager)
     torch.manual_seed(case.seed)
     press = case.press(ratio_for(n, budget), model)
-    theirs, scores = kvpress_kept(oracle, ids, press, masks=case.masks)
+    theirs, scores = kvpress_kept(oracle, ids, press, masks=case.masks, decode=case.decode)
     L, K = len(ours), len(ours[0])
     same = sum(ours[l][h] == theirs[l][h] for l in range(L) for h in range(K))
     diffs = [(l, h, sorted(ours[l][h] - theirs[l][h]), sorted(theirs[l][h] - ours[l][h]))
