@@ -79,8 +79,11 @@ void ScoredPolicy::setup(const PolicySetup& s) {
     for (double f : shape_.layer_keep)
       budgets_.push_back(std::max<int64_t>(1, std::llround(f * double(s.prompt_tokens))));
   } else if (shape_.pyramid_beta > 0)
-    budgets_ =
-        pyramid_budgets(s.model->n_layers, base_budget(), protection().recent, shape_.pyramid_beta);
+    budgets_ = shape_.pyramid_whole
+                   ? pyramid_budgets_kvpress(s.model->n_layers, base_budget(), protection().recent,
+                                             shape_.pyramid_beta, s.prompt_tokens)
+                   : pyramid_budgets(s.model->n_layers, base_budget(), protection().recent,
+                                     shape_.pyramid_beta);
 }
 
 std::vector<trace::GateSpec> ScoredPolicy::gates() const {

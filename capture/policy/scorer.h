@@ -87,6 +87,7 @@ struct EvictionShape {
   bool adaptive = false;    // AdaKV: one budget per layer shared across its heads
   double alpha = 0.2;       // AdaKV's safeguard: each head keeps its top floor(alpha x budget)
   double pyramid_beta = 0;  // > 0: PyramidKV's layer budgets (mean = budget)
+  bool pyramid_whole = false;  // kvpress PyramidKVPress: the whole budget on the sequence
   std::vector<double> layer_keep;  // layer_ratios: fraction of the prompt each layer keeps per head
   int64_t chunk = 1;  // ChunkKV: entries scored and kept by chunks of consecutive positions
   bool chunk_shared = false;  // kvpress ChunkKV: one chunk choice for all the layer's heads

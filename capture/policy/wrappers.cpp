@@ -36,11 +36,19 @@ WrapperDescriptor pyramid_wrapper() {
           "Funneling, 2024",
           "docs/policies/pyramidkv.md",
           {{"beta", ParamType::Float, "20",
-            "steepness: the top layer keeps (budget - recent) / beta unprotected entries", 1, 1e6}},
+            "steepness: the top layer keeps (budget - recent) / beta unprotected entries", 1, 1e6},
+           {"spread", ParamType::String, "prefix",
+            "prefix (the paper's code) or all (kvpress PyramidKVPress: the whole budget on the "
+            "sequence)"}},
           [](ScoredPolicy& p, const Params& w) {
             if (p.shape().adaptive)
               throw InputError("--policy", "pyramid",
                                "per-layer budgets and adakv's shared layer budget contradict");
+            const std::string& spread = w.get_string("spread");
+            if (spread != "prefix" && spread != "all")
+              throw InputError("--policy", "pyramid:spread",
+                               "'prefix' or 'all' expected, got '" + spread + "'");
+            p.shape().pyramid_whole = spread == "all";
             p.shape().pyramid_beta = w.get_float("beta");
           }};
 }

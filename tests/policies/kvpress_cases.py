@@ -43,6 +43,11 @@ def knorm_tie(diffs, scores, model):
     return True
 
 
+def ratio_of(n, keep):
+    from kvpress_check import ratio_for
+    return ratio_for(n, keep)
+
+
 def cases_for(model_name):
     P = kvpress
     # Sizes that exercise each press's structure on the model's prompt (98
@@ -50,6 +55,9 @@ def cases_for(model_name):
     # last non-causal chunk that kvpress pads.
     lag, chunk = (16, 32) if model_name == "stories260K" else (32, 64)
     lazy, recent = (0.62, 24) if model_name == "stories260K" else (0.6, 64)
+    layers = 5 if model_name == "stories260K" else 30
+    # Entries each layer keeps (PerLayerCompressionPress): 1/8 to 1/2 of the prompt.
+    per_layer_keep = lambda n: [max(1, n * (1 + l % 4) // 8) for l in range(layers)]  # noqa: E731
     cases = [
         Case("streaming_llm", "StreamingLLMPress", lambda b, n: "streaming_llm:sinks=4,window=%d" % (b - 4),
              lambda r, m: P.StreamingLLMPress(compression_ratio=r, n_sink=4)),
@@ -94,6 +102,22 @@ def cases_for(model_name):
                                          chunk_length=10), sdpa=True),
         Case("block", "BlockPress(KeyDiffPress)", lambda b, n: "keydiff:budget=%d+block:size=16" % b,
              lambda r, m: P.BlockPress(P.KeyDiffPress(compression_ratio=r), block_size=16), sdpa=True),
+        Case("adakv", "AdaKVPress(SnapKVPress)",
+             lambda b, n: "adakv:scorer=snapkv,budget=%d,window=8,kernel=5,alpha=0.2" % b,
+             lambda r, m: P.AdaKVPress(P.SnapKVPress(compression_ratio=r, window_size=8, kernel_size=5),
+                                       alpha_safeguard=0.2), sdpa=True, masks=True),
+        # The paper's pyramid (spread=prefix, the default) adds the window to
+        # every layer; kvpress spreads the whole budget. beta 2 keeps kvpress's
+        # pyramid within its fit condition on these short prompts.
+        Case("pyramidkv", "PyramidKVPress",
+             lambda b, n: "pyramidkv:budget=%d,window=8,kernel=5,beta=2,spread=all" % b,
+             lambda r, m: P.PyramidKVPress(compression_ratio=r, window_size=8, kernel_size=5, beta=2)),
+        Case("layer_ratios", "PerLayerCompressionPress(KnormPress)",
+             lambda b, n: "knorm:budget=%d+layer_ratios:keep=%s" % (
+                 b, "/".join("%.6f" % (k / n) for k in per_layer_keep(n))),
+             lambda r, m: P.PerLayerCompressionPress(
+                 P.KnormPress(), compression_ratios=[ratio_of(len(m.ids), k) for k in per_layer_keep(len(m.ids))]),
+             tie=knorm_tie, why="swaps of equal-norm keys"),
         # Decode-time presses: kept sets after 12 decode steps. The base is
         # keydiff: knorm's exact layer-0 ties (equal norms of a repeated
         # token) can fall either way at one step and then change every later

@@ -52,5 +52,10 @@ ScorerDescriptor leverage_scorer();
 
 // PyramidKV's per-layer budgets (mean `budget` per head, window included).
 std::vector<int64_t> pyramid_budgets(int64_t layers, int64_t budget, int64_t window, double beta);
+// kvpress PyramidKVPress's budgets for a prompt of T tokens: the whole mean
+// budget (window included) on the sequence, capped at the prompt, SnapKV's
+// uniform budget where the pyramid would not fit.
+std::vector<int64_t> pyramid_budgets_kvpress(int64_t layers, int64_t budget, int64_t window,
+                                             double beta, int64_t T);
 
 }  // namespace kvscope::policy
