@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""The policy quality table of docs/policies/README.md: every policy on
+SmolLM2-135M-Instruct at equal memory (25 % and 12.5 % of a 2K context),
+
+  KL      next-token KL(full || policy) per decode step, mean over --samples
+          licence prompts of ~--context tokens and --new greedy tokens
+          (`kvscope capture --oracle`: the full-cache shadow is teacher-forced
+          on the policy's tokens);
+  recall  the oracle's top-16 recall per decode step (the share of the full
+          cache's 16 most-attended keys the policy still holds), same runs;
+  passkey accuracy of kvscope's passkey task (`--task needle:tokens=C`, no
+          chat template, greedy) over --depths depths from 0.1 to 0.9;
+  entries the mean entries held per (layer, kv head) over the decode steps.
+
+Results go to --out (JSON, one entry per (budget, policy), written after each
+so an interrupted run resumes where it stopped); --markdown prints the table.
+
+usage (from the repository root):
+  bench/policies/quality_table.py --model models/SmolLM2-135M-Instruct.Q4_1.gguf \\
+      --out bench/policies/results/quality-smollm2-2k.json [--only NAME,NAME] [--markdown]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import h5py
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gates"))
+from quality import CHARS_PER_TOKEN, LICENSES, licence_text  # noqa: E402
+
+# name -> spec; {M} entries per head, {H} = M/2, {W} = M - 4, {F} = the share.
+# Policies whose memory is their own (a learned gate, a threshold) have no
+# placeholder: the table reports the entries they held.
+POLICIES = [
+    ("full", "full"),
+    ("window", "window:window={M}"),
+    ("streaming_llm", "streaming_llm:sinks=4,window={W}"),
+    ("h2o", "h2o:heavy={H},recent={H}"),
+    ("tova", "tova:budget={M}"),
+    ("snapkv", "snapkv:budget={M}"),
+    ("pyramidkv", "pyramidkv:budget={M}"),
+    ("adakv", "adakv:scorer=snapkv,budget={M}"),
+    ("criticalkv", "criticalkv:scorer=snapkv,budget={M}"),
+    ("chunkkv", "snapkv:budget={M}+chunk:size=10,heads=shared"),
+    ("knorm", "knorm:budget={M}"),
+    ("expected_attention", "expected_attention:budget={M}"),
+    ("random", "random:budget={M}"),
+    ("observed_attention", "observed_attention:budget={M}"),
+    ("keydiff", "keydiff:budget={M}"),
+    ("lagkv", "lagkv:budget={M}"),
+    ("cur", "cur:budget={M}"),
+    ("leverage", "leverage:budget={M}"),
+    ("non_causal_attention", "non_causal_attention:budget={M}"),
+    ("compactor", "compactor:budget={M}"),
+    ("quest", "quest:budget={M}"),
+    ("dbtrimkv", "dbtrimkv:budget={M}"),
+    ("kvpop", "kvpop:budget={M}"),
+    ("sfc", "sfc:hot={F}"),
+    ("wgkv", "wgkv"),
+    ("simlayerkv", "simlayerkv:threshold=0.6,recent=256"),
+]
+NOTES = {
+    "quest": "selects {M} entries per query at read time; holds all",
+    "sfc": "hot {M} + warm INT4 {M} + cold (unread) rest",
+    "leverage": "prefill only: grows at decode",
+    "non_causal_attention": "prefill only: grows at decode",
+    "compactor": "prefill only: grows at decode",
+    "wgkv": "its own memory (the shipped gate)",
+    "simlayerkv": "its own memory (lazy layers keep 4 + 255)",
+}
+
+
+def capture(args, spec, out, new, prompt=None, task=None, oracle=False):
+    source, pf = [], None
+    if task:
+        source = ["--task", task]
+    else:
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write(prompt)
+            pf = f.name
+        source = ["--prompt-file", pf]
+    cmd = [args.kvscope, "capture", "--model", args.model, *source, "--max-new", str(new), "--greedy",
+           "--capture", "events", "-q", "--threads", str(args.threads), "--policy", spec, "-o", out]
+    if oracle:
+        cmd += ["--oracle", "--oracle-k", "16"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if pf:
+        os.unlink(pf)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
+    with h5py.File(out, "r") as h:
+        kind = h["steps/kind"][:]
+        dec = np.nonzero(kind == 1)[0]
+        L, K = h["occupancy/entries"].shape[1:3]
+        res = {"entries": float(np.mean(h["steps/entries"][:][dec])) / (L * K)}
+        if oracle:
+            res["kl"] = float(np.mean(h["oracle/kl"][:][dec]))
+            res["recall"] = float(np.mean(h["oracle/recall"][:][dec]))
+        res["success"] = bool(h["generation/success"][()] == 1) if "generation/success" in h else None
+    os.unlink(out)
+    return res
+
+
+def run_policy(args, spec, work):
+    trace = os.path.join(work, "t.kvtrace.h5")
+    chars = int(args.context * CHARS_PER_TOKEN)
+    kl = [capture(args, spec, trace, args.new, prompt=licence_text(LICENSES[i % len(LICENSES)])[:chars],
+                  oracle=True) for i in range(args.samples)]
+    depths = [0.1 + 0.8 * j / max(1, args.depths - 1) for j in range(args.depths)]
+    pk = [capture(args, spec, trace, 12, task=f"needle:tokens={args.context},depth={d:.2f},seed={j + 1}")
+          for j, d in enumerate(depths)]
+    return {"spec": spec, "kl": float(np.mean([r["kl"] for r in kl])),
+            "recall": float(np.mean([r["recall"] for r in kl])),
+            "entries": float(np.mean([r["entries"] for r in kl])),
+            "passkey": sum(r["success"] for r in pk), "depths": len(pk),
+            "passkey_by_depth": [bool(r["success"]) for r in pk]}
+
+
+def markdown(results, shares):
+    rows = ["| policy | spec at 25 % | " + " | ".join(
+        f"{int(s * 100 * 10) / 10:g} %: KL | recall | passkey | entries" for s in shares) + " |",
+            "| --- | --- | " + " | ".join("--- | --- | --- | ---" for _ in shares) + " |"]
+    for name, _ in POLICIES:
+        cells = []
+        spec = None
+        for s in shares:
+            r = results.get(f"{s}/{name}")
+            if r is None:
+                cells.append("— | — | — | —")
+                continue
+            spec = spec or r["spec"]
+            cells.append(f"{r['kl']:.4f} | {r['recall']:.3f} | {r['passkey']}/{r['depths']} | {r['entries']:.0f}")
+        if spec is None:
+            continue
+        note = NOTES.get(name, "")
+        rows.append(f"| `{name}`{' (' + note.replace('{M}', 'M') + ')' if note else ''} | `{spec}` | "
+                    + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kvscope", default="build/app/kvscope")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--context", type=int, default=2000)
+    ap.add_argument("--shares", default="0.25,0.125")
+    ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--samples", type=int, default=2)
+    ap.add_argument("--depths", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+    shares = [float(s) for s in args.shares.split(",")]
+    results = json.load(open(args.out)) if os.path.exists(args.out) else {}
+    if args.markdown:
+        print(markdown(results, shares))
+        return
+    work = tempfile.mkdtemp(prefix="kvscope-quality-")
+    only = set(args.only.split(",")) if args.only else None
+    for share in shares:
+        M = int(round(share * args.context))
+        for name, template in POLICIES:
+            key = f"{share}/{name}"
+            if (only and name not in only) or key in results or (name == "full" and share != shares[0]):
+                continue
+            spec = (template.replace("{M}", str(M)).replace("{H}", str(M // 2)).replace("{W}", str(M - 4))
+                    .replace("{F}", str(share)))
+            t0 = time.time()
+            try:
+                r = run_policy(args, spec, work)
+            except RuntimeError as e:
+                print(f"{key}: FAILED {e}", file=sys.stderr, flush=True)
+                continue
+            r["seconds"] = time.time() - t0
+            results[key] = r
+            if name == "full":
+                for s in shares[1:]:
+                    results[f"{s}/full"] = r
+            with open(args.out + ".tmp", "w") as f:
+                json.dump(results, f, indent=1)
+            os.replace(args.out + ".tmp", args.out)
+            print(f"{key}: KL {r['kl']:.4f} recall {r['recall']:.3f} passkey {r['passkey']}/{r['depths']} "
+                  f"entries {r['entries']:.0f} ({r['seconds']:.0f} s)", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()
