@@ -169,6 +169,8 @@ void ScoredPolicy::after_attention(LayerContext& c) {
   if (!compressing(c)) return;
   if (shape_.block > 0 && c.prefill)
     evict_blocks(c);
+  else if (shape_.per_chunk > 0 && c.prefill)
+    evict_per_chunk(c);
   else if (shape_.chunk_shared)
     evict_shared_chunks(c);
   else if (shape_.adaptive)
@@ -205,6 +207,38 @@ void ScoredPolicy::evict_blocks(LayerContext& c) {
     std::set<int64_t> stay(kept.begin(), kept.end());
     for (int32_t pos : all.pos)
       if (!stay.count(pos)) out.push_back(pos);
+    for (int32_t pos : all.pos) c.decide.gate(0, c.layer, h, pos, s[pos], c.step % 16 == 0);
+    evict_all(c.decide, c.layer, h, out, s, 1);
+  }
+}
+
+// kvpress's ChunkPress (FINCH's uniform compression): the prompt's entries,
+// in position order, are cut into chunks of `per_chunk`; each chunk is scored
+// on its own (as if it were all the head held) and keeps max(1, floor(n_c x
+// budget / T)) of its n_c entries, so every part of the prompt keeps its
+// share.
+void ScoredPolicy::evict_per_chunk(LayerContext& c) {
+  const int64_t keep = budget_at(c);
+  const HeadScorer::Subsets kind = scorer_->subsets();
+  for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h) {
+    const HeldRows all = held_rows(c.cache, c.layer, h);
+    const int64_t T = all.size();
+    if (T <= keep) continue;
+    float* s = scores_.at(c.layer, h);
+    if (kind == HeadScorer::Subsets::Entry) score_head(c, h, s);
+    std::vector<int64_t> out;
+    for (int64_t i = 0; i < T; i += shape_.per_chunk) {
+      std::vector<int64_t> chunk;
+      for (int64_t j = i; j < std::min(T, i + shape_.per_chunk); ++j) chunk.push_back(all.pos[size_t(j)]);
+      if (kind == HeadScorer::Subsets::Set) scorer_->score_rows(c, h, subset_rows(all, chunk), s);
+      const int64_t n = int64_t(chunk.size());
+      const int64_t k = std::max<int64_t>(1, int64_t(double(n) * double(keep) / double(T) + 1e-9));
+      std::sort(chunk.begin(), chunk.end(), [&](int64_t a, int64_t b) {
+        return s[a] != s[b] ? s[a] > s[b] : a > b;  // best first; ties keep the newer
+      });
+      out.insert(out.end(), chunk.begin() + std::min(k, n), chunk.end());
+    }
+    std::sort(out.begin(), out.end());
     for (int32_t pos : all.pos) c.decide.gate(0, c.layer, h, pos, s[pos], c.step % 16 == 0);
     evict_all(c.decide, c.layer, h, out, s, 1);
   }
@@ -342,6 +376,7 @@ std::string ScoredPolicy::describe() const {
   else
     o << "; allocator uniform, budget " << base_budget() << " per head";
   if (shape_.block > 0) o << "; the prompt compressed in blocks of " << shape_.block;
+  if (shape_.per_chunk > 0) o << "; each prompt chunk of " << shape_.per_chunk << " keeps its share";
   if (shape_.chunk > 1)
     o << "; kept by chunks of " << shape_.chunk
       << (shape_.chunk_shared ? ", the same chunks for the layer's heads" : "");

@@ -92,6 +92,7 @@ struct EvictionShape {
   int64_t chunk = 1;  // ChunkKV: entries scored and kept by chunks of consecutive positions
   bool chunk_shared = false;  // kvpress ChunkKV: one chunk choice for all the layer's heads
   int64_t block = 0;  // kvpress BlockPress: the prompt compressed block by block (0: at once)
+  int64_t per_chunk = 0;  // kvpress ChunkPress: each chunk of the prompt keeps its share alone
   int64_t every = 1;  // decode steps between compressions
   bool prefill = true;  // compress at the end of the prefill (false: kvpress DecodingPress)
   double grow = 0;      // > 0: at decode the budget is this share of the tokens fed
@@ -144,6 +145,7 @@ class ScoredPolicy : public Policy {
   void evict_adaptive(LayerContext& c);
   void evict_shared_chunks(LayerContext& c);
   void evict_blocks(LayerContext& c);
+  void evict_per_chunk(LayerContext& c);
 
   std::unique_ptr<HeadScorer> scorer_;
   std::string scorer_name_;

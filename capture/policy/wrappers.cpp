@@ -117,6 +117,27 @@ WrapperDescriptor block_wrapper() {
           }};
 }
 
+WrapperDescriptor per_chunk_wrapper() {
+  return {"per_chunk",
+          "each chunk of the prompt keeps its share of the budget, scored on its own (kvpress "
+          "ChunkPress, FINCH's uniform compression)",
+          "Corallo & Papotti, FINCH: Prompt-guided Key-Value Cache Compression, TACL 2024 (kvpress "
+          "ChunkPress)",
+          "docs/policies/composition.md",
+          {{"size", ParamType::Int, "1024", "entries per chunk", 1, 1 << 20}},
+          [](ScoredPolicy& p, const Params& w) {
+            if (p.scorer().subsets() == HeadScorer::Subsets::Other)
+              throw InputError("--policy", "per_chunk",
+                               "the scorer " + p.scorer().score_name() +
+                                   " cannot score a chunk of the prompt on its own: knorm, "
+                                   "keydiff, random or observed_attention expected");
+            if (p.shape().adaptive || p.shape().chunk > 1 || p.shape().block > 0)
+              throw InputError("--policy", "per_chunk",
+                               "per-head budgets only: not with adakv, chunk or block");
+            p.shape().per_chunk = w.get_int("size");
+          }};
+}
+
 WrapperDescriptor layer_ratios_wrapper() {
   return {"layer_ratios",
           "per-layer budgets: layer l keeps keep[l] of the prompt per head (kvpress "
@@ -180,6 +201,7 @@ WrapperDescriptor protect_wrapper() {
 const std::vector<WrapperDescriptor>& builtin_wrappers() {
   static const std::vector<WrapperDescriptor> all = {pyramid_wrapper(), adakv_wrapper(),
                                                      chunk_wrapper(),   block_wrapper(),
+                                                     per_chunk_wrapper(),
                                                      layer_ratios_wrapper(),
                                                      cadence_wrapper(), protect_wrapper()};
   return all;

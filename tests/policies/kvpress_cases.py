@@ -106,6 +106,8 @@ def cases_for(model_name):
              lambda b, n: "adakv:scorer=snapkv,budget=%d,window=8,kernel=5,alpha=0.2" % b,
              lambda r, m: P.AdaKVPress(P.SnapKVPress(compression_ratio=r, window_size=8, kernel_size=5),
                                        alpha_safeguard=0.2), sdpa=True, masks=True),
+        Case("per_chunk", "ChunkPress(KeyDiffPress)", lambda b, n: "keydiff:budget=%d+per_chunk:size=32" % b,
+             lambda r, m: P.ChunkPress(P.KeyDiffPress(compression_ratio=r), chunk_length=32), sdpa=True),
         # The paper's pyramid (spread=prefix, the default) adds the window to
         # every layer; kvpress spreads the whole budget. beta 2 keeps kvpress's
         # pyramid within its fit condition on these short prompts.

@@ -118,9 +118,12 @@ class Model:
 
 
 @contextlib.contextmanager
-def recording_scores(press):
-    """Records what every ScorerPress inside `press` returns from score(),
-    per layer: {layer: tensor [K, T]} of the outermost scorer."""
+def recording_scores(press, T=None):
+    """Records what the outermost scorer inside `press` returns from score(),
+    per layer: {layer: tensor [K, T]}. A press that scores the prompt chunk by
+    chunk in order (ChunkPress) has its pieces joined; otherwise the first
+    call's scores (the whole prompt) stand."""
+    pieces = {}
     scores = {}
     inner = press
     while not hasattr(inner, "score") and hasattr(inner, "press"):
@@ -132,7 +135,7 @@ def recording_scores(press):
 
     def score(module, *a, **kw):
         s = original(module, *a, **kw)
-        scores.setdefault(module.layer_idx, s[0].detach().double().clone())
+        pieces.setdefault(module.layer_idx, []).append(s[0].detach().double().clone())
         return s
 
     inner.score = score
@@ -140,6 +143,9 @@ def recording_scores(press):
         yield scores
     finally:
         del inner.score
+        for l, ps in pieces.items():
+            joined = sum(p.shape[-1] for p in ps) == T and len(ps) > 1
+            scores[l] = torch.cat(ps, dim=-1) if joined else ps[0]
 
 
 def scorer_leaves(press):
@@ -222,7 +228,7 @@ def kvpress_kept(model, ids, press, masks=False, decode=0):
     x = torch.tensor(ids, dtype=torch.long).unsqueeze(0)
     with torch.no_grad():
         full = model(x, use_cache=True).past_key_values
-        with recording_scores(press) as scores, press(model):
+        with recording_scores(press, len(ids)) as scores, press(model):
             pressed = model(x, use_cache=True).past_key_values
     L = len(model.model.layers)
     kept = []
