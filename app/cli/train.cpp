@@ -148,6 +148,9 @@ int run_train(TrainCli& c) {
   else if (c.o.kind == gates::GateKind::SfcGru)
     std::fprintf(stderr, "train: wrote %s (+ .json .csv .log) in %.1f s\n", c.o.output.c_str(),
                  r.wall_seconds);
+  else if (c.o.kind == gates::GateKind::QFilter)
+    std::fprintf(stderr, "train: wrote %s (+ .json) in %.1f s\n", c.o.output.c_str(),
+                 r.wall_seconds);
   else
     std::fprintf(
         stderr, "train: wrote %s (+ .json .csv .log .ckpt)%s in %.1f s\n", c.o.output.c_str(),
@@ -163,7 +166,8 @@ Command add_train_command(CLI::App& app) {
   c->sub = sub;
   sub->add_option("--policy", c->policy,
                   "wgkv | attention-gate | retention | retention-global | kvpop (--scorer "
-                  "mlp|mlstm; --retrofit) | streaming-plus | sfc (--traces)")
+                  "mlp|mlstm; --retrofit) | streaming-plus | sfc (--traces) | qfilter (calibration: "
+                  "--steps windows of --seq-len tokens of --data)")
       ->required();
   generate::add_model_options(sub, &o.model);
   // sfc reads the model's path from its traces.

@@ -24,7 +24,11 @@ def main():
         t = m["training"]
         st = js[:-5] + ".safetensors"
         h = t.get("heldout", {})
-        if m["policy"] == "sfc-gru":  # trained from traces: tokens sampled per trace and step
+        if m["policy"] == "qfilter":  # calibrated, not trained
+            share = [x for layer in t["explained_share"] for x in layer]
+            held = f"query energy along the filter: mean {fmt(sum(share) / len(share))}"
+            shape = f"{t['windows']} x {t['seq_len']} (calibration)"
+        elif m["policy"] == "sfc-gru":  # trained from traces: tokens sampled per trace and step
             held = (f"AUROC now {fmt(h['now']['auroc'])}, horizon {fmt(h['horizon']['auroc'])}; "
                     f"onsets forecast {fmt(h['onsets_forecast_lead'])}") if h else "-"
             shape = f"{t['steps']} x {t['tokens']} tokens"

@@ -36,6 +36,8 @@ const char* gate_kind_name(GateKind k) {
       return "kvpop-mlstm";
     case GateKind::SfcGru:
       return "sfc-gru";
+    case GateKind::QFilter:
+      return "qfilter";
   }
   return "?";
 }
@@ -44,12 +46,13 @@ GateKind parse_gate_kind(const std::string& name, const std::string& file,
                          const std::string& field) {
   for (GateKind k :
        {GateKind::WriteGate, GateKind::AttentionGate, GateKind::Retention,
-        GateKind::RetentionGlobal, GateKind::KvpopMlp, GateKind::KvpopMlstm, GateKind::SfcGru})
+        GateKind::RetentionGlobal, GateKind::KvpopMlp, GateKind::KvpopMlstm, GateKind::SfcGru,
+        GateKind::QFilter})
     if (name == gate_kind_name(k)) return k;
   throw InputError(file, field,
                    "'" + name +
                        "' is not a gate kind (wgkv, attention-gate, retention, retention-global, "
-                       "kvpop-mlp, kvpop-mlstm, sfc-gru)");
+                       "kvpop-mlp, kvpop-mlstm, sfc-gru, qfilter)");
 }
 
 double GateSet::hyper(const std::string& key) const {
@@ -106,6 +109,8 @@ json default_hyperparameters(GateKind kind, const GateShape& s) {
       return {{"hidden", 8},        {"latent", 8},         {"horizon", 32},
               {"ewma", 0.8},        {"tau_quantile", 0.9}, {"alpha", 6.0},
               {"focal_gamma", 2.0}, {"lead", 2},           {"latency_weight", 1.0}};
+    case GateKind::QFilter:
+      return json::object();  // calibrated, nothing to choose
   }
   return json::object();
 }
@@ -264,6 +269,9 @@ std::map<std::string, std::vector<int64_t>> expected_parameters(GateKind kind, c
         out[p + "sfc.b_hh"] = {K, 3 * G};
         break;
       }
+      case GateKind::QFilter:
+        out[p + "qfilter"] = {K, hd};
+        break;
     }
   }
   if (kind == GateKind::SfcGru) {
@@ -378,6 +386,9 @@ GateSet init_gates(GateKind kind, const json& hyper, const GateShape& shape, uin
         break;
       case GateKind::SfcGru:
         init_sfc_param(name, t, shape);
+        break;
+      case GateKind::QFilter:  // calibrated (qfilter_calibration.cpp), never initialised to train
+        t.zero_();
         break;
     }
     set.params[name] = t;

@@ -43,6 +43,10 @@
 //     layers.{l}.sfc.w_ih     [K, 3G, F]   layers.{l}.sfc.b_ih  [K, 3G]  (gates r, z, n)
 //     layers.{l}.sfc.w_hh     [K, 3G, G]   layers.{l}.sfc.b_hh  [K, 3G]
 //     sfc_shared.head.weight  [2, G]       sfc_shared.head.bias [2]   (now, horizon)
+//   qfilter (Q-Filters, Godey et al. 2025; docs/policies/qfilter.md), calibrated
+//   from the model's queries, not trained, per layer l:
+//     layers.{l}.qfilter      [K, hd]   (unit principal direction of the group's
+//                                        post-RoPE queries, oriented with them)
 #pragma once
 
 #include <torch/types.h>
@@ -65,10 +69,11 @@ enum class GateKind {
   KvpopMlp,
   KvpopMlstm,
   SfcGru,
+  QFilter,
 };
 
 // "wgkv", "attention-gate", "retention", "retention-global", "kvpop-mlp", "kvpop-mlstm",
-// "sfc-gru".
+// "sfc-gru", "qfilter".
 const char* gate_kind_name(GateKind k);
 // Throws InputError(file, field, ...) for an unknown name.
 GateKind parse_gate_kind(const std::string& name, const std::string& file,

@@ -67,6 +67,7 @@ gates::TrainOptions stories_options(GateKind kind, const std::string& out, int64
       o.hyper_given = {{"sinks", 4}, {"window", 8}, {"topk", 20}};
       break;
     case GateKind::SfcGru:  // trains from traces: not one of these objectives
+    case GateKind::QFilter:  // calibrated: not one of these objectives
       break;
   }
   return o;

@@ -43,6 +43,21 @@ def knorm_tie(diffs, scores, model):
     return True
 
 
+def qfilter_press(ratio, model, name):
+    """kvpress's QFilterPress with KVScope's calibrated filters (kvpress would
+    download its own from the Hugging Face hub). kvpress keeps the highest
+    -(f . k); KVScope the highest u . k: f = -u."""
+    import os
+    import torch
+    from safetensors.torch import load_file
+    here = os.path.dirname(os.path.abspath(__file__))
+    t = load_file(os.path.join(here, "..", "..", "resources", "gates", name + "-qfilter.safetensors"))
+    press = kvpress.QFilterPress(compression_ratio=ratio)
+    press.q_filters = [-t["layers.%d.qfilter" % l] for l in range(len(t))]
+    press.post_init_from_model = lambda model: None
+    return press
+
+
 def ratio_of(n, keep):
     from kvpress_check import ratio_for
     return ratio_for(n, keep)
@@ -56,6 +71,7 @@ def cases_for(model_name):
     lag, chunk = (16, 32) if model_name == "stories260K" else (32, 64)
     lazy, recent = (0.62, 24) if model_name == "stories260K" else (0.6, 64)
     layers = 5 if model_name == "stories260K" else 30
+    filters = "stories260K" if model_name == "stories260K" else "SmolLM2-135M-Instruct"
     # Entries each layer keeps (PerLayerCompressionPress): 1/8 to 1/2 of the prompt.
     per_layer_keep = lambda n: [max(1, n * (1 + l % 4) // 8) for l in range(layers)]  # noqa: E731
     cases = [
@@ -108,6 +124,8 @@ def cases_for(model_name):
                                        alpha_safeguard=0.2), sdpa=True, masks=True),
         Case("per_chunk", "ChunkPress(KeyDiffPress)", lambda b, n: "keydiff:budget=%d+per_chunk:size=32" % b,
              lambda r, m: P.ChunkPress(P.KeyDiffPress(compression_ratio=r), chunk_length=32), sdpa=True),
+        Case("qfilter", "QFilterPress (KVScope's filters)", lambda b, n: "qfilter:budget=%d" % b,
+             lambda r, m: qfilter_press(r, m, filters)),
         # The paper's pyramid (spread=prefix, the default) adds the window to
         # every layer; kvpress spreads the whole budget. beta 2 keeps kvpress's
         # pyramid within its fit condition on these short prompts.

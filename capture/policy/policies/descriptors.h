@@ -36,6 +36,7 @@ PolicyDescriptor non_causal_attention_descriptor();
 PolicyDescriptor compactor_descriptor();
 PolicyDescriptor criticalkv_descriptor();
 PolicyDescriptor simlayerkv_descriptor();
+PolicyDescriptor qfilter_descriptor();
 
 // Per-head scorers the policies above are built from (capture/policy/scorer.h).
 struct ScorerDescriptor;

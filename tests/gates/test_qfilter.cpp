@@ -1,0 +1,144 @@
+// Q-Filters: the calibration against an SVD of the same queries computed
+// here, the policy's scores against u.k, and bad filter files.
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "capture/gates/trainer.h"
+#include "capture/generate/dense_kv_cache.h"
+#include "capture/policy/registry.h"
+#include "capture/policy/step_driver.h"
+#include "core/common/input_error.h"
+#include "tests/gates/gate_test_util.h"
+#include "tests/support/paths.h"
+
+namespace kvscope::test {
+
+namespace {
+
+using gates::GateKind;
+
+// Records every layer's queries [n, H, hd] while attending densely.
+class QueryRecorder : public model::AttentionBackend {
+ public:
+  QueryRecorder(const model::ModelConfig& c, int64_t n)
+      : dense_(c, n, torch::kCPU, torch::kFloat32), q(size_t(c.n_layers)) {}
+  void begin_step(int64_t pos0, int64_t n) override { dense_.begin_step(pos0, n); }
+  void end_step() override { dense_.end_step(); }
+  torch::Tensor attend(const model::AttentionInputs& in) override {
+    q[size_t(in.layer)] = in.q.to(torch::kFloat64).clone();
+    return dense_.attend(in);
+  }
+  generate::DenseKvCache dense_;
+  std::vector<torch::Tensor> q;
+};
+
+gates::TrainOptions qfilter_options(const std::string& out) {
+  const std::string text = temp_dir() + "/qfilter-text.txt";
+  std::ofstream file(text);
+  for (int i = 0; i < 3; ++i)
+    file << "Once upon a time there was a little dog named Max. Max liked to run in "
+                         "the park with his friend Sue. One day they found a big red ball under a "
+                         "tree and played until the sun went down. Then they went home and slept. "
+                         "The next morning the sky was blue and the birds were singing.\n";
+  file.close();
+  gates::TrainOptions o;
+  o.kind = GateKind::QFilter;
+  o.model.model = stories_model_path();
+  o.model.tokenizer = stories_tokenizer_path();
+  o.model.threads = 1;
+  o.data.paths = {text};
+  o.data.holdout = 0.1;
+  o.seq_len = 24;
+  o.steps = 1;  // the first window: ids [0, 24)
+  o.output = out;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("qfilter: the calibrated filter is the top right singular vector of the group's queries",
+          "[gates][qfilter]") {
+  const std::string out = temp_dir() + "/stories-qfilter.safetensors";
+  const gates::TrainOptions o = qfilter_options(out);
+  gates::calibrate_qfilters(o);
+  generate::Engine engine = generate::open_engine(o.model);
+  const model::ModelConfig& c = engine.model->config();
+  const gates::GateSet g = gates::load_gates(out, c);
+  CHECK(g.kind == GateKind::QFilter);
+  CHECK(g.meta["base_model"]["sha256"] == gates::file_sha256(stories_model_path()));
+
+  // The same window through the model, queries recorded here.
+  gates::DataOptions d = o.data;
+  d.window = o.seq_len;
+  const gates::TokenData data = gates::load_training_data(engine, d);
+  std::vector<int64_t> ids(data.ids.begin(), data.ids.begin() + o.seq_len);
+  QueryRecorder rec(c, o.seq_len);
+  torch::NoGradGuard no_grad;
+  engine.model->forward(torch::tensor(ids), 0, rec, false);
+  const int64_t K = c.n_kv_heads, R = c.n_heads / K, hd = c.head_dim;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const torch::Tensor u = g.param("layers." + std::to_string(l) + ".qfilter").to(torch::kFloat64);
+    for (int64_t h = 0; h < K; ++h) {
+      INFO("layer " << l << ", kv head " << h);
+      // [n, R, hd] -> [n R, hd]: the group's queries stacked.
+      torch::Tensor q = rec.q[size_t(l)].narrow(1, h * R, R).reshape({-1, hd});
+      torch::Tensor v = std::get<2>(torch::linalg_svd(q, false)).select(0, 0);  // top right vector
+      const torch::Tensor uh = u[h];
+      CHECK(uh.norm().item<double>() == Approx(1.0).epsilon(1e-6));
+      CHECK(std::abs(uh.dot(v).item<double>()) == Approx(1.0).epsilon(1e-6));
+      CHECK(q.matmul(uh).sum().item<double>() > 0);  // oriented with the queries
+    }
+  }
+}
+
+TEST_CASE("qfilter: the policy keeps the keys of largest projection on the filter",
+          "[gates][qfilter]") {
+  const model::ModelConfig c = stories_shape();
+  const gates::GateShape shape = gates::GateShape::of(c);
+  gates::GateSet set = gates::init_gates(GateKind::QFilter, nlohmann::json::object(), shape, 0);
+  randomize(set, 5);
+  const std::string file = save_temp(set, "qfilter-random.safetensors");
+  const int64_t n = 40, budget = 12, max_tokens = 64;
+  policy::PolicyInstance pi = policy::make_policy("qfilter:budget=" + std::to_string(budget) +
+                                                  ",gates=" + file);
+  pi.policy->setup({&c, max_tokens, n, 16});
+  policy::StepDriver driver(c, policy::StepDriver::Options{16, max_tokens, n}, *pi.policy, "test");
+  torch::InferenceMode guard;
+  driver.begin_step(0, n);
+  std::vector<torch::Tensor> keys;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    model::AttentionInputs in = gate_inputs(c, l, 0, n, 3);
+    keys.push_back(in.k.clone());
+    driver.attend(in);
+  }
+  driver.end_step();
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (int64_t h = 0; h < c.n_kv_heads; ++h) {
+      INFO("layer " << l << ", kv head " << h);
+      const torch::Tensor u = set.param("layers." + std::to_string(l) + ".qfilter")[h];
+      const torch::Tensor proj = keys[size_t(l)].select(1, h).matmul(u);  // [n]
+      const torch::Tensor top = std::get<1>(proj.topk(budget));
+      std::set<int64_t> want;
+      for (int64_t i = 0; i < budget; ++i) want.insert(top[i].item<int64_t>());
+      const auto& held = driver.cache().positions(l, h, 0);
+      CHECK(std::set<int64_t>(held.begin(), held.end()) == want);
+    }
+}
+
+TEST_CASE("qfilter: another kind of gate file, or filters of another model, are refused",
+          "[gates][qfilter]") {
+  const std::string run = kvscope_exe() + " capture --model " + stories_model_path() +
+                          " --tokenizer " + stories_tokenizer_path() +
+                          " --prompt 'Once upon a time' --max-new 2 -q -o " + temp_dir() +
+                          "/bad-qfilter.kvtrace.h5 --policy qfilter:budget=4,gates=";
+  std::string out;
+  const std::string wgkv = source_dir() + "/resources/gates/stories260K-wgkv.safetensors";
+  CHECK(run_command(run + wgkv, &out) == 2);
+  CHECK(out.find("kind qfilter") != std::string::npos);
+  const std::string smol = source_dir() + "/resources/gates/SmolLM2-135M-Instruct-qfilter.safetensors";
+  CHECK(run_command(run + smol, &out) == 2);
+  CHECK(out.find("layers.0.qfilter") != std::string::npos);
+}
+
+}  // namespace kvscope::test
