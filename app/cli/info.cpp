@@ -98,6 +98,11 @@ nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSu
   }
   j["stalls"] = {
       {"count", stalls.size()}, {"wait_s", wait_s}, {"needed", needed}, {"not_needed", not_needed}};
+  const std::vector<trace::MergeRow> merges = r.merges();
+  double merge_weight = 0;
+  for (const trace::MergeRow& m : merges) merge_weight += double(m.weight);
+  j["merges"] = {{"count", merges.size()},
+                 {"mean_weight", merges.empty() ? 0.0 : merge_weight / double(merges.size())}};
   j["wall_s"] = s.wall_s;
   if (!run.task_kind.empty())
     j["task"] = {{"kind", run.task_kind},
@@ -169,6 +174,9 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
   if (st["needed"].get<int64_t>() + st["not_needed"].get<int64_t>() > 0)
     o << " (oracle: " << st["needed"] << " needed, " << st["not_needed"] << " not)";
   o << "\n";
+  if (j["merges"]["count"].get<int64_t>() > 0)
+    o << "merges    " << j["merges"]["count"] << " entries folded into survivors, mean weight "
+      << std::setprecision(4) << j["merges"]["mean_weight"].get<double>() << "\n";
   if (j.contains("task"))
     o << "task      " << j["task"]["kind"].get<std::string>() << ", expected \""
       << j["task"]["expected_answer"].get<std::string>() << "\", success " << j["task"]["success"]

@@ -17,8 +17,17 @@ std::vector<int64_t> evictable(const Decisions& decide, int64_t layer, int64_t k
 int64_t evict_to_budget(Decisions& decide, int64_t layer, int64_t kv_head, int64_t keep,
                         const Protection& protect, const float* score_by_pos, uint16_t reason,
                         int tier) {
+  const std::vector<int64_t> out =
+      lowest_to_budget(decide, layer, kv_head, keep, protect, score_by_pos, tier);
+  evict_all(decide, layer, kv_head, out, score_by_pos, reason);
+  return int64_t(out.size());
+}
+
+std::vector<int64_t> lowest_to_budget(const Decisions& decide, int64_t layer, int64_t kv_head,
+                                      int64_t keep, const Protection& protect,
+                                      const float* score_by_pos, int tier) {
   int64_t excess = decide.cache().count(layer, kv_head, tier) - keep;
-  if (excess <= 0) return 0;
+  if (excess <= 0) return {};
   std::vector<int64_t> candidates = evictable(decide, layer, kv_head, protect, tier);
   excess = std::min<int64_t>(excess, static_cast<int64_t>(candidates.size()));
   auto lower = [&](int64_t a, int64_t b) {
@@ -31,8 +40,7 @@ int64_t evict_to_budget(Decisions& decide, int64_t layer, int64_t kv_head, int64
   // would follow rounding-level differences between near-equal scores, which
   // differ between CPUs (AMD EPYC vs Intel Xeon), and the trace would too.
   std::sort(candidates.begin(), candidates.end());
-  evict_all(decide, layer, kv_head, candidates, score_by_pos, reason);
-  return excess;
+  return candidates;
 }
 
 void evict_all(Decisions& decide, int64_t layer, int64_t kv_head,

@@ -30,6 +30,11 @@ int64_t evict_to_budget(Decisions& decide, int64_t layer, int64_t kv_head, int64
                         const Protection& protect, const float* score_by_pos, uint16_t reason,
                         int tier = 0);
 
+// The positions evict_to_budget would evict, in position order.
+std::vector<int64_t> lowest_to_budget(const Decisions& decide, int64_t layer, int64_t kv_head,
+                                      int64_t keep, const Protection& protect,
+                                      const float* score_by_pos, int tier = 0);
+
 // Evicts the given positions in order, recording score_by_pos as the score.
 void evict_all(Decisions& decide, int64_t layer, int64_t kv_head,
                const std::vector<int64_t>& positions, const float* score_by_pos, uint16_t reason);

@@ -140,6 +140,20 @@ void Decisions::stall(int64_t layer, int64_t kv_head, int64_t pos, float wait_s)
                                     wait_s, -1});
 }
 
+void Decisions::merge(int64_t layer, int64_t kv_head, int64_t pos, int64_t into, float weight,
+                      const float* value) {
+  check_unlocked("merge", layer, kv_head, pos);
+  held_tier("merge", layer, kv_head, pos);
+  held_tier("merge", layer, kv_head, into);
+  if (into == pos) fail("merge", layer, kv_head, pos, "an entry cannot absorb itself");
+  if (!std::isfinite(weight) || weight < 0)
+    fail("merge", layer, kv_head, pos, "weight " + std::to_string(weight) + " (expected >= 0)");
+  cache_.rewrite_value(layer, kv_head, into, value);
+  merges_.push_back(trace::MergeRow{static_cast<int32_t>(step_), static_cast<int16_t>(layer),
+                                    static_cast<int16_t>(kv_head), static_cast<int32_t>(pos),
+                                    static_cast<int32_t>(into), weight});
+}
+
 void Decisions::series_error(int64_t layer, int64_t kv_head, const std::string& why) const {
   throw PolicyError("policy " + scope_->name + ": invalid decision 'series' at step " +
                     std::to_string(step_) + ", layer " + std::to_string(layer) + ", kv head " +
@@ -175,6 +189,10 @@ std::vector<trace::GateValue> Decisions::take_gates() {
 std::vector<float> Decisions::take_series() {
   return std::exchange(series_, {});
 }
+std::vector<trace::MergeRow> Decisions::take_merges() {
+  return std::exchange(merges_, {});
+}
+
 std::vector<trace::StallRow> Decisions::take_stalls() {
   return std::exchange(stalls_, {});
 }

@@ -79,6 +79,14 @@ class Decisions {
   // entry is a separate move().
   void stall(int64_t layer, int64_t kv_head, int64_t pos, float wait_s);
 
+  // Folds entry `pos` into entry `into` of the same head before `pos` leaves:
+  // `into`'s value becomes `value` (the policy's blend) and the trace's
+  // /merges records (pos -> into, weight). The eviction of `pos` is a
+  // separate evict(); a second merge into the same entry in a step replaces
+  // the value again (pass the blend of all of them).
+  void merge(int64_t layer, int64_t kv_head, int64_t pos, int64_t into, float weight,
+             const float* value);
+
   // ---- what the step driver does ----
   void begin_step(int64_t step, int64_t pos0, int64_t n);
   void enter(const PartScope* scope) { scope_ = scope ? scope : &whole_; }
@@ -101,6 +109,7 @@ class Decisions {
   std::vector<float> take_series();
   // The stalls recorded since the last take (trace::StepData::stalls).
   std::vector<trace::StallRow> take_stalls();
+  std::vector<trace::MergeRow> take_merges();
 
  private:
   [[noreturn]] void gate_error(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos) const;
@@ -121,6 +130,7 @@ class Decisions {
   std::vector<trace::Event> events_;
   std::vector<trace::GateValue> gates_;
   std::vector<trace::StallRow> stalls_;
+  std::vector<trace::MergeRow> merges_;
   int32_t n_series_ = 0;       // the whole policy's series count
   std::vector<float> series_;  // n_series_ * L * K once a value is recorded this step
 };

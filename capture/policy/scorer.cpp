@@ -306,7 +306,13 @@ void ScoredPolicy::evict_uniform(LayerContext& c) {
     if (c.cache.count(c.layer, h, 0) <= keep) continue;
     float* s = scores_.at(c.layer, h);
     score_head(c, h, s);
-    evict_to_budget(c.decide, c.layer, h, keep, protect, s, 1);
+    if (shape_.merge) {
+      const std::vector<int64_t> out = lowest_to_budget(c.decide, c.layer, h, keep, protect, s);
+      merge_on_evict(c, h, out, shape_.merge_options);
+      evict_all(c.decide, c.layer, h, out, s, 1);
+    } else {
+      evict_to_budget(c.decide, c.layer, h, keep, protect, s, 1);
+    }
   }
 }
 
@@ -377,6 +383,7 @@ std::string ScoredPolicy::describe() const {
     o << "; allocator uniform, budget " << base_budget() << " per head";
   if (shape_.block > 0) o << "; the prompt compressed in blocks of " << shape_.block;
   if (shape_.per_chunk > 0) o << "; each prompt chunk of " << shape_.per_chunk << " keeps its share";
+  if (shape_.merge) o << "; leaving values merged into the most similar survivor";
   if (shape_.chunk > 1)
     o << "; kept by chunks of " << shape_.chunk
       << (shape_.chunk_shared ? ", the same chunks for the layer's heads" : "");

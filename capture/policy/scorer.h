@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "capture/policy/budget.h"
+#include "capture/policy/merge_values.h"
 #include "capture/policy/params.h"
 #include "capture/policy/policy.h"
 
@@ -93,6 +94,8 @@ struct EvictionShape {
   bool chunk_shared = false;  // kvpress ChunkKV: one chunk choice for all the layer's heads
   int64_t block = 0;  // kvpress BlockPress: the prompt compressed block by block (0: at once)
   int64_t per_chunk = 0;  // kvpress ChunkPress: each chunk of the prompt keeps its share alone
+  bool merge = false;     // kvpress MergingPress: leaving values fold into similar survivors
+  MergeOptions merge_options;
   int64_t every = 1;  // decode steps between compressions
   bool prefill = true;  // compress at the end of the prefill (false: kvpress DecodingPress)
   double grow = 0;      // > 0: at decode the budget is this share of the tokens fed

@@ -57,6 +57,8 @@ class StepDriver : public model::AttentionBackend {
   std::vector<float> take_series() { return decide_.take_series(); }
   // The stalls recorded since the last take (Decisions::take_stalls).
   std::vector<trace::StallRow> take_stalls() { return decide_.take_stalls(); }
+  // The merges recorded since the last take (Decisions::take_merges).
+  std::vector<trace::MergeRow> take_merges() { return decide_.take_merges(); }
 
  private:
   void write_new_entries(const model::AttentionInputs& in, const std::vector<Admission>& adm);

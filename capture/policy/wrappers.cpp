@@ -65,10 +65,10 @@ WrapperDescriptor adakv_wrapper() {
             if (p.shape().pyramid_beta > 0 || !p.shape().layer_keep.empty())
               throw InputError("--policy", "adakv",
                                "adakv shares one budget per layer: not with per-layer budgets");
-            if (p.shape().chunk_shared || p.shape().block > 0)
+            if (p.shape().chunk_shared || p.shape().block > 0 || p.shape().merge)
               throw InputError("--policy", "adakv",
-                               "adakv shares budgets across heads: not with chunk:heads=shared or "
-                               "block");
+                               "adakv shares budgets across heads: not with chunk:heads=shared, "
+                               "block or merge");
             p.shape().adaptive = true;
             p.shape().alpha = w.get_float("alpha");
           }};
@@ -89,9 +89,10 @@ WrapperDescriptor chunk_wrapper() {
         const std::string& heads = w.get_string("heads");
         if (heads != "each" && heads != "shared")
           throw InputError("--policy", "chunk:heads", "'each' or 'shared' expected, got '" + heads + "'");
-        if (heads == "shared" && p.shape().adaptive)
+        if (heads == "shared" && (p.shape().adaptive || p.shape().merge))
           throw InputError("--policy", "chunk:heads",
-                           "shared chunks keep one set for the layer's heads: not with adakv");
+                           "shared chunks keep one set for the layer's heads: not with adakv or "
+                           "merge");
         p.shape().chunk = w.get_int("size");
         p.shape().chunk_shared = heads == "shared";
       }};
@@ -111,8 +112,9 @@ WrapperDescriptor block_wrapper() {
                                    " cannot score a subset of the prompt on its own (its score "
                                    "needs the whole prompt, or the entries' order): knorm, "
                                    "keydiff, random or observed_attention expected");
-            if (p.shape().adaptive || p.shape().chunk > 1)
-              throw InputError("--policy", "block", "per-head budgets only: not with adakv or chunk");
+            if (p.shape().adaptive || p.shape().chunk > 1 || p.shape().merge)
+              throw InputError("--policy", "block",
+                               "per-head budgets only: not with adakv, chunk or merge");
             p.shape().block = w.get_int("size");
           }};
 }
@@ -131,10 +133,31 @@ WrapperDescriptor per_chunk_wrapper() {
                                "the scorer " + p.scorer().score_name() +
                                    " cannot score a chunk of the prompt on its own: knorm, "
                                    "keydiff, random or observed_attention expected");
-            if (p.shape().adaptive || p.shape().chunk > 1 || p.shape().block > 0)
+            if (p.shape().adaptive || p.shape().chunk > 1 || p.shape().block > 0 || p.shape().merge)
               throw InputError("--policy", "per_chunk",
-                               "per-head budgets only: not with adakv, chunk or block");
+                               "per-head budgets only: not with adakv, chunk, block or merge");
             p.shape().per_chunk = w.get_int("size");
+          }};
+}
+
+WrapperDescriptor merge_wrapper() {
+  return {"merge",
+          "merge-on-evict: each leaving value folds into the survivor with the most similar key "
+          "(kvpress MergingPress)",
+          "Bolya et al., Token Merging, ICLR 2023; Wan et al., D2O, 2024 (kvpress MergingPress)",
+          "docs/policies/merging.md",
+          {{"threshold", ParamType::Float, "0", "least cosine similarity for a merge", 0, 1},
+           {"fraction", ParamType::Float, "1",
+            "share of the leaving entries merged, most similar first", 0, 1}},
+          [](ScoredPolicy& p, const Params& w) {
+            if (p.shape().adaptive || p.shape().chunk > 1 || p.shape().block > 0 ||
+                p.shape().per_chunk > 0)
+              throw InputError("--policy", "merge",
+                               "per-head budgets only: not with adakv, chunk, block or per_chunk");
+            if (!(w.get_float("fraction") > 0))
+              throw InputError("--policy", "merge:fraction", "must be in (0, 1]");
+            p.shape().merge = true;
+            p.shape().merge_options = {w.get_float("threshold"), w.get_float("fraction")};
           }};
 }
 
@@ -201,7 +224,7 @@ WrapperDescriptor protect_wrapper() {
 const std::vector<WrapperDescriptor>& builtin_wrappers() {
   static const std::vector<WrapperDescriptor> all = {pyramid_wrapper(), adakv_wrapper(),
                                                      chunk_wrapper(),   block_wrapper(),
-                                                     per_chunk_wrapper(),
+                                                     per_chunk_wrapper(), merge_wrapper(),
                                                      layer_ratios_wrapper(),
                                                      cadence_wrapper(), protect_wrapper()};
   return all;

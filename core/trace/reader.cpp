@@ -50,6 +50,18 @@ const char* kEventColumns[] = {"/events/step",   "/events/layer",     "/events/k
                                "/events/reason", "/events/from_tier", "/events/to_tier"};
 const char* kStallColumns[] = {"/stalls/step",  "/stalls/layer",  "/stalls/kv_head",
                                "/stalls/token", "/stalls/wait_s", "/stalls/needed"};
+const char* kMergeColumns[] = {"/merges/step",  "/merges/layer", "/merges/kv_head",
+                               "/merges/token", "/merges/into",  "/merges/weight"};
+
+// A table whose rows belong to steps (/stalls, /merges): its columns, the
+// minor version that added it, and its step column once read.
+struct StepRows {
+  const char* const* columns;
+  size_t n_columns;
+  int since_minor;
+  std::vector<int32_t> steps;
+  bool read = false;
+};
 
 }  // namespace
 
@@ -62,9 +74,10 @@ struct TraceReader::Impl {
   std::map<std::string, Elem> expected_elem;  // from the schema
   bool complete = false;
   int64_t n_steps = 0, n_tokens = 0, n_events = 0;
-  // /stalls/step of the committed stalls, read on first use after a refresh.
-  std::vector<int32_t> stall_steps;
-  bool stall_steps_read = false;
+  // The step columns of the committed stalls and merges, read on first use
+  // after a refresh.
+  StepRows stall_table{kStallColumns, std::size(kStallColumns), 3, {}};
+  StepRows merge_table{kMergeColumns, std::size(kMergeColumns), 4, {}};
 
   [[noreturn]] void fail(ErrorCode code, const std::string& field, const std::string& what) const {
     throw TraceError(code, path, field, what);
@@ -189,24 +202,34 @@ struct TraceReader::Impl {
     n_steps = s;
     n_tokens = t_committed;
     n_events = e_committed;
-    stall_steps_read = false;
+    stall_table.read = merge_table.read = false;
   }
 
-  // The step column of the committed stalls: rows are in step order and a
-  // flush writes them before it commits its steps, so the committed ones are
-  // those before the first row of a step not yet committed.
-  const std::vector<int32_t>& committed_stall_steps() {
-    if (stall_steps_read) return stall_steps;
-    stall_steps.clear();
-    if (opened.minor_version >= 3) {
-      const int64_t rows = min_extent(kStallColumns, std::size(kStallColumns));
-      stall_steps = read_1d<int32_t>("/stalls/step", 0, rows);
+  // The step column of a step table's committed rows: rows are in step order
+  // and a flush writes them before it commits its steps, so the committed
+  // ones are those before the first row of a step not yet committed.
+  const std::vector<int32_t>& committed_steps(StepRows& t) {
+    if (t.read) return t.steps;
+    t.steps.clear();
+    if (opened.minor_version >= t.since_minor) {
+      const int64_t rows = min_extent(t.columns, t.n_columns);
+      t.steps = read_1d<int32_t>(t.columns[0], 0, rows);
       size_t n = 0;
-      while (n < stall_steps.size() && stall_steps[n] < n_steps) ++n;
-      stall_steps.resize(n);
+      while (n < t.steps.size() && t.steps[n] < n_steps) ++n;
+      t.steps.resize(n);
     }
-    stall_steps_read = true;
-    return stall_steps;
+    t.read = true;
+    return t.steps;
+  }
+
+  // The rows [lo, hi) of a step table's rows of `step` (committed ones).
+  std::pair<int64_t, int64_t> rows_of_step(StepRows& t, int64_t step, const char* field) {
+    if (step < 0 || step >= n_steps)
+      fail(ErrorCode::Usage, field,
+           "step " + std::to_string(step) + " outside [0, " + std::to_string(n_steps) + ")");
+    const std::vector<int32_t>& steps = committed_steps(t);
+    auto [lo, hi] = std::equal_range(steps.begin(), steps.end(), static_cast<int32_t>(step));
+    return {lo - steps.begin(), hi - steps.begin()};
   }
 
   std::vector<StallRow> stall_rows(int64_t begin, int64_t end) {
@@ -218,7 +241,22 @@ struct TraceReader::Impl {
     auto wait = read_1d<float>("/stalls/wait_s", begin, end);
     auto needed = read_1d<int8_t>("/stalls/needed", begin, end);
     for (size_t i = 0; i < out.size(); ++i)
-      out[i] = {stall_steps[size_t(begin) + i], layer[i], kv_head[i], token[i], wait[i], needed[i]};
+      out[i] = {stall_table.steps[size_t(begin) + i], layer[i], kv_head[i], token[i], wait[i],
+                needed[i]};
+    return out;
+  }
+
+  std::vector<MergeRow> merge_rows(int64_t begin, int64_t end) {
+    std::vector<MergeRow> out(static_cast<size_t>(end - begin));
+    if (out.empty()) return out;
+    auto layer = read_1d<int16_t>("/merges/layer", begin, end);
+    auto kv_head = read_1d<int16_t>("/merges/kv_head", begin, end);
+    auto token = read_1d<int32_t>("/merges/token", begin, end);
+    auto into = read_1d<int32_t>("/merges/into", begin, end);
+    auto weight = read_1d<float>("/merges/weight", begin, end);
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = {merge_table.steps[size_t(begin) + i], layer[i], kv_head[i], token[i], into[i],
+                weight[i]};
     return out;
   }
 
@@ -642,22 +680,33 @@ std::vector<float> TraceReader::series_head(int series, int layer, int kv_head, 
 }
 
 int64_t TraceReader::n_stalls() const {
-  return static_cast<int64_t>(impl_->committed_stall_steps().size());
+  return static_cast<int64_t>(impl_->committed_steps(impl_->stall_table).size());
 }
 
 std::vector<StallRow> TraceReader::stalls() const {
   Impl& m = *impl_;
-  return m.stall_rows(0, static_cast<int64_t>(m.committed_stall_steps().size()));
+  return m.stall_rows(0, static_cast<int64_t>(m.committed_steps(m.stall_table).size()));
 }
 
 std::vector<StallRow> TraceReader::stalls_of_step(int64_t step) const {
   Impl& m = *impl_;
-  if (step < 0 || step >= m.n_steps)
-    m.fail(ErrorCode::Usage, "/stalls/step",
-           "step " + std::to_string(step) + " outside [0, " + std::to_string(m.n_steps) + ")");
-  const std::vector<int32_t>& steps = m.committed_stall_steps();
-  auto [lo, hi] = std::equal_range(steps.begin(), steps.end(), static_cast<int32_t>(step));
-  return m.stall_rows(lo - steps.begin(), hi - steps.begin());
+  auto [lo, hi] = m.rows_of_step(m.stall_table, step, "/stalls/step");
+  return m.stall_rows(lo, hi);
+}
+
+int64_t TraceReader::n_merges() const {
+  return static_cast<int64_t>(impl_->committed_steps(impl_->merge_table).size());
+}
+
+std::vector<MergeRow> TraceReader::merges() const {
+  Impl& m = *impl_;
+  return m.merge_rows(0, static_cast<int64_t>(m.committed_steps(m.merge_table).size()));
+}
+
+std::vector<MergeRow> TraceReader::merges_of_step(int64_t step) const {
+  Impl& m = *impl_;
+  auto [lo, hi] = m.rows_of_step(m.merge_table, step, "/merges/step");
+  return m.merge_rows(lo, hi);
 }
 
 std::vector<float> TraceReader::oracle_kl(int64_t begin, int64_t end) const {

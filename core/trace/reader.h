@@ -120,6 +120,11 @@ class TraceReader {
   int64_t n_stalls() const;
   std::vector<StallRow> stalls() const;
   std::vector<StallRow> stalls_of_step(int64_t step) const;
+  // Entries folded into others as they left (/merges, minor version 4), of
+  // committed steps, in step order; empty for older traces.
+  int64_t n_merges() const;
+  std::vector<MergeRow> merges() const;
+  std::vector<MergeRow> merges_of_step(int64_t step) const;
 
   std::vector<float> oracle_kl(int64_t begin, int64_t end) const;
   std::vector<float> oracle_lost_mass(int64_t step) const;  // L*H

@@ -27,6 +27,7 @@ const char* axis_symbol(Axis axis) {
     case Axis::KeyTokens: return "M";
     case Axis::TopK: return "k";
     case Axis::Stalls: return "X";
+    case Axis::Merges: return "Y";
   }
   return "?";
 }
@@ -42,7 +43,8 @@ bool axis_grows(Axis axis) {
     case Axis::QueryBlocks:
     case Axis::GateSamples:
     case Axis::GenBytes:
-    case Axis::Stalls: return true;
+    case Axis::Stalls:
+    case Axis::Merges: return true;
     default: return false;
   }
 }
@@ -196,6 +198,19 @@ std::vector<DatasetSpec> build_catalogue() {
       "quantile in that step, 0 below, -1 no oracle",
       Feature::Always, -1);
   for (size_t i = stalls_begin; i < c.size(); ++i) c[i].since_minor = 3;
+  // /merges (minor version 4): appended with each step, like /events.
+  const size_t merges_begin = c.size();
+  col("/merges/step", Elem::I32, A::Merges, 4096, "step",
+      "step whose eviction folded the entry (rows in step order)");
+  col("/merges/layer", Elem::I16, A::Merges, 4096, "layer", "layer index");
+  col("/merges/kv_head", Elem::I16, A::Merges, 4096, "kv head", "key/value head index");
+  col("/merges/token", Elem::I32, A::Merges, 4096, "token index",
+      "entry that left (an evict event of the step) with its value folded into `into`");
+  col("/merges/into", Elem::I32, A::Merges, 4096, "token index",
+      "entry of the same head that absorbed it and stays");
+  col("/merges/weight", Elem::F32, A::Merges, 4096, "1",
+      "weight of the folded value in the absorbing entry's blend");
+  for (size_t i = merges_begin; i < c.size(); ++i) c[i].since_minor = 4;
   // /attention
   c.push_back({"/attention/received/offset", Elem::I64, {A::Steps, A::Layers, A::KvHeads}, 0,
                {-1, 0, 0}, "row", "first row in token/mass of step s, head (l, k)",
@@ -316,6 +331,7 @@ const std::vector<GroupSpec>& group_catalogue() {
       {"/gates", "learned or heuristic per-token scores, one subgroup per gate"},
       {"/series", "per-step policy values per (layer, kv head), one subgroup per series"},
       {"/stalls", "reactive fetches of entries the policy did not attend, one row each", 3},
+      {"/merges", "entries folded into another as they left (merging policies), one row each", 4},
       {"/attention", "attention statistics, as the capture levels asked"},
       {"/attention/received", "attention mass each cached entry received per step (CSR)"},
       {"/attention/pooled", "block-pooled attention maps per layer and query head"},

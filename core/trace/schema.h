@@ -37,8 +37,9 @@ enum class Axis : uint8_t {
   KeyTokens,      // max_tokens
   TopK,           // k of /attention/topk
   Stalls,         // X: reactive fetches (rows of /stalls)
+  Merges,         // Y: entries folded into others (rows of /merges)
 };
-inline constexpr int kAxisCount = 20;
+inline constexpr int kAxisCount = 21;
 const char* axis_symbol(Axis axis);
 bool axis_grows(Axis axis);
 

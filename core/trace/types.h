@@ -13,8 +13,9 @@ namespace kvscope::trace {
 
 inline constexpr const char* kFormatName = "kvscope-trace";
 inline constexpr int kFormatVersion = 1;     // major: readers refuse other majors
-// Minor: additive changes only. 1: /run gate_names; 2: /series; 3: /stalls, /run tier_attended.
-inline constexpr int kFormatMinorVersion = 3;
+// Minor: additive changes only. 1: /run gate_names; 2: /series; 3: /stalls, /run tier_attended;
+// 4: /merges.
+inline constexpr int kFormatMinorVersion = 4;
 inline constexpr int kOldestReadableVersion = 1;
 
 // A tier index meaning "not in the cache" (from_tier of an admission, to_tier
@@ -201,6 +202,18 @@ struct StallRow {
                        // 0 not, -1 no oracle
 };
 
+// One entry folded into another on its way out (a merging policy): `token`
+// leaves (an evict event of the same step) and its value is blended into the
+// value of the entry `into`, which stays, with this weight.
+struct MergeRow {
+  int32_t step = 0;
+  int16_t layer = 0;
+  int16_t kv_head = 0;
+  int32_t token = 0;   // the entry that left
+  int32_t into = 0;    // the entry that absorbed it (held by the same head)
+  float weight = 0;    // its weight in the absorbing entry's blend (>= 0)
+};
+
 struct GateValue {
   int32_t gate = 0;  // index into CaptureLayout::gates
   int16_t layer = 0;
@@ -232,6 +245,7 @@ struct StepData {
   // NaN where the policy recorded none; empty: none at all this step.
   std::vector<float> series;
   std::vector<StallRow> stalls;  // reactive fetches of the step, in the order they happened
+  std::vector<MergeRow> merges;  // entries folded into others by the step, in order
   bool has_oracle = false;
   OracleRow oracle;
   std::string generated_text;  // bytes appended to /generation/text_bytes

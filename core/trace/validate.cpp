@@ -41,6 +41,7 @@ class Validator {
     check_root_attributes();
     R_ = static_cast<int64_t>(run_.tier_names.size());
     has_stalls_ = opened_.minor_version >= 3;
+    has_merges_ = opened_.minor_version >= 4;
     specs_ = datasets_for(layout_, R_, opened_.minor_version);
     check_complete_flag();
     measure_growth_axes();
@@ -58,6 +59,7 @@ class Validator {
   CaptureLayout layout_;
   int64_t R_ = 1;
   bool has_stalls_ = false;  // minor version 3 and later hold /stalls
+  bool has_merges_ = false;  // minor version 4 and later hold /merges
   std::vector<DatasetSpec> specs_;
   AxisSizes sizes_;  // the sizes every dataset must have (complete) or reach (incomplete)
   std::map<std::string, AxisSizes> gate_sizes_;
@@ -220,7 +222,8 @@ class Validator {
     sizes_[Axis::Intervals] = extent0("/lifetimes/intervals/layer");
     sizes_[Axis::ReceivedRows] = extent0("/attention/received/token");
     sizes_[Axis::GenBytes] = extent0("/generation/text_bytes");
-    if (has_stalls_) sizes_[Axis::Stalls] = committed_stalls(S);
+    if (has_stalls_) sizes_[Axis::Stalls] = committed_rows("/stalls/step", S);
+    if (has_merges_) sizes_[Axis::Merges] = committed_rows("/merges/step", S);
     int64_t b = layout_.pooled_block;
     sizes_[Axis::QueryBlocks] = b > 0 ? (T + b - 1) / b : 0;
     for (const GateSpec& g : layout_.gates) {
@@ -233,15 +236,16 @@ class Validator {
     report_.n_events = E;
   }
 
-  // Rows of /stalls: all of them in a complete trace; in an incomplete one
-  // those before the first row of a step not committed (a flush writes the
-  // stalls of its steps before it commits them).
-  int64_t committed_stalls(int64_t S) {
-    const int64_t rows = extent0("/stalls/step");
+  // Rows of a step table (/stalls, /merges; `step` its step column): all of
+  // them in a complete trace; in an incomplete one those before the first row
+  // of a step not committed (a flush writes the rows of its steps before it
+  // commits them).
+  int64_t committed_rows(const std::string& step, int64_t S) {
+    const int64_t rows = extent0(step);
     if (complete_) return rows;
     int64_t n = 0;
     bool done = false;
-    scan<int64_t>("/stalls/step", rows, [&](int64_t, const std::vector<int64_t>& v) {
+    scan<int64_t>(step, rows, [&](int64_t, const std::vector<int64_t>& v) {
       for (size_t i = 0; i < v.size() && !done; ++i) {
         done = v[i] >= S;
         if (!done) ++n;
@@ -434,6 +438,7 @@ class Validator {
       check_float_column("/oracle/kl", S, -1e-4, 1e9, true);
     }
     if (has_stalls_) check_stalls(S, T, L, K);
+    if (has_merges_) check_merges(S, T, L, K);
     int64_t reason = read_scalar<int64_t>("/generation/finish_reason");
     if (reason < 0 || reason > 5)
       add("/generation/finish_reason", "is " + std::to_string(reason) + " (expected 0..5)");
@@ -493,8 +498,26 @@ class Validator {
     check_int_column("/stalls/token", X, 0, T);
     check_float_column("/stalls/wait_s", X, 0.0, 1e12, false);
     check_int_column("/stalls/needed", X, -1, 2);
+    check_step_order("/stalls/step", X);
+  }
+
+  // Merge rows name committed steps in order, heads and tokens that exist,
+  // and a finite non-negative weight.
+  void check_merges(int64_t S, int64_t T, int64_t L, int64_t K) {
+    const int64_t Y = sizes_[Axis::Merges];
+    check_int_column("/merges/step", Y, 0, S);
+    check_int_column("/merges/layer", Y, 0, L);
+    check_int_column("/merges/kv_head", Y, 0, K);
+    check_int_column("/merges/token", Y, 0, T);
+    check_int_column("/merges/into", Y, 0, T);
+    check_float_column("/merges/weight", Y, 0.0, 1e30, false);
+    check_step_order("/merges/step", Y);
+  }
+
+  // A step column whose rows must come in nondecreasing step order.
+  void check_step_order(const std::string& path, int64_t rows) {
     int64_t previous = INT64_MIN, bad = 0, first_row = -1, first_step = 0, first_after = 0;
-    scan<int64_t>("/stalls/step", X, [&](int64_t off, const std::vector<int64_t>& v) {
+    scan<int64_t>(path, rows, [&](int64_t off, const std::vector<int64_t>& v) {
       for (size_t i = 0; i < v.size(); ++i) {
         if (v[i] < previous && bad++ == 0) {
           first_row = off + static_cast<int64_t>(i);
@@ -505,7 +528,7 @@ class Validator {
       }
     });
     if (bad > 0)
-      add("/stalls/step", std::to_string(bad) + " row(s) out of step order; first at row " +
+      add(path, std::to_string(bad) + " row(s) out of step order; first at row " +
                               std::to_string(first_row) + " = step " + std::to_string(first_step) +
                               " after step " + std::to_string(first_after) +
                               " (expected nondecreasing steps)");

@@ -156,6 +156,9 @@ struct TraceWriter::Impl {
   struct StallColumns {
     AppendColumn *step, *layer, *kv_head, *token, *wait_s, *needed;
   } stall_columns{};
+  struct MergeColumns {
+    AppendColumn *step, *layer, *kv_head, *token, *into, *weight;
+  } merge_columns{};
 
   HeadTokenArray<int32_t> admit, evict;
   std::vector<HeadTokenArray<float>> gate_values;
@@ -499,6 +502,8 @@ struct TraceWriter::Impl {
           &col("/events/reason"), &col("/events/from_tier"), &col("/events/to_tier")};
     stall_columns = {&col("/stalls/step"),  &col("/stalls/layer"),  &col("/stalls/kv_head"),
                      &col("/stalls/token"), &col("/stalls/wait_s"), &col("/stalls/needed")};
+    merge_columns = {&col("/merges/step"),  &col("/merges/layer"), &col("/merges/kv_head"),
+                     &col("/merges/token"), &col("/merges/into"),  &col("/merges/weight")};
     admit.init(take_dataset("/lifetimes/admit_step"), Elem::I32, L * K, -1);
     evict.init(take_dataset("/lifetimes/evict_step"), Elem::I32, L * K, -1);
     for (const SeriesSpec& sp : layout.series)
@@ -572,6 +577,7 @@ struct TraceWriter::Impl {
     for (const GateValue& g : sd.gates) set_gate(g, step);
     if (!layout.series.empty()) append_series(sd);
     append_stalls(sd.stalls, step);
+    append_merges(sd.merges, step);
     if (layout.oracle) append_oracle(sd);
     if (!sd.generated_text.empty())
       col("/generation/text_bytes")
@@ -721,6 +727,25 @@ struct TraceWriter::Impl {
       stall_columns.token->push1(s.token);
       stall_columns.wait_s->push1(s.wait_s);
       stall_columns.needed->push1(s.needed);
+    }
+  }
+
+  // Merges are rows of the step like its events; /steps commits them.
+  void append_merges(const std::vector<MergeRow>& merges, int32_t step) {
+    for (const MergeRow& m : merges) {
+      check_step_row("/merges", "merge", m.step, step, m.layer, m.kv_head, m.token);
+      if (m.into < 0 || m.into >= tokens_appended || m.into == m.token)
+        fail("/merges/into", "token " + std::to_string(m.into) + " for entry " +
+                                 std::to_string(m.token) +
+                                 " (expected another token already fed)");
+      if (!std::isfinite(m.weight) || m.weight < 0)
+        fail("/merges/weight", "is " + number_text(m.weight) + " (expected finite and >= 0)");
+      merge_columns.step->push1(m.step);
+      merge_columns.layer->push1(m.layer);
+      merge_columns.kv_head->push1(m.kv_head);
+      merge_columns.token->push1(m.token);
+      merge_columns.into->push1(m.into);
+      merge_columns.weight->push1(m.weight);
     }
   }
 

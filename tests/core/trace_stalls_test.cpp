@@ -109,7 +109,7 @@ void make_older(const std::string& path, int64_t minor) {
 TEST_CASE("stalls and tier attended flags round-trip", "[trace][stalls]") {
   const std::string path = Tiered().write(test::temp_dir() + "/stalls.kvtrace.h5", four_steps());
   auto r = TraceReader::open(path);
-  CHECK(r->format_minor_version() == 3);
+  CHECK(r->format_minor_version() == kFormatMinorVersion);
   CHECK(r->tier_attended() == std::vector<uint8_t>{1, 1, 0});
   CHECK(r->n_stalls() == 3);
   CHECK(same(r->stalls(), all_of(four_steps())));

@@ -126,6 +126,9 @@ def cases_for(model_name):
              lambda r, m: P.ChunkPress(P.KeyDiffPress(compression_ratio=r), chunk_length=32), sdpa=True),
         Case("qfilter", "QFilterPress (KVScope's filters)", lambda b, n: "qfilter:budget=%d" % b,
              lambda r, m: qfilter_press(r, m, filters)),
+        Case("merge", "MergingPress(KnormPress)", lambda b, n: "knorm:budget=%d+merge" % b,
+             lambda r, m: P.MergingPress(press=P.KnormPress(compression_ratio=r)),
+             tie=knorm_tie, why="swaps of equal-norm keys"),
         # The paper's pyramid (spread=prefix, the default) adds the window to
         # every layer; kvpress spreads the whole budget. beta 2 keeps kvpress's
         # pyramid within its fit condition on these short prompts.
