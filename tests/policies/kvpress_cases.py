@@ -58,6 +58,30 @@ def qfilter_press(ratio, model, name):
     return press
 
 
+def duo_pattern(name, layers, kv_heads):
+    """A head-pattern file (the official full_attention_heads.tsv format) of
+    distinct seeded gates, written once per model."""
+    import os
+    import tempfile
+    import numpy as np
+    path = os.path.join(tempfile.gettempdir(), "kvscope-duo-%s.tsv" % name)
+    gates = np.random.default_rng(11).permutation(layers * kv_heads).reshape(layers, kv_heads)
+    gates = (gates + 0.5) / (layers * kv_heads)
+    with open(path, "w") as f:
+        for row in gates:
+            f.write("\t".join("%.6f" % g for g in row) + "\n")
+    return path
+
+
+def duo_press(path, sinks, recent):
+    """kvpress's DuoAttentionPress on KVScope's head pattern (kvpress fetches
+    the official ones from GitHub)."""
+    import numpy as np
+    press = kvpress.DuoAttentionPress(head_compression_ratio=0.5)
+    press.load_attention_pattern = lambda model: (sinks, recent, np.clip(np.loadtxt(path, delimiter="\t"), 0, 1))
+    return press
+
+
 def ratio_of(n, keep):
     from kvpress_check import ratio_for
     return ratio_for(n, keep)
@@ -72,6 +96,7 @@ def cases_for(model_name):
     lazy, recent = (0.62, 24) if model_name == "stories260K" else (0.6, 64)
     layers = 5 if model_name == "stories260K" else 30
     filters = "stories260K" if model_name == "stories260K" else "SmolLM2-135M-Instruct"
+    duo = duo_pattern(model_name, layers, 4 if model_name == "stories260K" else 3)
     # Entries each layer keeps (PerLayerCompressionPress): 1/8 to 1/2 of the prompt.
     per_layer_keep = lambda n: [max(1, n * (1 + l % 4) // 8) for l in range(layers)]  # noqa: E731
     cases = [
@@ -129,6 +154,9 @@ def cases_for(model_name):
         Case("merge", "MergingPress(KnormPress)", lambda b, n: "knorm:budget=%d+merge" % b,
              lambda r, m: P.MergingPress(press=P.KnormPress(compression_ratio=r)),
              tie=knorm_tie, why="swaps of equal-norm keys"),
+        Case("duo_attention", "DuoAttentionPress (KVScope's head pattern)",
+             lambda b, n: "duo_attention:pattern=%s,sparsity=0.5,sinks=4,recent=%d" % (duo, recent),
+             lambda r, m: duo_press(duo, 4, recent), sdpa=True, masks=True),
         # The paper's pyramid (spread=prefix, the default) adds the window to
         # every layer; kvpress spreads the whole budget. beta 2 keeps kvpress's
         # pyramid within its fit condition on these short prompts.
