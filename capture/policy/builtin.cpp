@@ -27,7 +27,7 @@ const std::vector<PolicyDescriptor>& builtin_policies() {
       random_descriptor(), observed_attention_descriptor(), keydiff_descriptor(),
       lagkv_descriptor(), cur_descriptor(), leverage_descriptor(),
       non_causal_attention_descriptor(), compactor_descriptor(), criticalkv_descriptor(),
-      simlayerkv_descriptor(), qfilter_descriptor(),
+      simlayerkv_descriptor(), qfilter_descriptor(), critical_adakv_descriptor(),
   };
   return all;
 }

@@ -40,6 +40,7 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/policies/criticalkv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/simlayerkv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/qfilter.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/critical_adakv.cpp
 )
 # Learned policies given no gates= look here for the gate shipped for the model.
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gate_search.cpp PROPERTIES

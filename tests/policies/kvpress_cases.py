@@ -157,6 +157,10 @@ def cases_for(model_name):
         Case("duo_attention", "DuoAttentionPress (KVScope's head pattern)",
              lambda b, n: "duo_attention:pattern=%s,sparsity=0.5,sinks=4,recent=%d" % (duo, recent),
              lambda r, m: duo_press(duo, 4, recent), sdpa=True, masks=True),
+        Case("critical_adakv", "CriticalAdaKVPress(SnapKVPress)",
+             lambda b, n: "critical_adakv:scorer=snapkv,budget=%d,window=8,kernel=5" % b,
+             lambda r, m: P.CriticalAdaKVPress(P.SnapKVPress(compression_ratio=r, window_size=8, kernel_size=5)),
+             sdpa=True, masks=True),
         # The paper's pyramid (spread=prefix, the default) adds the window to
         # every layer; kvpress spreads the whole budget. beta 2 keeps kvpress's
         # pyramid within its fit condition on these short prompts.

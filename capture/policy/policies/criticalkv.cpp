@@ -19,6 +19,7 @@
 
 #include "capture/policy/held_rows.h"
 #include "capture/policy/policies/descriptors.h"
+#include "capture/policy/policies/output_projection.h"
 #include "capture/policy/scorer.h"
 #include "core/common/input_error.h"
 
@@ -33,13 +34,8 @@ class CriticalScorer : public HeadScorer {
 
   void setup(const PolicySetup& s) override {
     base_->setup(s);
-    if (!s.weights || s.weights->layers.empty())
-      throw InputError("--policy", "criticalkv", "needs the model's output projection (W_o)");
     H_ = s.model->n_heads, K_ = s.model->n_kv_heads, hd_ = s.model->head_dim;
-    // W_o [D, H hd] -> per query head [H, hd, D] (x W_o^r for a row x of head r).
-    wo_.clear();
-    for (const model::LayerWeights& l : s.weights->layers)
-      wo_.push_back(l.wo.to(torch::kFloat32).t().reshape({H_, hd_, -1}).contiguous());
+    wo_ = per_head_output_projections(s.weights, H_, hd_, "criticalkv");
     base_scores_.resize(s.model->n_layers, K_, s.max_tokens);
   }
   cache::StatsNeeds stats_needs() const override { return base_->stats_needs(); }
@@ -58,9 +54,7 @@ class CriticalScorer : public HeadScorer {
     const HeldRows r = held_rows(c.cache, c.layer, kv_head);
     const int64_t m = r.size(), R = H_ / K_;
     if (m == 0) return;
-    // ||v W_o^r||_1 for the group's heads, averaged: [m].
-    torch::Tensor wo = wo_[size_t(c.layer)].narrow(0, kv_head * R, R);  // [R, hd, D]
-    torch::Tensor norm = r.values.unsqueeze(0).matmul(wo).abs().sum(-1).mean(0).contiguous();
+    const torch::Tensor norm = output_l1_norms(wo_[size_t(c.layer)], kv_head, R, r.values);
     const float* np = norm.data_ptr<float>();
     // Stage 1 ranks by the base score, the base's protected entries first
     // (kvpress's scorers give them the top score, so they take stage-1 slots).

@@ -37,6 +37,7 @@ PolicyDescriptor compactor_descriptor();
 PolicyDescriptor criticalkv_descriptor();
 PolicyDescriptor simlayerkv_descriptor();
 PolicyDescriptor qfilter_descriptor();
+PolicyDescriptor critical_adakv_descriptor();
 
 // Per-head scorers the policies above are built from (capture/policy/scorer.h).
 struct ScorerDescriptor;

@@ -1,0 +1,33 @@
+// The output projection's view of a value: CriticalKV's ||v W_o^r||_1, shared
+// by criticalkv.cpp and critical_adakv.cpp.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "capture/model/model_weights.h"
+#include "core/common/input_error.h"
+
+namespace kvscope::policy {
+
+// W_o of every layer as [H, hd, D] (x W_o^r for a row x of query head r).
+inline std::vector<torch::Tensor> per_head_output_projections(const model::ModelWeights* w,
+                                                              int64_t H, int64_t hd,
+                                                              const std::string& policy) {
+  if (!w || w->layers.empty())
+    throw InputError("--policy", policy, "needs the model's output projection (W_o)");
+  std::vector<torch::Tensor> out;
+  for (const model::LayerWeights& l : w->layers)
+    out.push_back(l.wo.to(torch::kFloat32).t().reshape({H, hd, -1}).contiguous());
+  return out;
+}
+
+// mean over the kv head's R query heads of ||v W_o^r||_1, per row of values [m, hd] -> [m].
+inline torch::Tensor output_l1_norms(const torch::Tensor& wo_layer, int64_t kv_head, int64_t R,
+                                     const torch::Tensor& values) {
+  torch::Tensor wo = wo_layer.narrow(0, kv_head * R, R);  // [R, hd, D]
+  return values.unsqueeze(0).matmul(wo).abs().sum(-1).mean(0).contiguous();
+}
+
+}  // namespace kvscope::policy
