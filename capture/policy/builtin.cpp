@@ -28,6 +28,7 @@ const std::vector<PolicyDescriptor>& builtin_policies() {
       lagkv_descriptor(), cur_descriptor(), leverage_descriptor(),
       non_causal_attention_descriptor(), compactor_descriptor(), criticalkv_descriptor(),
       simlayerkv_descriptor(), qfilter_descriptor(), critical_adakv_descriptor(),
+      cap_descriptor(),
   };
   return all;
 }
@@ -36,7 +37,7 @@ const std::vector<ScorerDescriptor>& builtin_scorers() {
   static const std::vector<ScorerDescriptor> all = {
       snapkv_scorer(), tova_scorer(),  knorm_scorer(), expected_attention_scorer(),
       random_scorer(), observed_attention_scorer(), keydiff_scorer(),
-      lagkv_scorer(),  cur_scorer(),   leverage_scorer()};
+      lagkv_scorer(),  cur_scorer(),   leverage_scorer(), cap_scorer()};
   return all;
 }
 

@@ -28,6 +28,7 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/policies/sfc.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/scripted.cpp
   ${CMAKE_CURRENT_LIST_DIR}/held_rows.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/query_moments.cpp
   ${CMAKE_CURRENT_LIST_DIR}/merge_values.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/random.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/observed_attention.cpp
@@ -41,6 +42,7 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/policies/simlayerkv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/qfilter.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/critical_adakv.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/cap.cpp
 )
 # Learned policies given no gates= look here for the gate shipped for the model.
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gate_search.cpp PROPERTIES

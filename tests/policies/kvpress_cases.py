@@ -161,6 +161,8 @@ def cases_for(model_name):
              lambda b, n: "critical_adakv:scorer=snapkv,budget=%d,window=8,kernel=5" % b,
              lambda r, m: P.CriticalAdaKVPress(P.SnapKVPress(compression_ratio=r, window_size=8, kernel_size=5)),
              sdpa=True, masks=True),
+        Case("cap", "CapPress", lambda b, n: "cap:budget=%d,sinks=4,n_future=512,tau=5" % b,
+             lambda r, m: P.CapPress(compression_ratio=r, tau=5.0, n_future_positions=512, n_sink=4)),
         # The paper's pyramid (spread=prefix, the default) adds the window to
         # every layer; kvpress spreads the whole budget. beta 2 keeps kvpress's
         # pyramid within its fit condition on these short prompts.

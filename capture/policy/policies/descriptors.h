@@ -38,6 +38,7 @@ PolicyDescriptor criticalkv_descriptor();
 PolicyDescriptor simlayerkv_descriptor();
 PolicyDescriptor qfilter_descriptor();
 PolicyDescriptor critical_adakv_descriptor();
+PolicyDescriptor cap_descriptor();
 
 // Per-head scorers the policies above are built from (capture/policy/scorer.h).
 struct ScorerDescriptor;
@@ -51,6 +52,7 @@ ScorerDescriptor keydiff_scorer();
 ScorerDescriptor lagkv_scorer();
 ScorerDescriptor cur_scorer();
 ScorerDescriptor leverage_scorer();
+ScorerDescriptor cap_scorer();
 
 // PyramidKV's per-layer budgets (mean `budget` per head, window included).
 std::vector<int64_t> pyramid_budgets(int64_t layers, int64_t budget, int64_t window, double beta);

@@ -17,7 +17,7 @@
 #include <limits>
 #include <utility>
 
-#include "capture/model/rope.h"
+#include "capture/policy/query_moments.h"
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/scorer.h"
 #include "core/common/input_error.h"
@@ -39,15 +39,7 @@ class ExpectedAttentionScorer : public HeadScorer {
   void setup(const PolicySetup& s) override {
     const model::ModelConfig& m = *s.model;
     L_ = m.n_layers, H_ = m.n_heads, K_ = m.n_kv_heads, d_ = m.head_dim, M_ = s.max_tokens;
-    if (m.rope.enabled && !m.learned_positions)
-      rope_ = std::make_unique<model::Rope>(m.rope, torch::Device(torch::kCPU));
-    // One tensor per layer (assign() would share one storage between layers).
-    sum_.clear(), sum_sq_.clear();
-    for (int64_t l = 0; l < L_; ++l) {
-      sum_.push_back(torch::zeros({H_, d_}, torch::kFloat64));
-      sum_sq_.push_back(torch::zeros({H_, d_, d_}, torch::kFloat64));
-    }
-    count_.assign(size_t(L_), 0);
+    moments_.setup(m, o_.sinks, true);
     mu_.assign(size_t(L_), torch::Tensor());
     cov_.assign(size_t(L_), torch::Tensor());
     refreshed_at_.assign(size_t(L_), -1);
@@ -63,13 +55,13 @@ class ExpectedAttentionScorer : public HeadScorer {
   bool log_scores() const override { return true; }
 
   void observe(LayerContext& c) override {
-    accumulate_queries(c);
+    moments_.add(c.layer, c.in.q, c.pos0, c.tokens_fed());
     torch::Tensor v = c.in.v.to(torch::kFloat32);   // [n, K, hd]
     torch::Tensor vn = v.norm(2, -1).contiguous();  // [n, K]
     const float* vp = vn.data_ptr<float>();
     for (int64_t i = 0; i < c.n; ++i)
       for (int64_t h = 0; h < K_; ++h) vnorm_.at(c.layer, h)[c.pos0 + i] = vp[i * K_ + h];
-    if (!c.prompt_complete || count_[size_t(c.layer)] == 0) return;
+    if (!c.prompt_complete || moments_.count(c.layer) == 0) return;
     // The statistics move with every query: re-derive them and every held
     // key's logit every `refresh` decode steps (and at the prefill); in
     // between only the new keys are scored with the current statistics.
@@ -142,40 +134,10 @@ class ExpectedAttentionScorer : public HeadScorer {
     return logits_.data() + (layer * H_ + q_head) * M_;
   }
 
-  // Pre-RoPE queries: the model hands over rotated queries, and RoPE is a
-  // rotation, so rotating back by -angle recovers them exactly.
-  void accumulate_queries(LayerContext& c) {
-    const int64_t first = std::max<int64_t>(0, o_.sinks - c.pos0);
-    if (first >= c.n) return;
-    torch::Tensor q = c.in.q.to(torch::kFloat32);  // [n, H, hd]
-    if (rope_) {
-      auto [cos, sin] = rope_->tables(c.pos0, c.n, c.tokens_fed());
-      q = model::Rope::apply(q, cos, -sin);
-    }
-    torch::Tensor qd = q.narrow(0, first, c.n - first).to(torch::kFloat64);
-    sum_[size_t(c.layer)] += qd.sum(0);
-    sum_sq_[size_t(c.layer)] += torch::einsum("nhi,nhj->hij", {qd, qd});
-    count_[size_t(c.layer)] += c.n - first;
-  }
-
   void refresh_statistics(LayerContext& c) {
-    const double n = double(count_[size_t(c.layer)]);
-    torch::Tensor mu = sum_[size_t(c.layer)] / n;  // [H, d]
-    torch::Tensor cov = sum_sq_[size_t(c.layer)] / n - torch::einsum("hi,hj->hij", {mu, mu});
-    torch::Tensor rbar = torch::eye(d_, torch::kFloat64);
-    if (rope_) {
-      // R(t) = diag(cos_t) + diag-columns(sin_t) P with P x = rotate_half(x);
-      // its mean over the next n_future positions.
-      const int64_t t0 = c.tokens_fed();
-      auto [cos, sin] = rope_->tables(t0, o_.n_future, t0 + o_.n_future);
-      torch::Tensor cbar = cos.squeeze(1).to(torch::kFloat64).mean(0),
-                    sbar = sin.squeeze(1).to(torch::kFloat64).mean(0);
-      torch::Tensor P = torch::zeros({d_, d_}, torch::kFloat64);
-      const int64_t half = d_ / 2;
-      P.narrow(0, half, half).narrow(1, 0, half).copy_(torch::eye(half, torch::kFloat64));
-      P.narrow(0, 0, half).narrow(1, half, half).copy_(-torch::eye(half, torch::kFloat64));
-      rbar = torch::diag(cbar) + sbar.unsqueeze(0) * P;
-    }
+    const torch::Tensor mu = moments_.mean(c.layer);         // [H, d]
+    const torch::Tensor cov = moments_.covariance(c.layer);  // [H, d, d]
+    const torch::Tensor rbar = moments_.averaged_rotation(c.tokens_fed(), o_.n_future);
     mu_[size_t(c.layer)] = torch::matmul(mu, rbar.t()).to(torch::kFloat32);
     cov_[size_t(c.layer)] =
         torch::matmul(rbar, torch::matmul(cov, rbar.t())).to(torch::kFloat32);  // [H, d, d]
@@ -204,9 +166,9 @@ class ExpectedAttentionScorer : public HeadScorer {
 
   EaOptions o_;
   int64_t L_ = 0, H_ = 0, K_ = 0, d_ = 0, M_ = 0;
-  std::unique_ptr<model::Rope> rope_;
-  std::vector<torch::Tensor> sum_, sum_sq_, mu_, cov_;
-  std::vector<int64_t> count_, refreshed_at_;
+  QueryMoments moments_;
+  std::vector<torch::Tensor> mu_, cov_;
+  std::vector<int64_t> refreshed_at_;
   HeadScores vnorm_;
   std::vector<float> logits_;  // [L, H, M]
 };

@@ -1,0 +1,62 @@
+#include "capture/policy/query_moments.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+namespace kvscope::policy {
+
+void QueryMoments::setup(const model::ModelConfig& m, int64_t sinks, bool second_moments) {
+  sinks_ = sinks, H_ = m.n_heads, d_ = m.head_dim, second_ = second_moments;
+  rope_.reset();
+  if (m.rope.enabled && !m.learned_positions)
+    rope_ = std::make_unique<model::Rope>(m.rope, torch::Device(torch::kCPU));
+  // One tensor per layer (assign() would share one storage between layers).
+  sum_.clear(), sum_sq_.clear();
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    sum_.push_back(torch::zeros({H_, d_}, torch::kFloat64));
+    if (second_) sum_sq_.push_back(torch::zeros({H_, d_, d_}, torch::kFloat64));
+  }
+  count_.assign(size_t(m.n_layers), 0);
+}
+
+void QueryMoments::add(int64_t layer, const torch::Tensor& q_rotated, int64_t pos0,
+                       int64_t seq_len) {
+  const int64_t n = q_rotated.size(0);
+  const int64_t first = std::max<int64_t>(0, sinks_ - pos0);
+  if (first >= n) return;
+  torch::Tensor q = q_rotated.to(torch::kFloat32);  // [n, H, hd]
+  if (rope_) {
+    auto [cos, sin] = rope_->tables(pos0, n, seq_len);
+    q = model::Rope::apply(q, cos, -sin);
+  }
+  torch::Tensor qd = q.narrow(0, first, n - first).to(torch::kFloat64);
+  sum_[size_t(layer)] += qd.sum(0);
+  if (second_) sum_sq_[size_t(layer)] += torch::einsum("nhi,nhj->hij", {qd, qd});
+  count_[size_t(layer)] += n - first;
+}
+
+torch::Tensor QueryMoments::mean(int64_t layer) const {
+  return sum_[size_t(layer)] / double(count_[size_t(layer)]);
+}
+
+torch::Tensor QueryMoments::covariance(int64_t layer) const {
+  const torch::Tensor mu = mean(layer);
+  return sum_sq_[size_t(layer)] / double(count_[size_t(layer)]) -
+         torch::einsum("hi,hj->hij", {mu, mu});
+}
+
+torch::Tensor QueryMoments::averaged_rotation(int64_t t0, int64_t n) {
+  if (!rope_) return torch::eye(d_, torch::kFloat64);
+  // R(t) = diag(cos_t) + diag-columns(sin_t) P with P x = rotate_half(x).
+  auto [cos, sin] = rope_->tables(t0, n, t0 + n);
+  torch::Tensor cbar = cos.squeeze(1).to(torch::kFloat64).mean(0),
+                sbar = sin.squeeze(1).to(torch::kFloat64).mean(0);
+  torch::Tensor P = torch::zeros({d_, d_}, torch::kFloat64);
+  const int64_t half = d_ / 2;
+  P.narrow(0, half, half).narrow(1, 0, half).copy_(torch::eye(half, torch::kFloat64));
+  P.narrow(0, 0, half).narrow(1, half, half).copy_(-torch::eye(half, torch::kFloat64));
+  return torch::diag(cbar) + sbar.unsqueeze(0) * P;
+}
+
+}  // namespace kvscope::policy
