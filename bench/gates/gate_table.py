@@ -28,6 +28,9 @@ def main():
             share = [x for layer in t["explained_share"] for x in layer]
             held = f"query energy along the filter: mean {fmt(sum(share) / len(share))}"
             shape = f"{t['windows']} x {t['seq_len']} (calibration)"
+        elif m["policy"] == "query-stats":
+            held = f"queries per kv head: {t['queries_per_kv_head']}"
+            shape = f"{t['windows']} x {t['seq_len']} (calibration)"
         elif m["policy"] == "sfc-gru":  # trained from traces: tokens sampled per trace and step
             held = (f"AUROC now {fmt(h['now']['auroc'])}, horizon {fmt(h['horizon']['auroc'])}; "
                     f"onsets forecast {fmt(h['onsets_forecast_lead'])}") if h else "-"

@@ -38,6 +38,8 @@ const char* gate_kind_name(GateKind k) {
       return "sfc-gru";
     case GateKind::QFilter:
       return "qfilter";
+    case GateKind::QueryStats:
+      return "query-stats";
   }
   return "?";
 }
@@ -47,12 +49,12 @@ GateKind parse_gate_kind(const std::string& name, const std::string& file,
   for (GateKind k :
        {GateKind::WriteGate, GateKind::AttentionGate, GateKind::Retention,
         GateKind::RetentionGlobal, GateKind::KvpopMlp, GateKind::KvpopMlstm, GateKind::SfcGru,
-        GateKind::QFilter})
+        GateKind::QFilter, GateKind::QueryStats})
     if (name == gate_kind_name(k)) return k;
   throw InputError(file, field,
                    "'" + name +
                        "' is not a gate kind (wgkv, attention-gate, retention, retention-global, "
-                       "kvpop-mlp, kvpop-mlstm, sfc-gru, qfilter)");
+                       "kvpop-mlp, kvpop-mlstm, sfc-gru, qfilter, query-stats)");
 }
 
 double GateSet::hyper(const std::string& key) const {
@@ -111,6 +113,8 @@ json default_hyperparameters(GateKind kind, const GateShape& s) {
               {"focal_gamma", 2.0}, {"lead", 2},           {"latency_weight", 1.0}};
     case GateKind::QFilter:
       return json::object();  // calibrated, nothing to choose
+    case GateKind::QueryStats:
+      return {{"sinks", 4}};  // first queries of each window left out (kvpress n_sink)
   }
   return json::object();
 }
@@ -272,6 +276,10 @@ std::map<std::string, std::vector<int64_t>> expected_parameters(GateKind kind, c
       case GateKind::QFilter:
         out[p + "qfilter"] = {K, hd};
         break;
+      case GateKind::QueryStats:
+        out[p + "query_mean"] = {s.n_heads, hd};
+        out[p + "query_cov"] = {s.n_heads, hd, hd};
+        break;
     }
   }
   if (kind == GateKind::SfcGru) {
@@ -387,7 +395,8 @@ GateSet init_gates(GateKind kind, const json& hyper, const GateShape& shape, uin
       case GateKind::SfcGru:
         init_sfc_param(name, t, shape);
         break;
-      case GateKind::QFilter:  // calibrated (qfilter_calibration.cpp), never initialised to train
+      case GateKind::QFilter:  // calibrated (query_calibration.cpp), never initialised to train
+      case GateKind::QueryStats:
         t.zero_();
         break;
     }

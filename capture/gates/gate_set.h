@@ -47,6 +47,10 @@
 //   from the model's queries, not trained, per layer l:
 //     layers.{l}.qfilter      [K, hd]   (unit principal direction of the group's
 //                                        post-RoPE queries, oriented with them)
+//   query-stats (expected attention with calibrated statistics; kvpress
+//   ExpectedAttentionStatsPress), H query heads, per layer l:
+//     layers.{l}.query_mean   [H, hd]       (pre-RoPE queries, the first `sinks` of
+//     layers.{l}.query_cov    [H, hd, hd]    each window left out; unbiased covariance)
 #pragma once
 
 #include <torch/types.h>
@@ -70,10 +74,11 @@ enum class GateKind {
   KvpopMlstm,
   SfcGru,
   QFilter,
+  QueryStats,
 };
 
 // "wgkv", "attention-gate", "retention", "retention-global", "kvpop-mlp", "kvpop-mlstm",
-// "sfc-gru", "qfilter".
+// "sfc-gru", "qfilter", "query-stats".
 const char* gate_kind_name(GateKind k);
 // Throws InputError(file, field, ...) for an unknown name.
 GateKind parse_gate_kind(const std::string& name, const std::string& file,
@@ -82,8 +87,9 @@ GateKind parse_gate_kind(const std::string& name, const std::string& file,
 // What the gate networks need to know about the model.
 struct GateShape {
   int64_t n_layers = 0, n_kv_heads = 0, head_dim = 0, hidden_size = 0;
+  int64_t n_heads = 0;  // query heads (query-stats)
   static GateShape of(const model::ModelConfig& c) {
-    return {c.n_layers, c.n_kv_heads, c.head_dim, c.hidden_size};
+    return {c.n_layers, c.n_kv_heads, c.head_dim, c.hidden_size, c.n_heads};
   }
 };
 

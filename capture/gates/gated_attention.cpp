@@ -119,8 +119,9 @@ torch::Tensor GatedDenseBackend::attend(const model::AttentionInputs& in) {
         throw std::logic_error("GatedDenseBackend: KVpop scorers train through KvpopTrainBackend");
       case GateKind::SfcGru:  // trained from traces (sfc_training.h), never through attention
         throw std::logic_error("GatedDenseBackend: SFC forecasters train from traces");
-      case GateKind::QFilter:  // calibrated (qfilter_calibration.cpp), never through attention
-        throw std::logic_error("GatedDenseBackend: Q-Filters are calibrated, not trained");
+      case GateKind::QFilter:  // calibrated (query_calibration.cpp), never through attention
+      case GateKind::QueryStats:
+        throw std::logic_error("GatedDenseBackend: query filters and statistics are calibrated");
       case GateKind::Retention:
       case GateKind::RetentionGlobal: {
         torch::Tensor lb = retention_log_beta(g, l, in.hidden);

@@ -278,7 +278,8 @@ std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w,
     case GateKind::SfcGru:
       throw std::logic_error("trainer: SFC forecasters train from traces (sfc_training.h)");
     case GateKind::QFilter:
-      throw std::logic_error("trainer: Q-Filters are calibrated (qfilter_calibration.h)");
+    case GateKind::QueryStats:
+      throw std::logic_error("trainer: query filters and statistics are calibrated");
     case GateKind::Retention:
     case GateKind::RetentionGlobal: {
       torch::Tensor logp_s = torch::log_softmax(m.logits(hidden_s), -1);
@@ -909,7 +910,8 @@ TrainResult Trainer::run() {
 
 TrainResult train_gates(const TrainOptions& options) {
   if (options.kind == GateKind::SfcGru) return train_sfc(options);
-  if (options.kind == GateKind::QFilter) return calibrate_qfilters(options);
+  if (options.kind == GateKind::QFilter || options.kind == GateKind::QueryStats)
+    return calibrate_queries(options);
   return Trainer(options).run();
 }
 

@@ -124,9 +124,9 @@ TrainResult train_gates(const TrainOptions& options);
 
 // sfc-gru: train_gates hands the options to this (sfc_trainer.cpp).
 TrainResult train_sfc(const TrainOptions& options);
-// qfilter: calibration from the model's queries on the text (--data, --steps
-// windows of --seq-len tokens; qfilter_calibration.cpp).
-TrainResult calibrate_qfilters(const TrainOptions& options);
+// qfilter and query-stats: calibration from the model's queries on the text
+// (--data, --steps windows of --seq-len tokens; query_calibration.cpp).
+TrainResult calibrate_queries(const TrainOptions& options);
 
 // What a gate file says about a model: `name` as the loader names it, the
 // file's name and the sha256 of `hashed_file` (what policies hash to find

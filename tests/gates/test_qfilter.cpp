@@ -6,6 +6,7 @@
 
 #include "capture/gates/trainer.h"
 #include "capture/generate/dense_kv_cache.h"
+#include "capture/policy/held_rows.h"
 #include "capture/policy/registry.h"
 #include "capture/policy/step_driver.h"
 #include "core/common/input_error.h"
@@ -61,7 +62,7 @@ TEST_CASE("qfilter: the calibrated filter is the top right singular vector of th
           "[gates][qfilter]") {
   const std::string out = temp_dir() + "/stories-qfilter.safetensors";
   const gates::TrainOptions o = qfilter_options(out);
-  gates::calibrate_qfilters(o);
+  gates::calibrate_queries(o);
   generate::Engine engine = generate::open_engine(o.model);
   const model::ModelConfig& c = engine.model->config();
   const gates::GateSet g = gates::load_gates(out, c);
@@ -88,6 +89,46 @@ TEST_CASE("qfilter: the calibrated filter is the top right singular vector of th
       CHECK(uh.norm().item<double>() == Approx(1.0).epsilon(1e-6));
       CHECK(std::abs(uh.dot(v).item<double>()) == Approx(1.0).epsilon(1e-6));
       CHECK(q.matmul(uh).sum().item<double>() > 0);  // oriented with the queries
+    }
+  }
+}
+
+TEST_CASE("query-stats: the calibrated mean and covariance of the pre-RoPE queries",
+          "[gates][qfilter]") {
+  const std::string out = temp_dir() + "/stories-query-stats.safetensors";
+  gates::TrainOptions o = qfilter_options(out);
+  o.kind = GateKind::QueryStats;
+  gates::calibrate_queries(o);
+  generate::Engine engine = generate::open_engine(o.model);
+  const model::ModelConfig& c = engine.model->config();
+  const gates::GateSet g = gates::load_gates(out, c);
+  CHECK(g.kind == GateKind::QueryStats);
+  gates::DataOptions d = o.data;
+  d.window = o.seq_len;
+  const gates::TokenData data = gates::load_training_data(engine, d);
+  std::vector<int64_t> ids(data.ids.begin(), data.ids.begin() + o.seq_len);
+  QueryRecorder rec(c, o.seq_len);
+  torch::NoGradGuard no_grad;
+  engine.model->forward(torch::tensor(ids), 0, rec, false);
+  const int64_t sinks = 4, n = o.seq_len;
+  policy::RopeInverse unrotate(c);
+  std::vector<int32_t> pos;
+  for (int64_t i = 0; i < n; ++i) pos.push_back(int32_t(i));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    INFO("layer " << l);
+    // [n, H, hd] after RoPE -> before RoPE, the first `sinks` left out.
+    torch::Tensor q = rec.q[size_t(l)].to(torch::kFloat32);
+    std::vector<torch::Tensor> heads;
+    for (int64_t h = 0; h < c.n_heads; ++h) heads.push_back(unrotate(q.select(1, h), pos, n));
+    torch::Tensor pre = torch::stack(heads, 1).narrow(0, sinks, n - sinks).to(torch::kFloat64);
+    const std::string p = "layers." + std::to_string(l) + ".";
+    const torch::Tensor mean = pre.mean(0);  // [H, hd]
+    CHECK((g.param(p + "query_mean").to(torch::kFloat64) - mean).abs().max().item<double>() < 1e-5);
+    for (int64_t h = 0; h < c.n_heads; ++h) {
+      const torch::Tensor x = pre.select(1, h) - mean[h];
+      const torch::Tensor cov = x.t().matmul(x) / double(n - sinks - 1);  // unbiased
+      CHECK((g.param(p + "query_cov")[h].to(torch::kFloat64) - cov).abs().max().item<double>() <
+            1e-4 * std::max(1.0, cov.abs().max().item<double>()));
     }
   }
 }

@@ -68,6 +68,7 @@ gates::TrainOptions stories_options(GateKind kind, const std::string& out, int64
       break;
     case GateKind::SfcGru:  // trains from traces: not one of these objectives
     case GateKind::QFilter:  // calibrated: not one of these objectives
+    case GateKind::QueryStats:
       break;
   }
   return o;

@@ -82,6 +82,21 @@ def duo_press(path, sinks, recent):
     return press
 
 
+def ea_stats_press(ratio, name):
+    """kvpress's ExpectedAttentionStatsPress with KVScope's calibrated query
+    statistics (kvpress would download its own from the Hugging Face hub)."""
+    import os
+    import torch
+    from safetensors.torch import load_file
+    here = os.path.dirname(os.path.abspath(__file__))
+    t = load_file(os.path.join(here, "..", "..", "resources", "gates", name + "-query-stats.safetensors"))
+    L = len(t) // 2
+    press = kvpress.ExpectedAttentionStatsPress(compression_ratio=ratio, n_future_positions=512, n_sink=4)
+    press.mu = torch.stack([t["layers.%d.query_mean" % l] for l in range(L)]).double()
+    press.cov = torch.stack([t["layers.%d.query_cov" % l] for l in range(L)]).double()
+    return press
+
+
 def ratio_of(n, keep):
     from kvpress_check import ratio_for
     return ratio_for(n, keep)
@@ -163,6 +178,9 @@ def cases_for(model_name):
              sdpa=True, masks=True),
         Case("cap", "CapPress", lambda b, n: "cap:budget=%d,sinks=4,n_future=512,tau=5" % b,
              lambda r, m: P.CapPress(compression_ratio=r, tau=5.0, n_future_positions=512, n_sink=4)),
+        Case("expected_attention_stats", "ExpectedAttentionStatsPress (KVScope's statistics)",
+             lambda b, n: "expected_attention_stats:budget=%d,sinks=4,n_future=512" % b,
+             lambda r, m: ea_stats_press(r, filters), float64=True),
         # The paper's pyramid (spread=prefix, the default) adds the window to
         # every layer; kvpress spreads the whole budget. beta 2 keeps kvpress's
         # pyramid within its fit condition on these short prompts.

@@ -17,6 +17,7 @@
 #include <limits>
 #include <utility>
 
+#include "capture/gates/gate_set.h"
 #include "capture/policy/query_moments.h"
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/scorer.h"
@@ -30,6 +31,10 @@ struct EaOptions {
   int64_t n_future = 512, sinks = 4, refresh = 16;
   bool covariance = true, vnorm = true;
   double epsilon = 0.0;
+  // A query-stats file (kvscope train --policy query-stats): calibrated mean
+  // and covariance in place of the running ones (kvpress
+  // ExpectedAttentionStatsPress).
+  std::string stats;
 };
 
 class ExpectedAttentionScorer : public HeadScorer {
@@ -40,6 +45,20 @@ class ExpectedAttentionScorer : public HeadScorer {
     const model::ModelConfig& m = *s.model;
     L_ = m.n_layers, H_ = m.n_heads, K_ = m.n_kv_heads, d_ = m.head_dim, M_ = s.max_tokens;
     moments_.setup(m, o_.sinks, true);
+    fixed_mu_.clear(), fixed_cov_.clear();
+    if (!o_.stats.empty()) {
+      const gates::GateSet g = gates::load_gates(o_.stats, m);
+      if (g.kind != gates::GateKind::QueryStats)
+        throw InputError(o_.stats, "policy",
+                         std::string("expected_attention_stats needs query statistics (kind "
+                                     "query-stats); this file holds ") +
+                             gates::gate_kind_name(g.kind) + " gates");
+      for (int64_t l = 0; l < L_; ++l) {
+        const std::string p = "layers." + std::to_string(l) + ".";
+        fixed_mu_.push_back(g.param(p + "query_mean").to(torch::kFloat64));
+        fixed_cov_.push_back(g.param(p + "query_cov").to(torch::kFloat64));
+      }
+    }
     mu_.assign(size_t(L_), torch::Tensor());
     cov_.assign(size_t(L_), torch::Tensor());
     refreshed_at_.assign(size_t(L_), -1);
@@ -61,7 +80,7 @@ class ExpectedAttentionScorer : public HeadScorer {
     const float* vp = vn.data_ptr<float>();
     for (int64_t i = 0; i < c.n; ++i)
       for (int64_t h = 0; h < K_; ++h) vnorm_.at(c.layer, h)[c.pos0 + i] = vp[i * K_ + h];
-    if (!c.prompt_complete || moments_.count(c.layer) == 0) return;
+    if (!c.prompt_complete || (fixed_mu_.empty() && moments_.count(c.layer) == 0)) return;
     // The statistics move with every query: re-derive them and every held
     // key's logit every `refresh` decode steps (and at the prefill); in
     // between only the new keys are scored with the current statistics.
@@ -135,8 +154,10 @@ class ExpectedAttentionScorer : public HeadScorer {
   }
 
   void refresh_statistics(LayerContext& c) {
-    const torch::Tensor mu = moments_.mean(c.layer);         // [H, d]
-    const torch::Tensor cov = moments_.covariance(c.layer);  // [H, d, d]
+    const bool fixed = !fixed_mu_.empty();
+    const torch::Tensor mu = fixed ? fixed_mu_[size_t(c.layer)] : moments_.mean(c.layer);  // [H, d]
+    const torch::Tensor cov =
+        fixed ? fixed_cov_[size_t(c.layer)] : moments_.covariance(c.layer);  // [H, d, d]
     const torch::Tensor rbar = moments_.averaged_rotation(c.tokens_fed(), o_.n_future);
     mu_[size_t(c.layer)] = torch::matmul(mu, rbar.t()).to(torch::kFloat32);
     cov_[size_t(c.layer)] =
@@ -167,6 +188,7 @@ class ExpectedAttentionScorer : public HeadScorer {
   EaOptions o_;
   int64_t L_ = 0, H_ = 0, K_ = 0, d_ = 0, M_ = 0;
   QueryMoments moments_;
+  std::vector<torch::Tensor> fixed_mu_, fixed_cov_;  // per layer, from a query-stats file
   std::vector<torch::Tensor> mu_, cov_;
   std::vector<int64_t> refreshed_at_;
   HeadScores vnorm_;
@@ -185,8 +207,9 @@ std::vector<ParamSpec> ea_params() {
       {"refresh", ParamType::Int, "16", "decode steps between re-derivations of the statistics"}};
 }
 
-std::unique_ptr<HeadScorer> make_ea(const Params& p) {
+std::unique_ptr<HeadScorer> make_ea(const Params& p, const std::string& stats = "") {
   EaOptions o;
+  o.stats = stats;
   o.n_future = p.get_int("n_future");
   o.sinks = p.get_int("sinks");
   o.covariance = p.get_bool("covariance");
@@ -203,7 +226,7 @@ std::unique_ptr<HeadScorer> make_ea(const Params& p) {
 }  // namespace
 
 ScorerDescriptor expected_attention_scorer() {
-  return {"expected_attention", ea_params(), make_ea};
+  return {"expected_attention", ea_params(), [](const Params& p) { return make_ea(p); }};
 }
 
 PolicyDescriptor expected_attention_descriptor() {
@@ -223,9 +246,40 @@ PolicyDescriptor expected_attention_descriptor() {
       [](const Params& p) -> std::unique_ptr<Policy> {
         if (p.get_int("budget") <= p.get_int("sinks"))
           throw InputError("--policy", "expected_attention:budget", "must be > sinks");
-        return std::make_unique<ScoredPolicy>(make_ea(p), std::vector<int64_t>{p.get_int("budget")},
+        return std::make_unique<ScoredPolicy>(make_ea(p),
+                                              std::vector<int64_t>{p.get_int("budget")},
                                               p.get_bool("decode"), "lowest expected attention");
       }};
+}
+
+PolicyDescriptor expected_attention_stats_descriptor() {
+  std::vector<ParamSpec> params = {
+      {"gates", ParamType::String, "",
+       "query statistics file (kvscope train --policy query-stats); default: the shipped one of "
+       "the model"},
+      {"budget", ParamType::Int, "256", "entries kept per head, sinks included"},
+      {"decode", ParamType::Bool, "true",
+       "also compress at every decode step (false: prefill only, as kvpress)"}};
+  for (const ParamSpec& s : ea_params()) params.push_back(s);
+  PolicyDescriptor d{
+      "expected_attention_stats",
+      "expected attention with the query mean and covariance calibrated offline instead of the "
+      "prompt's own",
+      "Devoto et al., Expected Attention, 2025 (kvpress ExpectedAttentionStatsPress)",
+      "docs/policies/expected_attention_stats.md",
+      params,
+      [](const Params& p) -> std::unique_ptr<Policy> {
+        if (p.get_string("gates").empty())
+          throw InputError("--policy", "expected_attention_stats:gates",
+                           "a query-stats file is required (kvscope train --policy query-stats)");
+        if (p.get_int("budget") <= p.get_int("sinks"))
+          throw InputError("--policy", "expected_attention_stats:budget", "must be > sinks");
+        return std::make_unique<ScoredPolicy>(make_ea(p, p.get_string("gates")),
+                                              std::vector<int64_t>{p.get_int("budget")},
+                                              p.get_bool("decode"), "lowest expected attention");
+      }};
+  d.gate_kinds = {"query-stats"};
+  return d;
 }
 
 }  // namespace kvscope::policy
