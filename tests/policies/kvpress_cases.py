@@ -110,6 +110,9 @@ def cases_for(model_name):
     lag, chunk = (16, 32) if model_name == "stories260K" else (32, 64)
     lazy, recent = (0.62, 24) if model_name == "stories260K" else (0.6, 64)
     layers = 5 if model_name == "stories260K" else 30
+    # A threshold near the median KeyDiff score of the prompt: about half the
+    # tokens leaving the window stay.
+    dms_window, dms_threshold = (16, -0.92) if model_name == "stories260K" else (64, -0.835)
     filters = "stories260K" if model_name == "stories260K" else "SmolLM2-135M-Instruct"
     duo = duo_pattern(model_name, layers, 4 if model_name == "stories260K" else 3)
     # Entries each layer keeps (PerLayerCompressionPress): 1/8 to 1/2 of the prompt.
@@ -181,6 +184,10 @@ def cases_for(model_name):
         Case("expected_attention_stats", "ExpectedAttentionStatsPress (KVScope's statistics)",
              lambda b, n: "expected_attention_stats:budget=%d,sinks=4,n_future=512" % b,
              lambda r, m: ea_stats_press(r, filters), float64=True),
+        Case("dms", "DMSPress(KeyDiffPress)",
+             lambda b, n: "dms:scorer=keydiff,threshold=%g,sliding_window=%d" % (dms_threshold, dms_window),
+             lambda r, m: P.DMSPress(P.KeyDiffPress(), threshold=dms_threshold, sliding_window_size=dms_window),
+             sdpa=True, masks=True),
         # The paper's pyramid (spread=prefix, the default) adds the window to
         # every layer; kvpress spreads the whole budget. beta 2 keeps kvpress's
         # pyramid within its fit condition on these short prompts.
