@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "capture/policy/entropy_chunks.h"
 #include "capture/policy/held_rows.h"
 #include "capture/policy/policies/descriptors.h"
 #include "core/common/input_error.h"
@@ -244,6 +245,34 @@ void ScoredPolicy::evict_per_chunk(LayerContext& c) {
   }
 }
 
+// kvpress's EntropyGatedChunkKV at the end of the prefill (entropy_chunks.h):
+// the scores summed over the layer's heads, a protected entry scoring its
+// head's largest score + 1 (kvpress pads the window so), the same entries
+// kept by every head.
+void ScoredPolicy::evict_entropy_chunks(LayerContext& c, int64_t keep) {
+  const int64_t K = c.cache.n_kv_heads();
+  std::vector<int32_t> pos = c.cache.positions(c.layer, 0, 0);
+  std::sort(pos.begin(), pos.end());
+  const Protection protect = protection();
+  std::vector<float> total(pos.size(), 0.0f);
+  for (int64_t h = 0; h < K; ++h) {
+    float* s = scores_.at(c.layer, h);
+    score_head(c, h, s);
+    float top = -std::numeric_limits<float>::infinity();
+    for (int32_t p : pos)
+      if (!protect.protects(p, c.tokens_fed())) top = std::max(top, s[p]);
+    for (size_t i = 0; i < pos.size(); ++i)
+      total[i] += protect.protects(pos[i], c.tokens_fed()) ? top + 1.0f : s[pos[i]];
+  }
+  const std::vector<char> kept = entropy_gated_chunks(total, shape_.chunk, shape_.chunk_entropy, keep);
+  for (int64_t h = 0; h < K; ++h) {
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < pos.size(); ++i)
+      if (!kept[i] && !protect.protects(pos[i], c.tokens_fed())) out.push_back(pos[i]);
+    evict_all(c.decide, c.layer, h, out, scores_.at(c.layer, h), 1);
+  }
+}
+
 // kvpress's ChunkKV: the layer's heads keep the same chunks of `chunk`
 // consecutive positions. A chunk's score is the mean over its held positions
 // of the scores summed over the heads; a chunk holding a protected entry
@@ -256,6 +285,7 @@ void ScoredPolicy::evict_shared_chunks(LayerContext& c) {
   const std::vector<int32_t>& held0 = c.cache.positions(c.layer, 0, 0);
   const int64_t T = int64_t(held0.size());
   if (T <= keep) return;
+  if (c.prefill && shape_.chunk_entropy > 0) return evict_entropy_chunks(c, keep);
   const Protection protect = protection();
   std::map<int64_t, std::pair<double, int64_t>> chunks;  // chunk -> (score sum, held count)
   std::set<int64_t> pinned;

@@ -92,6 +92,7 @@ struct EvictionShape {
   std::vector<double> layer_keep;  // layer_ratios: fraction of the prompt each layer keeps per head
   int64_t chunk = 1;  // ChunkKV: entries scored and kept by chunks of consecutive positions
   bool chunk_shared = false;  // kvpress ChunkKV: one chunk choice for all the layer's heads
+  int64_t chunk_entropy = 0;  // > 0: kvpress EntropyGatedChunkKV, spiky chunks keep this many
   int64_t block = 0;  // kvpress BlockPress: the prompt compressed block by block (0: at once)
   int64_t per_chunk = 0;  // kvpress ChunkPress: each chunk of the prompt keeps its share alone
   bool merge = false;     // kvpress MergingPress: leaving values fold into similar survivors
@@ -147,6 +148,7 @@ class ScoredPolicy : public Policy {
   void evict_uniform(LayerContext& c);
   void evict_adaptive(LayerContext& c);
   void evict_shared_chunks(LayerContext& c);
+  void evict_entropy_chunks(LayerContext& c, int64_t keep);
   void evict_blocks(LayerContext& c);
   void evict_per_chunk(LayerContext& c);
 

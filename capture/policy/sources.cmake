@@ -30,6 +30,7 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/held_rows.cpp
   ${CMAKE_CURRENT_LIST_DIR}/query_moments.cpp
   ${CMAKE_CURRENT_LIST_DIR}/merge_values.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/entropy_chunks.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/random.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/observed_attention.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/keydiff.cpp

@@ -84,7 +84,11 @@ WrapperDescriptor chunk_wrapper() {
       {{"size", ParamType::Int, "10", "positions per chunk (the paper's default: 10)", 1, 1 << 20},
        {"heads", ParamType::String, "each",
         "each: every head picks its own chunks; shared: the layer's heads keep the same chunks "
-        "(kvpress ChunkKVPress: scores summed over heads)"}},
+        "(kvpress ChunkKVPress: scores summed over heads)"},
+       {"entropy", ParamType::Int, "0",
+        "with heads=shared: a high-scoring chunk of low score entropy keeps only this many "
+        "entries (kvpress EntropyGatedChunkKVPress's low_entropy_chunk_length; 0: off)",
+        0, 1 << 20}},
       [](ScoredPolicy& p, const Params& w) {
         const std::string& heads = w.get_string("heads");
         if (heads != "each" && heads != "shared")
@@ -95,6 +99,12 @@ WrapperDescriptor chunk_wrapper() {
                            "merge");
         p.shape().chunk = w.get_int("size");
         p.shape().chunk_shared = heads == "shared";
+        p.shape().chunk_entropy = w.get_int("entropy");
+        if (p.shape().chunk_entropy > 0 &&
+            (heads != "shared" || p.shape().chunk_entropy >= p.shape().chunk))
+          throw InputError("--policy", "chunk:entropy",
+                           "needs heads=shared and 1 <= entropy < size (" +
+                               std::to_string(p.shape().chunk) + ")");
       }};
 }
 

@@ -30,6 +30,18 @@ def tova_tie(diffs, scores, model):
     return all(t == [n - 1] and len(o) == 1 for _, _, o, t in diffs)
 
 
+def keeps_window(window):
+    """The entropy gate of kvpress can cut SnapKV's observation window (its
+    tokens all score max + 1, so a chunk holding some of them and a few others
+    looks spiky); KVScope keeps a scorer's protected entries whatever the
+    selection. Any difference must be only that: KVScope keeps some of the
+    last `window` prompt entries kvpress dropped, nothing else differs."""
+    def rule(diffs, scores, model):
+        n = len(model.ids)
+        return all(not t and all(p >= n - window for p in o) for _, _, o, t in diffs)
+    return rule
+
+
 def knorm_tie(diffs, scores, model):
     """Swaps of keys of equal norm: keys of one token at layer 0 differ only by
     RoPE, a rotation, so their norms are equal; KVScope breaks the tie by
@@ -222,6 +234,11 @@ def cases_for(model_name):
                  decoding_press=P.DecodingPress(P.KeyDiffPress(), compression_interval=4,
                                                 target_size=max(1, len(m.ids) // 4), hidden_states_buffer_size=0)),
              decode=12),
+        Case("entropy_chunkkv", "EntropyGatedChunkKVPress(SnapKVPress)",
+             lambda b, n: "snapkv:budget=%d,window=8,kernel=5+chunk:size=10,heads=shared,entropy=4" % b,
+             lambda r, m: P.EntropyGatedChunkKVPress(P.SnapKVPress(compression_ratio=r, window_size=8, kernel_size=5),
+                                                    chunk_length=10, low_entropy_chunk_length=4), sdpa=True,
+             tie=keeps_window(8), why="KVScope keeps SnapKV's window, which kvpress's entropy gate cut"),
         # Thresholds between the layers' laziness scores on each prompt, so
         # that some layers are lazy and some not.
         Case("simlayerkv", "SimLayerKVPress",
