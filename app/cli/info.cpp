@@ -103,6 +103,7 @@ nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSu
   for (const trace::MergeRow& m : merges) merge_weight += double(m.weight);
   j["merges"] = {{"count", merges.size()},
                  {"mean_weight", merges.empty() ? 0.0 : merge_weight / double(merges.size())}};
+  j["rerotations"] = {{"count", r.n_rerotations()}};
   j["wall_s"] = s.wall_s;
   if (!run.task_kind.empty())
     j["task"] = {{"kind", run.task_kind},
@@ -177,6 +178,8 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
   if (j["merges"]["count"].get<int64_t>() > 0)
     o << "merges    " << j["merges"]["count"] << " entries folded into survivors, mean weight "
       << std::setprecision(4) << j["merges"]["mean_weight"].get<double>() << "\n";
+  if (j["rerotations"]["count"].get<int64_t>() > 0)
+    o << "rerotated " << j["rerotations"]["count"] << " kept keys moved to another RoPE position\n";
   if (j.contains("task"))
     o << "task      " << j["task"]["kind"].get<std::string>() << ", expected \""
       << j["task"]["expected_answer"].get<std::string>() << "\", success " << j["task"]["success"]

@@ -128,16 +128,17 @@ void RaggedKvCache::read_entry(int64_t layer, int64_t kv_head, int64_t pos, floa
                                  slot % page_rows_, key, value);
 }
 
-void RaggedKvCache::rewrite_value(int64_t layer, int64_t kv_head, int64_t pos, const float* v) {
+void RaggedKvCache::rewrite(int64_t layer, int64_t kv_head, int64_t pos, const float* k,
+                            const float* v) {
   HeadState& hs = head(layer, kv_head);
   const int tier = tier_of(layer, kv_head, pos);
   if (tier < 0) throw std::logic_error("RaggedKvCache: rewriting an entry that is not held");
   const int64_t slot = hs.slot_of[size_t(pos)];
   KvPool& pool = *pools_[size_t(tier)];
   const int32_t page = hs.tiers[size_t(tier)].pages[size_t(slot / page_rows_)];
-  std::vector<float> key(size_t(pool.head_dim())), old(size_t(pool.head_dim()));
-  pool.read_row(page, slot % page_rows_, key.data(), old.data());
-  pool.write_row(page, slot % page_rows_, key.data(), v);
+  std::vector<float> key(size_t(pool.head_dim())), value(size_t(pool.head_dim()));
+  pool.read_row(page, slot % page_rows_, key.data(), value.data());
+  pool.write_row(page, slot % page_rows_, k ? k : key.data(), v ? v : value.data());
 }
 
 namespace {

@@ -103,9 +103,9 @@ class RaggedKvCache {
   void append(int64_t layer, int64_t kv_head, int tier, int64_t pos, const float* k,
               const float* v);
   void remove(int64_t layer, int64_t kv_head, int64_t pos);
-  // Replaces the value of a held entry (its key stays; quantised tiers
-  // requantise the row).
-  void rewrite_value(int64_t layer, int64_t kv_head, int64_t pos, const float* v);
+  // Replaces the key and/or the value of a held entry (null: keep that half;
+  // quantised tiers requantise the row).
+  void rewrite(int64_t layer, int64_t kv_head, int64_t pos, const float* k, const float* v);
   // Attention of kv head `kv_head`'s query group q [R, n, hd] (queries at
   // q_pos0..) over the attended entries `key_pos` (attended_positions); mask
   // optional bool [n, m]; sink receives the weights block by block.

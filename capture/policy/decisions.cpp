@@ -148,10 +148,23 @@ void Decisions::merge(int64_t layer, int64_t kv_head, int64_t pos, int64_t into,
   if (into == pos) fail("merge", layer, kv_head, pos, "an entry cannot absorb itself");
   if (!std::isfinite(weight) || weight < 0)
     fail("merge", layer, kv_head, pos, "weight " + std::to_string(weight) + " (expected >= 0)");
-  cache_.rewrite_value(layer, kv_head, into, value);
+  cache_.rewrite(layer, kv_head, into, nullptr, value);
   merges_.push_back(trace::MergeRow{static_cast<int32_t>(step_), static_cast<int16_t>(layer),
                                     static_cast<int16_t>(kv_head), static_cast<int32_t>(pos),
                                     static_cast<int32_t>(into), weight});
+}
+
+void Decisions::rerotate(int64_t layer, int64_t kv_head, int64_t pos, int64_t position,
+                         const float* key) {
+  check_unlocked("rerotate", layer, kv_head, pos);
+  held_tier("rerotate", layer, kv_head, pos);
+  if (position < 0 || position > pos)
+    fail("rerotate", layer, kv_head, pos,
+         "position " + std::to_string(position) + " (expected 0 .. the token's own position)");
+  cache_.rewrite(layer, kv_head, pos, key, nullptr);
+  rerotations_.push_back(trace::RerotationRow{
+      static_cast<int32_t>(step_), static_cast<int16_t>(layer), static_cast<int16_t>(kv_head),
+      static_cast<int32_t>(pos), static_cast<int32_t>(position)});
 }
 
 void Decisions::series_error(int64_t layer, int64_t kv_head, const std::string& why) const {
@@ -189,6 +202,10 @@ std::vector<trace::GateValue> Decisions::take_gates() {
 std::vector<float> Decisions::take_series() {
   return std::exchange(series_, {});
 }
+std::vector<trace::RerotationRow> Decisions::take_rerotations() {
+  return std::exchange(rerotations_, {});
+}
+
 std::vector<trace::MergeRow> Decisions::take_merges() {
   return std::exchange(merges_, {});
 }

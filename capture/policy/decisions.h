@@ -87,6 +87,11 @@ class Decisions {
   void merge(int64_t layer, int64_t kv_head, int64_t pos, int64_t into, float weight,
              const float* value);
 
+  // Re-rotates the cached key of `pos` so that it carries RoPE position
+  // `position` (the policy computes `key`, the rotated key); the trace's
+  // /rerotations records it. The entry stays where it is.
+  void rerotate(int64_t layer, int64_t kv_head, int64_t pos, int64_t position, const float* key);
+
   // ---- what the step driver does ----
   void begin_step(int64_t step, int64_t pos0, int64_t n);
   void enter(const PartScope* scope) { scope_ = scope ? scope : &whole_; }
@@ -110,6 +115,7 @@ class Decisions {
   // The stalls recorded since the last take (trace::StepData::stalls).
   std::vector<trace::StallRow> take_stalls();
   std::vector<trace::MergeRow> take_merges();
+  std::vector<trace::RerotationRow> take_rerotations();
 
  private:
   [[noreturn]] void gate_error(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos) const;
@@ -131,6 +137,7 @@ class Decisions {
   std::vector<trace::GateValue> gates_;
   std::vector<trace::StallRow> stalls_;
   std::vector<trace::MergeRow> merges_;
+  std::vector<trace::RerotationRow> rerotations_;
   int32_t n_series_ = 0;       // the whole policy's series count
   std::vector<float> series_;  // n_series_ * L * K once a value is recorded this step
 };

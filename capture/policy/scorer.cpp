@@ -52,7 +52,8 @@ std::unique_ptr<HeadScorer> make_named_scorer(const std::string& policy, const P
     if (!p.was_given(s.name)) continue;
     bool takes = false;
     for (const ParamSpec& own : d->params) takes |= own.name == s.name;
-    if (!takes) throw InputError("--policy", policy + ":" + s.name, "not a parameter of scorer " + name);
+    if (!takes)
+      throw InputError("--policy", policy + ":" + s.name, "not a parameter of scorer " + name);
     given[s.name] = p.get_string(s.name);
   }
   return d->make(Params(name, d->params, given));
@@ -137,8 +138,7 @@ HeldLimit ScoredPolicy::held_limit(const LayerContext& c) const {
   // Whole chunks: the last kept one may overshoot the budget by chunk - 1,
   // and chunks holding protected entries stay whatever their score.
   if (shape_.chunk_shared)
-    return {budget_at(c) + shape_.chunk - 1 + std::min(p.sinks, c.tokens_fed()) + p.recent,
-            -1};
+    return {budget_at(c) + shape_.chunk - 1 + std::min(p.sinks, c.tokens_fed()) + p.recent, -1};
   return {std::max(budget_at(c), std::min(p.sinks, c.tokens_fed()) + p.recent), -1};
 }
 
@@ -168,6 +168,51 @@ void ScoredPolicy::score_head(LayerContext& c, int64_t kv_head, float* score_by_
 void ScoredPolicy::after_attention(LayerContext& c) {
   scorer_->observe(c);
   if (!compressing(c)) return;
+  evict(c);
+  if (shape_.rerotate) rerotate_held(c);
+}
+
+// kvpress's KeyRerotationPress: after a compression each head's kept keys,
+// in position order, are re-rotated so that the i-th carries RoPE position i
+// (a cached key rotated at p becomes R(i - p) k: the pre-RoPE key at i).
+// Queries keep their own positions. The trace's /rerotations records each.
+void ScoredPolicy::rerotate_held(LayerContext& c) {
+  const model::ModelConfig& m = *setup_.model;
+  if (!rope_) {
+    if (!m.rope.enabled || m.learned_positions)
+      throw InputError("--policy", "rerotate", "the model has no RoPE to re-rotate keys with");
+    rope_ = std::make_unique<model::Rope>(m.rope, torch::Device(torch::kCPU));
+    rope_pos_.resize(size_t(m.n_layers * m.n_kv_heads * setup_.max_tokens));
+    for (size_t i = 0; i < rope_pos_.size(); ++i)
+      rope_pos_[i] = int32_t(i % size_t(setup_.max_tokens));
+  }
+  const int64_t K = c.cache.n_kv_heads(), M = setup_.max_tokens;
+  for (int64_t h = 0; h < K; ++h) {
+    int32_t* rp = rope_pos_.data() + (c.layer * K + h) * M;
+    const HeldRows r = held_rows(c.cache, c.layer, h);
+    std::vector<int64_t> rows, back;  // entries to turn and by how many positions backwards
+    for (int64_t i = 0; i < r.size(); ++i)
+      if (rp[r.pos[size_t(i)]] != i) rows.push_back(i), back.push_back(rp[r.pos[size_t(i)]] - i);
+    if (rows.empty()) continue;
+    const int64_t most = *std::max_element(back.begin(), back.end());
+    auto [cos, sin] = rope_->tables(0, most + 1, c.tokens_fed());  // [most + 1, 1, hd]
+    const torch::Tensor by = torch::tensor(back), idx = torch::tensor(rows);
+    // R(-d) k: rotate back by d positions.
+    const torch::Tensor turned =
+        model::Rope::apply(r.keys.index_select(0, idx).unsqueeze(1), cos.index_select(0, by),
+                           -sin.index_select(0, by))
+            .squeeze(1)
+            .contiguous();
+    const int64_t hd = turned.size(1);
+    for (size_t j = 0; j < rows.size(); ++j) {
+      const int32_t pos = r.pos[size_t(rows[j])];
+      c.decide.rerotate(c.layer, h, pos, rows[j], turned.data_ptr<float>() + int64_t(j) * hd);
+      rp[pos] = int32_t(rows[j]);
+    }
+  }
+}
+
+void ScoredPolicy::evict(LayerContext& c) {
   if (shape_.block > 0 && c.prefill)
     evict_blocks(c);
   else if (shape_.per_chunk > 0 && c.prefill)
@@ -195,7 +240,8 @@ void ScoredPolicy::evict_blocks(LayerContext& c) {
     std::vector<int64_t> kept(all.pos.begin(), all.pos.begin() + keep);
     for (int64_t i = keep; i < all.size(); i += shape_.block) {
       std::vector<int64_t> cur = kept;
-      for (int64_t j = i; j < std::min(all.size(), i + shape_.block); ++j) cur.push_back(all.pos[size_t(j)]);
+      for (int64_t j = i; j < std::min(all.size(), i + shape_.block); ++j)
+        cur.push_back(all.pos[size_t(j)]);
       std::sort(cur.begin(), cur.end());
       if (kind == HeadScorer::Subsets::Set) scorer_->score_rows(c, h, subset_rows(all, cur), s);
       std::sort(cur.begin(), cur.end(), [&](int64_t a, int64_t b) {
@@ -230,7 +276,8 @@ void ScoredPolicy::evict_per_chunk(LayerContext& c) {
     std::vector<int64_t> out;
     for (int64_t i = 0; i < T; i += shape_.per_chunk) {
       std::vector<int64_t> chunk;
-      for (int64_t j = i; j < std::min(T, i + shape_.per_chunk); ++j) chunk.push_back(all.pos[size_t(j)]);
+      for (int64_t j = i; j < std::min(T, i + shape_.per_chunk); ++j)
+        chunk.push_back(all.pos[size_t(j)]);
       if (kind == HeadScorer::Subsets::Set) scorer_->score_rows(c, h, subset_rows(all, chunk), s);
       const int64_t n = int64_t(chunk.size());
       const int64_t k = std::max<int64_t>(1, int64_t(double(n) * double(keep) / double(T) + 1e-9));
@@ -264,7 +311,8 @@ void ScoredPolicy::evict_entropy_chunks(LayerContext& c, int64_t keep) {
     for (size_t i = 0; i < pos.size(); ++i)
       total[i] += protect.protects(pos[i], c.tokens_fed()) ? top + 1.0f : s[pos[i]];
   }
-  const std::vector<char> kept = entropy_gated_chunks(total, shape_.chunk, shape_.chunk_entropy, keep);
+  const std::vector<char> kept =
+      entropy_gated_chunks(total, shape_.chunk, shape_.chunk_entropy, keep);
   for (int64_t h = 0; h < K; ++h) {
     std::vector<int64_t> out;
     for (size_t i = 0; i < pos.size(); ++i)
@@ -309,7 +357,8 @@ void ScoredPolicy::evict_shared_chunks(LayerContext& c) {
   });
   std::set<int64_t> leave;
   if (c.prefill) {
-    const int64_t kept = std::max<int64_t>(1, int64_t(double(order.size()) * double(keep) / double(T)));
+    const int64_t kept =
+        std::max<int64_t>(1, int64_t(double(order.size()) * double(keep) / double(T)));
     for (size_t i = size_t(kept); i < order.size(); ++i)
       if (!std::isinf(order[i].first)) leave.insert(order[i].second);
   } else {
@@ -412,8 +461,10 @@ std::string ScoredPolicy::describe() const {
   else
     o << "; allocator uniform, budget " << base_budget() << " per head";
   if (shape_.block > 0) o << "; the prompt compressed in blocks of " << shape_.block;
-  if (shape_.per_chunk > 0) o << "; each prompt chunk of " << shape_.per_chunk << " keeps its share";
+  if (shape_.per_chunk > 0)
+    o << "; each prompt chunk of " << shape_.per_chunk << " keeps its share";
   if (shape_.merge) o << "; leaving values merged into the most similar survivor";
+  if (shape_.rerotate) o << "; kept keys re-rotated to positions 0..n-1";
   if (shape_.chunk > 1)
     o << "; kept by chunks of " << shape_.chunk
       << (shape_.chunk_shared ? ", the same chunks for the layer's heads" : "");

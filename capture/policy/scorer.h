@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "capture/model/rope.h"
 #include "capture/policy/budget.h"
 #include "capture/policy/merge_values.h"
 #include "capture/policy/params.h"
@@ -85,23 +86,24 @@ std::unique_ptr<HeadScorer> make_named_scorer(const std::string& policy, const P
 // wrappers (`+pyramid`, `+adakv`, `+chunk`, `+layer_ratios`, `+cadence`,
 // `+protect`; capture/policy/wrappers.cpp) each set one field.
 struct EvictionShape {
-  bool adaptive = false;    // AdaKV: one budget per layer shared across its heads
-  double alpha = 0.2;       // AdaKV's safeguard: each head keeps its top floor(alpha x budget)
-  double pyramid_beta = 0;  // > 0: PyramidKV's layer budgets (mean = budget)
+  bool adaptive = false;       // AdaKV: one budget per layer shared across its heads
+  double alpha = 0.2;          // AdaKV's safeguard: each head keeps its top floor(alpha x budget)
+  double pyramid_beta = 0;     // > 0: PyramidKV's layer budgets (mean = budget)
   bool pyramid_whole = false;  // kvpress PyramidKVPress: the whole budget on the sequence
   std::vector<double> layer_keep;  // layer_ratios: fraction of the prompt each layer keeps per head
-  int64_t chunk = 1;  // ChunkKV: entries scored and kept by chunks of consecutive positions
+  int64_t chunk = 1;          // ChunkKV: entries scored and kept by chunks of consecutive positions
   bool chunk_shared = false;  // kvpress ChunkKV: one chunk choice for all the layer's heads
   int64_t chunk_entropy = 0;  // > 0: kvpress EntropyGatedChunkKV, spiky chunks keep this many
-  int64_t block = 0;  // kvpress BlockPress: the prompt compressed block by block (0: at once)
+  int64_t block = 0;      // kvpress BlockPress: the prompt compressed block by block (0: at once)
   int64_t per_chunk = 0;  // kvpress ChunkPress: each chunk of the prompt keeps its share alone
   bool merge = false;     // kvpress MergingPress: leaving values fold into similar survivors
+  bool rerotate = false;  // kvpress KeyRerotationPress: kept keys re-rotated to positions 0..n-1
   MergeOptions merge_options;
-  int64_t every = 1;  // decode steps between compressions
+  int64_t every = 1;    // decode steps between compressions
   bool prefill = true;  // compress at the end of the prefill (false: kvpress DecodingPress)
   double grow = 0;      // > 0: at decode the budget is this share of the tokens fed
                         // (kvpress CompressionRatioDecodingPress)
-  Protection extra;   // protections on top of the scorer's own
+  Protection extra;     // protections on top of the scorer's own
 };
 
 // The eviction part: a scorer + an allocator + a cadence + protections.
@@ -145,10 +147,12 @@ class ScoredPolicy : public Policy {
   // Scores of the held entries (chunk-summed when chunked); sampled into the
   // trace as a gate.
   void score_head(LayerContext& c, int64_t kv_head, float* score_by_pos);
+  void evict(LayerContext& c);
   void evict_uniform(LayerContext& c);
   void evict_adaptive(LayerContext& c);
   void evict_shared_chunks(LayerContext& c);
   void evict_entropy_chunks(LayerContext& c, int64_t keep);
+  void rerotate_held(LayerContext& c);
   void evict_blocks(LayerContext& c);
   void evict_per_chunk(LayerContext& c);
 
@@ -159,6 +163,9 @@ class ScoredPolicy : public Policy {
   std::string reason_;
   EvictionShape shape_;
   HeadScores scores_;
+  // rerotate: the RoPE position each entry's cached key carries, [L][K][M].
+  std::vector<int32_t> rope_pos_;
+  std::unique_ptr<model::Rope> rope_;
 };
 
 }  // namespace kvscope::policy

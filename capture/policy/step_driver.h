@@ -59,6 +59,7 @@ class StepDriver : public model::AttentionBackend {
   std::vector<trace::StallRow> take_stalls() { return decide_.take_stalls(); }
   // The merges recorded since the last take (Decisions::take_merges).
   std::vector<trace::MergeRow> take_merges() { return decide_.take_merges(); }
+  std::vector<trace::RerotationRow> take_rerotations() { return decide_.take_rerotations(); }
 
  private:
   void write_new_entries(const model::AttentionInputs& in, const std::vector<Admission>& adm);

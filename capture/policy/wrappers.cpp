@@ -92,7 +92,8 @@ WrapperDescriptor chunk_wrapper() {
       [](ScoredPolicy& p, const Params& w) {
         const std::string& heads = w.get_string("heads");
         if (heads != "each" && heads != "shared")
-          throw InputError("--policy", "chunk:heads", "'each' or 'shared' expected, got '" + heads + "'");
+          throw InputError("--policy", "chunk:heads",
+                           "'each' or 'shared' expected, got '" + heads + "'");
         if (heads == "shared" && (p.shape().adaptive || p.shape().merge))
           throw InputError("--policy", "chunk:heads",
                            "shared chunks keep one set for the layer's heads: not with adakv or "
@@ -171,6 +172,17 @@ WrapperDescriptor merge_wrapper() {
           }};
 }
 
+WrapperDescriptor rerotate_wrapper() {
+  return {
+      "rerotate",
+      "after each compression, the kept keys of a head are re-rotated to RoPE positions 0..n-1 "
+      "(kvpress KeyRerotationPress)",
+      "kvpress KeyRerotationPress (transformers' SinkCache; FINCH, Corallo & Papotti, TACL 2024)",
+      "docs/policies/rerotate.md",
+      {},
+      [](ScoredPolicy& p, const Params&) { p.shape().rerotate = true; }};
+}
+
 WrapperDescriptor layer_ratios_wrapper() {
   return {"layer_ratios",
           "per-layer budgets: layer l keeps keep[l] of the prompt per head (kvpress "
@@ -232,11 +244,10 @@ WrapperDescriptor protect_wrapper() {
 }  // namespace
 
 const std::vector<WrapperDescriptor>& builtin_wrappers() {
-  static const std::vector<WrapperDescriptor> all = {pyramid_wrapper(), adakv_wrapper(),
-                                                     chunk_wrapper(),   block_wrapper(),
-                                                     per_chunk_wrapper(), merge_wrapper(),
-                                                     layer_ratios_wrapper(),
-                                                     cadence_wrapper(), protect_wrapper()};
+  static const std::vector<WrapperDescriptor> all = {
+      pyramid_wrapper(),   adakv_wrapper(),  chunk_wrapper(),    block_wrapper(),
+      per_chunk_wrapper(), merge_wrapper(),  rerotate_wrapper(), layer_ratios_wrapper(),
+      cadence_wrapper(),   protect_wrapper()};
   return all;
 }
 

@@ -228,6 +228,7 @@ trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& 
   sd.series = driver_.take_series();
   sd.stalls = driver_.take_stalls();
   sd.merges = driver_.take_merges();
+  sd.rerotations = driver_.take_rerotations();
   sd.occupancy = driver_.cache().occupancy();
   sd.tier_bytes = driver_.cache().tier_bytes();
   sd.step.entries = driver_.cache().entries();

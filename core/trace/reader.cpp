@@ -52,6 +52,9 @@ const char* kStallColumns[] = {"/stalls/step",  "/stalls/layer",  "/stalls/kv_he
                                "/stalls/token", "/stalls/wait_s", "/stalls/needed"};
 const char* kMergeColumns[] = {"/merges/step",  "/merges/layer", "/merges/kv_head",
                                "/merges/token", "/merges/into",  "/merges/weight"};
+const char* kRerotationColumns[] = {"/rerotations/step", "/rerotations/layer",
+                                    "/rerotations/kv_head", "/rerotations/token",
+                                    "/rerotations/position"};
 
 // A table whose rows belong to steps (/stalls, /merges): its columns, the
 // minor version that added it, and its step column once read.
@@ -78,6 +81,10 @@ struct TraceReader::Impl {
   // after a refresh.
   StepRows stall_table{kStallColumns, std::size(kStallColumns), 3, {}};
   StepRows merge_table{kMergeColumns, std::size(kMergeColumns), 4, {}};
+  StepRows rerotation_table{kRerotationColumns, std::size(kRerotationColumns), 4, {}};
+  // Committed rows of each time-varying gate's samples (by gate index), read
+  // on first use after a refresh: samples are in step order.
+  std::map<int, int64_t> gate_samples_committed;
 
   [[noreturn]] void fail(ErrorCode code, const std::string& field, const std::string& what) const {
     throw TraceError(code, path, field, what);
@@ -202,7 +209,8 @@ struct TraceReader::Impl {
     n_steps = s;
     n_tokens = t_committed;
     n_events = e_committed;
-    stall_table.read = merge_table.read = false;
+    stall_table.read = merge_table.read = rerotation_table.read = false;
+    gate_samples_committed.clear();
   }
 
   // The step column of a step table's committed rows: rows are in step order
@@ -241,8 +249,8 @@ struct TraceReader::Impl {
     auto wait = read_1d<float>("/stalls/wait_s", begin, end);
     auto needed = read_1d<int8_t>("/stalls/needed", begin, end);
     for (size_t i = 0; i < out.size(); ++i)
-      out[i] = {stall_table.steps[size_t(begin) + i], layer[i], kv_head[i], token[i], wait[i],
-                needed[i]};
+      out[i] = {
+          stall_table.steps[size_t(begin) + i], layer[i], kv_head[i], token[i], wait[i], needed[i]};
     return out;
   }
 
@@ -255,8 +263,21 @@ struct TraceReader::Impl {
     auto into = read_1d<int32_t>("/merges/into", begin, end);
     auto weight = read_1d<float>("/merges/weight", begin, end);
     for (size_t i = 0; i < out.size(); ++i)
-      out[i] = {merge_table.steps[size_t(begin) + i], layer[i], kv_head[i], token[i], into[i],
-                weight[i]};
+      out[i] = {
+          merge_table.steps[size_t(begin) + i], layer[i], kv_head[i], token[i], into[i], weight[i]};
+    return out;
+  }
+
+  std::vector<RerotationRow> rerotation_rows(int64_t begin, int64_t end) {
+    std::vector<RerotationRow> out(static_cast<size_t>(end - begin));
+    if (out.empty()) return out;
+    auto layer = read_1d<int16_t>("/rerotations/layer", begin, end);
+    auto kv_head = read_1d<int16_t>("/rerotations/kv_head", begin, end);
+    auto token = read_1d<int32_t>("/rerotations/token", begin, end);
+    auto position = read_1d<int32_t>("/rerotations/position", begin, end);
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = {rerotation_table.steps[size_t(begin) + i], layer[i], kv_head[i], token[i],
+                position[i]};
     return out;
   }
 
@@ -501,8 +522,11 @@ std::vector<TierInterval> TraceReader::intervals(int layer, int kv_head) const {
     auto tier = m.read_1d<uint8_t>("/lifetimes/intervals/tier", b, e);
     auto s0 = m.read_1d<int32_t>("/lifetimes/intervals/begin_step", b, e);
     auto s1 = m.read_1d<int32_t>("/lifetimes/intervals/end_step", b, e);
+    // An incomplete trace's rows are in closing order and a flush writes
+    // those of its steps before it commits them: the committed view has
+    // the intervals closed at committed steps.
     for (size_t i = 0; i < l.size(); ++i)
-      if (l[i] == layer && h[i] == kv_head)
+      if (l[i] == layer && h[i] == kv_head && (m.complete || s1[i] < m.n_steps))
         out.push_back({l[i], h[i], t[i], tier[i], s0[i], s1[i]});
   }
   return out;
@@ -633,8 +657,16 @@ int64_t TraceReader::gate_sample_count(int gate) const {
   if (gate < 0 || gate >= static_cast<int>(m.layout.gates.size()) ||
       !m.layout.gates[size_t(gate)].time_varying)
     return 0;
-  return static_cast<int64_t>(
-      m.dims("/gates/" + m.layout.gates[size_t(gate)].name + "/samples/step", 1)[0]);
+  const std::string p = "/gates/" + m.layout.gates[size_t(gate)].name + "/samples/step";
+  const int64_t rows = static_cast<int64_t>(m.dims(p, 1)[0]);
+  if (m.complete) return rows;
+  // A flush writes the samples of its steps before it commits them.
+  auto it = m.gate_samples_committed.find(gate);
+  if (it != m.gate_samples_committed.end()) return it->second;
+  const std::vector<int32_t> steps = m.read_1d<int32_t>(p, 0, rows);
+  int64_t n = 0;
+  while (n < rows && steps[size_t(n)] < m.n_steps) ++n;
+  return m.gate_samples_committed[gate] = n;
 }
 
 std::vector<GateValue> TraceReader::gate_samples(int gate, int64_t begin, int64_t end,
@@ -701,6 +733,15 @@ int64_t TraceReader::n_merges() const {
 std::vector<MergeRow> TraceReader::merges() const {
   Impl& m = *impl_;
   return m.merge_rows(0, static_cast<int64_t>(m.committed_steps(m.merge_table).size()));
+}
+
+int64_t TraceReader::n_rerotations() const {
+  return static_cast<int64_t>(impl_->committed_steps(impl_->rerotation_table).size());
+}
+
+std::vector<RerotationRow> TraceReader::rerotations() const {
+  Impl& m = *impl_;
+  return m.rerotation_rows(0, static_cast<int64_t>(m.committed_steps(m.rerotation_table).size()));
 }
 
 std::vector<MergeRow> TraceReader::merges_of_step(int64_t step) const {

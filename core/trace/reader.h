@@ -27,7 +27,7 @@ struct HeadLifetimes {
 
 struct PooledTile {
   int64_t qb_begin = 0, qb_end = 0, kb_begin = 0, kb_end = 0;
-  std::vector<float> max;   // (qb_end - qb_begin) x (kb_end - kb_begin), row-major
+  std::vector<float> max;  // (qb_end - qb_begin) x (kb_end - kb_begin), row-major
   std::vector<float> mean;
 };
 
@@ -125,6 +125,10 @@ class TraceReader {
   int64_t n_merges() const;
   std::vector<MergeRow> merges() const;
   std::vector<MergeRow> merges_of_step(int64_t step) const;
+  // Cached keys re-rotated to another RoPE position (/rerotations, minor
+  // version 4), of committed steps, in step order; empty for older traces.
+  int64_t n_rerotations() const;
+  std::vector<RerotationRow> rerotations() const;
 
   std::vector<float> oracle_kl(int64_t begin, int64_t end) const;
   std::vector<float> oracle_lost_mass(int64_t step) const;  // L*H

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <sstream>
 
+// The catalogue below is laid out as a table, one dataset per entry:
+// clang-format would break the entries into a line per field.
+// clang-format off
 namespace kvscope::trace {
 
 const char* axis_symbol(Axis axis) {
@@ -28,6 +31,7 @@ const char* axis_symbol(Axis axis) {
     case Axis::TopK: return "k";
     case Axis::Stalls: return "X";
     case Axis::Merges: return "Y";
+    case Axis::Rerotations: return "Z";
   }
   return "?";
 }
@@ -44,7 +48,8 @@ bool axis_grows(Axis axis) {
     case Axis::GateSamples:
     case Axis::GenBytes:
     case Axis::Stalls:
-    case Axis::Merges: return true;
+    case Axis::Merges:
+    case Axis::Rerotations: return true;
     default: return false;
   }
 }
@@ -210,6 +215,15 @@ std::vector<DatasetSpec> build_catalogue() {
       "entry of the same head that absorbed it and stays");
   col("/merges/weight", Elem::F32, A::Merges, 4096, "1",
       "weight of the folded value in the absorbing entry's blend");
+  // /rerotations (minor version 4): appended with each step, like /events.
+  col("/rerotations/step", Elem::I32, A::Rerotations, 4096, "step",
+      "step that re-rotated the key (rows in step order)");
+  col("/rerotations/layer", Elem::I16, A::Rerotations, 4096, "layer", "layer index");
+  col("/rerotations/kv_head", Elem::I16, A::Rerotations, 4096, "kv head", "key/value head index");
+  col("/rerotations/token", Elem::I32, A::Rerotations, 4096, "token index",
+      "entry whose cached key was re-rotated (the token stays the same)");
+  col("/rerotations/position", Elem::I32, A::Rerotations, 4096, "position",
+      "RoPE position the key carries from this step on");
   for (size_t i = merges_begin; i < c.size(); ++i) c[i].since_minor = 4;
   // /attention
   c.push_back({"/attention/received/offset", Elem::I64, {A::Steps, A::Layers, A::KvHeads}, 0,
@@ -332,6 +346,7 @@ const std::vector<GroupSpec>& group_catalogue() {
       {"/series", "per-step policy values per (layer, kv head), one subgroup per series"},
       {"/stalls", "reactive fetches of entries the policy did not attend, one row each", 3},
       {"/merges", "entries folded into another as they left (merging policies), one row each", 4},
+      {"/rerotations", "cached keys re-rotated to another RoPE position, one row each", 4},
       {"/attention", "attention statistics, as the capture levels asked"},
       {"/attention/received", "attention mass each cached entry received per step (CSR)"},
       {"/attention/pooled", "block-pooled attention maps per layer and query head"},
@@ -459,3 +474,4 @@ std::string schema_markdown() {
 }
 
 }  // namespace kvscope::trace
+// clang-format on

@@ -17,29 +17,30 @@ enum class Elem : uint8_t { U8, I8, U16, I16, I32, I64, F16, F32, F64 };
 // Symbolic axis lengths. Growth axes follow the capture; fixed axes come from
 // /run attributes and the capture layout.
 enum class Axis : uint8_t {
-  Steps,          // S: forward steps (rows of /steps)
-  Events,         // E: decisions (rows of /events)
-  Tokens,         // T: tokens fed to the model (rows of /tokens)
-  TextBytes,      // bytes of all token pieces
-  Intervals,      // tier intervals (rows of /lifetimes/intervals)
-  ReceivedRows,   // N: (token, mass) pairs of /attention/received
-  QueryBlocks,    // ceil(T / pooled_block)
-  GateSamples,    // rows of /gates/<name>/samples
-  GenBytes,       // bytes of generated text
-  Layers,         // L
-  Heads,          // H: query heads
-  KvHeads,        // K: key/value heads
-  Tiers,          // R: memory tiers (/run tier_names)
-  HeadSlots1,     // L * K + 1
-  KeyBlocks,      // ceil(max_tokens / pooled_block)
-  DenseHeads,     // D: heads with dense rows
-  Two,            // 2
-  KeyTokens,      // max_tokens
-  TopK,           // k of /attention/topk
-  Stalls,         // X: reactive fetches (rows of /stalls)
-  Merges,         // Y: entries folded into others (rows of /merges)
+  Steps,         // S: forward steps (rows of /steps)
+  Events,        // E: decisions (rows of /events)
+  Tokens,        // T: tokens fed to the model (rows of /tokens)
+  TextBytes,     // bytes of all token pieces
+  Intervals,     // tier intervals (rows of /lifetimes/intervals)
+  ReceivedRows,  // N: (token, mass) pairs of /attention/received
+  QueryBlocks,   // ceil(T / pooled_block)
+  GateSamples,   // rows of /gates/<name>/samples
+  GenBytes,      // bytes of generated text
+  Layers,        // L
+  Heads,         // H: query heads
+  KvHeads,       // K: key/value heads
+  Tiers,         // R: memory tiers (/run tier_names)
+  HeadSlots1,    // L * K + 1
+  KeyBlocks,     // ceil(max_tokens / pooled_block)
+  DenseHeads,    // D: heads with dense rows
+  Two,           // 2
+  KeyTokens,     // max_tokens
+  TopK,          // k of /attention/topk
+  Stalls,        // X: reactive fetches (rows of /stalls)
+  Merges,        // Y: entries folded into others (rows of /merges)
+  Rerotations,   // Z: keys re-rotated to another RoPE position (rows of /rerotations)
 };
-inline constexpr int kAxisCount = 21;
+inline constexpr int kAxisCount = 22;
 const char* axis_symbol(Axis axis);
 bool axis_grows(Axis axis);
 
@@ -59,8 +60,8 @@ const char* feature_name(Feature feature);
 struct DatasetSpec {
   std::string path;  // may contain "{gate}" or "{series}", replaced per gate or series
   Elem elem;
-  std::vector<Axis> dims;  // empty: scalar dataset
-  int append_axis;         // axis that grows during capture; -1: fixed shape
+  std::vector<Axis> dims;      // empty: scalar dataset
+  int append_axis;             // axis that grows during capture; -1: fixed shape
   std::vector<int64_t> chunk;  // per axis: >0 fixed, 0 full extent, -1 fill to ~256 KiB
   std::string units;
   std::string meaning;
@@ -96,7 +97,7 @@ const std::vector<GroupSpec>& group_catalogue();
 struct AttributeSpec {
   std::string object;  // "/" or "/run"
   std::string name;
-  std::string type;    // "string", "int64", "float64", "string[]"
+  std::string type;  // "string", "int64", "float64", "string[]"
   std::string meaning;
 };
 const std::vector<AttributeSpec>& attribute_catalogue();

@@ -12,9 +12,9 @@
 namespace kvscope::trace {
 
 inline constexpr const char* kFormatName = "kvscope-trace";
-inline constexpr int kFormatVersion = 1;     // major: readers refuse other majors
+inline constexpr int kFormatVersion = 1;  // major: readers refuse other majors
 // Minor: additive changes only. 1: /run gate_names; 2: /series; 3: /stalls, /run tier_attended;
-// 4: /merges.
+// 4: /merges, /rerotations.
 inline constexpr int kFormatMinorVersion = 4;
 inline constexpr int kOldestReadableVersion = 1;
 
@@ -66,7 +66,7 @@ struct GateSpec {
   std::string meaning;  // what the score is
   std::string units = "1";
   double threshold = std::numeric_limits<double>::quiet_NaN();  // NaN: none
-  bool time_varying = false;  // also record per-step samples
+  bool time_varying = false;                                    // also record per-step samples
 };
 
 // One number per (step, layer, kv head) that a policy records about its own
@@ -81,24 +81,24 @@ struct SeriesSpec {
 // Which optional groups a trace holds; decided before capture starts because
 // SWMR allows no new datasets once writing has begun.
 struct CaptureLayout {
-  int64_t max_tokens = 0;      // capacity of the key axis: prompt + max new tokens
-  bool received = false;       // /attention/received
-  int64_t pooled_block = 0;    // /attention/pooled when > 0 (tokens per block)
+  int64_t max_tokens = 0;    // capacity of the key axis: prompt + max new tokens
+  bool received = false;     // /attention/received
+  int64_t pooled_block = 0;  // /attention/pooled when > 0 (tokens per block)
   std::vector<std::pair<int32_t, int32_t>> dense_heads;  // (layer, query head)
-  int64_t topk = 0;            // /attention/topk when > 0
-  bool oracle = false;         // /oracle
+  int64_t topk = 0;                                      // /attention/topk when > 0
+  bool oracle = false;                                   // /oracle
   int64_t oracle_recall_k = 0;
-  std::vector<GateSpec> gates;  // /gates/<name>
+  std::vector<GateSpec> gates;     // /gates/<name>
   std::vector<SeriesSpec> series;  // /series/<name>
 };
 
 struct RunInfo {
   ModelInfo model;
-  std::string policy;              // full spec as given, e.g. "h2o:heavy=32,recent=32"
-  std::string policy_name;         // registry name, e.g. "h2o"
-  std::string policy_params_json;  // resolved parameters, defaults included
+  std::string policy;                // full spec as given, e.g. "h2o:heavy=32,recent=32"
+  std::string policy_name;           // registry name, e.g. "h2o"
+  std::string policy_params_json;    // resolved parameters, defaults included
   std::string budget_kind = "none";  // none | head | layer | global
-  int64_t budget = 0;              // entries (per head / per layer / total)
+  int64_t budget = 0;                // entries (per head / per layer / total)
   uint64_t seed = 0;
   std::string prompt;
   std::string capture_levels;  // e.g. "events,received,pooled"
@@ -112,27 +112,27 @@ struct RunInfo {
   std::vector<std::string> reason_names{"none"};
   std::string task_kind;        // e.g. "needle"; empty when the run is no task
   std::string expected_answer;  // what a successful generation contains
-  std::string tool_version;  // filled by the writer when empty
-  std::string created_utc;   // filled by the writer when empty
+  std::string tool_version;     // filled by the writer when empty
+  std::string created_utc;      // filled by the writer when empty
 };
 
 struct TokenRecord {
   int32_t id = 0;
   int32_t position = 0;
   TokenRole role = TokenRole::Prompt;
-  int32_t step = 0;             // forward step that fed this token
-  int64_t prompt_offset = -1;   // byte offset into RunInfo::prompt, -1 if none
-  std::string text;             // decoded piece (raw bytes, may be partial UTF-8)
+  int32_t step = 0;            // forward step that fed this token
+  int64_t prompt_offset = -1;  // byte offset into RunInfo::prompt, -1 if none
+  std::string text;            // decoded piece (raw bytes, may be partial UTF-8)
 };
 
 struct StepRecord {
   StepKind kind = StepKind::Decode;
   int32_t first_token = 0;  // index of the first token fed by this step
   int32_t n_tokens = 0;
-  double t_start_s = 0;     // seconds since capture start
-  double wall_s = 0;        // forward + policy time of this step
-  int64_t entries = 0;      // cache entries held after the step, all heads and tiers
-  int64_t kv_bytes = 0;     // bytes held by the cache pool after the step
+  double t_start_s = 0;  // seconds since capture start
+  double wall_s = 0;     // forward + policy time of this step
+  int64_t entries = 0;   // cache entries held after the step, all heads and tiers
+  int64_t kv_bytes = 0;  // bytes held by the cache pool after the step
   // Filled by the writer from the events of the step:
   int64_t event_begin = 0;
   int64_t event_count = 0;
@@ -179,8 +179,8 @@ struct PooledRow {
 
 // Full attention row of one selected head for one query token.
 struct DenseRow {
-  int32_t head_index = 0;  // index into CaptureLayout::dense_heads
-  int32_t token = 0;       // query token index
+  int32_t head_index = 0;     // index into CaptureLayout::dense_heads
+  int32_t token = 0;          // query token index
   std::vector<float> weight;  // max_tokens (zeros beyond the query)
 };
 
@@ -209,9 +209,20 @@ struct MergeRow {
   int32_t step = 0;
   int16_t layer = 0;
   int16_t kv_head = 0;
-  int32_t token = 0;   // the entry that left
-  int32_t into = 0;    // the entry that absorbed it (held by the same head)
-  float weight = 0;    // its weight in the absorbing entry's blend (>= 0)
+  int32_t token = 0;  // the entry that left
+  int32_t into = 0;   // the entry that absorbed it (held by the same head)
+  float weight = 0;   // its weight in the absorbing entry's blend (>= 0)
+};
+
+// An entry whose cached key was re-rotated to another RoPE position (a policy
+// that re-rotates the kept keys to contiguous positions after pruning): its
+// token stays the same, its key now carries RoPE position `position`.
+struct RerotationRow {
+  int32_t step = 0;
+  int16_t layer = 0;
+  int16_t kv_head = 0;
+  int32_t token = 0;
+  int32_t position = 0;  // the RoPE position the key now carries
 };
 
 struct GateValue {
@@ -224,7 +235,7 @@ struct GateValue {
 };
 
 struct OracleRow {
-  float kl = 0;                // KL(full || policy) of the next-token distribution
+  float kl = 0;                  // KL(full || policy) of the next-token distribution
   std::vector<float> lost_mass;  // L * H
   std::vector<float> recall;     // L * K
 };
@@ -246,6 +257,7 @@ struct StepData {
   std::vector<float> series;
   std::vector<StallRow> stalls;  // reactive fetches of the step, in the order they happened
   std::vector<MergeRow> merges;  // entries folded into others by the step, in order
+  std::vector<RerotationRow> rerotations;  // keys re-rotated by the step, in order
   bool has_oracle = false;
   OracleRow oracle;
   std::string generated_text;  // bytes appended to /generation/text_bytes

@@ -59,7 +59,7 @@ class Validator {
   CaptureLayout layout_;
   int64_t R_ = 1;
   bool has_stalls_ = false;  // minor version 3 and later hold /stalls
-  bool has_merges_ = false;  // minor version 4 and later hold /merges
+  bool has_merges_ = false;  // minor version 4 and later hold /merges and /rerotations
   std::vector<DatasetSpec> specs_;
   AxisSizes sizes_;  // the sizes every dataset must have (complete) or reach (incomplete)
   std::map<std::string, AxisSizes> gate_sizes_;
@@ -219,16 +219,22 @@ class Validator {
     sizes_[Axis::Tokens] = T;
     sizes_[Axis::Events] = E;
     sizes_[Axis::TextBytes] = extent0("/tokens/text_bytes");
-    sizes_[Axis::Intervals] = extent0("/lifetimes/intervals/layer");
-    sizes_[Axis::ReceivedRows] = extent0("/attention/received/token");
+    sizes_[Axis::Intervals] = R_ > 1 ? committed_rows("/lifetimes/intervals/end_step", S)
+                                     : extent0("/lifetimes/intervals/layer");
+    sizes_[Axis::ReceivedRows] = committed_received_rows(S);
     sizes_[Axis::GenBytes] = extent0("/generation/text_bytes");
     if (has_stalls_) sizes_[Axis::Stalls] = committed_rows("/stalls/step", S);
-    if (has_merges_) sizes_[Axis::Merges] = committed_rows("/merges/step", S);
+    if (has_merges_) {  // /merges and /rerotations came with minor version 4
+      sizes_[Axis::Merges] = committed_rows("/merges/step", S);
+      sizes_[Axis::Rerotations] = committed_rows("/rerotations/step", S);
+    }
     int64_t b = layout_.pooled_block;
     sizes_[Axis::QueryBlocks] = b > 0 ? (T + b - 1) / b : 0;
     for (const GateSpec& g : layout_.gates) {
       AxisSizes s = sizes_;
-      s[Axis::GateSamples] = extent0("/gates/" + g.name + "/samples/step");
+      s[Axis::GateSamples] = g.time_varying
+                                 ? committed_rows("/gates/" + g.name + "/samples/step", S)
+                                 : extent0("/gates/" + g.name + "/samples/step");
       gate_sizes_[g.name] = s;
     }
     report_.n_steps = S;
@@ -252,6 +258,22 @@ class Validator {
       }
     });
     return n;
+  }
+
+  // Rows of /attention/received: all in a complete trace; in an incomplete
+  // one those up to the end of the last committed step's rows (a flush
+  // writes the rows of its steps before it commits them).
+  int64_t committed_received_rows(int64_t S) {
+    const int64_t rows = extent0("/attention/received/token");
+    if (complete_ || !layout_.received) return rows;
+    if (S == 0) return 0;
+    auto off = read_rows<int64_t>("/attention/received/offset", S - 1, S);
+    auto cnt = read_rows<int64_t>("/attention/received/count", S - 1, S);
+    if (off.empty() || off.size() != cnt.size()) return rows;  // its own report
+    int64_t end = 0;
+    for (size_t i = 0; i < off.size(); ++i)
+      end = std::max(end, off[i] + std::max<int64_t>(0, cnt[i]));
+    return std::min(rows, end);
   }
 
   const AxisSizes& sizes_for(const std::string& p) {
@@ -439,6 +461,7 @@ class Validator {
     }
     if (has_stalls_) check_stalls(S, T, L, K);
     if (has_merges_) check_merges(S, T, L, K);
+    if (has_merges_) check_rerotations(S, T, L, K);
     int64_t reason = read_scalar<int64_t>("/generation/finish_reason");
     if (reason < 0 || reason > 5)
       add("/generation/finish_reason", "is " + std::to_string(reason) + " (expected 0..5)");
@@ -514,6 +537,18 @@ class Validator {
     check_step_order("/merges/step", Y);
   }
 
+  // Re-rotation rows name committed steps in order, heads, tokens and RoPE
+  // positions that exist.
+  void check_rerotations(int64_t S, int64_t T, int64_t L, int64_t K) {
+    const int64_t Z = sizes_[Axis::Rerotations];
+    check_int_column("/rerotations/step", Z, 0, S);
+    check_int_column("/rerotations/layer", Z, 0, L);
+    check_int_column("/rerotations/kv_head", Z, 0, K);
+    check_int_column("/rerotations/token", Z, 0, T);
+    check_int_column("/rerotations/position", Z, 0, T);
+    check_step_order("/rerotations/step", Z);
+  }
+
   // A step column whose rows must come in nondecreasing step order.
   void check_step_order(const std::string& path, int64_t rows) {
     int64_t previous = INT64_MIN, bad = 0, first_row = -1, first_step = 0, first_after = 0;
@@ -529,9 +564,9 @@ class Validator {
     });
     if (bad > 0)
       add(path, std::to_string(bad) + " row(s) out of step order; first at row " +
-                              std::to_string(first_row) + " = step " + std::to_string(first_step) +
-                              " after step " + std::to_string(first_after) +
-                              " (expected nondecreasing steps)");
+                    std::to_string(first_row) + " = step " + std::to_string(first_step) +
+                    " after step " + std::to_string(first_after) +
+                    " (expected nondecreasing steps)");
   }
 
   void check_text_ranges(int64_t T) {

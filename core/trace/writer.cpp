@@ -159,6 +159,9 @@ struct TraceWriter::Impl {
   struct MergeColumns {
     AppendColumn *step, *layer, *kv_head, *token, *into, *weight;
   } merge_columns{};
+  struct RerotationColumns {
+    AppendColumn *step, *layer, *kv_head, *token, *position;
+  } rerotation_columns{};
 
   HeadTokenArray<int32_t> admit, evict;
   std::vector<HeadTokenArray<float>> gate_values;
@@ -504,6 +507,9 @@ struct TraceWriter::Impl {
                      &col("/stalls/token"), &col("/stalls/wait_s"), &col("/stalls/needed")};
     merge_columns = {&col("/merges/step"),  &col("/merges/layer"), &col("/merges/kv_head"),
                      &col("/merges/token"), &col("/merges/into"),  &col("/merges/weight")};
+    rerotation_columns = {&col("/rerotations/step"), &col("/rerotations/layer"),
+                          &col("/rerotations/kv_head"), &col("/rerotations/token"),
+                          &col("/rerotations/position")};
     admit.init(take_dataset("/lifetimes/admit_step"), Elem::I32, L * K, -1);
     evict.init(take_dataset("/lifetimes/evict_step"), Elem::I32, L * K, -1);
     for (const SeriesSpec& sp : layout.series)
@@ -578,6 +584,7 @@ struct TraceWriter::Impl {
     if (!layout.series.empty()) append_series(sd);
     append_stalls(sd.stalls, step);
     append_merges(sd.merges, step);
+    append_rerotations(sd.rerotations, step);
     if (layout.oracle) append_oracle(sd);
     if (!sd.generated_text.empty())
       col("/generation/text_bytes")
@@ -736,8 +743,7 @@ struct TraceWriter::Impl {
       check_step_row("/merges", "merge", m.step, step, m.layer, m.kv_head, m.token);
       if (m.into < 0 || m.into >= tokens_appended || m.into == m.token)
         fail("/merges/into", "token " + std::to_string(m.into) + " for entry " +
-                                 std::to_string(m.token) +
-                                 " (expected another token already fed)");
+                                 std::to_string(m.token) + " (expected another token already fed)");
       if (!std::isfinite(m.weight) || m.weight < 0)
         fail("/merges/weight", "is " + number_text(m.weight) + " (expected finite and >= 0)");
       merge_columns.step->push1(m.step);
@@ -746,6 +752,22 @@ struct TraceWriter::Impl {
       merge_columns.token->push1(m.token);
       merge_columns.into->push1(m.into);
       merge_columns.weight->push1(m.weight);
+    }
+  }
+
+  // Re-rotations are rows of the step like its events; /steps commits them.
+  void append_rerotations(const std::vector<RerotationRow>& rows, int32_t step) {
+    for (const RerotationRow& r : rows) {
+      check_step_row("/rerotations", "re-rotation", r.step, step, r.layer, r.kv_head, r.token);
+      if (r.position < 0 || r.position > r.token)
+        fail("/rerotations/position", "position " + std::to_string(r.position) + " for token " +
+                                          std::to_string(r.token) +
+                                          " (expected 0 .. the token's own position)");
+      rerotation_columns.step->push1(r.step);
+      rerotation_columns.layer->push1(r.layer);
+      rerotation_columns.kv_head->push1(r.kv_head);
+      rerotation_columns.token->push1(r.token);
+      rerotation_columns.position->push1(r.position);
     }
   }
 
@@ -989,6 +1011,12 @@ struct TraceWriter::Impl {
     write_dense();
     for (auto& [p, c] : columns)
       if (p.rfind("/steps/", 0) == 0 && p != "/steps/kind") write_column(c);
+    // Two flushes: HDF5's metadata cache writes dirty object headers in its
+    // own order, so a kill inside one flush could leave the commit marker's
+    // new extent on disk before another dataset's. Only once everything else
+    // is on disk does the marker grow.
+    fault_point();
+    if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) io_fail("");
     write_column(col("/steps/kind"));  // the commit marker: readers count steps by it
     fault_point();
     if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) io_fail("");

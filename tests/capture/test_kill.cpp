@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -54,6 +55,9 @@ std::vector<std::string> capture_args(const std::string& out) {
 // kills it after that long. Returns the wait status.
 int run_capture(const std::string& out, long long kill_at_write, long delay_us) {
   std::vector<std::string> args = capture_args(out);
+  // Unflushed test output would otherwise be flushed again by every child.
+  std::fflush(stdout);
+  std::fflush(stderr);
   pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -172,10 +176,16 @@ TEST_CASE("captures killed at seeded moments leave traces of exactly their commi
 
   // Kills from outside at seeded fractions of a whole run's time land
   // anywhere, inside HDF5's own writes too.
+  // KVSCOPE_KILL_TIMED_RUNS=N runs N of them instead of 6 (a stress run).
   std::uniform_real_distribution<double> fraction(0.0, 1.1);
-  for (int run = 0; run < 6; ++run) {
+  const char* timed_runs = std::getenv("KVSCOPE_KILL_TIMED_RUNS");
+  const int n_timed = timed_runs ? std::atoi(timed_runs) : 6;
+  for (int run = 0; run < n_timed; ++run) {
     const std::string path = dir + "/timed-" + std::to_string(run) + ".kvtrace.h5";
-    const int status = run_capture(path, -1, static_cast<long>(fraction(rng) * reference_us));
+    const long delay_us = static_cast<long>(fraction(rng) * reference_us);
+    INFO("timed run " << run << ": killed after " << delay_us << " us of a " << long(reference_us)
+                      << " us run");
+    const int status = run_capture(path, -1, delay_us);
     if (WIFSIGNALED(status))
       check_killed(path, *ref, false);
     else

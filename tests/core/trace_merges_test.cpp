@@ -1,6 +1,7 @@
-// /merges (format minor version 4): entries a merging policy folded into a
-// surviving entry as they left. Round trip through writer and reader, older
-// minor versions (no /merges), the writer's and the validator's refusals.
+// /merges and /rerotations (format minor version 4): entries a merging policy
+// folded into a surviving entry as they left, and kept keys a policy moved to
+// another RoPE position. Round trip through writer and reader, older minor
+// versions (neither table), the writer's and the validator's refusals.
 #include <catch2/catch.hpp>
 
 #include <limits>
@@ -35,23 +36,49 @@ struct Merging {
     layout.max_tokens = 16;
   }
 
-  static StepData step(int32_t s, std::vector<MergeRow> merges) {
+  static StepData step(int32_t s, std::vector<MergeRow> merges,
+                       std::vector<RerotationRow> rerotations = {}) {
     StepData sd;
     sd.step.first_token = s;
     sd.step.n_tokens = 1;
     sd.tokens.push_back({s % 100, s, TokenRole::Prompt, s, -1, "t"});
     sd.occupancy.assign(size_t(kL * kK), 0);
     sd.merges = std::move(merges);
+    sd.rerotations = std::move(rerotations);
     return sd;
   }
 
-  std::string write(const std::string& path, const std::vector<std::vector<MergeRow>>& steps) const {
+  std::string write(const std::string& path,
+                    const std::vector<std::vector<MergeRow>>& steps) const {
     auto w = TraceWriter::create(path, run, layout, {});
     for (size_t s = 0; s < steps.size(); ++s) w->append_step(step(int32_t(s), steps[s]));
     w->close({});
     return path;
   }
+
+  std::string write_rerotations(const std::string& path,
+                                const std::vector<std::vector<RerotationRow>>& steps) const {
+    auto w = TraceWriter::create(path, run, layout, {});
+    for (size_t s = 0; s < steps.size(); ++s) w->append_step(step(int32_t(s), {}, steps[s]));
+    w->close({});
+    return path;
+  }
 };
+
+// Step 2 moves token 2 to position 0 (head 0, 0) and token 1 to 0 (head 1, 1);
+// step 3 moves token 3 to position 1 (head 0, 1).
+std::vector<std::vector<RerotationRow>> four_rerotation_steps() {
+  return {{}, {}, {{2, 0, 0, 2, 0}, {2, 1, 1, 1, 0}}, {{3, 0, 1, 3, 1}}};
+}
+
+bool same(const std::vector<RerotationRow>& a, const std::vector<RerotationRow>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].step != b[i].step || a[i].layer != b[i].layer || a[i].kv_head != b[i].kv_head ||
+        a[i].token != b[i].token || a[i].position != b[i].position)
+      return false;
+  return true;
+}
 
 // Step 2 folds token 0 into 1 (head 0, 0) and token 2 into 1 (head 1, 1); step 3 folds 3 into 0.
 std::vector<std::vector<MergeRow>> four_steps() {
@@ -98,6 +125,7 @@ TEST_CASE("traces of minor versions 0 to 3 read with no merges", "[trace][merges
     {
       Edit e(path);
       e.remove("/merges");
+      e.remove("/rerotations");
       if (minor < 3) e.remove("/stalls");
       if (minor < 3) e.remove_attr("/run", "tier_attended");
       e.set_i64_attr("/", "minor_version", minor);
@@ -105,6 +133,8 @@ TEST_CASE("traces of minor versions 0 to 3 read with no merges", "[trace][merges
     auto r = TraceReader::open(path);
     CHECK(r->n_merges() == 0);
     CHECK(r->merges().empty());
+    CHECK(r->n_rerotations() == 0);
+    CHECK(r->rerotations().empty());
     check_valid(path);
   }
 }
@@ -114,17 +144,20 @@ TEST_CASE("the validator checks every merge row", "[trace][merges]") {
   SECTION("a step beyond the trace") {
     const std::string p = Merging().write(dir + "/m-step.kvtrace.h5", four_steps());
     Edit(p).write_i64("/merges/step", 0, 99);
-    CHECK(has_violation(validate_trace(p), "/merges/step", "1 value(s) outside [0, 4); first at row 0 = 99"));
+    CHECK(has_violation(validate_trace(p), "/merges/step",
+                        "1 value(s) outside [0, 4); first at row 0 = 99"));
   }
   SECTION("an absorbing token that was never fed") {
     const std::string p = Merging().write(dir + "/m-into.kvtrace.h5", four_steps());
     Edit(p).write_i64("/merges/into", 1, 40);
-    CHECK(has_violation(validate_trace(p), "/merges/into", "1 value(s) outside [0, 4); first at row 1 = 40"));
+    CHECK(has_violation(validate_trace(p), "/merges/into",
+                        "1 value(s) outside [0, 4); first at row 1 = 40"));
   }
   SECTION("a negative weight") {
     const std::string p = Merging().write(dir + "/m-weight.kvtrace.h5", four_steps());
     Edit(p).write_f64("/merges/weight", 0, -1);
-    CHECK(has_violation(validate_trace(p), "/merges/weight", "1 value(s) outside [0, 1e+30]; first at row 0 = -1"));
+    CHECK(has_violation(validate_trace(p), "/merges/weight",
+                        "1 value(s) outside [0, 1e+30]; first at row 0 = -1"));
   }
   SECTION("rows out of step order") {
     const std::string p = Merging().write(dir + "/m-order.kvtrace.h5", four_steps());
@@ -152,6 +185,64 @@ TEST_CASE("the writer refuses merges that name nothing the trace holds", "[trace
   refused({2, 0, 0, 5, 1, 0.5f}, "/merges/token");  // a token not yet fed
   refused({2, 0, 0, 0, 1, -1.0f}, "/merges/weight");
   refused({2, 0, 0, 0, 1, std::numeric_limits<float>::quiet_NaN()}, "/merges/weight");
-  refused({1, 0, 0, 0, 1, 0.5f}, "/merges/step");   // another step's row
+  refused({1, 0, 0, 0, 1, 0.5f}, "/merges/step");  // another step's row
   refused({2, 5, 0, 0, 1, 0.5f}, "/merges/layer");
+}
+
+TEST_CASE("rerotations round-trip", "[trace][rerotations]") {
+  const std::string path = Merging().write_rerotations(test::temp_dir() + "/rerotations.kvtrace.h5",
+                                                       four_rerotation_steps());
+  auto r = TraceReader::open(path);
+  CHECK(r->n_rerotations() == 3);
+  std::vector<RerotationRow> all = four_rerotation_steps()[2];
+  all.push_back(four_rerotation_steps()[3][0]);
+  CHECK(same(r->rerotations(), all));
+  CHECK(r->n_merges() == 0);
+  check_valid(path);
+}
+
+TEST_CASE("the validator checks every re-rotation row", "[trace][rerotations]") {
+  const std::string dir = test::temp_dir();
+  auto written = [&](const std::string& name) {
+    return Merging().write_rerotations(dir + "/" + name + ".kvtrace.h5", four_rerotation_steps());
+  };
+  SECTION("a position beyond the trace's tokens") {
+    const std::string p = written("z-position");
+    Edit(p).write_i64("/rerotations/position", 2, 40);
+    CHECK(has_violation(validate_trace(p), "/rerotations/position",
+                        "1 value(s) outside [0, 4); first at row 2 = 40"));
+  }
+  SECTION("a head that does not exist") {
+    const std::string p = written("z-head");
+    Edit(p).write_i64("/rerotations/kv_head", 0, 5);
+    CHECK(has_violation(validate_trace(p), "/rerotations/kv_head",
+                        "1 value(s) outside [0, 2); first at row 0 = 5"));
+  }
+  SECTION("rows out of step order") {
+    const std::string p = written("z-order");
+    Edit(p).write_i64("/rerotations/step", 1, 0);
+    CHECK(has_violation(validate_trace(p), "/rerotations/step",
+                        "1 row(s) out of step order; first at row 1 = step 0 after step 2 "
+                        "(expected nondecreasing steps)"));
+  }
+  SECTION("a column deleted") {
+    const std::string p = written("z-gone");
+    Edit(p).remove("/rerotations/position");
+    CHECK(has_violation(validate_trace(p), "/rerotations/position", "dataset missing"));
+  }
+}
+
+TEST_CASE("the writer refuses re-rotations that name nothing the trace holds",
+          "[trace][rerotations]") {
+  const std::string dir = test::temp_dir();
+  auto refused = [&](RerotationRow z, const std::string& field) {
+    std::vector<std::vector<RerotationRow>> steps = {{}, {}, {z}};
+    CHECK_THROWS_WITH(Merging().write_rerotations(dir + "/refused-z.kvtrace.h5", steps),
+                      Catch::Contains(field));
+  };
+  refused({2, 0, 0, 1, 2}, "/rerotations/position");  // forwards, past its own position
+  refused({2, 0, 0, 1, -1}, "/rerotations/position");
+  refused({2, 0, 0, 7, 0}, "/rerotations/token");  // a token not yet fed
+  refused({1, 0, 0, 0, 0}, "/rerotations/step");   // another step's row
+  refused({2, 5, 0, 1, 0}, "/rerotations/layer");
 }

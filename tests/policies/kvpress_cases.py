@@ -19,6 +19,7 @@ class Case:
     masks: bool = False            # the press masks (masked_key_indices) instead of removing
     seed: int = 0                  # torch.manual_seed before the press is built and run
     decode: int = 0                # decode steps before the kept sets are compared
+    by_values: bool = False        # find kvpress's kept entries by their values (keys re-rotated)
     tie: Optional[Callable] = None  # (diffs, kvpress scores, Model) -> explained?
     why: str = "near-equal scores (within 1e-4 of the head's largest)"
 
@@ -200,6 +201,9 @@ def cases_for(model_name):
              lambda b, n: "dms:scorer=keydiff,threshold=%g,sliding_window=%d" % (dms_threshold, dms_window),
              lambda r, m: P.DMSPress(P.KeyDiffPress(), threshold=dms_threshold, sliding_window_size=dms_window),
              sdpa=True, masks=True),
+        Case("rerotate", "KeyRerotationPress(KnormPress)", lambda b, n: "knorm:budget=%d+rerotate" % b,
+             lambda r, m: P.KeyRerotationPress(press=P.KnormPress(compression_ratio=r)),
+             tie=knorm_tie, why="swaps of equal-norm keys", by_values=True),
         # The paper's pyramid (spread=prefix, the default) adds the window to
         # every layer; kvpress spreads the whole budget. beta 2 keeps kvpress's
         # pyramid within its fit condition on these short prompts.

@@ -220,7 +220,56 @@ def kvpress_kept_decoding(model, ids, press, decode):
     return [[set(held[l][h]) for h in range(K)] for l in range(L)], scores
 
 
-def kvpress_kept(model, ids, press, masks=False, decode=0):
+def rerotated_kept(model, full, pressed, prefer):
+    """Kept positions of one layer for presses that re-rotate the kept keys
+    (KeyRerotationPress: the i-th kept entry, in position order, carries RoPE
+    position i). Row i is entry p when its value is the full cache's value at
+    p and its key, rotated forward by p - i, is the full cache's key at p.
+    A token repeated at layer 0 has the same pre-RoPE key and value at every
+    copy, so the pressed cache cannot say which copy it holds: of the copies
+    that keep the rows in position order, the one KVScope kept (`prefer`) is
+    taken, else the first."""
+    fk, pk = full.keys[0], pressed.keys[0]      # [K, T, hd], [K, kept, hd]
+    fv, pv = full.values[0], pressed.values[0]
+    T = fk.shape[1]
+    cos, sin = model.model.rotary_emb(fk, torch.arange(T).unsqueeze(0))  # [1, T, hd]
+    cos, sin = cos[0].to(fk.dtype), sin[0].to(fk.dtype)
+    half = fk.shape[-1] // 2
+    scale = float(fk.abs().max())
+    heads = []
+    for h in range(fk.shape[0]):
+        match = (pv[h][:, None, :] == fv[h][None, :, :]).all(-1)  # [kept, T]
+        fits = []  # per row, the entries it can be (in position order)
+        for i in range(pk.shape[1]):
+            x = pk[h][i]
+            row = []
+            for p in match[i].nonzero().flatten().tolist():
+                if p < i:
+                    continue
+                turned = x * cos[p - i] + torch.cat([-x[half:], x[:half]]) * sin[p - i]
+                if float((turned - fk[h][p]).abs().max()) <= 1e-4 * scale:
+                    row.append(p)
+            assert row, "kept row %d of head %d is no rotated original entry" % (i, h)
+            fits.append(row)
+        # The latest entry each row can be with the rows after it still in
+        # order; then, left to right, KVScope's choice where it fits.
+        latest = [0] * len(fits)
+        bound = T
+        for i in reversed(range(len(fits))):
+            below = [p for p in fits[i] if p < bound]
+            assert below, "kept rows of head %d are in no position order" % h
+            latest[i] = bound = below[-1]
+        chosen, last = [], -1
+        for i, row in enumerate(fits):
+            ok = [p for p in row if last < p <= latest[i]]
+            preferred = [p for p in ok if p in prefer[h]]
+            last = preferred[0] if preferred else ok[0]
+            chosen.append(last)
+        heads.append(set(chosen))
+    return heads
+
+
+def kvpress_kept(model, ids, press, masks=False, decode=0, by_values=None):
     """kvpress's kept positions per (layer, kv head) after the prefill (and
     `decode` decode steps), and the scores its scorer gave."""
     if decode:
@@ -246,6 +295,10 @@ def kvpress_kept(model, ids, press, masks=False, decode=0):
                 heads.append(set(range(fk.shape[1])) - gone)
             model.model.layers[l].self_attn.masked_key_indices = None
         else:
+            if by_values is not None:  # KVScope's kept sets, [layer][head]
+                heads = rerotated_kept(model, full.layers[l], pressed.layers[l], by_values[l])
+                kept.append(heads)
+                continue
             for h in range(fk.shape[0]):
                 match = (pk[h][:, None, :] == fk[h][None, :, :]).all(-1)  # [kept, T]
                 assert (match.sum(1) >= 1).all(), "a kept key matches no original key"
@@ -291,7 +344,8 @@ def run_case(model, case):
     oracle = model.float64() if case.float64 else (model.sdpa if case.sdpa else model.eager)
     torch.manual_seed(case.seed)
     press = case.press(ratio_for(n, budget), model)
-    theirs, scores = kvpress_kept(oracle, ids, press, masks=case.masks, decode=case.decode)
+    theirs, scores = kvpress_kept(oracle, ids, press, masks=case.masks, decode=case.decode,
+                                  by_values=ours if case.by_values else None)
     L, K = len(ours), len(ours[0])
     same = sum(ours[l][h] == theirs[l][h] for l in range(L) for h in range(K))
     diffs = [(l, h, sorted(ours[l][h] - theirs[l][h]), sorted(theirs[l][h] - ours[l][h]))

@@ -71,6 +71,7 @@ void PolicyRun::end_step() {
   gates_ = driver_->take_gates();
   stalls_ = driver_->take_stalls();
   merges_ = driver_->take_merges();
+  rerotations_ = driver_->take_rerotations();
 }
 
 void PolicyRun::on_attention(int64_t layer, int64_t kv_head, const float* probs, int64_t R,
