@@ -28,7 +28,7 @@ const std::vector<PolicyDescriptor>& builtin_policies() {
       lagkv_descriptor(), cur_descriptor(), leverage_descriptor(),
       non_causal_attention_descriptor(), compactor_descriptor(), criticalkv_descriptor(),
       simlayerkv_descriptor(), qfilter_descriptor(), critical_adakv_descriptor(),
-      cap_descriptor(), expected_attention_stats_descriptor(), dms_descriptor(),
+      cap_descriptor(), expected_attention_stats_descriptor(), dms_descriptor(), finch_descriptor(),
   };
   return all;
 }

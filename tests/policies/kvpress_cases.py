@@ -20,6 +20,7 @@ class Case:
     seed: int = 0                  # torch.manual_seed before the press is built and run
     decode: int = 0                # decode steps before the kept sets are compared
     by_values: bool = False        # find kvpress's kept entries by their values (keys re-rotated)
+    question: int = 0              # FinchPress: a delimiter before the prompt's last `question` tokens
     tie: Optional[Callable] = None  # (diffs, kvpress scores, Model) -> explained?
     why: str = "near-equal scores (within 1e-4 of the head's largest)"
 
@@ -201,6 +202,15 @@ def cases_for(model_name):
              lambda b, n: "dms:scorer=keydiff,threshold=%g,sliding_window=%d" % (dms_threshold, dms_window),
              lambda r, m: P.DMSPress(P.KeyDiffPress(), threshold=dms_threshold, sliding_window_size=dms_window),
              sdpa=True, masks=True),
+        # FINCH's question is the prompt's last 16 tokens: kvpress finds it
+        # from a delimiter token inserted before them (and removed from the
+        # embeddings), KVScope from window=16.
+        Case("finch", "FinchPress", lambda b, n: "finch:budget=%d,window=16" % b,
+             lambda r, m: P.FinchPress(compression_ratio=r), by_values=True, question=16),
+        Case("finch_plain", "FinchPress(normalize_scores=False, rerotate_keys=False)",
+             lambda b, n: "finch:budget=%d,window=16,normalize=false,rerotate=false" % b,
+             lambda r, m: P.FinchPress(compression_ratio=r, normalize_scores=False, rerotate_keys=False),
+             question=16),
         Case("rerotate", "KeyRerotationPress(KnormPress)", lambda b, n: "knorm:budget=%d+rerotate" % b,
              lambda r, m: P.KeyRerotationPress(press=P.KnormPress(compression_ratio=r)),
              tie=knorm_tie, why="swaps of equal-norm keys", by_values=True),

@@ -269,16 +269,27 @@ def rerotated_kept(model, full, pressed, prefer):
     return heads
 
 
-def kvpress_kept(model, ids, press, masks=False, decode=0, by_values=None):
+def with_delimiter(ids, press, question, vocab_size):
+    """FinchPress's input: the prompt with a delimiter token before its last
+    `question` tokens (the press's embedding hook finds the question by it and
+    removes it, so the model sees the prompt itself). The delimiter is a
+    token id the prompt does not use."""
+    press.delimiter_token_id = next(t for t in range(vocab_size - 1, -1, -1) if t not in set(ids))
+    return ids[:len(ids) - question] + [press.delimiter_token_id] + ids[len(ids) - question:]
+
+
+def kvpress_kept(model, ids, press, masks=False, decode=0, by_values=None, question=0):
     """kvpress's kept positions per (layer, kv head) after the prefill (and
     `decode` decode steps), and the scores its scorer gave."""
     if decode:
         return kvpress_kept_decoding(model, ids, press, decode)
     x = torch.tensor(ids, dtype=torch.long).unsqueeze(0)
+    pressed_ids = with_delimiter(ids, press, question, model.config.vocab_size) if question else ids
     with torch.no_grad():
         full = model(x, use_cache=True).past_key_values
         with recording_scores(press, len(ids)) as scores, press(model):
-            pressed = model(x, use_cache=True).past_key_values
+            pressed = model(torch.tensor(pressed_ids, dtype=torch.long).unsqueeze(0),
+                            use_cache=True).past_key_values
     L = len(model.model.layers)
     kept = []
     for l in range(L):
@@ -345,7 +356,7 @@ def run_case(model, case):
     torch.manual_seed(case.seed)
     press = case.press(ratio_for(n, budget), model)
     theirs, scores = kvpress_kept(oracle, ids, press, masks=case.masks, decode=case.decode,
-                                  by_values=ours if case.by_values else None)
+                                  by_values=ours if case.by_values else None, question=case.question)
     L, K = len(ours), len(ours[0])
     same = sum(ours[l][h] == theirs[l][h] for l in range(L) for h in range(K))
     diffs = [(l, h, sorted(ours[l][h] - theirs[l][h]), sorted(theirs[l][h] - ours[l][h]))

@@ -41,6 +41,7 @@ PolicyDescriptor critical_adakv_descriptor();
 PolicyDescriptor cap_descriptor();
 PolicyDescriptor expected_attention_stats_descriptor();
 PolicyDescriptor dms_descriptor();
+PolicyDescriptor finch_descriptor();
 
 // Per-head scorers the policies above are built from (capture/policy/scorer.h).
 struct ScorerDescriptor;
