@@ -63,6 +63,7 @@ POLICIES = [
     ("sfc", "sfc:hot={F}"),
     ("wgkv", "wgkv"),
     ("simlayerkv", "simlayerkv:threshold=0.6,recent=256"),
+    ("finch", "finch:budget={M},window=32"),
 ]
 NOTES = {
     "quest": "selects {M} entries per query at read time; holds all",
@@ -72,6 +73,7 @@ NOTES = {
     "compactor": "prefill only: grows at decode",
     "wgkv": "its own memory (the shipped gate)",
     "simlayerkv": "its own memory (lazy layers keep 4 + 255)",
+    "finch": "prefill only: grows at decode; the question = the prompt's last 32 tokens",
 }
 
 
