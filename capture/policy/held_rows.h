@@ -35,7 +35,9 @@ HeldRows subset_rows(const HeldRows& all, const std::vector<int64_t>& positions)
 class RopeInverse {
  public:
   explicit RopeInverse(const model::ModelConfig& config);
-  // keys [m, hd] at positions `pos` of a sequence of `seq_len` tokens.
+  // keys [m, hd] rotated back by `pos` positions each (R(-pos) k) in a
+  // sequence of `seq_len` tokens: at their own positions, the pre-RoPE keys;
+  // by fewer, the keys as RoPE puts them at an earlier position (rerotate).
   torch::Tensor operator()(const torch::Tensor& keys, const std::vector<int32_t>& pos,
                            int64_t seq_len);
 

@@ -178,10 +178,10 @@ void ScoredPolicy::after_attention(LayerContext& c) {
 // Queries keep their own positions. The trace's /rerotations records each.
 void ScoredPolicy::rerotate_held(LayerContext& c) {
   const model::ModelConfig& m = *setup_.model;
-  if (!rope_) {
+  if (!turn_back_) {
     if (!m.rope.enabled || m.learned_positions)
       throw InputError("--policy", "rerotate", "the model has no RoPE to re-rotate keys with");
-    rope_ = std::make_unique<model::Rope>(m.rope, torch::Device(torch::kCPU));
+    turn_back_ = std::make_unique<RopeInverse>(m);
     rope_pos_.resize(size_t(m.n_layers * m.n_kv_heads * setup_.max_tokens));
     for (size_t i = 0; i < rope_pos_.size(); ++i)
       rope_pos_[i] = int32_t(i % size_t(setup_.max_tokens));
@@ -190,18 +190,14 @@ void ScoredPolicy::rerotate_held(LayerContext& c) {
   for (int64_t h = 0; h < K; ++h) {
     int32_t* rp = rope_pos_.data() + (c.layer * K + h) * M;
     const HeldRows r = held_rows(c.cache, c.layer, h);
-    std::vector<int64_t> rows, back;  // entries to turn and by how many positions backwards
+    std::vector<int64_t> rows;  // entries to turn
+    std::vector<int32_t> back;  // by how many positions backwards: R(-d) k
     for (int64_t i = 0; i < r.size(); ++i)
-      if (rp[r.pos[size_t(i)]] != i) rows.push_back(i), back.push_back(rp[r.pos[size_t(i)]] - i);
+      if (rp[r.pos[size_t(i)]] != i)
+        rows.push_back(i), back.push_back(rp[r.pos[size_t(i)]] - int32_t(i));
     if (rows.empty()) continue;
-    const int64_t most = *std::max_element(back.begin(), back.end());
-    auto [cos, sin] = rope_->tables(0, most + 1, c.tokens_fed());  // [most + 1, 1, hd]
-    const torch::Tensor by = torch::tensor(back), idx = torch::tensor(rows);
-    // R(-d) k: rotate back by d positions.
     const torch::Tensor turned =
-        model::Rope::apply(r.keys.index_select(0, idx).unsqueeze(1), cos.index_select(0, by),
-                           -sin.index_select(0, by))
-            .squeeze(1)
+        (*turn_back_)(r.keys.index_select(0, torch::tensor(rows)), back, c.tokens_fed())
             .contiguous();
     const int64_t hd = turned.size(1);
     for (size_t j = 0; j < rows.size(); ++j) {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "capture/model/rope.h"
 #include "capture/policy/budget.h"
+#include "capture/policy/held_rows.h"
 #include "capture/policy/merge_values.h"
 #include "capture/policy/params.h"
 #include "capture/policy/policy.h"
@@ -165,7 +165,7 @@ class ScoredPolicy : public Policy {
   HeadScores scores_;
   // rerotate: the RoPE position each entry's cached key carries, [L][K][M].
   std::vector<int32_t> rope_pos_;
-  std::unique_ptr<model::Rope> rope_;
+  std::unique_ptr<RopeInverse> turn_back_;
 };
 
 }  // namespace kvscope::policy
