@@ -14,13 +14,11 @@
 #include <functional>
 #include <vector>
 
+#include "kernels/softmax_rules.h"
+
 namespace kvscope::kernels {
 
-// Which keys a query may see: causal by position, within the model's sliding
-// window (0: none).
-inline bool key_visible(int64_t key_pos, int64_t query_pos, int64_t window) {
-  return key_pos <= query_pos && (window <= 0 || key_pos > query_pos - window);
-}
+// key_visible (the visibility rule) lives in kernels/softmax_rules.h.
 
 // Receives the attention weights one block of queries at a time, while the
 // block is still in cache, so statistics never need the whole [R, n, m]

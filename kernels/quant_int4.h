@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/host_device.h"
+
 namespace kvscope::kernels {
 
 inline constexpr int64_t kInt4Group = 32;
@@ -14,13 +16,13 @@ inline constexpr int64_t kInt4Group = 32;
 // Bytes of codes and number of (scale, min) pairs for a row of hd values.
 // A row of hd values splits into groups of 32, or is one group when hd is
 // not a multiple of 32 (stories260K's heads are 8 wide); hd must be even.
-inline int64_t int4_group_size(int64_t hd) {
+KVSCOPE_HOST_DEVICE inline int64_t int4_group_size(int64_t hd) {
   return hd % kInt4Group == 0 ? kInt4Group : hd;
 }
-inline int64_t int4_code_bytes(int64_t hd) {
+KVSCOPE_HOST_DEVICE inline int64_t int4_code_bytes(int64_t hd) {
   return hd / 2;
 }
-inline int64_t int4_groups(int64_t hd) {
+KVSCOPE_HOST_DEVICE inline int64_t int4_groups(int64_t hd) {
   return hd / int4_group_size(hd);
 }
 

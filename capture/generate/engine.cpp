@@ -23,9 +23,9 @@ torch::Device parse_device(const std::string& device) {
       throw InputError(
           "", "--device",
           "\"" + device +
-              "\" requested but CUDA is not available to this LibTorch "
-              "build (Debian's libtorch is CPU-only; use --device cpu or build against a "
-              "CUDA LibTorch)");
+              "\" requested but no CUDA device is available (this machine has no usable "
+              "GPU, or this LibTorch is built without CUDA: Debian's libtorch is CPU-only); use "
+              "--device cpu");
     return torch::Device(device);
   }
   throw InputError("", "--device", "\"" + device + "\" (expected cpu or cuda)");
@@ -33,14 +33,10 @@ torch::Device parse_device(const std::string& device) {
 
 const char* dtype_name(torch::ScalarType t) {
   switch (t) {
-    case torch::kFloat32:
-      return "fp32";
-    case torch::kBFloat16:
-      return "bf16";
-    case torch::kFloat16:
-      return "fp16";
-    default:
-      return "?";
+    case torch::kFloat32: return "fp32";
+    case torch::kBFloat16: return "bf16";
+    case torch::kFloat16: return "fp16";
+    default: return "?";
   }
 }
 

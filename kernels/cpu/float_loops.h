@@ -9,6 +9,8 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/softmax_rules.h"
+
 namespace kvscope::kernels::cpu {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -53,27 +55,8 @@ inline float max8(const float* x, int64_t n) {
   return m;
 }
 
-// exp(x) for x <= 0 (a score minus its row's maximum); -inf gives exactly 0.
-// Cody-Waite reduction x = n ln2 + r and the degree-6 polynomial of Cephes'
-// expf (relative error about 2e-7, a float's rounding), branch-free so loops
-// over it vectorise; libm's expf is one call per element.
-inline float exp_nonpositive(float x) {
-  const float xc = x < -87.0f ? -87.0f : x;  // 2^-126: the smallest normal scale
-  // n = round(x / ln2) by the 1.5 * 2^23 trick (exact for |x / ln2| < 2^22).
-  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float e = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return x == kNegInf ? 0.0f : e * scale;
-}
+// The softmax's exp (kernels/softmax_rules.h), shared with the CUDA kernels.
+using kernels::exp_nonpositive;
 
 }  // namespace kvscope::kernels::cpu
 

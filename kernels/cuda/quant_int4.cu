@@ -24,8 +24,8 @@ __global__ void quantize_kernel(const float* x, int64_t n_groups, int64_t gs, ui
   params[2 * g] = scale;
   params[2 * g + 1] = lo;
   for (int64_t i = 0; i < gs; i += 2) {
-    int a = min(15, max(0, __float2int_rn((xg[i] - lo) * inv)));
-    int b = min(15, max(0, __float2int_rn((xg[i + 1] - lo) * inv)));
+    int a = min(15, max(0, int(roundf((xg[i] - lo) * inv))));  // half away from 0, as lround
+    int b = min(15, max(0, int(roundf((xg[i + 1] - lo) * inv))));
     codes[(g * gs + i) / 2] = static_cast<uint8_t>(a | (b << 4));
   }
 }
@@ -37,8 +37,9 @@ __global__ void dequantize_kernel(const uint8_t* codes, const float* params, int
   const float scale = params[2 * g], lo = params[2 * g + 1];
   for (int64_t i = 0; i < gs; i += 2) {
     uint8_t c = codes[(g * gs + i) / 2];
-    x[g * gs + i] = lo + scale * float(c & 0x0F);
-    x[g * gs + i + 1] = lo + scale * float(c >> 4);
+    // Unfused, as the CPU's lo + scale * q (see paged_rows.cuh).
+    x[g * gs + i] = __fadd_rn(lo, __fmul_rn(scale, float(c & 0x0F)));
+    x[g * gs + i + 1] = __fadd_rn(lo, __fmul_rn(scale, float(c >> 4)));
   }
 }
 

@@ -254,7 +254,7 @@ TEST_CASE("bad model input: clear error, exit 2", "[cli][errors]") {
     const std::string m = " --model " + q(stories() + "/stories260K.bin") + " --tokenizer " +
                           q(stories() + "/tok512.bin");
     expect_bad(run_kvscope("generate" + m + " --device cuda" + gen),
-               {"--device", "CUDA is not available"});
+               {"--device", "no CUDA device is available"});
     expect_bad(run_kvscope("generate" + m + " --device tpu" + gen), {"--device"});
     expect_bad(run_kvscope("generate" + m + " --dtype int8" + gen), {"--dtype"});
     expect_bad(run_kvscope("generate" + m + " --temperature -1" + gen), {"--temperature"});
