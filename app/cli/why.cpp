@@ -55,6 +55,10 @@ nlohmann::json why_json(const analysis::WhyReport& w) {
                            {"score", value(l.score)},
                            {"cutoff", value(l.cutoff)}});
   j["cutoff_series"] = w.cutoff_series;
+  j["selection"] = w.selects ? nlohmann::json{{"selective_heads", w.selective_heads},
+                                              {"held_pairs", w.needle_held_pairs},
+                                              {"selected_pairs", w.needle_selected_pairs}}
+                             : nlohmann::json();
   j["policy_needle_mass"] = value(w.policy_needle_mass);
   j["oracle_lost_mass"] = value(w.oracle_lost_mass);
   j["kl_threshold"] = w.kl_threshold;

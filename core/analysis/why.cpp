@@ -133,6 +133,32 @@ void summarise_needle(const trace::TraceReader& r, const Needle& needle, const R
   }
 }
 
+// Read-time selection at the first decode step: in the heads whose query
+// selected (a head without Select events read everything, e.g. Quest's
+// dense layers), the held needle pairs it read.
+void attach_selection(const trace::TraceReader& r, const Needle& needle, const Replay& replay,
+                      WhyReport& w) {
+  const int64_t step = w.answer_step + 1;
+  if (step >= r.n_steps()) return;
+  const int64_t N = int64_t(needle.tokens.size()), K = r.n_kv_heads();
+  const std::vector<trace::Event> events = r.step_events(step);
+  std::vector<uint8_t> selective(size_t(w.n_heads), 0);
+  for (const trace::Event& e : events)
+    if (e.kind == EventKind::Select) selective[size_t(e.layer * K + e.kv_head)] = 1;
+  for (int64_t h = 0; h < w.n_heads; ++h) {
+    if (!selective[size_t(h)]) continue;
+    w.selective_heads += 1;
+    for (int64_t i = 0; i < N; ++i) w.needle_held_pairs += replay.readable[size_t(h * N + i)];
+  }
+  w.selects = w.selective_heads > 0;
+  for (const trace::Event& e : events) {
+    const auto it = needle.index_of.find(e.token);
+    if (e.kind == EventKind::Select && it != needle.index_of.end() &&
+        replay.readable[size_t((e.layer * K + e.kv_head) * N) + it->second])
+      ++w.needle_selected_pairs;
+  }
+}
+
 // Received mass on the needle at the first answer token's query, mean over kv heads.
 double needle_mass(const trace::TraceReader& r, const Needle& needle, int64_t step) {
   if (!r.layout().received || step >= r.n_steps()) return kNoValue;
@@ -181,6 +207,11 @@ std::string verdict(const WhyReport& w) {
       v << ": the policy removed them (first: " << first->kind << " of token " << first->token
         << " at step " << first->step << ", layer " << first->layer << ", kv head "
         << first->kv_head << ", reason " << first->reason << ")";
+  } else if (w.selects && w.needle_selected_pairs < w.needle_held_pairs) {
+    v << "the cache held the needle, but in the " << w.selective_heads
+      << " heads that select at read time the first answer query read only "
+      << w.needle_selected_pairs << " of " << w.needle_held_pairs
+      << " held (needle token, kv head) pairs";
   } else if (w.heads_whole_needle == w.n_heads) {
     v << "every head could read the whole needle when the answer was generated: the cache did not "
          "lose it";
@@ -218,6 +249,7 @@ WhyReport explain_retrieval(const trace::TraceReader& r, double kl_threshold) {
   w.losses = replay.losses;
   summarise_needle(r, needle, replay, w);
   attach_cutoffs(r, w.answer_step, w);
+  attach_selection(r, needle, replay, w);
   w.policy_needle_mass = needle_mass(r, needle, w.answer_step + 1);
   attach_oracle(r, steps, w);
   w.verdict = verdict(w);
@@ -300,6 +332,11 @@ std::string format_why(const WhyReport& w) {
     << w.heads_no_needle << " none of it.\n";
   o << "Losses up to then (" << w.losses.size() << "):\n";
   format_losses(w, o);
+  if (w.selects)
+    o << "Read-time selection at the first answer token's query (step " << w.answer_step + 1
+      << "): in the " << w.selective_heads << " heads that selected, " << w.needle_selected_pairs
+      << " of " << w.needle_held_pairs << " held (needle token, kv head) pairs read; the other "
+      << w.n_heads - w.selective_heads << " heads read everything they held.\n";
   o << "\nAttention at the answer:\n";
   o << "  policy's received mass on the needle at the first answer token's query (step "
     << w.answer_step + 1 << ", mean over kv heads): " << number(w.policy_needle_mass) << "\n";

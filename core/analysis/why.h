@@ -6,7 +6,8 @@
 //     at which step, with the event's reason and score, and the policy's
 //     cutoff when it records one (a series whose name contains "cutoff");
 //   - what the answer's queries could still read: the cache after the last
-//     prefill step (the answer step; its own queries saw the whole chunk);
+//     prefill step (the answer step; its own queries saw the whole chunk),
+//     and, for read-time selection, what the first answer query selected;
 //   - attention at the answer: at the first decode step (the first answer
 //     token's query), the policy's received mass on the needle
 //     (/attention/received) and the full cache's attention on keys the
@@ -64,6 +65,13 @@ struct WhyReport {
   std::string cutoff_series;       // the series read for cutoffs ("" none)
   int64_t heads_whole_needle = 0;  // heads that could read every needle token after the prompt
   int64_t heads_no_needle = 0;     // heads that could read none of it
+  // Read-time selection (Select events, e.g. Quest) at the first decode step:
+  // in the heads that selected, of the (needle token, head) pairs the cache
+  // held, how many the query read.
+  bool selects = false;  // some head selected at that step
+  int64_t selective_heads = 0;
+  int64_t needle_held_pairs = 0;
+  int64_t needle_selected_pairs = 0;
   double policy_needle_mass = kNoValue;  // mean over kv heads, first decode step
   double oracle_lost_mass = kNoValue;    // mean over query heads, first decode step
   double max_kl = kNoValue;              // largest KL(full || policy) from the answer step on

@@ -104,6 +104,27 @@ check(w["losses"] == [] and w["heads_whole_needle"] == heads,
       "full cache: no loss, every head reads the whole needle")
 check(w["verdict"].startswith("every head could read the whole needle"), "verdict: " + w["verdict"])
 
+# Read-time selection (Quest): the cache holds the needle; the first answer
+# query reads only its selected pages. The counts must be the file's.
+path = capture("quest:budget=128,page_size=16,dense_layers=2", "quest")
+w = why(path)
+with h5py.File(path, "r") as f:
+    needle = set(np.flatnonzero(f["/tokens/role"][:] == 2).tolist())
+    ev = {k: f["/events/" + k][:] for k in ("step", "layer", "kv_head", "token", "kind")}
+    L, K = int(f["/run"].attrs["n_layers"]), int(f["/run"].attrs["n_kv_heads"])
+step = w["answer_step"] + 1
+sel = np.flatnonzero((ev["step"] == step) & (ev["kind"] == 2))  # Select events of that step
+selected = sum(1 for i in sel if int(ev["token"][i]) in needle)
+selective = len({(int(ev["layer"][i]), int(ev["kv_head"][i])) for i in sel})
+check(w["heads_whole_needle"] == L * K and w["losses"] == [], "Quest leaves the cache whole")
+check(w["selection"] is not None and w["selection"]["selective_heads"] == selective == (L - 2) * K,
+      f"Quest: the {selective} heads past its 2 dense layers select")
+check(w["selection"]["held_pairs"] == len(needle) * selective,
+      "Quest: every (needle token, selecting head) pair held")
+check(w["selection"]["selected_pairs"] == selected and 0 < selected < len(needle) * selective,
+      f"Quest: {selected} needle pairs selected at step {step}, as the file's Select events say")
+check("select at read time the first answer query read only" in w["verdict"], "verdict: " + w["verdict"])
+
 # No needle: refused.
 p = subprocess.run([KVSCOPE, "why", capture("full", "plain", task=None)], capture_output=True,
                    text=True)
