@@ -1,0 +1,15 @@
+"""KVScope traces from Python: numpy arrays and pandas frames, no HDF5 paths.
+
+    import kvscope
+    t = kvscope.open("run.kvtrace.h5")
+    t.events            # one row per policy decision
+    t.lifetimes()       # one row per (layer, kv head, token): admitted / evicted at which step
+    t.why()             # `kvscope why --json` on the trace, as a dict
+
+Only committed steps are read (a trace left by a killed capture holds rows of
+steps that never committed; they are skipped, as the C++ reader does). The
+format is docs/trace-format.md; a trace too new for this package is refused.
+"""
+from .trace import Trace, TraceError, open, why  # noqa: F401
+
+__version__ = "0.1.0"

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Installs python/ (the kvscope package) with pip into a scratch folder and
+runs every ```python block of python/README.md, in order, in one namespace,
+on a real capture; then checks the package's errors.
+
+usage: test_examples.py KVSCOPE SOURCE_DIR SHARED_DIR SCRATCH"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+KVSCOPE, SOURCE, SHARED, SCRATCH = (os.path.abspath(a) for a in sys.argv[1:5])
+SHARED = os.environ.get("KVSCOPE_SHARED_DIR", SHARED)
+STORIES = os.path.join(SHARED, "models", "stories260K")
+shutil.rmtree(SCRATCH, ignore_errors=True)
+os.makedirs(SCRATCH)
+
+trace = os.path.join(SCRATCH, "needle.kvtrace.h5")
+subprocess.run([KVSCOPE, "capture", "--model", STORIES + "/stories260K.bin", "--tokenizer",
+                STORIES + "/tok512.bin", "--policy", "streaming_llm:sinks=4,window=32",
+                "--task", "needle:tokens=200,depth=0.2,seed=3", "--max-new", "8",
+                "--capture", "received", "--oracle", "-q", "-o", trace], check=True)
+
+site = os.path.join(SCRATCH, "site")
+subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                "--no-build-isolation", "--disable-pip-version-check", "--target", site,
+                os.path.join(SOURCE, "python")], check=True)
+
+readme = open(os.path.join(SOURCE, "python", "README.md"), encoding="utf-8").read()
+blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+if len(blocks) < 4:
+    sys.exit(f"python/README.md: {len(blocks)} python examples, expected at least 4")
+env = dict(os.environ, TRACE=trace, KVSCOPE=KVSCOPE)
+code = "\n".join(blocks) + """
+# The package's errors.
+import h5py
+bad = os.path.join(os.path.dirname(os.environ["TRACE"]), "not-a-trace.h5")
+h5py.File(bad, "w").close()
+try:
+    kvscope.open(bad)
+    raise SystemExit("a file that is not a trace opened")
+except kvscope.TraceError as e:
+    assert "not-a-trace.h5: /: attribute format" in str(e), e
+newer = os.path.join(os.path.dirname(os.environ["TRACE"]), "newer.kvtrace.h5")
+import shutil; shutil.copyfile(os.environ["TRACE"], newer)
+with h5py.File(newer, "r+") as f:
+    f.attrs["version"] = 2
+try:
+    kvscope.open(newer)
+    raise SystemExit("a version 2 trace opened")
+except kvscope.TraceError as e:
+    assert "version 2: this package reads version 1 (too new)" in str(e), e
+print("examples and errors: ok")
+"""
+p = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=site), cwd=SCRATCH)
+sys.exit(p.returncode)
