@@ -16,6 +16,7 @@
 #include "capture/recorder/capture_run.h"
 #include "capture/tasks/defer.h"
 #include "capture/tasks/needle.h"
+#include "capture/tasks/niah.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::cli {
@@ -72,6 +73,16 @@ int run_capture_cli(const CaptureCliOptions& o) {
       req.prompt_ids = task.ids;
       forced = task.forced;
       req.task_kind = "defer";
+      req.expected_answer = task.answer;
+      req.needle_spans = {task.needle_span};
+      req.question_spans = {task.question_span};
+    } else if (tasks::is_niah_spec(o.task)) {
+      tasks::NiahOptions no = tasks::parse_niah_spec(o.task);
+      no.chat = o.prompt.chat;
+      tasks::NiahTask task = tasks::make_niah_task(*engine.tokenizer, no);
+      req.prompt_text = task.prompt_text;
+      req.prompt_ids = task.ids;
+      req.task_kind = no.keys == 1 ? "niah_single" : "niah_multikey";
       req.expected_answer = task.answer;
       req.needle_spans = {task.needle_span};
       req.question_spans = {task.question_span};
@@ -170,7 +181,9 @@ Command add_capture_command(CLI::App& app) {
       "--task", opt->task,
       "needle[:tokens=N,depth=D,seed=S]: passkey retrieval prompt with the needle marked; "
       "defer[:tokens=N,distract=D,seed=S,depth=X]: the pass key early, then D teacher-forced "
-      "distractor decode steps and the forced question before the answer");
+      "distractor decode steps and the forced question before the answer; "
+      "niah[:tokens=N,keys=K,depth=D,seed=S]: RULER's needle-in-a-haystack, K needles with "
+      "distinct keys, one asked (keys=1: single-key)");
   sub->add_option("-o,--output", opt->output, "trace file to write (.kvtrace.h5)");
   sub->add_flag("-q,--quiet", opt->quiet, "no progress bar and no generated text");
   return {sub, [opt] {

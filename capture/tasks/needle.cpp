@@ -32,22 +32,27 @@ NeedleOptions parse_needle_spec(const std::string& spec) {
   if (spec.rfind("needle", 0) != 0)
     throw InputError("--task", spec,
                      "unknown task (expected needle[:tokens=N,depth=D,seed=S] or "
-                     "defer[:tokens=N,distract=D,seed=S,depth=X])");
+                     "defer[:tokens=N,distract=D,seed=S,depth=X] or "
+                     "niah[:tokens=N,keys=K,depth=D,seed=S])");
   size_t colon = spec.find(':');
   std::string rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
   size_t pos = 0;
   while (pos < rest.size()) {
     size_t comma = rest.find(',', pos);
-    std::string item = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::string item =
+        rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     size_t eq = item.find('=');
-    std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    std::string key = item.substr(0, eq),
+                value = eq == std::string::npos ? "" : item.substr(eq + 1);
     char* end = nullptr;
     if (key == "tokens") {
       o.tokens = std::strtoll(value.c_str(), &end, 10);
-      if (*end || o.tokens < 32) throw InputError("--task", "needle:tokens", "expected an integer >= 32");
+      if (*end || o.tokens < 32)
+        throw InputError("--task", "needle:tokens", "expected an integer >= 32");
     } else if (key == "depth") {
       o.depth = std::strtod(value.c_str(), &end);
-      if (*end || o.depth < 0 || o.depth > 1) throw InputError("--task", "needle:depth", "expected 0..1");
+      if (*end || o.depth < 0 || o.depth > 1)
+        throw InputError("--task", "needle:depth", "expected 0..1");
     } else if (key == "seed") {
       o.seed = std::strtoull(value.c_str(), &end, 10);
       if (*end) throw InputError("--task", "needle:seed", "expected an integer");
@@ -63,12 +68,14 @@ NeedleOptions parse_needle_spec(const std::string& spec) {
 NeedleTask make_needle_task(const tokenizer::Tokenizer& tok, const NeedleOptions& o) {
   NeedleTask task;
   task.answer = passkey(o.seed);
-  const std::string needle = "The pass key is " + task.answer + ". Remember it. " + task.answer +
-                             " is the pass key. ";
+  const std::string needle =
+      "The pass key is " + task.answer + ". Remember it. " + task.answer + " is the pass key. ";
   const std::string question = "What is the pass key?";
   // Filler repetitions to reach the requested length.
-  const int64_t per_filler = std::max<int64_t>(1, int64_t(tok.encode(kPasskeyFiller, false).size()));
-  const int64_t fixed = int64_t(tok.encode(std::string(kIntro) + needle + question, false).size()) + 24;
+  const int64_t per_filler =
+      std::max<int64_t>(1, int64_t(tok.encode(kPasskeyFiller, false).size()));
+  const int64_t fixed =
+      int64_t(tok.encode(std::string(kIntro) + needle + question, false).size()) + 24;
   const int64_t fillers = std::max<int64_t>(2, (o.tokens - fixed) / per_filler);
   const int64_t before = static_cast<int64_t>(o.depth * double(fillers) + 0.5);
   std::string head = kIntro, tail;
