@@ -13,6 +13,8 @@ message(STATUS "HDF5 ${HDF5_VERSION}: ${HDF5_C_LIBRARIES}")
 
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
+# toml11 (header-only): sweep plans (app/cli/sweep_plan.cpp).
+find_package(toml11 3.7 REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 # ICU (uc): Unicode normalization and character classes for the tokenizers.

@@ -14,9 +14,7 @@
 #include "app/cli/command.h"
 #include "capture/generate/engine_cli.h"
 #include "capture/recorder/capture_run.h"
-#include "capture/tasks/defer.h"
-#include "capture/tasks/needle.h"
-#include "capture/tasks/niah.h"
+#include "capture/tasks/task_prompt.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::cli {
@@ -65,38 +63,14 @@ int run_capture_cli(const CaptureCliOptions& o) {
   if (!o.task.empty()) {
     if (!o.prompt.prompt.empty() || !o.prompt.prompt_file.empty())
       throw InputError("", "--task", "builds its own prompt: drop --prompt/--prompt-file");
-    if (tasks::is_defer_spec(o.task)) {
-      tasks::DeferOptions d = tasks::parse_defer_spec(o.task);
-      d.chat = o.prompt.chat;
-      tasks::DeferTask task = tasks::make_defer_task(*engine.tokenizer, d);
-      req.prompt_text = task.prompt_text;
-      req.prompt_ids = task.ids;
-      forced = task.forced;
-      req.task_kind = "defer";
-      req.expected_answer = task.answer;
-      req.needle_spans = {task.needle_span};
-      req.question_spans = {task.question_span};
-    } else if (tasks::is_niah_spec(o.task)) {
-      tasks::NiahOptions no = tasks::parse_niah_spec(o.task);
-      no.chat = o.prompt.chat;
-      tasks::NiahTask task = tasks::make_niah_task(*engine.tokenizer, no);
-      req.prompt_text = task.prompt_text;
-      req.prompt_ids = task.ids;
-      req.task_kind = no.keys == 1 ? "niah_single" : "niah_multikey";
-      req.expected_answer = task.answer;
-      req.needle_spans = {task.needle_span};
-      req.question_spans = {task.question_span};
-    } else {
-      tasks::NeedleOptions no = tasks::parse_needle_spec(o.task);
-      no.chat = o.prompt.chat;
-      tasks::NeedleTask task = tasks::make_needle_task(*engine.tokenizer, no);
-      req.prompt_text = task.prompt_text;
-      req.prompt_ids = task.ids;
-      req.task_kind = "needle";
-      req.expected_answer = task.answer;
-      req.needle_spans = {task.needle_span};
-      req.question_spans = {task.question_span};
-    }
+    tasks::TaskPrompt task = tasks::build_task(o.task, *engine.tokenizer, o.prompt.chat);
+    req.prompt_text = task.prompt_text;
+    req.prompt_ids = task.ids;
+    forced = task.forced;
+    req.task_kind = task.kind;
+    req.expected_answer = task.answer;
+    req.needle_spans = task.needle_spans;
+    req.question_spans = task.question_spans;
   } else {
     req.prompt_text = generate::model_input_text(*engine.tokenizer, o.prompt);
     req.prompt_ids = engine.tokenizer->encode(req.prompt_text, /*add_special=*/true);

@@ -2,4 +2,5 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/needle.cpp
   ${CMAKE_CURRENT_LIST_DIR}/defer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/niah.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/task_prompt.cpp
 )

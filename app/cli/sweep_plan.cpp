@@ -1,0 +1,191 @@
+#include "app/cli/sweep_plan.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <set>
+#include <toml.hpp>
+
+#include "core/common/input_error.h"
+
+namespace kvscope::cli {
+
+namespace {
+
+// "plan.toml:12" for the error messages.
+std::string where(const std::string& path, const toml::value& v) {
+  return path + ":" + std::to_string(v.location().line());
+}
+
+[[noreturn]] void bad(const std::string& path, const toml::value& v, const std::string& key,
+                      const std::string& what) {
+  throw InputError(where(path, v), key, what);
+}
+
+template <typename T>
+T scalar(const std::string& path, const toml::value& v, const std::string& key, const char* type) {
+  try {
+    return toml::get<T>(v);
+  } catch (const std::exception&) {
+    bad(path, v, key, std::string("expected ") + type);
+  }
+}
+
+// An array's values; each element's line goes to lines["key[i]"].
+template <typename T>
+std::vector<T> list(const std::string& path, const toml::value& v, const std::string& key,
+                    const char* type, std::map<std::string, int64_t>& lines) {
+  if (!v.is_array() || v.as_array().empty())
+    bad(path, v, key, std::string("expected a non-empty array of ") + type);
+  std::vector<T> out;
+  for (const toml::value& x : v.as_array()) {
+    lines[key + "[" + std::to_string(out.size()) + "]"] = x.location().line();
+    out.push_back(scalar<T>(path, x, key, type));
+  }
+  return out;
+}
+
+// FNV-1a 64: a cell's id must not change between runs, compilers or machines.
+std::string stable_id(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "c%012llx", static_cast<unsigned long long>(h >> 16));
+  return buf;
+}
+
+std::string format_depth(double d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", d);
+  return buf;
+}
+
+}  // namespace
+
+SweepPlan parse_sweep_plan(const std::string& path) {
+  toml::value root;
+  try {
+    root = toml::parse(path);
+  } catch (const std::exception& e) {
+    // toml11's message names the file, line and column; keep its first line.
+    std::string msg = e.what();
+    throw InputError(path, "plan", "not valid TOML: " + msg.substr(0, msg.find('\n')));
+  }
+  if (!root.contains("sweep") || !root.at("sweep").is_table())
+    throw InputError(path, "[sweep]", "the plan's keys go in a [sweep] table");
+  for (const auto& [key, v] : root.as_table())
+    if (key != "sweep") bad(path, v, key, "unknown table or key (expected only [sweep])");
+  SweepPlan p;
+  p.path = path;
+  const std::map<std::string, std::function<void(const toml::value&)>> keys = {
+      {"name",
+       [&](const toml::value& v) { p.name = scalar<std::string>(path, v, "name", "a string"); }},
+      {"models",
+       [&](const toml::value& v) {
+         p.models = list<std::string>(path, v, "models", "strings", p.lines);
+       }},
+      {"tokenizer",
+       [&](const toml::value& v) {
+         p.tokenizer = scalar<std::string>(path, v, "tokenizer", "a string");
+       }},
+      {"chat",
+       [&](const toml::value& v) { p.chat = scalar<bool>(path, v, "chat", "true or false"); }},
+      {"max_new",
+       [&](const toml::value& v) {
+         p.max_new = scalar<int64_t>(path, v, "max_new", "an integer");
+       }},
+      {"prefill_chunk",
+       [&](const toml::value& v) {
+         p.prefill_chunk = scalar<int64_t>(path, v, "prefill_chunk", "an integer");
+       }},
+      {"capture",
+       [&](const toml::value& v) {
+         p.capture = scalar<std::string>(path, v, "capture", "a string");
+       }},
+      {"oracle",
+       [&](const toml::value& v) { p.oracle = scalar<bool>(path, v, "oracle", "true or false"); }},
+      {"policies",
+       [&](const toml::value& v) {
+         p.policies = list<std::string>(path, v, "policies", "strings", p.lines);
+       }},
+      {"tasks",
+       [&](const toml::value& v) {
+         p.tasks = list<std::string>(path, v, "tasks", "strings", p.lines);
+       }},
+      {"lengths",
+       [&](const toml::value& v) {
+         p.lengths = list<int64_t>(path, v, "lengths", "integers", p.lines);
+       }},
+      {"depths",
+       [&](const toml::value& v) {
+         p.depths = list<double>(path, v, "depths", "numbers", p.lines);
+       }},
+      {"seeds",
+       [&](const toml::value& v) {
+         p.seeds = list<int64_t>(path, v, "seeds", "integers", p.lines);
+       }},
+  };
+  const toml::value& sweep = root.at("sweep");
+  p.lines["[sweep]"] = sweep.location().line();
+  for (const auto& [key, v] : sweep.as_table()) {
+    p.lines[key] = v.location().line();
+    const auto it = keys.find(key);
+    if (it == keys.end()) {
+      std::string known;
+      for (const auto& k : keys) known += (known.empty() ? "" : ", ") + k.first;
+      bad(path, v, key, "unknown key (expected " + known + ")");
+    }
+    it->second(v);
+  }
+  // Relative model paths are the plan's: a plan beside its models runs from anywhere.
+  const std::filesystem::path base = std::filesystem::path(path).parent_path();
+  for (std::string& m : p.models)
+    if (!m.empty() && std::filesystem::path(m).is_relative())
+      m = (base / m).lexically_normal().string();
+  if (!p.tokenizer.empty() && std::filesystem::path(p.tokenizer).is_relative())
+    p.tokenizer = (base / p.tokenizer).lexically_normal().string();
+  for (const char* required : {"models", "policies", "tasks", "lengths", "depths"})
+    if (!sweep.contains(required))
+      throw InputError(where(path, sweep), required, "required key missing from [sweep]");
+  if (p.max_new < 1) bad(path, sweep.at("max_new"), "max_new", "expected an integer >= 1");
+  for (double d : p.depths)
+    if (!(d >= 0 && d <= 1)) bad(path, sweep.at("depths"), "depths", "expected numbers in [0, 1]");
+  for (int64_t l : p.lengths)
+    if (l < 64) bad(path, sweep.at("lengths"), "lengths", "expected integers >= 64 (tokens)");
+  for (const std::string& t : p.tasks)
+    if (t.find("tokens=") != std::string::npos || t.find("depth=") != std::string::npos ||
+        t.find("seed=") != std::string::npos)
+      bad(path, sweep.at("tasks"), "tasks",
+          "'" + t + "': give tokens, depth and seed through lengths, depths and seeds");
+  return p;
+}
+
+std::string SweepPlan::where(const std::string& key) const {
+  const auto it = lines.find(key);
+  return path + ":" + std::to_string(it != lines.end() ? it->second : lines.at("[sweep]"));
+}
+
+std::vector<SweepCell> sweep_cells(const SweepPlan& p) {
+  std::vector<SweepCell> cells;
+  std::set<std::string> seen;
+  for (const std::string& model : p.models)
+    for (const std::string& policy : p.policies)
+      for (const std::string& task : p.tasks)
+        for (int64_t length : p.lengths)
+          for (double depth : p.depths)
+            for (int64_t seed : p.seeds) {
+              SweepCell c{"", model, policy, "", task, length, depth, seed};
+              c.task = task + (task.find(':') == std::string::npos ? ":" : ",") +
+                       "tokens=" + std::to_string(length) + ",depth=" + format_depth(depth) +
+                       ",seed=" + std::to_string(seed);
+              c.id = stable_id(model + "|" + policy + "|" + c.task + "|" + p.tokenizer + "|" +
+                               std::to_string(p.max_new) + "|" + (p.chat ? "chat" : "plain") + "|" +
+                               std::to_string(p.prefill_chunk) + "|" + p.capture + "|" +
+                               (p.oracle ? "oracle" : ""));
+              if (seen.insert(c.id).second) cells.push_back(c);
+            }
+  return cells;
+}
+
+}  // namespace kvscope::cli
