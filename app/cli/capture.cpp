@@ -59,24 +59,15 @@ int run_capture_cli(const CaptureCliOptions& o) {
   if (!engine.tokenizer)
     throw InputError(o.model.model, "--tokenizer", "no tokenizer: " + engine.tokenizer_source);
   recorder::CaptureRequest req;
-  std::vector<int32_t> forced;  // teacher-forced decode tokens of the defer task
+  req.generation = generate::generation_options(o.prompt);
   if (!o.task.empty()) {
     if (!o.prompt.prompt.empty() || !o.prompt.prompt_file.empty())
       throw InputError("", "--task", "builds its own prompt: drop --prompt/--prompt-file");
-    tasks::TaskPrompt task = tasks::build_task(o.task, *engine.tokenizer, o.prompt.chat);
-    req.prompt_text = task.prompt_text;
-    req.prompt_ids = task.ids;
-    forced = task.forced;
-    req.task_kind = task.kind;
-    req.expected_answer = task.answer;
-    req.needle_spans = task.needle_spans;
-    req.question_spans = task.question_spans;
+    recorder::set_task(tasks::build_task(o.task, *engine.tokenizer, o.prompt.chat), &req);
   } else {
     req.prompt_text = generate::model_input_text(*engine.tokenizer, o.prompt);
     req.prompt_ids = engine.tokenizer->encode(req.prompt_text, /*add_special=*/true);
   }
-  req.generation = generate::generation_options(o.prompt);
-  req.generation.forced_tokens = std::move(forced);
   req.policy = o.policy;
   req.levels = o.levels;
   req.oracle = o.oracle;

@@ -19,7 +19,6 @@
 #include "capture/generate/engine.h"
 #include "capture/policy/registry.h"
 #include "capture/recorder/capture_run.h"
-#include "capture/tasks/task_prompt.h"
 #include "core/analysis/why.h"
 #include "core/common/input_error.h"
 #include "core/trace/reader.h"
@@ -74,17 +73,10 @@ struct CellOutcome {
 
 recorder::CaptureRequest cell_request(const SweepPlan& plan, const SweepCell& cell,
                                       const generate::Engine& engine, const fs::path& trace) {
-  const tasks::TaskPrompt task = tasks::build_task(cell.task, *engine.tokenizer, plan.chat);
   recorder::CaptureRequest req;
-  req.prompt_text = task.prompt_text;
-  req.prompt_ids = task.ids;
-  req.task_kind = task.kind;
-  req.expected_answer = task.answer;
-  req.needle_spans = task.needle_spans;
-  req.question_spans = task.question_spans;
+  recorder::set_task(tasks::build_task(cell.task, *engine.tokenizer, plan.chat), &req);
   req.generation.max_new_tokens = plan.max_new;
   req.generation.prefill_chunk = plan.prefill_chunk;
-  req.generation.forced_tokens = task.forced;
   req.policy = cell.policy;
   req.levels = plan.capture;
   req.oracle = plan.oracle;

@@ -84,6 +84,16 @@ trace::CaptureLayout capture_layout(const CaptureLevels& levels, const policy::P
   return layout;
 }
 
+void set_task(const tasks::TaskPrompt& task, CaptureRequest* r) {
+  r->prompt_text = task.prompt_text;
+  r->prompt_ids = task.ids;
+  r->generation.forced_tokens = task.forced;
+  r->task_kind = task.kind;
+  r->expected_answer = task.answer;
+  r->needle_spans = task.needle_spans;
+  r->question_spans = task.question_spans;
+}
+
 CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   torch::InferenceMode inference;
   const model::ModelConfig& config = engine.model->config();

@@ -13,6 +13,7 @@
 #include "capture/generate/generator.h"
 #include "capture/policy/policy.h"
 #include "capture/recorder/capture_levels.h"
+#include "capture/tasks/task_prompt.h"
 #include "core/trace/types.h"
 
 namespace kvscope::recorder {
@@ -44,6 +45,9 @@ struct CaptureRequest {
   std::vector<std::pair<int64_t, int64_t>> question_spans;
   std::function<void(const CaptureProgress&)> progress;
 };
+
+// A task's prompt, answer, marked spans and forced tokens into a request.
+void set_task(const tasks::TaskPrompt& task, CaptureRequest* request);
 
 struct CaptureResult {
   generate::GenerationResult generation;
