@@ -60,8 +60,14 @@ std::set<std::string> finished_cells(const fs::path& results) {
   std::ifstream in(results);
   std::string line;
   std::getline(in, line);  // header
-  while (std::getline(in, line))
-    if (line.size() > 1 && line[0] == 'c') done.insert(line.substr(0, line.find(',')));
+  // A row starts with its id, "c" + 12 hex digits; other lines continue a
+  // quoted field (generated text with a newline).
+  while (std::getline(in, line)) {
+    const std::string id = line.substr(0, line.find(','));
+    if (id.size() == 13 && id[0] == 'c' &&
+        id.find_first_not_of("0123456789abcdef", 1) == std::string::npos)
+      done.insert(id);
+  }
   return done;
 }
 
