@@ -17,18 +17,13 @@ import sys
 import h5py
 import numpy as np
 
+from checks import check, finish
+
 KVSCOPE, SHARED, SCRATCH = (os.path.abspath(a) for a in sys.argv[1:4])
 SHARED = os.path.abspath(os.environ.get("KVSCOPE_SHARED_DIR", SHARED))
 STORIES = os.path.join(SHARED, "models", "stories260K")
 shutil.rmtree(SCRATCH, ignore_errors=True)
 os.makedirs(SCRATCH)
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
 
 
 def plan(name, policies, extra=""):
@@ -123,6 +118,4 @@ code, out = sweep(plan("bad", ["full", "h2o:recnt=8"]))
 check(code == 2 and "bad.toml:6: policies[1]: --policy: h2o:recnt: unknown parameter" in out,
       "unknown policy parameter: " + out.strip())
 
-if failures:
-    sys.exit(f"{len(failures)} check(s) failed")
-print("all checks passed")
+finish()

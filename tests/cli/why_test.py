@@ -19,18 +19,13 @@ import sys
 import h5py
 import numpy as np
 
+from checks import check, finish
+
 KVSCOPE, SHARED, SCRATCH = sys.argv[1:4]
 SHARED = os.environ.get("KVSCOPE_SHARED_DIR", SHARED)
 STORIES = os.path.join(SHARED, "models", "stories260K")
 shutil.rmtree(SCRATCH, ignore_errors=True)
 os.makedirs(SCRATCH)
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
 
 
 def capture(policy, name, task="needle:tokens=200,depth=0.2,seed=3"):
@@ -131,6 +126,4 @@ p = subprocess.run([KVSCOPE, "why", capture("full", "plain", task=None)], captur
 check(p.returncode == 2 and "/tokens/role: no needle tokens" in p.stderr,
       "a trace without a needle: exit 2, " + p.stderr.strip())
 
-if failures:
-    sys.exit(f"{len(failures)} check(s) failed")
-print("all checks passed")
+finish()

@@ -22,10 +22,15 @@ subprocess.run([KVSCOPE, "capture", "--model", STORIES + "/stories260K.bin", "--
                 "--task", "needle:tokens=200,depth=0.2,seed=3", "--max-new", "8",
                 "--capture", "received", "--oracle", "-q", "-o", trace], check=True)
 
+# pip builds in the source folder it is given (build/, *.egg-info): give it a
+# copy, so the checkout stays untouched.
+package = os.path.join(SCRATCH, "package")
+shutil.copytree(os.path.join(SOURCE, "python"), package,
+                ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
 site = os.path.join(SCRATCH, "site")
 subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                 "--no-build-isolation", "--disable-pip-version-check", "--target", site,
-                os.path.join(SOURCE, "python")], check=True)
+                package], check=True)
 
 readme = open(os.path.join(SOURCE, "python", "README.md"), encoding="utf-8").read()
 blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
