@@ -1,8 +1,10 @@
 // kvscope sweep PLAN [-o DIR]: one capture per cell of a plan, the model
-// loaded once for all the cells that use it; a results table (CSV, a row per
-// finished cell, appended as each finishes) that makes the sweep resumable:
-// a rerun skips the cells it already holds. A cell that fails is recorded
-// with its error and the sweep goes on.
+// loaded once for all the cells a process runs; a results table (CSV, a row
+// per finished cell, appended as each finishes) that makes the sweep
+// resumable: a rerun skips the cells any table holds. A cell that fails is
+// recorded with its error and the sweep goes on. --jobs, --shard and --slurm
+// split the cells among processes (sweep_scale.h); every way ends by
+// merging the tables into results.csv and results.parquet.
 #include <unistd.h>
 
 #include <chrono>
@@ -16,11 +18,13 @@
 
 #include "app/cli/command.h"
 #include "app/cli/sweep_plan.h"
+#include "app/cli/sweep_scale.h"
 #include "capture/generate/engine.h"
 #include "capture/policy/registry.h"
 #include "capture/recorder/capture_run.h"
 #include "core/analysis/why.h"
 #include "core/common/input_error.h"
+#include "core/sweep/results_table.h"
 #include "core/trace/reader.h"
 
 namespace kvscope::cli {
@@ -34,42 +38,13 @@ struct SweepOptions {
   std::string plan;
   std::string output;  // default: <plan's folder>/<plan name>
   int threads = 0;
+  int jobs = 1;
+  std::string shard;  // "K/N": run only this shard's cells
+  int slurm = 0;      // > 0: submit as a Slurm array of this many tasks
+  std::vector<std::string> sbatch_options;
+  bool collect = false;
+  bool retry_failed = false;
 };
-
-const char* const kColumns =
-    "cell_id,model,policy,task,tokens,depth,seed,status,success,expected,generated,"
-    "needle_heads_whole,needle_heads_none,n_heads,lost_mass,max_kl,wall_s,trace,error";
-
-std::string csv(const std::string& field) {
-  if (field.find_first_of(",\"\n\r") == std::string::npos) return field;
-  std::string out = "\"";
-  for (char c : field) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
-std::string num(double x) {
-  if (std::isnan(x)) return "";
-  std::ostringstream o;
-  o << x;
-  return o.str();
-}
-
-// Cell ids already in the results table (its first column).
-std::set<std::string> finished_cells(const fs::path& results) {
-  std::set<std::string> done;
-  std::ifstream in(results);
-  std::string line;
-  std::getline(in, line);  // header
-  // A row starts with its id, "c" + 12 hex digits; other lines continue a
-  // quoted field (generated text with a newline).
-  while (std::getline(in, line)) {
-    const std::string id = line.substr(0, line.find(','));
-    if (id.size() == 13 && id[0] == 'c' &&
-        id.find_first_not_of("0123456789abcdef", 1) == std::string::npos)
-      done.insert(id);
-  }
-  return done;
-}
 
 struct CellOutcome {
   std::string status = "ok", error;
@@ -109,18 +84,33 @@ CellOutcome run_cell(const SweepPlan& plan, const SweepCell& cell, generate::Eng
   return out;
 }
 
-std::string result_row(const SweepCell& c, const CellOutcome& o, const fs::path& trace) {
+sweep::ResultRow result_row(const SweepCell& c, const CellOutcome& o, const std::string& trace) {
   const analysis::WhyReport& w = o.why;
   const bool ok = o.status == "ok";
-  std::ostringstream r;
-  r << c.id << ',' << csv(c.model) << ',' << csv(c.policy) << ',' << csv(c.task) << ',' << c.length
-    << ',' << num(c.depth) << ',' << c.seed << ',' << o.status << ','
-    << (ok ? std::to_string(int(w.success)) : "") << ',' << csv(w.expected_answer) << ','
-    << csv(w.generated) << ',' << (ok ? std::to_string(w.heads_whole_needle) : "") << ','
-    << (ok ? std::to_string(w.heads_no_needle) : "") << ',' << (ok ? std::to_string(w.n_heads) : "")
-    << ',' << num(w.oracle_lost_mass) << ',' << num(w.max_kl) << ',' << num(o.wall_s) << ','
-    << csv(ok ? trace.string() : "") << ',' << csv(o.error);
-  return r.str();
+  auto known = [ok](int64_t v) { return ok ? std::optional<int64_t>(v) : std::nullopt; };
+  auto real = [](double v) { return std::isnan(v) ? std::nullopt : std::optional<double>(v); };
+  sweep::ResultRow r;
+  r.cell_id = c.id;
+  r.model = c.model;
+  r.policy = c.policy;
+  r.task = c.task;
+  r.task_base = c.task_base;
+  r.tokens = c.length;
+  r.depth = c.depth;
+  r.seed = c.seed;
+  r.status = o.status;
+  r.success = known(w.success);
+  r.expected = w.expected_answer;
+  r.generated = w.generated;
+  r.needle_heads_whole = known(w.heads_whole_needle);
+  r.needle_heads_none = known(w.heads_no_needle);
+  r.n_heads = known(w.n_heads);
+  r.lost_mass = real(w.oracle_lost_mass);
+  r.max_kl = real(w.max_kl);
+  r.wall_s = o.wall_s;
+  r.trace = ok ? trace : "";
+  r.error = o.error;
+  return r;
 }
 
 // Unknown policies and tasks fail before any cell runs, naming the plan's line.
@@ -164,45 +154,144 @@ generate::Engine open_model(const SweepPlan& plan, const std::string& model, int
   return engine;
 }
 
+// "[=====>    ]" for done of total.
+std::string progress_bar(int64_t done, int64_t total) {
+  constexpr int kWidth = 20;
+  const int fill = total > 0 ? int(kWidth * done / total) : kWidth;
+  return "[" + std::string(size_t(fill), '=') + (fill < kWidth ? ">" : "") +
+         std::string(size_t(std::max(0, kWidth - fill - 1)), ' ') + "]";
+}
+
+std::string format_seconds(double s) {
+  const int64_t t = int64_t(s + 0.5);
+  char buf[32];
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(t / 3600), (long long)(t / 60 % 60));
+  else if (t >= 60)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(t / 60), (long long)(t % 60));
+  else
+    std::snprintf(buf, sizeof buf, "%llds", (long long)t);
+  return buf;
+}
+
+std::vector<std::string> cell_ids(const std::vector<SweepCell>& cells) {
+  std::vector<std::string> ids;
+  for (const SweepCell& c : cells) ids.push_back(c.id);
+  return ids;
+}
+
+// Merges the tables and says what this invocation added: cells run (and
+// failed) since `before`, cells skipped because a table already held them.
+void print_collected(const std::string& name, const fs::path& dir,
+                     const std::vector<SweepCell>& cells, const std::set<std::string>& before) {
+  const std::vector<sweep::ResultRow> rows = sweep::collect_results(dir.string(), cell_ids(cells));
+  int64_t ran = 0, failed = 0, skipped = 0, found = 0;
+  for (const sweep::ResultRow& r : rows) {
+    const bool old = before.count(r.cell_id) > 0;
+    skipped += old;
+    ran += !old;
+    failed += !old && !r.ok();
+    found += r.success.value_or(0) == 1;
+  }
+  std::cout << "sweep " << name << ": " << ran << " cells run (" << failed << " failed), "
+            << skipped << " skipped; " << rows.size() << " of " << cells.size()
+            << " cells in the table, " << found
+            << " found the answer; results: " << sweep::results_csv_path(dir.string()) << ", "
+            << sweep::results_parquet_path(dir.string()) << "\n";
+}
+
+// Runs the cells of one shard (all cells when shard is 1/1) that no table
+// holds yet, appending a row per cell to `table` as each finishes.
+int64_t run_cells(const SweepPlan& plan, const std::vector<SweepCell>& cells, const fs::path& dir,
+                  const Shard& shard, const SweepOptions& o, const fs::path& table_path) {
+  const std::set<std::string> done = sweep::finished_cells_in(dir.string(), !o.retry_failed);
+  std::vector<const SweepCell*> todo;
+  for (size_t i = 0; i < cells.size(); ++i)
+    if (int(i % size_t(shard.count)) == shard.index && !done.count(cells[i].id))
+      todo.push_back(&cells[i]);
+  const std::string who = shard.count > 1 ? "shard " + o.shard + ": " : "";
+  std::cerr << who << "sweep " << plan.name << ": " << cells.size() << " cells, " << done.size()
+            << " already done, " << todo.size() << " to run here\n";
+  fs::create_directories(dir / "traces");
+  fs::create_directories(table_path.parent_path());
+  // Rewritten from its complete rows: a torn last row (a killed worker) must
+  // not run into the next one appended.
+  sweep::write_results_csv(table_path.string(), fs::exists(table_path)
+                                                    ? sweep::read_results_csv(table_path.string())
+                                                    : std::vector<sweep::ResultRow>{});
+  std::ofstream table(table_path, std::ios::app);
+  std::string loaded;
+  generate::Engine engine;
+  int64_t ran = 0;
+  const auto start = Clock::now();
+  for (const SweepCell* c : todo) {
+    if (c->model != loaded) engine = open_model(plan, c->model, o.threads), loaded = c->model;
+    const std::string trace = "traces/" + c->id + ".kvtrace.h5";
+    const CellOutcome out = run_cell(plan, *c, engine, dir / trace);
+    table << sweep::csv_row(result_row(*c, out, trace)) << "\n" << std::flush;
+    ++ran;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double eta = elapsed / double(ran) * double(todo.size() - size_t(ran));
+    std::cerr << who << progress_bar(ran, int64_t(todo.size())) << " " << ran << "/" << todo.size()
+              << " " << c->id << " " << c->policy << " " << c->task << ": "
+              << (out.status != "ok"     ? "FAILED (" + out.error + ")"
+                  : out.why.success == 1 ? "found"
+                                         : "missed")
+              << " | " << format_seconds(elapsed) << " elapsed, ETA " << format_seconds(eta)
+              << "\n";
+  }
+  return ran;
+}
+
 int run_sweep(const SweepOptions& o) {
+  const Shard shard = o.shard.empty() ? Shard{} : parse_shard(o.shard);
   const SweepPlan plan = parse_sweep_plan(o.plan);
   const std::vector<SweepCell> cells = sweep_cells(plan);
   validate_plan(plan);
   const fs::path dir =
       o.output.empty() ? fs::path(o.plan).parent_path() / plan.name : fs::path(o.output);
-  fs::create_directories(dir / "traces");
-  const fs::path results = dir / "results.csv";
-  const std::set<std::string> done = finished_cells(results);
-  if (!fs::exists(results)) std::ofstream(results) << kColumns << "\n";
-  std::ofstream table(results, std::ios::app);
-  int64_t todo = 0;
-  for (const SweepCell& c : cells) todo += !done.count(c.id);
-  std::cerr << "sweep " << plan.name << ": " << cells.size() << " cells, " << done.size()
-            << " already in " << results.string() << ", " << todo << " to run\n";
-  std::string loaded;
-  generate::Engine engine;
-  int64_t ran = 0, failed = 0;
-  const auto start = Clock::now();
-  for (const SweepCell& c : cells) {
-    if (done.count(c.id)) continue;
-    if (c.model != loaded) engine = open_model(plan, c.model, o.threads), loaded = c.model;
-    const fs::path trace = dir / "traces" / (c.id + ".kvtrace.h5");
-    const CellOutcome out = run_cell(plan, c, engine, trace);
-    table << result_row(c, out, trace) << "\n" << std::flush;
-    ++ran;
-    failed += out.status != "ok";
-    const double per_cell =
-        std::chrono::duration<double>(Clock::now() - start).count() / double(ran);
-    std::cerr << "[" << ran << "/" << todo << "] " << c.id << " " << c.policy << " " << c.task
-              << ": "
-              << (out.status != "ok"     ? "FAILED (" + out.error + ")"
-                  : out.why.success == 1 ? "found"
-                                         : "missed")
-              << " | ETA " << int64_t(per_cell * double(todo - ran) + 0.5) << " s\n";
+  fs::create_directories(dir);
+  // What results.csv held before (--collect, --slurm: the shards' rows are
+  // news) or any table held (a local run: those cells are skipped).
+  std::set<std::string> before;
+  if (o.collect || o.slurm > 0) {
+    if (fs::exists(sweep::results_csv_path(dir.string())))
+      for (const sweep::ResultRow& r :
+           sweep::read_results_csv(sweep::results_csv_path(dir.string())))
+        before.insert(r.cell_id);
+  } else {
+    before = sweep::finished_cells_in(dir.string(), !o.retry_failed);
   }
-  std::cout << "sweep " << plan.name << ": " << ran << " cells run (" << failed << " failed), "
-            << done.size() << " skipped; results: " << results.string() << "\n";
-  return kExitOk;
+  if (o.collect) {
+    print_collected(plan.name, dir, cells, before);
+    return kExitOk;
+  }
+  if (o.slurm > 0) {
+    const int tasks = std::min<int>(o.slurm, int(cells.size()));
+    const SlurmSubmission s =
+        submit_slurm(o.plan, dir.string(), tasks, o.retry_failed, o.sbatch_options);
+    std::cout << "sweep " << plan.name << ": submitted Slurm job array " << s.job_id << " ("
+              << tasks << " tasks, " << cells.size() << " cells)\n";
+    if (!s.waited) {
+      std::cout << "when it finishes: kvscope sweep " << o.plan << " -o " << dir.string()
+                << " --collect\n";
+      return kExitOk;
+    }
+    print_collected(plan.name, dir, cells, before);
+    return s.sbatch_exit == 0 ? kExitOk : kExitFailure;
+  }
+  if (!o.shard.empty()) {
+    run_cells(plan, cells, dir, shard, o,
+              sweep::shard_csv_path(dir.string(), shard.index, shard.count));
+    return kExitOk;
+  }
+  const int jobs = std::min<int>(o.jobs, int(cells.size()));
+  const int failed_workers =
+      jobs > 1
+          ? run_local_jobs(o.plan, dir.string(), jobs, o.threads, o.retry_failed)
+          : (run_cells(plan, cells, dir, Shard{}, o, sweep::results_csv_path(dir.string())), 0);
+  print_collected(plan.name, dir, cells, before);
+  return failed_workers == 0 ? kExitOk : kExitFailure;
 }
 
 Command add_sweep_command(CLI::App& app) {
@@ -214,8 +303,28 @@ Command add_sweep_command(CLI::App& app) {
   sub->add_option("PLAN", opt->plan, "plan file (TOML, docs/sweeps.md)")->required();
   sub->add_option("-o,--output", opt->output,
                   "folder for results.csv and traces/ (default: beside the plan, named after it)");
-  sub->add_option("--threads", opt->threads, "CPU threads (0: one per core)")
+  sub->add_option("--threads", opt->threads, "CPU threads (0: one per core; split among --jobs)")
       ->capture_default_str();
+  CLI::Option* jobs =
+      sub->add_option("--jobs", opt->jobs, "local worker processes (each loads each model once)")
+          ->check(CLI::Range(1, 256))
+          ->capture_default_str();
+  CLI::Option* shard = sub->add_option(
+      "--shard", opt->shard,
+      "run only shard K/N: cells i with i % N == K (what --jobs and --slurm start)");
+  CLI::Option* slurm =
+      sub->add_option("--slurm", opt->slurm,
+                      "submit the cells as a Slurm job array of N tasks; sbatch options go after "
+                      "'--' (with --wait, the results are collected when it returns)")
+          ->check(CLI::Range(1, 100000));
+  CLI::Option* collect = sub->add_flag(
+      "--collect", opt->collect, "merge the shard tables into results.csv and results.parquet");
+  sub->add_flag("--retry-failed", opt->retry_failed, "run cells recorded as failed again");
+  sub->add_option("SBATCH_OPTIONS", opt->sbatch_options, "after '--': options for sbatch")
+      ->needs(slurm);
+  jobs->excludes(shard)->excludes(slurm)->excludes(collect);
+  shard->excludes(slurm)->excludes(collect);
+  slurm->excludes(collect);
   return {sub, [opt] { return run_sweep(*opt); }};
 }
 

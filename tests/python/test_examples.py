@@ -22,6 +22,22 @@ subprocess.run([KVSCOPE, "capture", "--model", STORIES + "/stories260K.bin", "--
                 "--task", "needle:tokens=200,depth=0.2,seed=3", "--max-new", "8",
                 "--capture", "received", "--oracle", "-q", "-o", trace], check=True)
 
+# A small sweep for the sweep examples: the full cache and StreamingLLM on
+# the passkey task at two depths.
+plan = os.path.join(SCRATCH, "plan.toml")
+with open(plan, "w") as f:
+    f.write(f"""[sweep]
+models = ["{STORIES}/stories260K.bin"]
+tokenizer = "{STORIES}/tok512.bin"
+max_new = 6
+policies = ["full", "streaming_llm:sinks=4,window=32"]
+tasks = ["needle"]
+lengths = [200]
+depths = [0.1, 0.9]
+""")
+sweep_dir = os.path.join(SCRATCH, "sweep")
+subprocess.run([KVSCOPE, "sweep", plan, "-o", sweep_dir], check=True, capture_output=True)
+
 # pip builds in the source folder it is given (build/, *.egg-info): give it a
 # copy, so the checkout stays untouched.
 package = os.path.join(SCRATCH, "package")
@@ -34,9 +50,9 @@ subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
 
 readme = open(os.path.join(SOURCE, "python", "README.md"), encoding="utf-8").read()
 blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
-if len(blocks) < 4:
-    sys.exit(f"python/README.md: {len(blocks)} python examples, expected at least 4")
-env = dict(os.environ, TRACE=trace, KVSCOPE=KVSCOPE)
+if len(blocks) < 5:
+    sys.exit(f"python/README.md: {len(blocks)} python examples, expected at least 5")
+env = dict(os.environ, TRACE=trace, KVSCOPE=KVSCOPE, SWEEP=sweep_dir)
 code = "\n".join(blocks) + """
 # The package's errors.
 import h5py

@@ -1,0 +1,42 @@
+// Scale-out of `kvscope sweep`: a plan's cells split into shards (cell i goes
+// to shard i mod N), each shard run by its own kvscope process that loads
+// each model once and appends to shards/results.K-of-N.csv. Local workers
+// (`--jobs N`) and Slurm job arrays (`--slurm N`) are two ways to start the
+// same shard processes; `--collect` merges their tables.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kvscope::cli {
+
+struct Shard {
+  int index = 0, count = 1;  // this process runs cells i with i % count == index
+};
+
+// "K/N" with 0 <= K < N; throws InputError naming --shard otherwise.
+Shard parse_shard(const std::string& text);
+
+// The arguments a shard process gets (after the executable).
+std::vector<std::string> shard_arguments(const std::string& plan, const std::string& dir,
+                                         const std::string& threads, bool retry_failed,
+                                         const std::string& shard);
+
+// Starts `jobs` local shard processes of this executable and waits for all;
+// returns how many exited with a failure.
+int run_local_jobs(const std::string& plan, const std::string& dir, int jobs, int threads,
+                   bool retry_failed);
+
+struct SlurmSubmission {
+  std::string job_id;
+  bool waited = false;  // sbatch --wait was given and returned
+  int sbatch_exit = 0;
+};
+
+// Writes DIR/slurm/sweep.sbatch and submits it as an array of `tasks` shard
+// processes with sbatch (from PATH) and the user's sbatch options. Throws
+// InputError (exit 2) when sbatch is missing or refuses the job.
+SlurmSubmission submit_slurm(const std::string& plan, const std::string& dir, int tasks,
+                             bool retry_failed, const std::vector<std::string>& sbatch_options);
+
+}  // namespace kvscope::cli

@@ -1,0 +1,81 @@
+// The results table of a sweep (docs/sweeps.md): one row per finished cell.
+// Written as CSV while the sweep runs (a row appended and flushed per cell,
+// so a killed sweep keeps what it finished) and as Parquet when it is
+// collected; read back by resume, --collect, the GUI's sweep view and tools.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kvscope::sweep {
+
+struct ResultRow {
+  std::string cell_id, model, policy, task, task_base;
+  std::optional<int64_t> tokens, seed;
+  std::optional<double> depth;
+  std::string status;  // "ok" or "failed"
+  std::optional<int64_t> success;
+  std::string expected, generated;
+  // (layer, kv head) pairs that could read the whole needle / none of it when
+  // the answer was generated, out of n_heads (from `kvscope why`).
+  std::optional<int64_t> needle_heads_whole, needle_heads_none, n_heads;
+  std::optional<double> lost_mass, max_kl, wall_s;
+  std::string trace;  // relative to the results table's folder
+  std::string error;
+
+  bool ok() const { return status == "ok"; }
+  // Share of heads that held the whole needle (NaN when unknown).
+  double needle_survival() const;
+};
+
+// One column of the table: its name and how to read or write it in a row.
+struct ResultColumn {
+  enum class Kind { Text, Integer, Real };
+  const char* name;
+  Kind kind;
+  std::string ResultRow::*text = nullptr;
+  std::optional<int64_t> ResultRow::*integer = nullptr;
+  std::optional<double> ResultRow::*real = nullptr;
+};
+
+// The columns in file order.
+const std::vector<ResultColumn>& result_columns();
+
+// The CSV header line and one row (no newline), RFC 4180 quoting.
+std::string csv_header();
+std::string csv_row(const ResultRow& row);
+
+// Reads a results CSV by its header's names (columns added later are
+// optional, unknown ones ignored, so older and newer tables both read).
+// Throws InputError naming the file, line and column of a malformed field.
+std::vector<ResultRow> read_results_csv(const std::string& path);
+
+// Writes the rows to path atomically (a temporary file renamed into place),
+// so a reader never sees half a table.
+void write_results_csv(const std::string& path, const std::vector<ResultRow>& rows);
+// The same table as Parquet (same columns and types; unknown numbers null).
+void write_results_parquet(const std::string& path, const std::vector<ResultRow>& rows);
+
+// A sweep's output folder: results.csv, shards/results.K-of-N.csv (one per
+// worker of `--jobs` or Slurm array task), traces/.
+std::string results_csv_path(const std::string& dir);
+std::string results_parquet_path(const std::string& dir);
+std::string shard_csv_path(const std::string& dir, int shard, int shards);
+
+// Every row in results.csv and the shard files, one per cell: a cell that
+// finished ok in any file wins over a failed attempt, otherwise the first
+// seen. Ordered as plan_order (cell ids), rows of cells not in it after.
+std::vector<ResultRow> gather_results(const std::string& dir,
+                                      const std::vector<std::string>& plan_order);
+// Cells with a row in any of the folder's tables (failed ones only when
+// count_failed: a retry runs them again).
+std::set<std::string> finished_cells_in(const std::string& dir, bool count_failed);
+// Rewrites results.csv and results.parquet from gather_results. Shard files
+// stay (a worker may still append); merging again is idempotent.
+std::vector<ResultRow> collect_results(const std::string& dir,
+                                       const std::vector<std::string>& plan_order);
+
+}  // namespace kvscope::sweep
