@@ -78,6 +78,7 @@ int run_capture_cli(const CaptureCliOptions& o) {
   req.command_line = own_command_line();
   if (!o.expect.empty()) {
     req.expected_answer = o.expect;
+    req.expected_answers.clear();  // --expect replaces the task's answers
     if (req.task_kind.empty()) req.task_kind = "expected-answer";
   }
   nlohmann::json run = {{"prompt_user", o.task.empty() ? generate::prompt_text(o.prompt) : o.task},
@@ -100,6 +101,14 @@ int run_capture_cli(const CaptureCliOptions& o) {
   if (tty) std::fprintf(stderr, "\n");
   for (const std::string& note : r.notes) std::cerr << "kvscope: note: " << note << "\n";
   if (!o.quiet) std::cout << r.generation.text << "\n";
+  // "expected answer found", or for several "expected answers: 3 of 4 found".
+  std::string answers;
+  if (req.expected_answers.size() > 1)
+    answers = " | expected answers: " + std::to_string(r.answers_found) + " of " +
+              std::to_string(req.expected_answers.size()) + " found" +
+              (r.success ? "" : " (MISSING some)");
+  else if (!req.expected_answer.empty())
+    answers = r.success ? " | expected answer found" : " | expected answer MISSING";
   char line[512];
   std::snprintf(line, sizeof line,
                 "capture: %lld steps, policy %s, %lld entries held at the end in %.1f KiB, peak "
@@ -113,10 +122,7 @@ int run_capture_cli(const CaptureCliOptions& o) {
                 r.generation.decode_steps > 0
                     ? 1e3 * r.decode_policy_seconds / double(r.generation.decode_steps)
                     : 0.0,
-                r.generation.finish_reason.c_str(),
-                req.expected_answer.empty()
-                    ? ""
-                    : (r.success ? " | expected answer found" : " | expected answer MISSING"),
+                r.generation.finish_reason.c_str(), answers.c_str(),
                 o.levels == "none" ? "" : (" | trace: " + o.output).c_str());
   std::cerr << line;
   return kExitOk;
@@ -147,8 +153,12 @@ Command add_capture_command(CLI::App& app) {
       "needle[:tokens=N,depth=D,seed=S]: passkey retrieval prompt with the needle marked; "
       "defer[:tokens=N,distract=D,seed=S,depth=X]: the pass key early, then D teacher-forced "
       "distractor decode steps and the forced question before the answer; "
-      "niah[:tokens=N,keys=K,depth=D,seed=S]: RULER's needle-in-a-haystack, K needles with "
-      "distinct keys, one asked (keys=1: single-key)");
+      "niah[:tokens=N,keys=K,values=V,depth=D,seed=S,haystack=noise|text]: RULER's "
+      "needle-in-a-haystack, K needles with distinct keys, one asked (keys=1: single-key; "
+      "values=V: V values to find); "
+      "vt[:tokens=N,chains=C,hops=H,depth=D,seed=S,haystack=noise|text]: RULER's variable "
+      "tracking; cwe[:tokens=N,top=K,freq=F,rare=R,seed=S]: RULER's common words extraction "
+      "(docs/tasks.md)");
   sub->add_option("-o,--output", opt->output, "trace file to write (.kvtrace.h5)");
   sub->add_flag("-q,--quiet", opt->quiet, "no progress bar and no generated text");
   return {sub, [opt] {

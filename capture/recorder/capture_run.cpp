@@ -10,6 +10,7 @@
 #include "capture/recorder/capture_levels.h"
 #include "capture/recorder/oracle.h"
 #include "capture/recorder/recorder.h"
+#include "capture/tasks/task_common.h"
 #include "core/common/input_error.h"
 #include "core/common/memory_limit.h"
 #include "core/trace/writer.h"
@@ -90,6 +91,7 @@ void set_task(const tasks::TaskPrompt& task, CaptureRequest* r) {
   r->generation.forced_tokens = task.forced;
   r->task_kind = task.kind;
   r->expected_answer = task.answer;
+  r->expected_answers = task.answers;
   r->needle_spans = task.needle_spans;
   r->question_spans = task.question_spans;
 }
@@ -189,8 +191,13 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   result.policy_seconds = driver.policy_seconds();
   result.decode_policy_seconds =
       decode_policy_start < 0 ? 0 : driver.policy_seconds() - decode_policy_start;
-  if (!req.expected_answer.empty())
+  if (!req.expected_answers.empty()) {
+    result.answers_found = tasks::answers_found(req.expected_answers, result.generation.text);
+    result.success = result.answers_found == int64_t(req.expected_answers.size());
+  } else if (!req.expected_answer.empty()) {
     result.success = result.generation.text.find(req.expected_answer) != std::string::npos;
+    result.answers_found = result.success ? 1 : 0;
+  }
   if (writer) {
     trace::GenerationSummary summary;
     const std::string& fr = result.generation.finish_reason;

@@ -38,7 +38,10 @@ struct CaptureRequest {
   std::string command_line;
   std::string run_json = "{}";  // extra run description (sampling, task, ...)
   std::string task_kind;        // e.g. "needle"
-  std::string expected_answer;
+  std::string expected_answer;  // /run expected_answer
+  // What a correct generation contains, every one (RULER's string_match_all,
+  // ASCII case-insensitive); empty: it contains expected_answer as given.
+  std::vector<std::string> expected_answers;
   // [begin, end) token ranges; they may cover teacher-forced decode tokens
   // (generation.forced_tokens, recorded with prompt roles).
   std::vector<std::pair<int64_t, int64_t>> needle_spans;
@@ -57,7 +60,8 @@ struct CaptureResult {
   int64_t final_kv_bytes = 0;
   double policy_seconds = 0;         // inside the policy's hooks
   double decode_policy_seconds = 0;  // of which during decode steps
-  bool success = false;              // generation contains expected_answer (when a task is given)
+  bool success = false;              // generation contains every expected answer (task given)
+  int64_t answers_found = 0;         // of expected_answers, how many the generation contains
   std::vector<std::string> notes;    // choices made for the user (e.g. the shipped gate taken)
 };
 

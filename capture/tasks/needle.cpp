@@ -31,9 +31,11 @@ NeedleOptions parse_needle_spec(const std::string& spec) {
   NeedleOptions o;
   if (spec.rfind("needle", 0) != 0)
     throw InputError("--task", spec,
-                     "unknown task (expected needle[:tokens=N,depth=D,seed=S] or "
-                     "defer[:tokens=N,distract=D,seed=S,depth=X] or "
-                     "niah[:tokens=N,keys=K,depth=D,seed=S])");
+                     "unknown task (expected needle[:tokens=N,depth=D,seed=S], "
+                     "defer[:tokens=N,distract=D,seed=S,depth=X], "
+                     "niah[:tokens=N,keys=K,values=V,depth=D,seed=S,haystack=noise|text], "
+                     "vt[:tokens=N,chains=C,hops=H,depth=D,seed=S,haystack=noise|text] or "
+                     "cwe[:tokens=N,top=K,freq=F,rare=R,seed=S])");
   size_t colon = spec.find(':');
   std::string rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
   size_t pos = 0;

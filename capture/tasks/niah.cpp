@@ -1,10 +1,10 @@
 #include "capture/tasks/niah.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <numeric>
 
 #include "capture/tasks/needle.h"
+#include "capture/tasks/task_common.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::tasks {
@@ -21,28 +21,18 @@ const char* const kKeys[] = {"apple",  "river",   "candle", "garden",  "pencil",
                              "harbor", "lantern", "mirror", "orchard", "saddle", "thunder",
                              "meadow", "compass", "ribbon", "falcon"};
 constexpr int64_t kMaxKeys = int64_t(sizeof kKeys / sizeof kKeys[0]);
-
-// splitmix64: the task's only randomness, from the seed.
-uint64_t mix(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+constexpr int64_t kMaxValues = 16;
 
 std::string needle_text(const std::string& key, const std::string& value) {
   return "One of the special magic numbers for " + key + " is: " + value + ". ";
 }
 
-int64_t parse_int(const std::string& field, const std::string& value, int64_t lo, int64_t hi) {
-  char* end = nullptr;
-  const long long v = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || *end || v < lo || v > hi)
-    throw InputError("--task", "niah:" + field,
-                     "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                         "], got '" + value + "'");
-  return v;
-}
+// The prompt around a haystack of `units`, the byte ranges of what it marks.
+struct Rendered {
+  std::string prompt_text;
+  std::vector<std::pair<size_t, size_t>> asked;  // asked needles, in value order
+  std::pair<size_t, size_t> question;
+};
 
 }  // namespace
 
@@ -51,100 +41,130 @@ bool is_niah_spec(const std::string& spec) {
 }
 
 NiahOptions parse_niah_spec(const std::string& spec) {
+  const TaskSpec s("niah", spec, {"tokens", "keys", "values", "depth", "seed", "haystack", "text"});
   NiahOptions o;
-  const size_t colon = spec.find(':');
-  const std::string rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  for (size_t pos = 0; pos < rest.size();) {
-    const size_t comma = std::min(rest.find(',', pos), rest.size());
-    const std::string item = rest.substr(pos, comma - pos);
-    const size_t eq = item.find('=');
-    const std::string key = item.substr(0, eq),
-                      value = eq == std::string::npos ? "" : item.substr(eq + 1);
-    if (key == "tokens") {
-      o.tokens = parse_int(key, value, 64, int64_t(1) << 24);
-    } else if (key == "keys") {
-      o.keys = parse_int(key, value, 1, kMaxKeys);
-    } else if (key == "seed") {
-      o.seed = uint64_t(parse_int(key, value, 0, int64_t(1) << 62));
-    } else if (key == "depth") {
-      char* end = nullptr;
-      o.depth = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end || !(o.depth >= 0 && o.depth <= 1))
-        throw InputError("--task", "niah:depth",
-                         "expected a number in [0, 1], got '" + value + "'");
-    } else {
-      throw InputError("--task", "niah:" + key, "unknown (expected tokens, keys, depth, seed)");
-    }
-    pos = comma + 1;
-  }
+  o.tokens = s.integer("tokens", 64, int64_t(1) << 24, o.tokens);
+  o.keys = s.integer("keys", 1, kMaxKeys, o.keys);
+  o.values = s.integer("values", 1, kMaxValues, o.values);
+  o.seed = uint64_t(s.integer("seed", 0, int64_t(1) << 62, int64_t(o.seed)));
+  o.depth = s.number("depth", 0, 1, o.depth);
+  o.haystack = parse_haystack(s);
   return o;
 }
 
+std::string niah_kind(const NiahOptions& o) {
+  return o.values > 1 ? "niah_multivalue" : o.keys == 1 ? "niah_single" : "niah_multikey";
+}
+
 NiahTask make_niah_task(const tokenizer::Tokenizer& tok, const NiahOptions& o) {
-  uint64_t state = o.seed;
-  // Distinct keys (a seeded shuffle), 7-digit values, the asked one first.
+  SplitMix rng{o.seed};
+  // Distinct keys (a seeded shuffle), 7-digit values (distinct within the
+  // asked key), the asked key first.
   std::vector<int64_t> order(static_cast<size_t>(kMaxKeys));
   std::iota(order.begin(), order.end(), 0);
-  for (int64_t i = kMaxKeys - 1; i > 0; --i)
-    std::swap(order[size_t(i)], order[mix(state) % (i + 1)]);
-  std::vector<std::string> keys, values;
+  rng.shuffle(&order);
+  std::vector<std::string> keys;
+  std::vector<std::vector<std::string>> values(size_t(o.keys));
   for (int64_t i = 0; i < o.keys; ++i) {
     keys.push_back(kKeys[order[size_t(i)]]);
-    values.push_back(std::to_string(1000000 + mix(state) % 9000000));
+    auto& v = values[size_t(i)];
+    while (int64_t(v.size()) < o.values) {
+      std::string value = std::to_string(1000000 + rng.below(9000000));
+      if (i > 0 || std::find(v.begin(), v.end(), value) == v.end()) v.push_back(value);
+    }
   }
   NiahTask task;
   task.key = keys[0];
-  task.answer = values[0];
-  const std::string question =
-      "What is the special magic number for " + task.key + " mentioned in the provided text?";
+  task.answers = values[0];
+  task.answer = join_answers(task.answers);
+  const bool multi = o.values > 1;
+  const std::string question = multi ? "What are all the special magic numbers for " + task.key +
+                                           " mentioned in the provided text?"
+                                     : "What is the special magic number for " + task.key +
+                                           " mentioned in the provided text?";
+  const std::string answer_prefix =
+      multi ? " The special magic numbers for " + task.key + " mentioned in the provided text are"
+            : " The special magic number for " + task.key + " mentioned in the provided text is";
 
-  // Haystack length from the tokenizer, as the passkey task does.
+  // The needles: the asked key's values first, then the distractors key by key.
+  std::vector<std::string> needles;
+  for (size_t i = 0; i < keys.size(); ++i)
+    for (const std::string& value : values[i]) needles.push_back(needle_text(keys[i], value));
   std::string needles_text;
-  for (int64_t i = 0; i < o.keys; ++i)
-    needles_text += needle_text(keys[size_t(i)], values[size_t(i)]);
-  const int64_t per_filler =
-      std::max<int64_t>(1, int64_t(tok.encode(kPasskeyFiller, false).size()));
+  for (const std::string& n : needles) needles_text += n;
   const int64_t fixed =
       int64_t(tok.encode(std::string(kIntro) + needles_text + question, false).size()) + 24;
-  const int64_t fillers = std::max<int64_t>(2, (o.tokens - fixed) / per_filler);
-  // The asked needle at `depth`; distractors at evenly spaced depths
-  // (i - 1/2) / (keys - 1), one filler later where one would share the asked
-  // needle's slot (one filler earlier at the end).
-  std::vector<int64_t> slot(static_cast<size_t>(o.keys));
-  slot[0] = int64_t(o.depth * double(fillers) + 0.5);
-  for (int64_t i = 1; i < o.keys; ++i) {
-    int64_t s = int64_t((double(i) - 0.5) / double(o.keys - 1) * double(fillers) + 0.5);
-    if (s == slot[0]) s += s < fillers ? 1 : -1;
-    slot[size_t(i)] = s;
-  }
 
-  std::string user = kIntro, before_asked, asked_end;
-  for (int64_t f = 0; f <= fillers; ++f) {
-    for (int64_t i = 0; i < o.keys; ++i) {
-      if (slot[size_t(i)] != f) continue;
-      if (i == 0) before_asked = user;
-      user += needle_text(keys[size_t(i)], values[size_t(i)]);
-      if (i == 0) asked_end = user;
+  // Where they go among n units: the asked needle's first value at `depth`,
+  // its others every 1/values further on (round to the start past the end);
+  // distractors at evenly spaced depths (m - 1/2) / distractors, one unit
+  // later where one would share an asked needle's slot (one earlier at the end).
+  auto render = [&](const std::vector<std::string>& units) {
+    const int64_t n = int64_t(units.size());
+    std::vector<int64_t> slot(needles.size());
+    for (int64_t j = 0; j < o.values; ++j) {
+      double d = o.depth + double(j) / double(o.values);
+      if (d > 1) d -= 1;
+      slot[size_t(j)] = int64_t(d * double(n) + 0.5);
     }
-    if (f < fillers) user += kPasskeyFiller;
-  }
-  const std::string before_question = user;
-  user += question;
-  std::string prefix;
-  if (o.chat) {
-    task.prompt_text = tok.apply_chat_template({{"user", user}});
-    prefix = task.prompt_text.substr(0, task.prompt_text.find(kIntro));
+    const int64_t distractors = int64_t(needles.size()) - o.values;
+    for (int64_t m = 1; m <= distractors; ++m) {
+      int64_t s = int64_t((double(m) - 0.5) / double(distractors) * double(n) + 0.5);
+      if (std::find(slot.begin(), slot.begin() + o.values, s) != slot.begin() + o.values)
+        s += s < n ? 1 : -1;
+      slot[size_t(o.values + m - 1)] = s;
+    }
+    std::string user = kIntro;
+    std::vector<std::pair<size_t, size_t>> asked(size_t(o.values));
+    for (int64_t f = 0; f <= n; ++f) {
+      for (size_t i = 0; i < needles.size(); ++i) {
+        if (slot[i] != f) continue;
+        if (int64_t(i) < o.values) asked[i] = {user.size(), user.size() + needles[i].size()};
+        user += needles[i];
+      }
+      if (f < n) user += units[size_t(f)];
+    }
+    if (o.haystack.kind == HaystackKind::Text) {  // RULER's "{context}\nWhat are ..."
+      while (user.back() == ' ') user.pop_back();
+      user += '\n';
+    }
+    const size_t question_begin = user.size();
+    user += question;
+    Rendered r;
+    size_t offset = 0;
+    if (o.chat) {
+      r.prompt_text = tok.apply_chat_template({{"user", user}});
+      offset = r.prompt_text.find(kIntro);
+    } else {
+      r.prompt_text = user + answer_prefix;
+    }
+    for (auto& [b, e] : asked) r.asked.emplace_back(b + offset, e + offset);
+    r.question = {question_begin + offset, user.size() + offset};
+    return r;
+  };
+
+  Rendered r;
+  if (o.haystack.kind == HaystackKind::Noise) {
+    // Haystack length from the tokenizer, as the passkey task does.
+    const int64_t per_filler =
+        std::max<int64_t>(1, int64_t(tok.encode(kPasskeyFiller, false).size()));
+    const int64_t fillers = std::max<int64_t>(2, (o.tokens - fixed) / per_filler);
+    r = render(std::vector<std::string>(size_t(fillers), kPasskeyFiller));
   } else {
-    task.prompt_text =
-        user + " The special magic number for " + task.key + " mentioned in the provided text is";
+    r = render(fit_haystack(
+        tok, o.haystack, "niah", o.tokens, fixed - 24,
+        [&](const std::vector<std::string>& units) { return render(units).prompt_text; }));
   }
+  task.prompt_text = r.prompt_text;
   task.ids = tok.encode(task.prompt_text, true);
   // Spans from growing prefixes (one token wider where BPE merges across a boundary).
-  auto count = [&](const std::string& text) { return int64_t(tok.encode(text, true).size()); };
-  task.needle_span = {std::max<int64_t>(0, count(prefix + before_asked) - 1),
-                      count(prefix + asked_end)};
-  task.question_span = {std::max<int64_t>(0, count(prefix + before_question) - 1),
-                        count(prefix + user)};
+  std::vector<std::pair<size_t, size_t>> ranges = r.asked;
+  ranges.push_back(r.question);
+  const auto spans = prefix_token_spans(tok, task.prompt_text, ranges);
+  task.needle_span = spans[0];
+  task.needle_spans.assign(spans.begin(), spans.end() - 1);
+  std::sort(task.needle_spans.begin(), task.needle_spans.end());
+  task.question_span = spans.back();
   return task;
 }
 

@@ -321,10 +321,16 @@ std::string format_why(const WhyReport& w) {
         : w.success == 0 ? "MISSED"
                          : "no verdict")
     << "\n";
+  // Several planted facts (vt, cwe, multi-value niah): " ... " between them.
   std::string text;
-  for (const NeedleToken& t : w.needle) text += t.text;
+  int64_t pieces = 1;
+  for (size_t i = 0; i < w.needle.size(); ++i) {
+    if (i > 0 && w.needle[i].token != w.needle[i - 1].token + 1) text += " ... ", ++pieces;
+    text += w.needle[i].text;
+  }
   o << "needle   " << w.needle.size() << " tokens (" << w.needle.front().token << ".."
-    << w.needle.back().token << "): \"" << text << "\"\n";
+    << w.needle.back().token << (pieces > 1 ? ", " + std::to_string(pieces) + " pieces" : "")
+    << "): \"" << text << "\"\n";
   o << "verdict  " << w.verdict << "\n\n";
   o << "After the prompt (step " << w.answer_step
     << ", the last prefill step), when the answer is generated, of " << w.n_heads

@@ -14,6 +14,8 @@ Placeholders in commands and messages:
   {trace}          a small real capture (stories260K, H2O, every capture level, oracle)
   {bad:NAME}       a damaged copy of a file, made by the recipe NAME below
 In messages, <N> stands for a number that differs between runs (a file size).
+A command may start with NAME=VALUE words: its environment, e.g.
+KVSCOPE_HAYSTACK_TEXT={tmp}/none.txt {kvscope} capture ...
 --print runs every row and prints what it got, for writing new rows.
 """
 import os
@@ -42,8 +44,9 @@ os.makedirs(SCRATCH)
 TRACE = os.path.join(SCRATCH, "good.kvtrace.h5")
 
 
-def run(args):
-    p = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=300)
+def run(args, env=None):
+    p = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=300,
+                       env=env)
     return p.returncode, p.stdout + p.stderr
 
 
@@ -267,9 +270,13 @@ def main():
     failures = 0
     for number, command, code, message in catalogue:
         args = [expand(a) for a in shlex.split(command)]
-        if args[0] != KVSCOPE:
+        env = dict(os.environ)
+        while args and re.match(r"^[A-Z_][A-Z0-9_]*=", args[0]):
+            name, value = args.pop(0).split("=", 1)
+            env[name] = value
+        if not args or args[0] != KVSCOPE:
             sys.exit("row %d: the command must start with {kvscope}" % number)
-        got_code, output = run(args)
+        got_code, output = run(args, env)
         want = expand(message)
         # "<N>" stands for a number that differs between runs (a file size).
         pattern = re.compile("^" + re.escape(want).replace(re.escape("<N>"), r"\d+") + "$")
