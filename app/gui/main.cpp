@@ -1,4 +1,5 @@
 // kvscope-gui [TRACE...] [--compare B] [--layer L --head H --step S --token T]
+//             [--sweep DIR [--sweep-cell ID]]
 //             [--screenshot-dir DIR [--wait-lod] [--quit]] [--print-timing]
 #include <QApplication>
 #include <QCommandLineParser>
@@ -6,12 +7,13 @@
 #include <cstdio>
 
 #include "app/gui/main_window.h"
+#include "app/gui/sweep_panel.h"
 #include "kvscope_version.h"
 
 namespace {
 
 struct Script {
-  QString compare, shots;
+  QString compare, shots, sweep, sweep_cell;
   int layer = -1, head = -1;
   qint64 step = -1, token = -1;
   bool wait_lod = false, quit = false, timing = false;
@@ -82,7 +84,11 @@ int main(int argc, char** argv) {
   QCommandLineOption wait_lod("wait-lod", "wait for the level-of-detail cache before screenshots");
   QCommandLineOption quit("quit", "quit after the screenshots");
   QCommandLineOption timing("print-timing", "print the time to the first view");
-  for (const auto& o : {compare, layer, head, step, token, shots, wait_lod, quit, timing})
+  QCommandLineOption sweep("sweep", "a kvscope sweep folder to show in the Sweep dock", "dir");
+  QCommandLineOption sweep_cell("sweep-cell", "open this sweep cell's trace (as a click does)",
+                                "cell id");
+  for (const auto& o :
+       {compare, layer, head, step, token, shots, wait_lod, quit, timing, sweep, sweep_cell})
     p.addOption(o);
   p.process(app);
   kvscope::gui::MainWindow w;
@@ -96,9 +102,15 @@ int main(int argc, char** argv) {
   s.wait_lod = p.isSet(wait_lod);
   s.quit = p.isSet(quit);
   s.timing = p.isSet(timing);
+  s.sweep = p.value(sweep);
+  s.sweep_cell = p.value(sweep_cell);
   run_script(w, s);
   w.show();
   const QStringList traces = p.positionalArguments();
+  if (!s.sweep.isEmpty()) {
+    if (!w.open_sweep(s.sweep)) return 2;
+    if (!s.sweep_cell.isEmpty()) w.sweep_panel()->select_cell(s.sweep_cell);
+  }
   if (!traces.isEmpty()) w.open_trace(traces.front());
   return app.exec();
 }

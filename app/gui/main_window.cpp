@@ -21,6 +21,7 @@
 #include <fstream>
 
 #include "app/gui/capture_dialog.h"
+#include "app/gui/sweep_panel.h"
 #include "app/gui/view_panels.h"
 #include "core/analysis/perfetto.h"
 #include "views/heatmap_view.h"
@@ -172,6 +173,10 @@ void MainWindow::build_menus() {
         this, "Open traces", QString(), "KVScope traces (*.h5 *.hdf5);;All files (*)");
     for (const QString& p : paths) open_trace(p);
   });
+  file->addAction("Open &sweep…", this, [this] {
+    const QString dir = QFileDialog::getExistingDirectory(this, "Open a kvscope sweep folder");
+    if (!dir.isEmpty()) open_sweep(dir);
+  });
   recent_menu_ = file->addMenu("Open &recent");
   refresh_recent_menu();
   QAction* capture = file->addAction("&Capture…", this, [this] {
@@ -285,6 +290,13 @@ void MainWindow::activate(const Header& h, bool make_current) {
   setWindowTitle("KVScope — " + QFileInfo(path).fileName());
   state_.set_trace(h.path, h.layers, h.heads, h.kv_heads, h.steps, h.tokens);
   if (h.complete) service_->ensure_lod(h.path);
+  if (pending_.trace == path) {  // a sweep cell: its step and needle
+    Pending p = std::move(pending_);
+    pending_ = {};
+    state_.set_step(p.step);
+    state_.set_tokens(p.tokens);
+    emit sweepCellShown(path);
+  }
   statusBar()->showMessage(QString("%1: %2 layers, %3 heads, %4 steps, %5 tokens%6")
                                .arg(path)
                                .arg(h.layers)
@@ -293,6 +305,45 @@ void MainWindow::activate(const Header& h, bool make_current) {
                                .arg(h.tokens)
                                .arg(h.complete ? "" : " — still being written: following"));
   emit traceOpened(path);
+}
+
+bool MainWindow::open_sweep(const QString& dir) {
+  if (!sweep_) {
+    sweep_ = new SweepPanel(service_);
+    add_dock("sweep", "Sweep", sweep_, Qt::BottomDockWidgetArea);
+    connect(sweep_, &SweepPanel::openCell, this, &MainWindow::open_at);
+  }
+  try {
+    sweep_->open(QFileInfo(dir).absoluteFilePath());
+  } catch (const std::exception& e) {
+    emit openFailed(dir, e.what());
+    auto* box =
+        new QMessageBox(QMessageBox::Warning, "Cannot open sweep", e.what(), QMessageBox::Ok, this);
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    box->open();
+    return false;
+  }
+  // The grid is what the user came for: give the dock half the window.
+  docks_["sweep"]->show();
+  docks_["sweep"]->raise();
+  resizeDocks({docks_["sweep"]}, {height() * 45 / 100}, Qt::Vertical);
+  resizeDocks({docks_["sweep"]}, {width() * 55 / 100}, Qt::Horizontal);
+  statusBar()->showMessage("sweep " + dir + ": click a cell to open its trace");
+  return true;
+}
+
+void MainWindow::open_at(const QString& trace, qint64 step, std::vector<int64_t> tokens) {
+  const QString path = QFileInfo(trace).absoluteFilePath();
+  pending_ = {path, step, std::move(tokens)};
+  if (path.toStdString() == state_.selection().trace) {  // already current
+    Pending p = std::move(pending_);
+    pending_ = {};
+    state_.set_step(p.step);
+    state_.set_tokens(p.tokens);
+    emit sweepCellShown(path);
+    return;
+  }
+  open_trace(path);
 }
 
 void MainWindow::set_compare(const QString& path) {

@@ -31,6 +31,13 @@ class MainWindow : public QMainWindow, public views::StateObserver {
   // only adds it to the open traces (e.g. to compare with).
   void open_trace(const QString& path, bool make_current = true);
   void set_compare(const QString& path);
+  // Opens a `kvscope sweep` folder in the Sweep dock; clicking a cell opens
+  // its trace at the divergence step with the needle selected. Returns false
+  // (and says why in a message box) when the folder holds no results table.
+  bool open_sweep(const QString& dir);
+  class SweepPanel* sweep_panel() const {
+    return sweep_;
+  }
   // Token lifetimes of `layers` of the current trace as Perfetto JSON (on the worker).
   void export_perfetto(const QString& path, std::vector<int> layers);
   void state_changed(const views::Selection& sel, uint32_t changes) override;
@@ -51,6 +58,7 @@ class MainWindow : public QMainWindow, public views::StateObserver {
 
  signals:
   void traceOpened(QString path);
+  void sweepCellShown(QString trace);
   void openFailed(QString path, QString error);
   void firstViewShown(QString path, double ms);
   void perfettoWritten(QString path);
@@ -77,11 +85,19 @@ class MainWindow : public QMainWindow, public views::StateObserver {
   void remember_recent(const QString& path);
   void refresh_recent_menu();
   void sync_pickers(const views::Selection& sel);
+  void open_at(const QString& trace, qint64 step, std::vector<int64_t> tokens);
 
   views::CurrentState state_;
   views::TraceService* service_;
   StepBar* step_bar_ = nullptr;
   TraceInfoPanel* info_ = nullptr;
+  class SweepPanel* sweep_ = nullptr;
+  // A trace to show at a step with tokens selected once it is open (a sweep cell).
+  struct Pending {
+    QString trace;
+    qint64 step = 0;
+    std::vector<int64_t> tokens;
+  } pending_;
   QComboBox* trace_combo_ = nullptr;
   QComboBox* compare_combo_ = nullptr;
   QSpinBox* layer_spin_ = nullptr;

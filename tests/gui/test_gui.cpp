@@ -8,10 +8,15 @@
 #include <QProcess>
 #include <QSignalSpy>
 #include <QTest>
+#include <QTextBrowser>
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <fstream>
 
 #include "app/gui/main_window.h"
+#include "app/gui/sweep_panel.h"
+#include "core/analysis/why.h"
+#include "core/sweep/results_table.h"
 #include "core/trace/synthetic.h"
 #include "tests/support/paths.h"
 #include "tests/views/qt_app.h"
@@ -264,4 +269,69 @@ TEST_CASE("a real stories260K capture under H2O: capture, open in the GUI, scree
               &out) == 0);
   REQUIRE(test::run_command("pdftotext " + dir + "/t.pdf -", &out) == 0);
   CHECK(out.find("Eviction timeline") != std::string::npos);
+}
+
+TEST_CASE(
+    "a real stories260K sweep in the Sweep dock: a click opens the cell's trace at the "
+    "divergence step with the needle selected, and explains it") {
+  setup();
+  std::string out;
+  test::run_command(test::kvscope_exe() + " --help", &out);
+  if (out.find("\n  sweep ") == std::string::npos) {
+    WARN("NOT RUN: this build's kvscope has no `sweep` command");
+    return;
+  }
+  const std::string dir = test::temp_dir(), model = test::shared_dir() + "/models/stories260K";
+  const std::string plan = dir + "/plan.toml", sweep_dir = dir + "/sweep";
+  std::ofstream(plan) << "[sweep]\nmodels = [\"" << model << "/stories260K.bin\"]\n"
+                      << "tokenizer = \"" << model << "/tok512.bin\"\nmax_new = 6\n"
+                      << "policies = [\"full\", \"streaming_llm:sinks=4,window=32\"]\n"
+                      << "tasks = [\"needle\"]\nlengths = [200]\ndepths = [0.1, 0.9]\n";
+  REQUIRE(test::run_command(test::kvscope_exe() + " sweep " + plan + " -o " + sweep_dir, &out) ==
+          0);
+  const std::vector<sweep::ResultRow> rows =
+      sweep::read_results_csv(sweep::results_csv_path(sweep_dir));
+  REQUIRE(rows.size() == 4);
+  const sweep::ResultRow* lost = nullptr;  // StreamingLLM with the needle early: evicted
+  for (const sweep::ResultRow& r : rows)
+    if (r.policy != "full" && r.depth.value_or(1) < 0.5) lost = &r;
+  REQUIRE(lost);
+  MainWindow w;
+  w.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&w));
+  REQUIRE(w.open_sweep(QString::fromStdString(sweep_dir)));
+  gui::SweepCanvas* canvas = w.sweep_panel()->canvas();
+  REQUIRE(QTest::qWaitFor([&] { return canvas->isVisible() && canvas->width() > 100; }, kWaitMs));
+  const QRectF cell = canvas->figure()->cell_area(QRectF(canvas->rect()), lost->cell_id);
+  REQUIRE(!cell.isEmpty());
+  QSignalSpy shown(&w, &MainWindow::sweepCellShown);
+  QTest::mouseClick(canvas, Qt::LeftButton, {}, cell.center().toPoint());
+  REQUIRE(shown.wait(kWaitMs));
+  // The trace, step and selection are what `kvscope why` says about the cell.
+  const std::string trace = sweep_dir + "/" + lost->trace;
+  auto reader = trace::TraceReader::open(trace);
+  const analysis::WhyReport why = analysis::explain_retrieval(*reader, 0.1);
+  const views::Selection& sel = w.state().selection();
+  CHECK(QFileInfo(QString::fromStdString(sel.trace)).canonicalFilePath() ==
+        QFileInfo(QString::fromStdString(trace)).canonicalFilePath());
+  CHECK(sel.step ==
+        (why.divergence_step >= 0 ? why.divergence_step : std::max<int64_t>(0, why.answer_step)));
+  std::vector<int64_t> needle;
+  for (const analysis::NeedleToken& t : why.needle) needle.push_back(t.token);
+  std::sort(needle.begin(), needle.end());
+  CHECK(!needle.empty());
+  CHECK(sel.tokens == needle);
+  const QString text = w.findChild<QTextBrowser*>("sweepWhy")->toPlainText();
+  CHECK(text.contains(QString::fromStdString(lost->cell_id)));
+  CHECK(text.contains("verdict"));
+  // The same grid exported headless: the policies named, and the cells painted.
+  REQUIRE(test::run_command(test::kvscope_exe() + " export " + sweep_dir +
+                                " --view sweep --metric needle-survival -o " + dir + "/grid.pdf",
+                            &out) == 0);
+  REQUIRE(test::run_command("pdftotext " + dir + "/grid.pdf -", &out) == 0);
+  CHECK(out.find("streaming_llm:sinks=4,window=32") != std::string::npos);
+  CHECK(out.find("needle survival") != std::string::npos);
+  const QImage shot = canvas->grab().toImage();
+  const QColor missed = shot.pixelColor(cell.center().toPoint() + QPoint(int(cell.width() / 3), 0));
+  CHECK(missed.red() > 150);  // a lost needle is drawn as missed (vermillion)
 }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -20,7 +21,9 @@
 #include "core/analysis/perfetto.h"
 #include "core/common/cli_checks.h"
 #include "core/common/input_error.h"
+#include "core/sweep/results_table.h"
 #include "views/figure_factory.h"
+#include "views/sweep_figure.h"
 
 namespace kvscope::cli {
 
@@ -157,8 +160,37 @@ int gate_option(std::string value, const std::string& view, const trace::TraceRe
   return index;
 }
 
+// --view sweep: TRACE is a sweep's folder (or its results.csv); the grid of
+// every policy and task, coloured by --metric success or needle-survival.
+int run_sweep_export(const ExportOptions& o) {
+  std::filesystem::path dir(o.trace);
+  if (!std::filesystem::is_directory(dir)) dir = dir.parent_path();
+  const std::string table = sweep::results_csv_path(dir.string());
+  if (!std::filesystem::exists(table))
+    throw InputError(
+        o.trace, "TRACE",
+        "--view sweep takes a sweep's output folder (with results.csv); none at " + table);
+  const std::string metric = o.metric == "head" ? "success" : o.metric;
+  const views::SweepFigure::Metric m =
+      views::SweepFigure::metric_from_name(QString::fromStdString(metric));
+  auto app = headless_app();
+  const std::string name = std::filesystem::absolute(dir).lexically_normal().filename().string();
+  views::SweepFigure fig(QString::fromStdString(name.empty() ? dir.string() : name),
+                         sweep::read_results_csv(table), m);
+  views::export_figure(fig, QString::fromStdString(o.output), {o.width, o.height, o.dpi});
+  std::cout << "wrote " << o.output << ": " << fig.title().toStdString() << "\n";
+  return kExitOk;
+}
+
 int run_export(const ExportOptions& o) {
   check_output_path(o.output, "-o");
+  if (o.view == "sweep") return run_sweep_export(o);
+  if (views::SweepFigure::metric_names().contains(QString::fromStdString(o.metric)))
+    throw InputError("", "--metric", "'" + o.metric + "' colours the sweep view only");
+  if (std::filesystem::is_directory(o.trace))
+    throw InputError(o.trace, "TRACE",
+                     "is a folder: a trace file is expected (a sweep folder "
+                     "takes --view sweep)");
   auto reader = trace::TraceReader::open(o.trace);
   const int gate = gate_option(o.gate, o.view, *reader);
   const int series = series_option(o.series, o.view, *reader);
@@ -217,12 +249,15 @@ Command add_export_command(CLI::App& app) {
   auto o = std::make_shared<ExportOptions>();
   CLI::App* sub = app.add_subcommand(
       "export", "Render a view to PNG/SVG/PDF, its data to CSV, or lifetimes to Perfetto JSON");
-  sub->add_option("TRACE", o->trace, "trace file")->required()->check(CLI::ExistingFile);
+  sub->add_option("TRACE", o->trace, "trace file (--view sweep: a sweep's output folder)")
+      ->required()
+      ->check(CLI::ExistingPath);
   sub->add_option("-o,--output", o->output, "output: .png .svg .pdf .csv (or .json for perfetto)")
       ->required();
   std::vector<std::string> views_list;
   for (const QString& n : views::figure_names()) views_list.push_back(n.toStdString());
   views_list.push_back("perfetto");
+  views_list.push_back("sweep");
   sub->add_option("--view", o->view, "view to render")->check(CLI::IsMember(views_list));
   // Indices are checked against the trace once it is open (selection_for).
   const CLI::Range index(0, INT32_MAX);
@@ -244,9 +279,12 @@ Command add_export_command(CLI::App& app) {
   sub->add_option("--zoom", o->zoom, "heatmap: Q0:Q1,K0:K1 tokens; timeline: T0:T1,S0:S1");
   sub->add_option("--coloring", o->coloring, "tokens: all, layer, head or score")
       ->check(CLI::IsMember({"all", "layer", "head", "score"}));
+  std::vector<std::string> metrics = overview_metric_options();
+  for (const QString& m : views::SweepFigure::metric_names()) metrics.push_back(m.toStdString());
   sub->add_option("--metric", o->metric,
-                  "overview sort: head, sink-mass, local-mass, entropy, entries-held, lost-mass")
-      ->check(CLI::IsMember(overview_metric_options()));
+                  "overview sort: head, sink-mass, local-mass, entropy, entries-held, lost-mass; "
+                  "sweep colour: success (default) or needle-survival")
+      ->check(CLI::IsMember(metrics));
   sub->add_option("--gate", o->gate,
                   "gates, forecast: gate name or index (default: the first; forecast: the first "
                   "time-varying gate)");
