@@ -22,6 +22,23 @@ void add_unique(std::vector<T>& v, const T& x) {
   if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
 }
 
+// A policy spec as a row label: file parameters (gates=PATH) dropped — the
+// spec in full is in the table, the tooltip and the CSV.
+QString policy_label(const std::string& spec) {
+  const size_t colon = spec.find(':');
+  if (colon == std::string::npos) return QString::fromStdString(spec);
+  std::string label = spec.substr(0, colon), params;
+  size_t start = colon + 1;
+  while (start <= spec.size()) {
+    const size_t end = std::min(spec.find(',', start), spec.size());
+    const std::string param = spec.substr(start, end - start);
+    if (!param.empty() && param.rfind("gates=", 0) != 0)
+      params += (params.empty() ? "" : ",") + param;
+    start = end + 1;
+  }
+  return QString::fromStdString(params.empty() ? label : label + ":" + params);
+}
+
 const QColor kFound = palette::kGreen, kMissed = palette::kVermillion, kFailed = palette::kGrey,
              kNotRun = palette::kLightGrey;
 
@@ -78,7 +95,7 @@ SweepFigure::Layout SweepFigure::layout(const QRectF& area, QPaintDevice* device
   l.title = QRectF(area.left(), area.top(), area.width(), kTitleH - 4);
   double widest = 0;
   for (const std::string& pol : policies_)
-    widest = std::max(widest, fm.horizontalAdvance(QString::fromStdString(pol)));
+    widest = std::max(widest, fm.horizontalAdvance(policy_label(pol)));
   // Policy labels take what they need, up to a third of the width (elided beyond).
   l.label_width = std::min(widest + 8, area.width() / 3);
   l.depth_ticks = std::max(fm.horizontalAdvance("0.75"), fm.horizontalAdvance("depth")) + 8;
@@ -174,9 +191,8 @@ void SweepFigure::paint(QPainter& p, const QRectF& area) const {
     const QRectF first = cell_rect(l, pi, 0, 0, 0);
     const QRectF label(area.left() + kMargin, first.top(), l.label_width - 8, l.panel_h);
     p.setPen(Qt::black);
-    p.drawText(
-        label, Qt::AlignRight | Qt::AlignVCenter,
-        fm.elidedText(QString::fromStdString(policies_[pi]), Qt::ElideMiddle, label.width()));
+    p.drawText(label, Qt::AlignRight | Qt::AlignVCenter,
+               fm.elidedText(policy_label(policies_[pi]), Qt::ElideMiddle, label.width()));
     for (size_t ti = 0; ti < tasks_.size(); ++ti) {
       for (size_t li = 0; li < lengths_.size(); ++li)
         for (size_t di = 0; di < depths_.size(); ++di) {
