@@ -113,7 +113,11 @@ void TraceService::ensure_lod(const std::string& trace) {
   std::thread t([this, trace, qtrace, cancel] {
     try {
       auto reader = trace::TraceReader::open(trace);
-      if (reader->layout().pooled_block <= 0 || !reader->complete()) return;
+      if (reader->layout().pooled_block <= 0 || !reader->complete()) {
+        QMetaObject::invokeMethod(
+            this, [this, qtrace] { emit lodNotNeeded(qtrace); }, Qt::QueuedConnection);
+        return;
+      }
       std::string path = analysis::AttentionLod::default_cache_path(trace);
       auto lod = analysis::AttentionLod::open_or_build(
           *reader, path,

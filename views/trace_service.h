@@ -77,6 +77,8 @@ class TraceService : public QObject {
   void lodProgress(QString trace, qint64 done, qint64 total);
   void lodReady(QString trace, QString cache_path);
   void lodFailed(QString trace, QString error);
+  // The trace needs no cache (no pooled attention, or not complete yet).
+  void lodNotNeeded(QString trace);
 
  private:
   struct Job {

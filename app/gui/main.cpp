@@ -3,6 +3,7 @@
 //             [--screenshot-dir DIR [--wait-lod] [--quit]] [--print-timing]
 #include <QApplication>
 #include <QCommandLineParser>
+#include <QFileInfo>
 #include <QTimer>
 #include <cstdio>
 
@@ -27,6 +28,15 @@ void run_script(kvscope::gui::MainWindow& w, const Script& s) {
                    [lod_ready] { *lod_ready = true; });
   QObject::connect(&w.service(), &kvscope::views::TraceService::lodFailed, &w,
                    [lod_ready] { *lod_ready = true; });
+  QObject::connect(&w.service(), &kvscope::views::TraceService::lodNotNeeded, &w,
+                   [lod_ready] { *lod_ready = true; });
+  // The compared trace becomes the compare selection as soon as it is open
+  // (with or without screenshots).
+  QObject::connect(&w, &kvscope::gui::MainWindow::traceOpened, &w, [&w, s](QString path) {
+    if (!s.compare.isEmpty() && path == QFileInfo(s.compare).absoluteFilePath() &&
+        w.state().selection().compare.empty())
+      w.set_compare(path);
+  });
   QObject::connect(&w, &kvscope::gui::MainWindow::firstViewShown, &w, [s](QString path, double ms) {
     if (s.timing)
       std::printf("first view of %s: %.1f ms\n", qPrintable(path), ms), std::fflush(stdout);
@@ -36,7 +46,7 @@ void run_script(kvscope::gui::MainWindow& w, const Script& s) {
     if (s.quit) QApplication::exit(2);
   });
   auto applied = std::make_shared<bool>(false);
-  QObject::connect(&w, &kvscope::gui::MainWindow::traceOpened, &w, [&w, s, applied] {
+  QObject::connect(&w, &kvscope::gui::MainWindow::traceOpened, &w, [&w, s, applied, lod_ready] {
     if (*applied) return;
     *applied = true;
     if (!s.compare.isEmpty()) w.open_trace(s.compare, false);
@@ -47,22 +57,20 @@ void run_script(kvscope::gui::MainWindow& w, const Script& s) {
     if (s.shots.isEmpty()) return;
     auto* poll = new QTimer(&w);
     poll->setInterval(200);
-    QObject::connect(poll, &QTimer::timeout, &w,
-                     [&w, s, poll, lod = std::shared_ptr<bool>()]() mutable {
-                       if (!s.compare.isEmpty() && w.open_traces().size() < 2) return;
-                       if (!s.compare.isEmpty() && w.state().selection().compare.empty())
-                         w.set_compare(w.open_traces().last());
-                       for (auto* v : w.all_views())
-                         if (v->loading()) return;
-                       poll->stop();
-                       QStringList files = w.save_screenshots(s.shots);
-                       for (const QString& f : files) std::printf("screenshot %s\n", qPrintable(f));
-                       std::fflush(stdout);
-                       if (s.quit) QApplication::exit(files.isEmpty() ? 1 : 0);
-                     });
+    QObject::connect(poll, &QTimer::timeout, &w, [&w, s, poll, lod_ready]() mutable {
+      // --wait-lod: the overview's tiles come from the cache.
+      if (!*lod_ready) return;
+      if (!s.compare.isEmpty() && w.state().selection().compare.empty()) return;
+      for (auto* v : w.all_views())
+        if (v->loading()) return;
+      poll->stop();
+      QStringList files = w.save_screenshots(s.shots);
+      for (const QString& f : files) std::printf("screenshot %s\n", qPrintable(f));
+      std::fflush(stdout);
+      if (s.quit) QApplication::exit(files.isEmpty() ? 1 : 0);
+    });
     QTimer::singleShot(0, &w, [poll] { poll->start(); });
   });
-  Q_UNUSED(lod_ready);
 }
 
 }  // namespace

@@ -36,7 +36,11 @@ MainWindow::MainWindow(QWidget* parent)
   setObjectName("mainWindow");
   setAcceptDrops(true);
   setDockNestingEnabled(true);
-  resize(1560, 960);
+  // The default size fits the screen it opens on (a 1600 px wide screen too).
+  const QSize avail = QGuiApplication::primaryScreen()
+                          ? QGuiApplication::primaryScreen()->availableGeometry().size()
+                          : QSize(1600, 1000);
+  resize(QSize(1560, 960).boundedTo(avail * 0.96));
   build_docks();
   build_toolbar();
   build_menus();
@@ -277,6 +281,7 @@ void MainWindow::activate(const Header& h, bool make_current) {
   remember_recent(path);
   if (!make_current) {
     if (h.complete) service_->ensure_lod(h.path);
+    statusBar()->showMessage("opened " + path + " (to compare with)");
     emit traceOpened(path);
     return;
   }
