@@ -61,7 +61,7 @@ MainWindow::MainWindow(QWidget* parent)
           });
   connect(service_, &views::TraceService::lodReady, this, [this](QString t, QString cache) {
     lod_label_->setText("level-of-detail cache: " + cache);
-    info_->set_lod_status(cache);
+    info_->set_lod_status(t, cache);
     if (t.toStdString() == state_.selection().trace) {
       view("overview")->reload();
       view("heatmap")->reload();
@@ -69,7 +69,10 @@ MainWindow::MainWindow(QWidget* parent)
   });
   connect(service_, &views::TraceService::lodFailed, this, [this](QString t, QString e) {
     lod_label_->setText("level-of-detail cache failed: " + e);
-    info_->set_lod_status("failed: " + e);
+    info_->set_lod_status(t, "failed: " + e);
+  });
+  connect(service_, &views::TraceService::lodNotNeeded, this, [this](QString t) {
+    info_->set_lod_status(t, "none (the trace has no pooled attention, or is still being written)");
   });
   // First-view timing: from open_trace() to the heatmap's first painted figure.
   connect(view("heatmap"), &views::FigureWidget::figureLoaded, this, [this] {
@@ -388,8 +391,17 @@ void MainWindow::poll_live() {
           if (path.toStdString() != state_.selection().trace) return;
           state_.set_extent(steps, tokens);
           if (complete) {
-            statusBar()->showMessage(path + ": capture finished");
+            statusBar()->showMessage(QString("%1: capture finished: %2 steps, %3 tokens")
+                                         .arg(path)
+                                         .arg(steps)
+                                         .arg(tokens));
             service_->ensure_lod(path.toStdString());
+          } else {
+            statusBar()->showMessage(QString("%1: %2 steps, %3 tokens — still being written: "
+                                             "following")
+                                         .arg(path)
+                                         .arg(steps)
+                                         .arg(tokens));
           }
         },
         this);

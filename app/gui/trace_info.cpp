@@ -24,9 +24,15 @@ void TraceInfoPanel::state_changed(const views::Selection&, uint32_t changes) {
   if (changes & (views::kTraceChanged | views::kTraceGrew)) reload();
 }
 
-void TraceInfoPanel::set_lod_status(const QString& s) {
-  lod_status_ = s;
-  setHtml(body_ + "<p><b>level-of-detail cache</b>: " + lod_status_.toHtmlEscaped() + "</p>");
+void TraceInfoPanel::set_lod_status(const QString& trace, const QString& status) {
+  lod_status_[trace] = status;
+  if (trace.toStdString() == state_->selection().trace) show_body();
+}
+
+void TraceInfoPanel::show_body() {
+  const QString status =
+      lod_status_.value(QString::fromStdString(state_->selection().trace), "not built yet");
+  setHtml(body_ + "<p><b>level-of-detail cache</b>: " + status.toHtmlEscaped() + "</p>");
 }
 
 void TraceInfoPanel::reload() {
@@ -36,7 +42,7 @@ void TraceInfoPanel::reload() {
       sel.trace, "info", [](views::TraceData& d) { return describe(d); },
       [this](QString html) {
         body_ = html;
-        set_lod_status(lod_status_);
+        show_body();
       },
       this, [this](QString e) { setPlainText(e); });
 }
@@ -85,10 +91,20 @@ QString TraceInfoPanel::describe(views::TraceData& data) {
                             .arg(r.format_version())
                             .arg(r.format_minor_version())
                             .arg(q(r.writer())));
-  html += row("tool", q(run.tool_version) + ", created " + q(run.created_utc));
+  html +=
+      row("tool", q(run.tool_version) + ", created " +
+                      (run.created_utc.empty() ? QString("(not recorded)") : q(run.created_utc)));
   html += row("finish", q(r.finish_reason()));
-  if (!run.task_kind.empty())
-    html += row("task", q(run.task_kind) + ", expected: " + q(run.expected_answer));
+  if (!run.task_kind.empty()) {
+    const int8_t success = r.task_success();
+    html += row("task", q(run.task_kind) + ", expected: " + q(run.expected_answer) + " — " +
+                            (success == 1   ? "<b>found</b>"
+                             : success == 0 ? "<b>missed</b>"
+                                            : "unfinished"));
+    const std::string generated = r.generated_text();
+    html += row("generated", "<code>" + q(generated.substr(0, 600)) +
+                                 (generated.size() > 600 ? "…" : "") + "</code>");
+  }
   if (std::optional<analysis::DeferredRetention> d = analysis::deferred_retention(r))
     html += row("deferred retention",
                 QString("DRR %1 (%2 needle tokens, %3 needed steps from step %4); available at "

@@ -2,6 +2,7 @@
 // levels, versions, counts — read on the worker like everything else.
 #pragma once
 
+#include <QMap>
 #include <QTextBrowser>
 
 #include "views/current_state.h"
@@ -16,7 +17,8 @@ class TraceInfoPanel : public QTextBrowser, public views::StateObserver {
                  QWidget* parent = nullptr);
   ~TraceInfoPanel() override;
   void state_changed(const views::Selection& sel, uint32_t changes) override;
-  void set_lod_status(const QString& status);
+  // The level-of-detail cache's state for `trace` (shown while it is current).
+  void set_lod_status(const QString& trace, const QString& status);
 
   // HTML summary of a trace (worker side; also used by tests).
   static QString describe(views::TraceData& data);
@@ -25,7 +27,9 @@ class TraceInfoPanel : public QTextBrowser, public views::StateObserver {
   void reload();
   views::CurrentState* state_;
   views::TraceService* service_;
-  QString body_, lod_status_;
+  void show_body();
+  QString body_;
+  QMap<QString, QString> lod_status_;  // by trace path
 };
 
 }  // namespace kvscope::gui

@@ -438,6 +438,8 @@ void read_run_info(hid_t file, RunInfo* run, CaptureLayout* layout,
   r.str("prompt", &run->prompt);
   r.str("capture_levels", &run->capture_levels);
   r.str("command_line", &run->command_line);
+  // The creation time is a root attribute (written by every version).
+  h5::read_attr_string(file, "created_utc", &run->created_utc);
   r.str("run_json", &run->run_json);
   r.strs("tier_names", &run->tier_names, kMaxTiers);
   r.strs("reason_names", &run->reason_names, kMaxReasons);
