@@ -9,7 +9,7 @@
 namespace kvscope::views {
 
 namespace {
-constexpr double kLine = 18, kPad = 8;
+constexpr double kMinLine = 18, kPad = 8;
 QFont token_font() {
   return plot::font(9);
 }
@@ -68,12 +68,9 @@ double TokensFigure::value(int64_t t) const {
     return double(n) / double(std::max<int64_t>(1, (l1 - l0) * (k1 - k0)));
   };
   switch (coloring) {
-    case TokenColoring::AllHeads:
-      return count(0, layers, 0, kv_heads);
-    case TokenColoring::Layer:
-      return count(layer, layer + 1, 0, kv_heads);
-    case TokenColoring::Head:
-      return count(layer, layer + 1, kv_head, kv_head + 1);
+    case TokenColoring::AllHeads: return count(0, layers, 0, kv_heads);
+    case TokenColoring::Layer: return count(layer, layer + 1, 0, kv_heads);
+    case TokenColoring::Head: return count(layer, layer + 1, kv_head, kv_head + 1);
     case TokenColoring::Score: {
       if (score.empty()) return NAN;
       float lo = INFINITY, hi = -INFINITY;
@@ -86,10 +83,16 @@ double TokensFigure::value(int64_t t) const {
   return NAN;
 }
 
-void TokensFigure::layout(double width) const {
-  if (width == layout_width_) return;
+void TokensFigure::layout(double width, QPaintDevice* device) const {
+  // Text is measured on the device it is drawn on: an export at 300 dpi
+  // renders the same point size larger than the screen does, and boxes
+  // measured on the screen would make the glyphs overprint each other.
+  const int dpi = device ? device->logicalDpiY() : 0;
+  if (width == layout_width_ && dpi == layout_dpi_) return;
   layout_width_ = width;
-  QFontMetricsF fm(token_font());
+  layout_dpi_ = dpi;
+  QFontMetricsF fm(token_font(), device);
+  const double line = std::max(kMinLine, std::ceil(fm.height()) + 4);
   boxes_.resize(text.size());
   double x = kPad, y = kPad;
   for (size_t t = 0; t < text.size(); ++t) {
@@ -97,26 +100,26 @@ void TokensFigure::layout(double width) const {
     double w = fm.horizontalAdvance(s) + 2;
     if (x + w > width - kPad && x > kPad) {
       x = kPad;
-      y += kLine;
+      y += line;
     }
-    boxes_[t] = QRectF(x, y, w, kLine - 2);
+    boxes_[t] = QRectF(x, y, w, line - 2);
     x += w;
     if (text[t].contains('\n')) {  // honour line breaks of the text
       x = kPad;
-      y += kLine;
+      y += line;
     }
   }
-  height_ = y + kLine + kPad;
+  height_ = y + line + kPad;
 }
 
 double TokensFigure::content_height(double width) const {
-  layout(width);
+  layout(width, nullptr);
   return height_;
 }
 
 int64_t TokensFigure::token_at(const QRectF& area, const QPointF& point) const {
   QRectF body = area.adjusted(0, 34, 0, 0);
-  layout(body.width());
+  layout(body.width(), nullptr);
   QPointF c(point.x() - body.left(), point.y() - body.top() + scroll);
   auto it = std::lower_bound(boxes_.begin(), boxes_.end(), c.y(),
                              [](const QRectF& b, double y) { return b.bottom() < y; });
@@ -156,7 +159,7 @@ void TokensFigure::paint(QPainter& p, const QRectF& area) const {
   plot::title(p, QRectF(area.left(), area.top(), area.width(), 30), title(),
               coloring == TokenColoring::Score ? gate_name : QString());
   QRectF body = area.adjusted(0, 34, 0, 0);
-  layout(body.width());
+  layout(body.width(), p.device());
   ColorScale cs;
   cs.map = ColorMapId::Viridis;
   p.save();

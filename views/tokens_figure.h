@@ -46,8 +46,9 @@ class TokensFigure : public Figure {
   QString gate_name;
 
  private:
-  void layout(double width) const;
+  void layout(double width, QPaintDevice* device) const;
   mutable double layout_width_ = -1;
+  mutable int layout_dpi_ = -1;
   mutable std::vector<QRectF> boxes_;  // per token, in content coordinates
   mutable double height_ = 0;
 };
