@@ -130,7 +130,9 @@ std::vector<std::pair<int64_t, int64_t>> token_spans(
   std::vector<std::pair<int64_t, int64_t>> spans;
   spans.reserve(ranges.size());
   if (aligned) {
-    for (auto [b, e] : ranges) {
+    for (const auto& range : ranges) {
+      // Named copies: a C++17 lambda cannot capture structured bindings (clang refuses).
+      const size_t b = range.first, e = range.second;
       const size_t first =
           size_t(std::partition_point(ends.begin(), ends.end(), [&](size_t x) { return x <= b; }) -
                  ends.begin());
