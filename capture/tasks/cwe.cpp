@@ -234,13 +234,9 @@ CweTask make_cwe_task(const tokenizer::Tokenizer& tok, const CweOptions& options
     user += "\n";
     const size_t question_begin = user.size();
     user += question;
-    size_t offset = 0;
-    if (o.chat) {
-      r.prompt_text = tok.apply_chat_template({{"user", user}});
-      offset = r.prompt_text.find(kIntro);
-    } else {
-      r.prompt_text = user + answer_prefix;
-    }
+    const UserPrompt wrapped = wrap_user_message(tok, o.chat, user, kIntro, answer_prefix);
+    r.prompt_text = wrapped.text;
+    const size_t offset = wrapped.offset;
     for (auto& [b, e] : r.common) b += offset, e += offset;
     r.question = {question_begin + offset, user.size() + offset};
     r.entries = int64_t(entries.size());

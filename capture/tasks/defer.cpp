@@ -1,4 +1,5 @@
 #include "capture/tasks/defer.h"
+#include "capture/tasks/task_common.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -191,13 +192,9 @@ DeferTask make_defer_task(const tokenizer::Tokenizer& tok, const DeferOptions& o
   for (int64_t i = before; i < fillers; ++i) tail += kPasskeyFiller;
 
   const std::string user = head + fact + tail + kInstruction;
-  std::string prefix;  // text before the user content (chat template)
-  if (o.chat) {
-    task.prompt_text = tok.apply_chat_template({{"user", user}});
-    prefix = task.prompt_text.substr(0, task.prompt_text.find(kIntro));
-  } else {
-    task.prompt_text = user;
-  }
+  const UserPrompt wrapped = wrap_user_message(tok, o.chat, user, kIntro, "");
+  task.prompt_text = wrapped.text;
+  const std::string prefix = task.prompt_text.substr(0, wrapped.offset);  // the chat template's
   task.ids = tok.encode(task.prompt_text, true);
   auto count = [&](const std::string& text) { return int64_t(tok.encode(text, true).size()); };
   const int64_t needle_begin = count(prefix + head);

@@ -1,4 +1,5 @@
 #include "capture/tasks/needle.h"
+#include "capture/tasks/task_common.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -85,13 +86,9 @@ NeedleTask make_needle_task(const tokenizer::Tokenizer& tok, const NeedleOptions
   for (int64_t i = before; i < fillers; ++i) tail += kPasskeyFiller;
 
   std::string user = head + needle + tail + question;
-  std::string prefix;  // text before the user content (chat template)
-  if (o.chat) {
-    task.prompt_text = tok.apply_chat_template({{"user", user}});
-    prefix = task.prompt_text.substr(0, task.prompt_text.find(kIntro));
-  } else {
-    task.prompt_text = user + " The pass key is";
-  }
+  const UserPrompt wrapped = wrap_user_message(tok, o.chat, user, kIntro, " The pass key is");
+  task.prompt_text = wrapped.text;
+  const std::string prefix = task.prompt_text.substr(0, wrapped.offset);  // the chat template's
   task.ids = tok.encode(task.prompt_text, true);
   // Token spans from the encodings of growing prefixes (BPE may merge across
   // a boundary by a token; the spans are then one token wider).

@@ -156,6 +156,15 @@ std::vector<std::pair<int64_t, int64_t>> prefix_token_spans(
   return spans;
 }
 
+UserPrompt wrap_user_message(const tokenizer::Tokenizer& tok, bool chat, const std::string& user,
+                             const std::string& intro, const std::string& suffix) {
+  if (!chat) return {user + suffix, 0};
+  UserPrompt p;
+  p.text = tok.apply_chat_template({{"user", user}});
+  p.offset = p.text.find(intro);
+  return p;
+}
+
 int64_t answers_found(const std::vector<std::string>& expected, const std::string& output) {
   const std::string out = lower(output);
   int64_t n = 0;

@@ -70,6 +70,17 @@ std::vector<std::pair<int64_t, int64_t>> prefix_token_spans(
     const tokenizer::Tokenizer& tok, const std::string& text,
     const std::vector<std::pair<size_t, size_t>>& ranges);
 
+// A task's user message as the model reads it: inside the model's chat
+// template, `offset` being where the message starts in it (found by its
+// first words, `intro`), or as it is followed by `suffix` (offset 0). Byte
+// ranges of the message move by `offset` into the prompt.
+struct UserPrompt {
+  std::string text;
+  size_t offset = 0;
+};
+UserPrompt wrap_user_message(const tokenizer::Tokenizer& tok, bool chat, const std::string& user,
+                             const std::string& intro, const std::string& suffix);
+
 // RULER's string_match_all for one sample: how many of `expected` occur in
 // `output` (ASCII case-insensitive substrings, as RULER lowercases both).
 int64_t answers_found(const std::vector<std::string>& expected, const std::string& output);

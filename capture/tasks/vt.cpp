@@ -133,13 +133,9 @@ VtTask make_vt_task(const tokenizer::Tokenizer& tok, const VtOptions& o) {
     user += "\n";
     const size_t question_begin = user.size();
     user += question;
-    size_t offset = 0;
-    if (o.chat) {
-      r.prompt_text = tok.apply_chat_template({{"user", user}});
-      offset = r.prompt_text.find(kIntro);
-    } else {
-      r.prompt_text = user + answer_prefix;
-    }
+    const UserPrompt wrapped = wrap_user_message(tok, o.chat, user, kIntro, answer_prefix);
+    r.prompt_text = wrapped.text;
+    const size_t offset = wrapped.offset;
     for (auto& [b, e] : r.statements) b += offset, e += offset;
     r.question = {question_begin + offset, user.size() + offset};
     return r;
