@@ -200,11 +200,11 @@ void print_collected(const std::string& name, const fs::path& dir,
             << sweep::results_parquet_path(dir.string()) << "\n";
 }
 
-// Runs the cells of one shard (all cells when shard is 1/1) that no table
-// holds yet, appending a row per cell to `table` as each finishes.
+// Runs the cells of one shard (all cells when shard is 1/1) that are not
+// `done` (held by a table), appending a row per cell to `table` as each finishes.
 int64_t run_cells(const SweepPlan& plan, const std::vector<SweepCell>& cells, const fs::path& dir,
-                  const Shard& shard, const SweepOptions& o, const fs::path& table_path) {
-  const std::set<std::string> done = sweep::finished_cells_in(dir.string(), !o.retry_failed);
+                  const Shard& shard, const SweepOptions& o, const std::set<std::string>& done,
+                  const fs::path& table_path) {
   std::vector<const SweepCell*> todo;
   for (size_t i = 0; i < cells.size(); ++i)
     if (int(i % size_t(shard.count)) == shard.index && !done.count(cells[i].id))
@@ -281,7 +281,7 @@ int run_sweep(const SweepOptions& o) {
     return s.sbatch_exit == 0 ? kExitOk : kExitFailure;
   }
   if (!o.shard.empty()) {
-    run_cells(plan, cells, dir, shard, o,
+    run_cells(plan, cells, dir, shard, o, before,
               sweep::shard_csv_path(dir.string(), shard.index, shard.count));
     return kExitOk;
   }
@@ -289,7 +289,8 @@ int run_sweep(const SweepOptions& o) {
   const int failed_workers =
       jobs > 1
           ? run_local_jobs(o.plan, dir.string(), jobs, o.threads, o.retry_failed)
-          : (run_cells(plan, cells, dir, Shard{}, o, sweep::results_csv_path(dir.string())), 0);
+          : (run_cells(plan, cells, dir, Shard{}, o, before, sweep::results_csv_path(dir.string())),
+             0);
   print_collected(plan.name, dir, cells, before);
   return failed_workers == 0 ? kExitOk : kExitFailure;
 }
