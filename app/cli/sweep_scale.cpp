@@ -33,11 +33,11 @@ pid_t spawn(const std::vector<std::string>& args, int* capture_fd = nullptr) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  int pipe_fds[2] = {-1, -1};
+  if (capture_fd && pipe(pipe_fds) != 0) return -1;
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  int pipe_fds[2] = {-1, -1};
   if (capture_fd) {
-    if (pipe(pipe_fds) != 0) return -1;
     posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
     posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
@@ -156,8 +156,11 @@ int run_local_jobs(const std::string& plan, const std::string& dir, int jobs, in
                                                 std::to_string(k) + "/" + std::to_string(jobs)))
       args.push_back(a);
     const pid_t pid = spawn(args);
-    if (pid < 0)
-      throw std::runtime_error("cannot start a sweep worker: " + std::string(strerror(errno)));
+    if (pid < 0) {
+      const std::string why = strerror(errno);
+      for (pid_t started : pids) wait_exit(started);  // no worker is left running unwatched
+      throw std::runtime_error("cannot start a sweep worker: " + why);
+    }
     pids.push_back(pid);
   }
   int failed = 0;
