@@ -1,5 +1,7 @@
 #include "views/compare_figure.h"
 
+#include "views/legend.h"
+
 #include <QFileInfo>
 #include <QFontMetricsF>
 #include <algorithm>
@@ -22,14 +24,10 @@ std::vector<int64_t> head_budget(const trace::TraceReader& r, int layer, int kv_
 
 QColor diff_color(uint8_t d) {
   switch (d) {
-    case analysis::kOnlyA:
-      return palette::kBlue;
-    case analysis::kOnlyB:
-      return palette::kOrange;
-    case analysis::kHeldByBoth:
-      return QColor(120, 120, 120);
-    default:
-      return QColor(245, 245, 245);
+    case analysis::kOnlyA: return palette::kBlue;
+    case analysis::kOnlyB: return palette::kOrange;
+    case analysis::kHeldByBoth: return QColor(120, 120, 120);
+    default: return QColor(245, 245, 245);
   }
 }
 
@@ -115,10 +113,7 @@ void CompareFigure::paint_tokens(QPainter& p, const QRectF& r) const {
     if (n[best] == 0) best = 0;
     p.fillRect(QRectF(r.left() + x, r.top(), 1.01, r.height()), diff_color(uint8_t(best)));
   }
-  p.setPen(Qt::black);
-  p.setBrush(Qt::NoBrush);
-  p.drawRect(r);
-  plot::axes(p, r, 0, double(T), 0, 1, "token (current head)", "");
+  plot::x_axis(p, r, 0, double(T), "token (current head)");
 }
 
 void CompareFigure::paint_budget(QPainter& p, const QRectF& r) const {
@@ -141,35 +136,70 @@ void CompareFigure::paint_budget(QPainter& p, const QRectF& r) const {
   plot::axes(p, r, 0, double(std::max<int64_t>(1, S - 1)), 0, double(hi) * 1.05, "step", "entries");
 }
 
+// The diff map's colour bar: tokens held only by A (blue, up) or only by B
+// (orange, down) at a head, as a share of the busiest head's count.
+void CompareFigure::paint_diff_bar(QPainter& p, const QRectF& r) const {
+  int64_t peak = 1;
+  for (const auto& h : heads) peak = std::max<int64_t>(peak, std::max(h.only_a, h.only_b));
+  for (int y = 0; y < int(r.height()); ++y) {
+    double v = 1.0 - 2.0 * (y + 0.5) / r.height();  // +1 at the top, -1 at the bottom
+    QColor base = v >= 0 ? palette::kBlue : palette::kOrange;
+    double a = std::min(1.0, std::abs(v));
+    p.fillRect(QRectF(r.left(), r.top() + y, r.width(), 1.01),
+               QColor(int(255 + a * (base.red() - 255)), int(255 + a * (base.green() - 255)),
+                      int(255 + a * (base.blue() - 255))));
+  }
+  p.save();
+  p.setPen(QPen(Qt::black, 1));
+  p.setBrush(Qt::NoBrush);
+  p.drawRect(r);
+  p.setFont(plot::font(7));
+  QFontMetricsF fm(p.font());
+  auto tick = [&](double y, const QString& text) {
+    p.drawLine(QPointF(r.right(), y), QPointF(r.right() + 3, y));
+    p.drawText(QPointF(r.right() + 5, y + fm.ascent() / 2 - 1), text);
+  };
+  tick(r.top(), QString("A %1").arg(peak));
+  tick(r.center().y(), "0");
+  tick(r.bottom(), QString("B %1").arg(peak));
+  p.restore();
+}
+
 void CompareFigure::paint(QPainter& p, const QRectF& area) const {
   plot::title(p, QRectF(area.left(), area.top(), area.width(), 30), title());
-  QRectF in = area.adjusted(64, 40, -20, -46);
-  double w = in.width(), h = in.height();
-  QRectF grid(in.left(), in.top() + 40, w * 0.28, h * 0.48 - 40);
-  QRectF strip(grid.right() + 60, in.top() + 40, in.right() - grid.right() - 60, 34);
-  QRectF surv(in.left(), in.top() + h * 0.56, w * 0.46, h * 0.44);
-  QRectF budget(surv.right() + 64, surv.top(), in.right() - surv.right() - 64, surv.height());
-  plot::legend(p, QPointF(in.left(), in.top() - 4),
-               {{palette::kBlue, "A: " + name_a}, {palette::kOrange, "B: " + name_b}}, true);
-  paint_heads(p, grid);
-  paint_tokens(p, strip);
-  p.save();
-  p.setFont(plot::font(8));
-  // Below the strip's tick labels and its axis label (plot::axis_labels puts
-  // it 20 px under the strip, in font(9)), whatever the font's size.
-  double y = strip.bottom() + 20 + QFontMetricsF(plot::font(9)).height() + 8;
+  // The legend flows above everything (names, then the strip's classes with
+  // their counts): it never covers a plot.
+  std::vector<LegendEntry> legend = {
+      legend_line("A: " + name_a, QPen(palette::kBlue, 2)),
+      legend_line("B: " + name_b, QPen(palette::kOrange, 2, Qt::DashLine))};
+  static const char* names[] = {"held by neither", "kept by A, not B", "kept by B, not A",
+                                "held by both"};
   for (uint8_t d : {uint8_t(analysis::kOnlyA), uint8_t(analysis::kOnlyB),
                     uint8_t(analysis::kHeldByBoth), uint8_t(analysis::kHeldByNeither)}) {
-    static const char* names[] = {"held by neither", "kept by A, not B", "kept by B, not A",
-                                  "held by both"};
-    p.fillRect(QRectF(strip.left(), y, 12, 10), diff_color(d));
-    p.setPen(Qt::black);
-    p.drawRect(QRectF(strip.left(), y, 12, 10));
     int64_t n = std::count(tokens.begin(), tokens.end(), d);
-    p.drawText(QPointF(strip.left() + 18, y + 9), QString("%1: %2 tokens").arg(names[d]).arg(n));
-    y += 16;
+    legend.push_back(legend_box(QString("%1: %2 tokens").arg(names[d]).arg(n), diff_color(d)));
   }
-  p.restore();
+  QRectF top_area = area.adjusted(8, 36, -8, -8);
+  double lh = legend_height(legend, top_area.width());
+  paint_legend_rows(p, QRectF(top_area.left(), top_area.top(), top_area.width(), lh), legend);
+  // Each panel keeps 56 px left of it for y ticks and label and 44 px below
+  // for x ticks and label; the diff map's colour bar takes 60 px right of it.
+  QRectF in = top_area.adjusted(56, lh + 10, -12, -44);
+  // A paper column shows the first row alone (where the policies differ);
+  // wider pages add survival and the budget over steps.
+  bool one_row = in.width() < 480 || in.height() < 320;
+  double row_h = one_row ? in.height() : (in.height() - 44 - 16) / 2;
+  QRectF grid(in.left(), in.top(), std::min(in.width() * 0.28, 40.0 * double(kv_heads)), row_h);
+  QRectF bar(grid.right() + 8, grid.top(), 10, grid.height());
+  QRectF strip(bar.right() + 60, in.top(), std::max(10.0, in.right() - bar.right() - 60),
+               std::min(34.0, row_h));
+  paint_heads(p, grid);
+  paint_diff_bar(p, bar);
+  paint_tokens(p, strip);
+  if (one_row) return;
+  QRectF surv(in.left(), grid.bottom() + 44 + 16, in.width() * 0.46, row_h);
+  QRectF budget(surv.right() + 64, surv.top(), std::max(10.0, in.right() - surv.right() - 64),
+                row_h);
   SurvivalFigure::paint_curves(p, surv,
                                {{&survival_a.held, QPen(palette::kBlue, 2)},
                                 {&survival_b.held, QPen(palette::kOrange, 2, Qt::DashLine)}},

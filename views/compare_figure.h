@@ -36,6 +36,7 @@ class CompareFigure : public Figure {
   void paint_heads(QPainter& p, const QRectF& r) const;
   void paint_tokens(QPainter& p, const QRectF& r) const;
   void paint_budget(QPainter& p, const QRectF& r) const;
+  void paint_diff_bar(QPainter& p, const QRectF& r) const;
 };
 
 }  // namespace kvscope::views

@@ -7,6 +7,7 @@
 #include <QPdfWriter>
 #include <QSaveFile>
 #include <QSvgGenerator>
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -25,11 +26,9 @@ ExportFormat export_format_for(const QString& path) {
       "unknown extension '." + ext.toStdString() + "' (expected .png, .svg, .pdf or .csv)");
 }
 
-namespace {
-
 // Paints in logical pixels (96 per inch) so text and lines keep their size
 // relative to the page at any DPI.
-void paint_scaled(const Figure& figure, QPainter& p, const ExportOptions& o) {
+void paint_page(const Figure& figure, QPainter& p, const ExportOptions& o) {
   double scale = o.dpi / 96.0;
   p.setRenderHint(QPainter::Antialiasing);
   p.setRenderHint(QPainter::TextAntialiasing);
@@ -38,6 +37,8 @@ void paint_scaled(const Figure& figure, QPainter& p, const ExportOptions& o) {
   p.fillRect(area, Qt::white);
   figure.paint(p, area);
 }
+
+namespace {
 
 [[noreturn]] void fail(const QString& path, const QString& what) {
   throw std::runtime_error(path.toStdString() + ": " + what.toStdString());
@@ -67,7 +68,7 @@ void export_figure(const Figure& figure, const QString& path, const ExportOption
     img.fill(Qt::white);
     {
       QPainter p(&img);
-      paint_scaled(figure, p, o);
+      paint_page(figure, p, o);
     }
     if (!img.save(&out, "PNG")) fail(path, "PNG encoding failed");
   } else if (format == ExportFormat::Svg) {
@@ -79,7 +80,7 @@ void export_figure(const Figure& figure, const QString& path, const ExportOption
     svg.setTitle(figure.title());
     svg.setDescription("KVScope figure");
     QPainter p(&svg);
-    paint_scaled(figure, p, o);
+    paint_page(figure, p, o);
   } else {
     QPdfWriter pdf(&out);
     pdf.setResolution(int(std::lround(o.dpi)));
@@ -89,7 +90,7 @@ void export_figure(const Figure& figure, const QString& path, const ExportOption
     pdf.setTitle(figure.title());
     pdf.setCreator("KVScope");
     QPainter p(&pdf);
-    paint_scaled(figure, p, o);
+    paint_page(figure, p, o);
   }
   if (!out.commit()) fail(path, "cannot write: " + out.errorString());
 }
@@ -98,7 +99,12 @@ namespace plot {
 
 QFont font(double points, bool bold) {
   QFont f("DejaVu Sans");
-  f.setPointSizeF(points);
+  // Sized in logical pixels (96 per inch), not points: a point size is
+  // resolved at the paint device's DPI, and the export painter scales
+  // logical pixels to that DPI again, so a PNG at 150 dpi showed text 1.56x
+  // larger than the layout measured and a PDF differed from both. In pixels
+  // every device shows the text the layout measured.
+  f.setPixelSize(std::max(1, int(std::lround(points * 96.0 / 72.0))));
   f.setBold(bold);
   return f;
 }
@@ -137,52 +143,92 @@ QString tick_label(double v) {
   return QString::number(v, 'g', 6);
 }
 
+namespace {
+
+// Counting axes (layers, heads, steps, tokens, entries) tick on whole numbers.
+double counting_step(const QString& label) {
+  static const QStringList words = {"layer", "head", "step", "token", "entries"};
+  for (const QString& w : words)
+    if (label.contains(w)) return 1.0;
+  return 0.0;
+}
+
+void x_ticks(QPainter& p, const QRectF& plot, double x0, double x1, const QString& xlabel) {
+  p.setFont(font(8));
+  QFontMetricsF fm(p.font());
+  Map mx{x0, x1, plot.left(), plot.right()};
+  // A label that would touch the previous one is left out (its tick stays).
+  double last_right = -1e300;
+  for (double v : ticks(x0, x1, std::max(2, int(plot.width() / 90)), counting_step(xlabel))) {
+    double x = mx(v);
+    if (x < plot.left() - 0.5 || x > plot.right() + 0.5) continue;
+    p.drawLine(QPointF(x, plot.bottom()), QPointF(x, plot.bottom() + 4));
+    QString s = tick_label(v);
+    double left = x - fm.horizontalAdvance(s) / 2;
+    if (left < last_right + 4) continue;
+    p.drawText(QPointF(left, plot.bottom() + 5 + fm.ascent()), s);
+    last_right = left + fm.horizontalAdvance(s);
+  }
+}
+
+}  // namespace
+
+void x_axis(QPainter& p, const QRectF& plot, double x0, double x1, const QString& xlabel) {
+  p.save();
+  p.setPen(QPen(Qt::black, 1));
+  p.setBrush(Qt::NoBrush);
+  p.drawRect(plot);
+  x_ticks(p, plot, x0, x1, xlabel);
+  p.restore();
+  axis_labels(p, plot, xlabel, "");
+}
+
 void axes(QPainter& p, const QRectF& plot, double x0, double x1, double y0, double y1,
           const QString& xlabel, const QString& ylabel, bool y_down) {
   p.save();
   p.setPen(QPen(Qt::black, 1));
   p.setBrush(Qt::NoBrush);
   p.drawRect(plot);
-  p.setFont(font(8));
+  x_ticks(p, plot, x0, x1, xlabel);
   QFontMetricsF fm(p.font());
-  Map mx{x0, x1, plot.left(), plot.right()};
   Map my{y0, y1, y_down ? plot.top() : plot.bottom(), y_down ? plot.bottom() : plot.top()};
-  // Counting axes (layers, heads, steps, tokens, entries) tick on whole numbers.
-  auto counting = [](const QString& label) {
-    static const QStringList words = {"layer", "head", "step", "token", "entries"};
-    for (const QString& w : words)
-      if (label.contains(w)) return 1.0;
-    return 0.0;
-  };
-  for (double v : ticks(x0, x1, std::max(2, int(plot.width() / 90)), counting(xlabel))) {
-    double x = mx(v);
-    if (x < plot.left() - 0.5 || x > plot.right() + 0.5) continue;
-    p.drawLine(QPointF(x, plot.bottom()), QPointF(x, plot.bottom() + 4));
-    QString s = tick_label(v);
-    p.drawText(QPointF(x - fm.horizontalAdvance(s) / 2, plot.bottom() + 5 + fm.ascent()), s);
-  }
-  for (double v : ticks(y0, y1, std::max(2, int(plot.height() / 60)), counting(ylabel))) {
+  double widest = 0;
+  std::vector<QRectF> drawn;  // y labels so far: one touching another is left out
+  for (double v : ticks(y0, y1, std::max(2, int(plot.height() / 60)), counting_step(ylabel))) {
     double y = my(v);
     if (y < plot.top() - 0.5 || y > plot.bottom() + 0.5) continue;
     p.drawLine(QPointF(plot.left() - 4, y), QPointF(plot.left(), y));
     QString s = tick_label(v);
-    p.drawText(QPointF(plot.left() - 6 - fm.horizontalAdvance(s), y + fm.ascent() / 2 - 1), s);
+    QPointF at(plot.left() - 6 - fm.horizontalAdvance(s), y + fm.ascent() / 2 - 1);
+    QRectF box(at.x(), at.y() - fm.ascent() - 1, fm.horizontalAdvance(s),
+               fm.ascent() + fm.descent() + 2);
+    if (std::any_of(drawn.begin(), drawn.end(), [&](const QRectF& d) { return d.intersects(box); }))
+      continue;
+    drawn.push_back(box);
+    widest = std::max(widest, fm.horizontalAdvance(s));
+    p.drawText(at, s);
   }
   p.restore();
-  axis_labels(p, plot, xlabel, ylabel);
+  // Wide tick labels ("0.00075") push the y label out rather than under them.
+  axis_labels(p, plot, xlabel, ylabel, std::max(48.0, widest + 14));
 }
 
-void axis_labels(QPainter& p, const QRectF& plot, const QString& xlabel, const QString& ylabel) {
+void axis_labels(QPainter& p, const QRectF& plot, const QString& xlabel, const QString& ylabel,
+                 double ylabel_offset) {
   p.save();
   p.setPen(Qt::black);
   p.setFont(font(9));
   QFontMetricsF fm(p.font());
-  p.drawText(QRectF(plot.left(), plot.bottom() + 20, plot.width(), fm.height() + 2),
-             Qt::AlignHCenter | Qt::AlignTop, xlabel);
-  p.translate(plot.left() - 48, plot.center().y());
+  // Centred on the axis and as wide as the label: a label longer than a
+  // narrow plot overhangs it rather than being cut to "/ hea".
+  double xw = std::max(plot.width(), fm.horizontalAdvance(xlabel) + 2);
+  p.drawText(QRectF(plot.center().x() - xw / 2, plot.bottom() + 20, xw, fm.height() + 2),
+             Qt::AlignHCenter | Qt::AlignTop | Qt::TextDontClip, xlabel);
+  p.translate(plot.left() - ylabel_offset, plot.center().y());
   p.rotate(-90);
-  p.drawText(QRectF(-plot.height() / 2, -fm.height(), plot.height(), fm.height() + 2),
-             Qt::AlignHCenter | Qt::AlignBottom, ylabel);
+  double yw = std::max(plot.height(), fm.horizontalAdvance(ylabel) + 2);
+  p.drawText(QRectF(-yw / 2, -fm.height(), yw, fm.height() + 2),
+             Qt::AlignHCenter | Qt::AlignBottom | Qt::TextDontClip, ylabel);
   p.restore();
 }
 

@@ -31,6 +31,10 @@ struct ExportOptions {
   double dpi = 150;
 };
 
+// Paints `figure` on a page of `options` as every export does: white
+// background, logical pixels (96 per inch) scaled to the page's DPI.
+void paint_page(const Figure& figure, QPainter& p, const ExportOptions& options);
+
 enum class ExportFormat { Png, Svg, Pdf, Csv };
 // From the file name's extension; throws InputError naming the file otherwise.
 ExportFormat export_format_for(const QString& path);
@@ -59,8 +63,12 @@ QString tick_label(double v);
 // into `plot` (y grows downwards when `y_down`).
 void axes(QPainter& p, const QRectF& plot, double x0, double x1, double y0, double y1,
           const QString& xlabel, const QString& ylabel, bool y_down = false);
+// A strip's axes: the box, x ticks and the x label, no y axis.
+void x_axis(QPainter& p, const QRectF& plot, double x0, double x1, const QString& xlabel);
 // Axis labels only where the caller draws its own tick texts.
-void axis_labels(QPainter& p, const QRectF& plot, const QString& xlabel, const QString& ylabel);
+// The y label's baseline sits `ylabel_offset` px left of the plot.
+void axis_labels(QPainter& p, const QRectF& plot, const QString& xlabel, const QString& ylabel,
+                 double ylabel_offset = 48);
 void title(QPainter& p, const QRectF& rect, const QString& text, const QString& subtitle = {});
 void colorbar(QPainter& p, const QRectF& rect, const ColorScale& scale, const QString& label);
 // A placeholder message centred in `area`.

@@ -218,9 +218,9 @@ ForecastFigure::Layout ForecastFigure::layout(const QRectF& area,
     if (l.compact) rows = legend_rows(legend_entries(true), fm, width);
   }
   l.legend = QRectF(area.left() + 12, area.top() + 32, width, rows * row_h);
-  // 70 px on the left for the y ticks and labels, 30 on the right for the
+  // 84 px on the left for the y ticks and labels, 30 on the right for the
   // last step's tick label.
-  double left = area.left() + 70, w = std::max(10.0, area.width() - 70 - 30);
+  double left = area.left() + 84, w = std::max(10.0, area.width() - 84 - 30);
   // The lane: stalls in its upper half, promotions in its lower half, so a
   // reactive fetch and its stall at the same step are both seen.
   l.lane = QRectF(left, l.legend.bottom() + (rows > 0 ? 6 : 2), w, 22);

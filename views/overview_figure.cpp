@@ -1,6 +1,8 @@
 #include "views/overview_figure.h"
 
+#include <QFontMetricsF>
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace kvscope::views {
@@ -49,9 +51,7 @@ std::shared_ptr<OverviewFigure> OverviewFigure::load(TraceData& data, const Sele
     for (int h = 0; h < H; ++h) {
       float v = 0;
       switch (metric) {
-        case OverviewMetric::Head:
-          v = -float(h);
-          break;
+        case OverviewMetric::Head: v = -float(h); break;
         case OverviewMetric::SinkMass:
           v = lod ? lod->metric(l, h, analysis::HeadMetric::SinkMass) : 0;
           break;
@@ -67,9 +67,7 @@ std::shared_ptr<OverviewFigure> OverviewFigure::load(TraceData& data, const Sele
             v += float(occ[size_t((l * K + k) * R + t)]);
           break;
         }
-        case OverviewMetric::LostMass:
-          v = lost.empty() ? 0 : lost[size_t(l * H + h)];
-          break;
+        case OverviewMetric::LostMass: v = lost.empty() ? 0 : lost[size_t(l * H + h)]; break;
       }
       f->values[size_t(l * H + h)] = v;
     }
@@ -89,10 +87,21 @@ QString OverviewFigure::title() const {
   return QString("Layers x heads · sorted by %1").arg(overview_metric_names()[int(metric)]);
 }
 
-QRectF OverviewFigure::cell(const QRectF& plot, int l, int column) const {
-  double cw = plot.width() / std::max<int64_t>(1, heads),
-         ch = plot.height() / std::max<int64_t>(1, layers);
-  return QRectF(plot.left() + column * cw, plot.top() + l * ch, cw, ch);
+// Square cells (a thumbnail is a square attention map: never a sliver),
+// as large as the room allows, the grid left-aligned under the title.
+QRectF OverviewFigure::grid(const QRectF& area) const {
+  bool bar = metric != OverviewMetric::Head;
+  QRectF room = area.adjusted(44, 52, bar ? -84 : -8, -30);
+  double side = std::min(room.width() / std::max<int64_t>(1, heads),
+                         room.height() / std::max<int64_t>(1, layers));
+  side = std::max(1.0, side);
+  return QRectF(room.left(), room.top(), side * double(heads), side * double(layers));
+}
+
+QRectF OverviewFigure::cell(const QRectF& g, int l, int column) const {
+  double cw = g.width() / std::max<int64_t>(1, heads),
+         ch = g.height() / std::max<int64_t>(1, layers);
+  return QRectF(g.left() + column * cw, g.top() + l * ch, cw, ch);
 }
 
 int OverviewFigure::column_of(int l, int h) const {
@@ -101,7 +110,7 @@ int OverviewFigure::column_of(int l, int h) const {
 }
 
 std::pair<int, int> OverviewFigure::head_at(const QRectF& area, const QPointF& pt) const {
-  QRectF plot = area.adjusted(56, 36, -8, -30);
+  QRectF plot = grid(area);
   if (!plot.contains(pt) || layers == 0 || heads == 0) return {-1, -1};
   int l = int((pt.y() - plot.top()) / plot.height() * layers);
   int c = int((pt.x() - plot.left()) / plot.width() * heads);
@@ -112,11 +121,15 @@ std::pair<int, int> OverviewFigure::head_at(const QRectF& area, const QPointF& p
 
 void OverviewFigure::paint(QPainter& p, const QRectF& area) const {
   plot::title(p, QRectF(area.left(), area.top(), area.width(), 30), title(), note);
-  QRectF plot = area.adjusted(56, 36, -8, -30);
-  p.save();
-  p.setFont(plot::font(6.5));
+  QRectF plot = grid(area);
   float vmax = -INFINITY, vmin = INFINITY;
   for (float v : values) vmax = std::max(vmax, v), vmin = std::min(vmin, v);
+  ColorScale cs;
+  cs.lo = vmin;
+  cs.hi = vmax > vmin ? vmax : vmin + 1;
+  p.save();
+  p.setFont(plot::font(6.5));
+  QFontMetricsF small(p.font());
   for (int l = 0; l < layers; ++l) {
     for (int c = 0; c < heads; ++c) {
       int h = order[size_t(l)][size_t(c)];
@@ -127,23 +140,16 @@ void OverviewFigure::paint(QPainter& p, const QRectF& area) const {
         p.drawImage(r, img);
       } else {
         // No thumbnail: the metric itself as the cell colour.
-        ColorScale cs;
-        cs.lo = vmin;
-        cs.hi = vmax > vmin ? vmax : vmin + 1;
         p.fillRect(r, metric == OverviewMetric::Head
                           ? QColor(235, 235, 235)
                           : QColor(cs.color(values[size_t(l * heads + h)])));
       }
-      if (r.width() >= 18 && r.height() >= 12) {
+      // Sorted rows name their heads inside the cells where they fit.
+      if (metric != OverviewMetric::Head && r.width() >= 18 && r.height() >= small.height() + 2) {
         p.setPen(Qt::white);
         p.drawText(r.adjusted(2, 1, -1, -1), Qt::AlignLeft | Qt::AlignTop, QString::number(h));
       }
     }
-    p.setPen(Qt::black);
-    QRectF row = cell(plot, l, 0);
-    if (row.height() >= 8)
-      p.drawText(QRectF(area.left(), row.top(), 50, row.height()),
-                 Qt::AlignRight | Qt::AlignVCenter, QString("L%1").arg(l));
   }
   if (layer < layers && head < heads) {
     p.setPen(QPen(palette::kVermillion, 2.5));
@@ -151,13 +157,42 @@ void OverviewFigure::paint(QPainter& p, const QRectF& area) const {
     p.drawRect(cell(plot, layer, column_of(layer, head)));
   }
   p.restore();
+  paint_axes(p, plot);
+  if (metric != OverviewMetric::Head)
+    plot::colorbar(p, QRectF(plot.right() + 10, plot.top(), 10, plot.height()), cs,
+                   overview_metric_names()[int(metric)]);
+}
+
+// Layer labels left of the rows and column labels above the columns (head
+// index, or rank when sorted), thinned to one every k rows/columns so they
+// never touch.
+void OverviewFigure::paint_axes(QPainter& p, const QRectF& plot) const {
+  p.save();
   p.setFont(plot::font(8));
   p.setPen(Qt::black);
-  p.drawText(
-      QRectF(plot.left(), plot.bottom() + 4, plot.width(), 20), Qt::AlignCenter,
-      metric == OverviewMetric::Head
-          ? "query head"
-          : "heads ranked by " + overview_metric_names()[int(metric)] + " (number: head index)");
+  QFontMetricsF fm(p.font());
+  double ch = plot.height() / std::max<int64_t>(1, layers);
+  double cw = plot.width() / std::max<int64_t>(1, heads);
+  int row_every = std::max(1, int(std::ceil((fm.height() + 2) / std::max(ch, 1e-9))));
+  for (int l = 0; l < layers; l += row_every) {
+    QRectF row = cell(plot, l, 0);
+    p.drawText(QRectF(plot.left() - 44, row.center().y() - fm.height() / 2, 40, fm.height()),
+               Qt::AlignRight | Qt::AlignVCenter, QString("L%1").arg(l));
+  }
+  double widest = fm.horizontalAdvance(QString::number(std::max<int64_t>(0, heads - 1)));
+  int col_every = std::max(1, int(std::ceil((widest + 6) / std::max(cw, 1e-9))));
+  for (int c = 0; c < heads; c += col_every) {
+    QRectF col = cell(plot, 0, c);
+    p.drawText(QRectF(col.center().x() - 20, plot.top() - fm.height() - 2, 40, fm.height()),
+               Qt::AlignHCenter | Qt::AlignBottom, QString::number(c));
+  }
+  QString label = metric == OverviewMetric::Head
+                      ? QString("query head")
+                      : "rank by " + overview_metric_names()[int(metric)] + " (number: head)";
+  p.drawText(QRectF(plot.left(), plot.bottom() + 6,
+                    std::max(plot.width(), fm.horizontalAdvance(label) + 4), fm.height() + 2),
+             Qt::AlignLeft | Qt::AlignTop | Qt::TextDontClip, label);
+  p.restore();
 }
 
 void OverviewFigure::write_csv(QTextStream& out) const {

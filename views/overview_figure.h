@@ -38,7 +38,9 @@ class OverviewFigure : public Figure {
   std::vector<std::vector<int>> order;  // per layer: heads, best first
 
  private:
-  QRectF cell(const QRectF& plot, int layer, int column) const;
+  QRectF grid(const QRectF& area) const;
+  QRectF cell(const QRectF& grid, int layer, int column) const;
+  void paint_axes(QPainter& p, const QRectF& grid) const;
 };
 
 }  // namespace kvscope::views

@@ -1,5 +1,7 @@
 #include "views/survival_figure.h"
 
+#include "views/legend.h"
+
 #include <algorithm>
 
 namespace kvscope::views {
@@ -73,21 +75,29 @@ void SurvivalFigure::paint(QPainter& p, const QRectF& area) const {
   plot::title(p, QRectF(area.left(), area.top(), area.width(), 30), title(),
               criterion.isEmpty() ? "attention survival: not captured" : "attention: " + criterion);
   QRectF inner = area.adjusted(8, 36, -8, -8);
-  QRectF left(inner.left() + 56, inner.top(), inner.width() * 0.62 - 56, inner.height() - 44);
-  QRectF grid(left.right() + 70, inner.top(), inner.right() - left.right() - 140,
-              inner.height() - 44);
   if (curve.held.empty()) return plot::message(p, inner, "no tokens yet");
+  // The per-head grid needs about 200 px beside the curves; narrower pages
+  // (a paper column) show the curves alone.
+  bool with_grid = inner.width() >= 560;
+  double curves_w = with_grid ? inner.width() * 0.62 : inner.width();
+  std::vector<LegendEntry> legend = {legend_line("held by the policy", QPen(palette::kBlue, 2.5))};
+  if (!curve.attended.empty())
+    legend.push_back(
+        legend_line("still attended (" + criterion + ")", QPen(palette::kOrange, 2.5)));
+  legend.push_back(legend_line("held, other heads of layer", QPen(QColor(150, 150, 150), 1)));
+  // The legend flows above the curves: it never covers them.
+  double lh = legend_height(legend, curves_w - 16);
+  paint_legend_rows(p, QRectF(inner.left() + 8, inner.top(), curves_w - 16, lh), legend);
+  QRectF left(inner.left() + 56, inner.top() + lh + 8, curves_w - 56 - 12,
+              inner.height() - 44 - lh - 8);
+  QRectF grid(left.right() + 70, left.top(), inner.right() - left.right() - 140, left.height());
   std::vector<std::pair<const std::vector<double>*, QPen>> curves;
   for (size_t k = 0; k < layer_held.size(); ++k)
     if (int(k) != kv_head) curves.push_back({&layer_held[k], QPen(QColor(150, 150, 150, 150), 1)});
   curves.push_back({&curve.held, QPen(palette::kBlue, 2.5)});
   if (!curve.attended.empty()) curves.push_back({&curve.attended, QPen(palette::kOrange, 2.5)});
   paint_curves(p, left, curves, int64_t(curve.held.size()) - 1, horizon);
-  std::vector<std::pair<QColor, QString>> items = {{palette::kBlue, "held by the policy"}};
-  if (!curve.attended.empty())
-    items.push_back({palette::kOrange, "still attended (" + criterion + ")"});
-  items.push_back({QColor(150, 150, 150), "held, other heads of layer"});
-  plot::legend(p, QPointF(left.right() - 200, left.top() + 6), items);
+  if (!with_grid) return;
   // Per-head survival at the chosen horizon.
   ColorScale cs;
   cs.lo = 0;

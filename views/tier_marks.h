@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/trace/reader.h"
+#include "views/legend.h"
 
 namespace kvscope::views {
 
@@ -57,18 +58,9 @@ QBrush hatch_brush();
 void fill(QPainter& p, const QRectF& r);
 }  // namespace unattended
 
-// A legend that flows in rows: each entry a swatch (drawn by `draw` into an
-// 18 x row-height box) and its text.
-struct LegendEntry {
-  QString text;
-  std::function<void(QPainter&, const QRectF& swatch)> draw;
-};
-int legend_rows(const std::vector<LegendEntry>& entries, const QFontMetricsF& fm, double width);
-void paint_legend_rows(QPainter& p, const QRectF& rect, const std::vector<LegendEntry>& entries);
 // Appends an entry per mark kind that has marks: its label and count (compact:
 // its short label) beside its mark.
 void add_mark_legend(std::vector<LegendEntry>& out, const std::vector<MarkClass>& kinds,
                      bool compact);
-constexpr double kLegendPoints = 8;
 
 }  // namespace kvscope::views

@@ -164,11 +164,10 @@ void TokensFigure::paint(QPainter& p, const QRectF& area) const {
   cs.map = ColorMapId::Viridis;
   p.save();
   p.setClipRect(body);
-  p.setFont(token_font());
-  QFontMetricsF fm(p.font());
   auto first = std::lower_bound(boxes_.begin(), boxes_.end(), scroll,
-                                [](const QRectF& b, double y) { return b.bottom() < y; });
-  for (auto it = first; it != boxes_.end() && it->top() < scroll + body.height(); ++it) {
+                                [](const QRectF& b, double y) { return b.top() < y - 0.5; });
+  // Whole lines only: a line cut by the bottom edge waits for the scroll.
+  for (auto it = first; it != boxes_.end() && it->bottom() <= scroll + body.height() + 0.5; ++it) {
     int64_t t = int64_t(it - boxes_.begin());
     QRectF box = it->translated(body.left(), body.top() - scroll);
     double v = value(t);
@@ -188,9 +187,6 @@ void TokensFigure::paint(QPainter& p, const QRectF& area) const {
     }
   }
   p.restore();
-  QRectF bar(area.right() - 14, body.top() + 4, 8, std::min(140.0, body.height() - 8));
-  Q_UNUSED(fm);
-  Q_UNUSED(bar);
 }
 
 void TokensFigure::write_csv(QTextStream& out) const {
@@ -277,8 +273,10 @@ void TokenHistoryFigure::paint(QPainter& p, const QRectF& area) const {
   if (token < 0)
     return plot::message(p, inner, "click a token (token text view) to see its history");
   bool with_samples = !samples.empty();
+  // The gate strip keeps at least 44 px: two tick labels apart.
+  double strip_h = with_samples ? std::max(44.0, inner.height() * 0.32 - 30) : 0;
   QRectF bars(inner.left(), inner.top(), inner.width(),
-              with_samples ? inner.height() * 0.68 : inner.height());
+              with_samples ? inner.height() - strip_h - 30 : inner.height());
   plot::Map mx{0, double(std::max<int64_t>(1, n_steps)), bars.left(), bars.right()};
   int64_t rows = layers * kv_heads;
   double rh = bars.height() / std::max<int64_t>(1, rows);
@@ -315,10 +313,13 @@ void TokenHistoryFigure::paint(QPainter& p, const QRectF& area) const {
   p.setPen(QPen(palette::kVermillion, 1.5));
   p.drawLine(QPointF(mx(step + 0.5), bars.top()), QPointF(mx(step + 0.5), bars.bottom()));
   p.restore();
-  plot::axes(p, bars, 0, double(n_steps), 0, double(layers), with_samples ? "" : "step",
-             "layer (kv heads within)", true);
+  // The long label where it fits along the rows, else "layer".
+  QString ylabel = "layer (kv heads within)";
+  if (QFontMetricsF(plot::font(9)).horizontalAdvance(ylabel) > bars.height()) ylabel = "layer";
+  plot::axes(p, bars, 0, double(n_steps), 0, double(layers), with_samples ? "" : "step", ylabel,
+             true);
   if (with_samples) {
-    QRectF sr(inner.left(), bars.bottom() + 30, inner.width(), inner.height() - bars.height() - 30);
+    QRectF sr(inner.left(), bars.bottom() + 30, inner.width(), strip_h);
     float lo = INFINITY, hi = -INFINITY;
     for (auto [s, v] : samples) lo = std::min(lo, v), hi = std::max(hi, v);
     if (hi <= lo) lo -= 0.5f, hi += 0.5f;  // one value: centre it
