@@ -71,6 +71,10 @@ nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSu
   j["tiers"] = run.tier_names;
   j["tier_attended"] = r.tier_attended();  // one 0/1 flag per tier
   j["steps"] = {{"total", s.steps}, {"prefill", s.prefill_steps}, {"decode", s.decode_steps}};
+  if (s.reconstruction_steps > 0) {
+    j["steps"]["reconstruction"] = s.reconstruction_steps;
+    j["steps"]["reconstruction_tokens"] = s.reconstruction_tokens;
+  }
   nlohmann::json roles, kinds;
   for (int i = 0; i < trace::kTokenRoleCount; ++i)
     roles[trace::token_role_name(static_cast<trace::TokenRole>(i))] = s.tokens_by_role[size_t(i)];
@@ -148,8 +152,12 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
       << (j["tier_attended"][t].get<int>() ? "" : " (not attended)");
   o << "\n";
   o << "steps     " << j["steps"]["total"] << " (prefill " << j["steps"]["prefill"] << ", decode "
-    << j["steps"]["decode"] << "), wall " << std::fixed << std::setprecision(3)
-    << j["wall_s"].get<double>() << " s\n";
+    << j["steps"]["decode"]
+    << (j["steps"].contains("reconstruction")
+            ? ", reconstruction " + j["steps"]["reconstruction"].dump() + " feeding " +
+                  j["steps"]["reconstruction_tokens"].dump() + " tokens"
+            : std::string())
+    << "), wall " << std::fixed << std::setprecision(3) << j["wall_s"].get<double>() << " s\n";
   o << "tokens    " << j["tokens"]["total"];
   for (auto& [role, n] : j["tokens"]["by_role"].items())
     if (n.get<int64_t>() > 0) o << ", " << role << " " << n;

@@ -11,10 +11,13 @@ namespace kvscope::cache {
 
 // What the policy asks the cache to compute.
 struct StatsNeeds {
-  bool received = false;     // mean weight over the step's queries and the group's heads
-  bool last_query = false;   // mean weight over the group's heads of the step's last query
+  bool received = false;           // mean weight over the step's queries and the group's heads
+  bool last_query = false;         // mean weight over the group's heads of the step's last query
   int64_t observation_window = 0;  // prefill: summed weight of the last w prompt queries
-  bool any() const { return received || last_query || observation_window > 0; }
+  // Largest weight over the step's queries and the group's heads (KVzip's
+  // score; renormalised in reconstruction steps, policy::ReconstructionChunk).
+  bool peak = false;
+  bool any() const { return received || last_query || observation_window > 0 || peak; }
 };
 
 struct LayerStats {
@@ -23,8 +26,9 @@ struct LayerStats {
   std::vector<std::vector<float>> last_query;  // [K][M]
   // Accumulated over the prefill steps that contain observation-window
   // queries (summed over those queries, mean over the group's heads).
-  std::vector<std::vector<float>> window;      // [K][M]
-  int64_t window_queries = 0;                  // queries summed into `window` so far
+  std::vector<std::vector<float>> window;  // [K][M]
+  int64_t window_queries = 0;              // queries summed into `window` so far
+  std::vector<std::vector<float>> peak;    // [K][M] when StatsNeeds::peak, else empty
 
   void resize(int64_t kv_heads, int64_t M) {
     max_tokens = M;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 
 #include "core/common/input_error.h"
 
@@ -145,6 +146,26 @@ GenerationResult Generator::run(const std::vector<int32_t>& prompt, const Genera
     const bool last = p + n >= r.prefill_tokens;
     if (last) token = choose(logits);
     if (on_step) on_step({p, n, true, &logits, last ? token : -1, last && token_forced});
+  }
+  for (const std::vector<int32_t>& side : o.side_passes) {
+    if (side.empty()) continue;
+    const int64_t context = model_.config().context_length;
+    if (r.prefill_tokens + int64_t(side.size()) > context)
+      throw InputError("", "side pass",
+                       "needs positions up to " +
+                           std::to_string(r.prefill_tokens + int64_t(side.size())) +
+                           "; the model's context holds " + std::to_string(context));
+    if (!backend_.set_side_pass(true))
+      throw std::logic_error("Generator: the attention backend cannot run side passes");
+    const torch::Tensor side_ids =
+        torch::tensor(std::vector<int64_t>(side.begin(), side.end()), torch::kInt64);
+    torch::Tensor side_logits = model_.forward(side_ids, r.prefill_tokens, backend_);
+    backend_.set_side_pass(false);
+    if (on_step) {
+      StepEvent ev{r.prefill_tokens, int64_t(side.size()), false, &side_logits, -1, false};
+      ev.side_ids = &side;
+      on_step(ev);
+    }
   }
   r.prefill_seconds = seconds_since(start);
 

@@ -30,6 +30,11 @@ struct GenerationOptions {
   // distractors and question). They are context, not output: no EOS or stop
   // string ends them and max_new_tokens counts only the sampled tokens.
   std::vector<int32_t> forced_tokens;
+  // Side passes (a policy's context reconstruction, policy::ReconstructionChunk):
+  // after the prefill, each chunk is fed as one forward step at the positions
+  // right after the prompt, through a backend in side-pass mode (it keeps none
+  // of their entries); their logits are not used. Counted in prefill_seconds.
+  std::vector<std::vector<int32_t>> side_passes;
 };
 
 struct GenerationResult {
@@ -56,6 +61,9 @@ struct StepEvent {
   const torch::Tensor* logits = nullptr;  // [1, V] float32 of the step's last token
   int32_t token = -1;   // the token the next step feeds, chosen after these logits (-1: none)
   bool forced = false;  // that token is teacher-forced, not sampled from the logits
+  // A side-pass step (GenerationOptions::side_passes): `ids` are its tokens,
+  // none of the sequence's; prefill is false and token -1.
+  const std::vector<int32_t>* side_ids = nullptr;
 };
 
 using TextCallback = std::function<void(const std::string&)>;

@@ -37,6 +37,11 @@ class AttentionBackend {
   virtual torch::Tensor attend(const AttentionInputs& in) = 0;
   // After the last layer of the step (logits are known to the caller).
   virtual void end_step() {}
+  // Side passes (a policy's context-reconstruction pass, after the prefill):
+  // while on, steps feed tokens that are not part of the sequence, and the
+  // backend leaves no entry of theirs in the cache. A backend that cannot
+  // returns false (the generator then refuses the run).
+  virtual bool set_side_pass(bool on) { return !on; }
 };
 
 }  // namespace kvscope::model

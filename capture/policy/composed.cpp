@@ -62,6 +62,12 @@ bool tier_prefix(const std::vector<cache::TierSpec>& part,
 
 ComposedPolicy::ComposedPolicy(std::string spec, std::vector<Part> parts)
     : spec_(std::move(spec)), parts_(std::move(parts)) {
+  for (const Part& p : parts_)
+    if (p.policy->reconstructs())
+      throw InputError("--policy", spec_,
+                       p.name +
+                           " runs a context-reconstruction pass after the prefill and "
+                           "cannot be composed with other parts");
   for (size_t i = 0; i < parts_.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       for (PartKind a : parts_[i].policy->kinds())

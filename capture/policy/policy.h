@@ -16,6 +16,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "capture/cache/layer_stats.h"
@@ -25,6 +26,10 @@
 #include "capture/model/model_weights.h"
 #include "capture/policy/decisions.h"
 #include "core/trace/types.h"
+
+namespace kvscope::tokenizer {
+class Tokenizer;
+}
 
 namespace kvscope::policy {
 
@@ -79,6 +84,10 @@ struct LayerContext {
   const cache::RaggedKvCache& cache;
   Decisions& decide;
   const cache::LayerStats& stats;
+  // A context-reconstruction step (Policy::reconstruction): the chunk's index,
+  // -1 for the sequence's own steps. Its tokens are no sequence tokens: they
+  // are not in the cache any more when the hook runs.
+  int64_t reconstruction = -1;
   int64_t tokens_fed() const { return pos0 + n; }
 };
 
@@ -89,7 +98,23 @@ struct StepContext {
   const cache::RaggedKvCache& cache;
   Decisions& decide;
   const std::vector<cache::LayerStats>& layer_stats;  // [layer]: its attention this step
+  int64_t reconstruction = -1;                        // as LayerContext::reconstruction
+  int64_t reconstruction_chunks = 0;  // chunks of the pass (the last one is chunks - 1)
   int64_t tokens_fed() const { return pos0 + n; }
+};
+
+// One forward step of a context-reconstruction pass (KVzip): after the
+// prefill the engine feeds `ids` at the positions right after the prompt over
+// the cache as the prefill left it. The step's own entries serve its queries
+// and leave after each layer attended (no events: they are no sequence
+// tokens); the trace records the step as kind "reconstruction".
+struct ReconstructionChunk {
+  std::vector<int32_t> ids;
+  // The step's `peak` statistic (cache::StatsNeeds) renormalises each query's
+  // weights over the keys at these position ranges [begin, end) plus the
+  // step's own tokens, as a softmax over that subset would give them
+  // (kvpress's chunked scoring); empty: no renormalisation.
+  std::vector<std::pair<int64_t, int64_t>> softmax_keys;
 };
 
 // The four primitives; a composite holds at most one part of each kind.
@@ -135,6 +160,17 @@ class Policy {
   virtual std::string describe() const { return ""; }
   // Checked by the step driver after the layer's after_attention.
   virtual HeldLimit held_limit(const LayerContext& c) const { return {}; }
+
+  // A context-reconstruction pass after the prefill: true when reconstruction()
+  // returns chunks (a composite refuses such a part).
+  virtual bool reconstructs() const { return false; }
+  // The pass's chunks for this prompt (`tokenizer` may be null); called once,
+  // before setup(). after_attention and end_step see each chunk's step with
+  // `reconstruction` set; admit and select are not called for them.
+  virtual std::vector<ReconstructionChunk> reconstruction(
+      const std::vector<int32_t>& prompt, const tokenizer::Tokenizer* tokenizer) const {
+    return {};
+  }
 
   virtual void admit(AdmitContext& c) {}
   virtual void select(SelectContext& c) {}

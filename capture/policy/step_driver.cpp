@@ -27,7 +27,8 @@ struct ScopedTimer {
 class HeadStatsSink {
  public:
   HeadStatsSink(const StatsNeeds& needs, LayerStats& st, int64_t h, int64_t R, int64_t n,
-                int64_t pos0, int64_t prompt_tokens, const std::vector<int64_t>& key_pos)
+                int64_t pos0, int64_t prompt_tokens, const std::vector<int64_t>& key_pos,
+                const std::vector<std::pair<int64_t, int64_t>>* softmax_keys = nullptr)
       : needs_(needs),
         st_(st),
         h_(h),
@@ -37,6 +38,18 @@ class HeadStatsSink {
         prompt_tokens_(prompt_tokens),
         key_pos_(key_pos) {
     if (needs.received) mass_.assign(key_pos.size(), 0.0f);
+    if (needs.peak) {
+      for (int64_t pos : key_pos) st.peak[size_t(h)][size_t(pos)] = 0.0f;
+      if (softmax_keys && !softmax_keys->empty()) {
+        in_subset_.resize(key_pos.size());
+        for (size_t j = 0; j < key_pos.size(); ++j) {
+          bool in = key_pos[j] >= pos0;  // the step's own tokens
+          for (const auto& range : *softmax_keys)
+            in = in || (key_pos[j] >= range.first && key_pos[j] < range.second);
+          in_subset_[j] = in ? 1 : 0;
+        }
+      }
+    }
     if (needs.last_query)  // keys outside the block holding the last query weigh 0
       for (int64_t pos : key_pos) st.last_query[size_t(h)][size_t(pos)] = 0.0f;
   }
@@ -44,6 +57,7 @@ class HeadStatsSink {
   void block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) {
     const int64_t* kp = key_pos_.data() + k0;
     if (needs_.received) kernels::sum_rows_add(p, R_ * b, mk, mass_.data() + k0);
+    if (needs_.peak) peak_block(p, b, mk, k0);
     if (needs_.last_query && i0 <= n_ - 1 && n_ - 1 < i0 + b) {
       std::vector<float>& lq = st_.last_query[size_t(h_)];
       for (int64_t j = 0; j < mk; ++j) lq[size_t(kp[j])] = group_mean(p, b, mk, n_ - 1 - i0, j);
@@ -56,6 +70,28 @@ class HeadStatsSink {
         if (qp < w0 || qp >= prompt_tokens_) continue;
         if (h_ == 0) ++st_.window_queries;
         for (int64_t j = 0; j < mk; ++j) win[size_t(kp[j])] += group_mean(p, b, mk, i, j);
+      }
+    }
+  }
+
+  // Per key the largest weight of any query of the block and head of the
+  // group; with a softmax subset each query's row is first divided by its
+  // mass on the subset (a block holds every key a query of it sees).
+  void peak_block(const float* p, int64_t b, int64_t mk, int64_t k0) {
+    std::vector<float>& peak = st_.peak[size_t(h_)];
+    const int64_t* kp = key_pos_.data() + k0;
+    for (int64_t row = 0; row < R_ * b; ++row) {
+      const float* w = p + row * mk;
+      float scale = 1.0f;
+      if (!in_subset_.empty()) {
+        double z = 0;
+        for (int64_t j = 0; j < mk; ++j)
+          if (in_subset_[size_t(k0 + j)]) z += w[j];
+        scale = z > 0 ? float(1.0 / z) : 0.0f;
+      }
+      for (int64_t j = 0; j < mk; ++j) {
+        float& x = peak[size_t(kp[j])];
+        x = std::max(x, w[j] * scale);
       }
     }
   }
@@ -81,6 +117,7 @@ class HeadStatsSink {
   int64_t h_, R_, n_, pos0_, prompt_tokens_;
   const std::vector<int64_t>& key_pos_;
   std::vector<float> mass_;
+  std::vector<uint8_t> in_subset_;  // [m]: key j in the renormalisation subset
 };
 
 }  // namespace
@@ -102,7 +139,16 @@ StepDriver::StepDriver(const model::ModelConfig& config, const Options& options,
     throw std::invalid_argument("StepDriver: a policy declares 1..8 tiers");
   stats_.resize(size_t(L_));
   if (needs_.any())
-    for (LayerStats& s : stats_) s.resize(K_, options.max_tokens);
+    for (LayerStats& s : stats_) {
+      s.resize(K_, options.max_tokens);
+      if (needs_.peak)
+        s.peak.assign(size_t(K_), std::vector<float>(size_t(options.max_tokens), 0.0f));
+    }
+}
+
+bool StepDriver::set_side_pass(bool on) {
+  side_ = on;
+  return true;
 }
 
 void StepDriver::begin_step(int64_t pos0, int64_t n) {
@@ -112,11 +158,18 @@ void StepDriver::begin_step(int64_t pos0, int64_t n) {
   ++step_;
   pos0_ = pos0;
   n_ = n;
+  if (side_) {
+    if (++side_index_ >= int64_t(plan_.size()) ||
+        n != int64_t(plan_[size_t(side_index_)].ids.size()))
+      throw std::logic_error(
+          "StepDriver: a side step that is no chunk of the policy's "
+          "reconstruction pass");
+  }
   decide_.begin_step(step_, pos0, n);
   // Statistics describe one step: clear what the last step wrote.
   for (LayerStats& s : stats_) {
     if (step_ == 0) s.window_queries = 0;
-    for (auto* rows : {&s.received, &s.last_query})
+    for (auto* rows : {&s.received, &s.last_query, &s.peak})
       for (auto& row : *rows)
         std::fill(row.begin(), row.begin() + std::min<int64_t>(options_.max_tokens, pos0 + n),
                   0.0f);
@@ -147,7 +200,10 @@ torch::Tensor StepDriver::attend_heads(const model::AttentionInputs& in,
                                        std::vector<torch::Tensor>& masks) {
   const int64_t l = in.layer, n = in.q.size(0);
   const bool observe = observer_ && observer_->wants_probs(l);
-  const bool want_probs = needs_.any() || observe;
+  // `peak` is for reconstruction steps only (attend_side).
+  StatsNeeds needs = needs_;
+  needs.peak = false;
+  const bool want_probs = needs.any() || observe;
   LayerStats& st = stats_[size_t(l)];
   torch::Tensor out = torch::empty({n, H_, hd_}, torch::kFloat32);
   for (int64_t h = 0; h < K_; ++h) {
@@ -160,7 +216,7 @@ torch::Tensor StepDriver::attend_heads(const model::AttentionInputs& in,
       }
     }
     const int64_t m = static_cast<int64_t>(key_pos.size());
-    HeadStatsSink stats(needs_, st, h, R_, n, pos0_, options_.prompt_tokens, key_pos);
+    HeadStatsSink stats(needs, st, h, R_, n, pos0_, options_.prompt_tokens, key_pos);
     if (observe) observer_->on_attention_begin(l, h, R_, n, m, key_pos.data(), pos0_);
     const kernels::BlockSink sink = [&](const float* p, int64_t b, int64_t mk, int64_t i0,
                                         int64_t k0) {
@@ -179,7 +235,47 @@ torch::Tensor StepDriver::attend_heads(const model::AttentionInputs& in,
   return out;
 }
 
+// A reconstruction step's layer: its tokens are written for its own queries
+// only (no admission, no selection, no events), attended with the statistics
+// the policy asked for (the observer does not see them: they are no sequence
+// tokens), removed again, and then the policy's after_attention scores.
+torch::Tensor StepDriver::attend_side(const model::AttentionInputs& in) {
+  const int64_t l = in.layer, n = in.q.size(0);
+  const ReconstructionChunk& chunk = plan_[size_t(side_index_)];
+  torch::Tensor kn = in.k.to(torch::kFloat32).contiguous(),
+                vn = in.v.to(torch::kFloat32).contiguous();
+  for (int64_t h = 0; h < K_; ++h)
+    for (int64_t i = 0; i < n; ++i)
+      decide_.write(l, h, pos0_ + i, 0, kn.data_ptr<float>() + (i * K_ + h) * hd_,
+                    vn.data_ptr<float>() + (i * K_ + h) * hd_);
+  LayerStats& st = stats_[size_t(l)];
+  torch::Tensor out = torch::empty({n, H_, hd_}, torch::kFloat32);
+  std::vector<int64_t> key_pos;
+  for (int64_t h = 0; h < K_; ++h) {
+    cache_.attended_positions(l, h, &key_pos);
+    HeadStatsSink stats(needs_, st, h, R_, n, pos0_, options_.prompt_tokens, key_pos,
+                        &chunk.softmax_keys);
+    const kernels::BlockSink sink = [&](const float* p, int64_t b, int64_t mk, int64_t i0,
+                                        int64_t k0) { stats.block(p, b, mk, i0, k0); };
+    torch::Tensor q =
+        in.q.narrow(1, h * R_, R_).permute({1, 0, 2}).to(torch::kFloat32).contiguous();
+    torch::Tensor oh = cache_.attend_head(l, h, q, in.pos0, in.scale, in.sliding_window, nullptr,
+                                          key_pos, needs_.any() ? &sink : nullptr);
+    out.narrow(1, h * R_, R_).copy_(oh.permute({1, 0, 2}));
+    stats.finish();
+  }
+  for (int64_t h = 0; h < K_; ++h)
+    for (int64_t i = n - 1; i >= 0; --i) cache_.remove(l, h, pos0_ + i);
+  LayerContext lc{l, step_, pos0_, n, false, true, in, cache_, decide_, st, side_index_};
+  {
+    ScopedTimer t{policy_seconds_};
+    policy_.after_attention(lc);
+  }
+  return out.to(in.q.scalar_type());
+}
+
 torch::Tensor StepDriver::attend(const model::AttentionInputs& in) {
+  if (side_) return attend_side(in);
   const int64_t l = in.layer, n = in.q.size(0);
   const bool prefill = pos0_ < options_.prompt_tokens;
   const bool prompt_complete = pos0_ + n >= options_.prompt_tokens;
@@ -259,6 +355,12 @@ void StepDriver::end_step() {
   StepContext sc{
       step_,  pos0_,   n_,    pos0_ < options_.prompt_tokens, pos0_ + n_ >= options_.prompt_tokens,
       cache_, decide_, stats_};
+  if (side_) {
+    sc.prefill = false;
+    sc.prompt_complete = true;
+    sc.reconstruction = side_index_;
+    sc.reconstruction_chunks = int64_t(plan_.size());
+  }
   {
     ScopedTimer t{policy_seconds_};
     policy_.end_step(sc);

@@ -35,11 +35,19 @@ class StepDriver : public model::AttentionBackend {
              const std::string& name);
 
   void set_observer(cache::AttentionObserver* observer) { observer_ = observer; }
+  // The policy's context-reconstruction pass (Policy::reconstruction): side
+  // steps feed these chunks in order; options.max_tokens must cover the
+  // positions they use.
+  void set_reconstruction(std::vector<ReconstructionChunk> plan) { plan_ = std::move(plan); }
 
   // AttentionBackend
   void begin_step(int64_t pos0, int64_t n) override;
   torch::Tensor attend(const model::AttentionInputs& in) override;
   void end_step() override;
+  bool set_side_pass(bool on) override;
+  // The current step is a reconstruction step (its chunk: reconstruction_chunk()).
+  bool side_step() const { return side_index_ >= 0 && side_; }
+  int64_t reconstruction_chunk() const { return side_index_; }
 
   const cache::RaggedKvCache& cache() const { return cache_; }
   // Direct storage access for tests and tools outside a policy's hooks.
@@ -67,6 +75,7 @@ class StepDriver : public model::AttentionBackend {
                              const std::vector<std::vector<int64_t>>& key_pos_by_head,
                              std::vector<torch::Tensor>& masks);
   void check_limits(const LayerContext& c) const;
+  torch::Tensor attend_side(const model::AttentionInputs& in);
 
   Options options_;
   Policy& policy_;
@@ -78,6 +87,9 @@ class StepDriver : public model::AttentionBackend {
   int64_t L_, K_, H_, R_, hd_;
   int64_t step_ = -1, pos0_ = 0, n_ = 0;
   double policy_seconds_ = 0;
+  std::vector<ReconstructionChunk> plan_;
+  bool side_ = false;        // the steps being fed are reconstruction steps
+  int64_t side_index_ = -1;  // chunk of the current (or last) reconstruction step
 };
 
 }  // namespace kvscope::policy

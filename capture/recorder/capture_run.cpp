@@ -101,15 +101,31 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   const model::ModelConfig& config = engine.model->config();
   const int64_t prompt_tokens = static_cast<int64_t>(req.prompt_ids.size());
   const int64_t forced_tokens = static_cast<int64_t>(req.generation.forced_tokens.size());
-  const int64_t max_tokens = prompt_tokens + forced_tokens + req.generation.max_new_tokens;
+  const int64_t run_tokens = prompt_tokens + forced_tokens + req.generation.max_new_tokens;
   // Everything that can refuse the run does so before the trace exists.
-  const int64_t max_positions = std::min<int64_t>(config.context_length, max_tokens);
+  const int64_t max_positions = std::min<int64_t>(config.context_length, run_tokens);
   generate::check_prompt_fits(prompt_tokens, max_positions);
   if (forced_tokens > 0)
     generate::check_prompt_fits(prompt_tokens + forced_tokens, max_positions,
                                 "prompt + forced tokens");
 
   policy::PolicyInstance pi = policy::make_policy(req.policy, {prompt_tokens, req.model_path});
+  // A policy's context-reconstruction pass (KVzip) feeds its chunks at the
+  // positions after the prompt: the cache and the trace's key axis cover them.
+  std::vector<policy::ReconstructionChunk> reconstruction =
+      pi.policy->reconstruction(req.prompt_ids, engine.tokenizer.get());
+  int64_t max_tokens = run_tokens;
+  for (const policy::ReconstructionChunk& chunk : reconstruction) {
+    const int64_t end = prompt_tokens + int64_t(chunk.ids.size());
+    if (end > config.context_length)
+      throw InputError("--policy", req.policy,
+                       "its context-reconstruction pass feeds " + std::to_string(chunk.ids.size()) +
+                           " tokens after the prompt's " + std::to_string(prompt_tokens) +
+                           ", beyond the model's context of " +
+                           std::to_string(config.context_length) +
+                           " positions (a smaller chunk= or a shorter prompt)");
+    max_tokens = std::max(max_tokens, end);
+  }
   CaptureLevels levels = parse_capture_levels(req.levels, config.n_layers, config.n_heads);
   if (levels.none && req.oracle)
     throw InputError("--capture", "none",
@@ -117,6 +133,9 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   policy::StepDriver::Options options{req.page_rows, max_tokens, prompt_tokens};
   pi.policy->setup({&config, max_tokens, prompt_tokens, req.page_rows, &engine.model->weights()});
   policy::StepDriver driver(config, options, *pi.policy, pi.name);
+  std::vector<std::vector<int32_t>> side_passes;
+  for (const policy::ReconstructionChunk& chunk : reconstruction) side_passes.push_back(chunk.ids);
+  driver.set_reconstruction(std::move(reconstruction));
   const cache::RaggedKvCache& cache = driver.cache();
 
   Recorder recorder(driver, engine.tokenizer.get(), levels, req.prompt_text);
@@ -147,6 +166,16 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   double decode_policy_start = -1;     // policy time when the prefill ended
   std::vector<int32_t> fed_generated;  // the token each decode step feeds
   auto on_step = [&](const generate::StepEvent& ev) {
+    if (ev.side_ids) {  // a reconstruction step: no oracle step, no sequence tokens
+      trace::StepData sd = recorder.finish_reconstruction_step(ev.pos0, *ev.side_ids);
+      decode_policy_start = driver.policy_seconds();  // the prefill's policy time includes it
+      result.peak_kv_bytes = std::max(result.peak_kv_bytes, sd.step.kv_bytes);
+      result.final_entries = sd.step.entries;
+      result.final_kv_bytes = sd.step.kv_bytes;
+      if (writer) writer->append_step(sd);
+      ++result.steps;
+      return;
+    }
     if (ev.prefill && ev.token >= 0) decode_policy_start = driver.policy_seconds();  // prefill done
     std::vector<int32_t> ids;
     if (ev.prefill)
@@ -185,6 +214,7 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   generate::Generator generator(*engine.model, driver, engine.tokenizer.get());
   generate::GenerationOptions g = req.generation;
   if (g.max_positions <= 0) g.max_positions = max_positions;
+  g.side_passes = std::move(side_passes);
   // On an exception the writer's destructor flushes what was captured and
   // leaves complete = 0.
   result.generation = generator.run(req.prompt_ids, g, {}, on_step);

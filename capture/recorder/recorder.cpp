@@ -268,6 +268,32 @@ trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& 
   return sd;
 }
 
+trace::StepData Recorder::finish_reconstruction_step(int64_t pos0,
+                                                     const std::vector<int32_t>& ids) {
+  auto now = std::chrono::steady_clock::now();
+  trace::StepData sd;
+  sd.step.kind = trace::StepKind::Reconstruction;
+  sd.step.first_token = static_cast<int32_t>(pos0);
+  sd.step.n_tokens = 0;
+  sd.step.t_start_s = std::chrono::duration<double>(last_ - start_).count();
+  sd.step.wall_s = std::chrono::duration<double>(now - last_).count();
+  const int32_t step = static_cast<int32_t>(driver_.step());
+  for (size_t i = 0; i < ids.size(); ++i)
+    sd.reconstruction.push_back({step, static_cast<int32_t>(pos0 + int64_t(i)), ids[i]});
+  sd.events = driver_.take_events();
+  sd.gates = driver_.take_gates();
+  sd.series = driver_.take_series();
+  sd.stalls = driver_.take_stalls();
+  sd.merges = driver_.take_merges();
+  sd.rerotations = driver_.take_rerotations();
+  sd.occupancy = driver_.cache().occupancy();
+  sd.tier_bytes = driver_.cache().tier_bytes();
+  sd.step.entries = driver_.cache().entries();
+  sd.step.kv_bytes = driver_.cache().bytes_in_use();
+  last_ = std::chrono::steady_clock::now();
+  return sd;
+}
+
 std::string Recorder::finish_text() {
   return decoder_ ? decoder_->finish() : std::string();
 }

@@ -43,6 +43,11 @@ class Recorder : public cache::AttentionObserver {
   // teacher-forced token, recorded like prompt text (role, no generated text).
   trace::StepData finish_step(int64_t pos0, const std::vector<int32_t>& ids, bool prefill,
                               int32_t sampled, bool forced = false);
+  // The record of a context-reconstruction step (trace step kind 2): `ids`
+  // fed at positions pos0.. are no sequence tokens (its /reconstruction
+  // rows); its events are the policy's decisions after it. The driver does
+  // not show such steps to the observer, so it has no attention statistics.
+  trace::StepData finish_reconstruction_step(int64_t pos0, const std::vector<int32_t>& ids);
   // Text of the generation not yet emitted (incomplete UTF-8 at the end).
   std::string finish_text();
   // Time between pause() and resume() (the oracle's shadow run) is not

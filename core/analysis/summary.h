@@ -11,6 +11,7 @@ namespace kvscope::analysis {
 
 struct TraceSummary {
   int64_t steps = 0, prefill_steps = 0, decode_steps = 0;
+  int64_t reconstruction_steps = 0, reconstruction_tokens = 0;  // a KVzip-style pass (1.5)
   int64_t tokens = 0;
   std::array<int64_t, trace::kTokenRoleCount> tokens_by_role{};
   int64_t events = 0;

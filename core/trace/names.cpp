@@ -26,7 +26,14 @@ const char* token_role_name(TokenRole role) {
   return "unknown";
 }
 
-const char* step_kind_name(StepKind kind) { return kind == StepKind::Prefill ? "prefill" : "decode"; }
+const char* step_kind_name(StepKind kind) {
+  switch (kind) {
+    case StepKind::Prefill: return "prefill";
+    case StepKind::Decode: return "decode";
+    case StepKind::Reconstruction: return "reconstruction";
+  }
+  return "?";
+}
 
 const char* error_code_name(ErrorCode code) {
   switch (code) {

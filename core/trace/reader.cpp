@@ -52,6 +52,8 @@ const char* kStallColumns[] = {"/stalls/step",  "/stalls/layer",  "/stalls/kv_he
                                "/stalls/token", "/stalls/wait_s", "/stalls/needed"};
 const char* kMergeColumns[] = {"/merges/step",  "/merges/layer", "/merges/kv_head",
                                "/merges/token", "/merges/into",  "/merges/weight"};
+const char* kReconstructionColumns[] = {"/reconstruction/step", "/reconstruction/position",
+                                        "/reconstruction/id"};
 const char* kRerotationColumns[] = {"/rerotations/step", "/rerotations/layer",
                                     "/rerotations/kv_head", "/rerotations/token",
                                     "/rerotations/position"};
@@ -82,6 +84,7 @@ struct TraceReader::Impl {
   StepRows stall_table{kStallColumns, std::size(kStallColumns), 3, {}};
   StepRows merge_table{kMergeColumns, std::size(kMergeColumns), 4, {}};
   StepRows rerotation_table{kRerotationColumns, std::size(kRerotationColumns), 4, {}};
+  StepRows reconstruction_table{kReconstructionColumns, std::size(kReconstructionColumns), 5, {}};
   // Committed rows of each time-varying gate's samples (by gate index), read
   // on first use after a refresh: samples are in step order.
   std::map<int, int64_t> gate_samples_committed;
@@ -210,6 +213,7 @@ struct TraceReader::Impl {
     n_tokens = t_committed;
     n_events = e_committed;
     stall_table.read = merge_table.read = rerotation_table.read = false;
+    reconstruction_table.read = false;
     gate_samples_committed.clear();
   }
 
@@ -381,7 +385,9 @@ std::vector<StepRecord> TraceReader::steps(int64_t begin, int64_t end) const {
   auto ec = m.read_1d<int64_t>("/steps/event_count", begin, end);
   std::vector<StepRecord> out(static_cast<size_t>(end - begin));
   for (size_t i = 0; i < out.size(); ++i) {
-    out[i].kind = kind[i] == 0 ? StepKind::Prefill : StepKind::Decode;
+    out[i].kind = kind[i] == 0   ? StepKind::Prefill
+                  : kind[i] == 2 ? StepKind::Reconstruction
+                                 : StepKind::Decode;
     out[i].first_token = first[i];
     out[i].n_tokens = n[i];
     out[i].t_start_s = t0[i];
@@ -742,6 +748,22 @@ int64_t TraceReader::n_rerotations() const {
 std::vector<RerotationRow> TraceReader::rerotations() const {
   Impl& m = *impl_;
   return m.rerotation_rows(0, static_cast<int64_t>(m.committed_steps(m.rerotation_table).size()));
+}
+
+int64_t TraceReader::n_reconstruction_tokens() const {
+  return static_cast<int64_t>(impl_->committed_steps(impl_->reconstruction_table).size());
+}
+
+std::vector<ReconstructionRow> TraceReader::reconstruction_tokens() const {
+  Impl& m = *impl_;
+  const std::vector<int32_t>& steps = m.committed_steps(m.reconstruction_table);
+  const int64_t n = static_cast<int64_t>(steps.size());
+  if (n == 0) return {};
+  auto position = m.read_1d<int32_t>("/reconstruction/position", 0, n);
+  auto id = m.read_1d<int32_t>("/reconstruction/id", 0, n);
+  std::vector<ReconstructionRow> out(static_cast<size_t>(n));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = {steps[i], position[i], id[i]};
+  return out;
 }
 
 std::vector<MergeRow> TraceReader::merges_of_step(int64_t step) const {

@@ -129,6 +129,10 @@ class TraceReader {
   // version 4), of committed steps, in step order; empty for older traces.
   int64_t n_rerotations() const;
   std::vector<RerotationRow> rerotations() const;
+  // Tokens of the context-reconstruction steps (/reconstruction, minor
+  // version 5), of committed steps, in step order; empty for older traces.
+  int64_t n_reconstruction_tokens() const;
+  std::vector<ReconstructionRow> reconstruction_tokens() const;
 
   std::vector<float> oracle_kl(int64_t begin, int64_t end) const;
   std::vector<float> oracle_lost_mass(int64_t step) const;  // L*H

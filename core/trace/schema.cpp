@@ -32,6 +32,7 @@ const char* axis_symbol(Axis axis) {
     case Axis::Stalls: return "X";
     case Axis::Merges: return "Y";
     case Axis::Rerotations: return "Z";
+    case Axis::Reconstruction: return "C";
   }
   return "?";
 }
@@ -49,7 +50,8 @@ bool axis_grows(Axis axis) {
     case Axis::GenBytes:
     case Axis::Stalls:
     case Axis::Merges:
-    case Axis::Rerotations: return true;
+    case Axis::Rerotations:
+    case Axis::Reconstruction: return true;
     default: return false;
   }
 }
@@ -103,7 +105,8 @@ std::vector<DatasetSpec> build_catalogue() {
   col("/tokens/text_bytes", Elem::U8, A::TextBytes, 65536, "byte",
       "concatenated decoded pieces of all tokens");
   // /steps
-  col("/steps/kind", Elem::U8, A::Steps, 4096, "enum", "0 prefill chunk, 1 decode step");
+  col("/steps/kind", Elem::U8, A::Steps, 4096, "enum", "0 prefill chunk, 1 decode step, 2 context-reconstruction step (from 1.5: feeds "
+      "no sequence tokens, n_tokens 0; its tokens are its rows of /reconstruction)");
   col("/steps/first_token", Elem::I32, A::Steps, 4096, "token index",
       "first token fed by the step");
   col("/steps/n_tokens", Elem::I32, A::Steps, 4096, "tokens", "tokens fed by the step");
@@ -225,6 +228,16 @@ std::vector<DatasetSpec> build_catalogue() {
   col("/rerotations/position", Elem::I32, A::Rerotations, 4096, "position",
       "RoPE position the key carries from this step on");
   for (size_t i = merges_begin; i < c.size(); ++i) c[i].since_minor = 4;
+  // /reconstruction (minor version 5): appended with each reconstruction step.
+  const size_t reconstruction_begin = c.size();
+  col("/reconstruction/step", Elem::I32, A::Reconstruction, 4096, "step",
+      "context-reconstruction step (kind 2) that fed the token (rows in step order)");
+  col("/reconstruction/position", Elem::I32, A::Reconstruction, 4096, "position",
+      "RoPE position the token was fed at (from the step's first_token on; positions later "
+      "sequence tokens take again)");
+  col("/reconstruction/id", Elem::I32, A::Reconstruction, 4096, "token id",
+      "vocabulary id of the token (the repeat prompt and the context it reconstructs)");
+  for (size_t i = reconstruction_begin; i < c.size(); ++i) c[i].since_minor = 5;
   // /attention
   c.push_back({"/attention/received/offset", Elem::I64, {A::Steps, A::Layers, A::KvHeads}, 0,
                {-1, 0, 0}, "row", "first row in token/mass of step s, head (l, k)",
@@ -347,6 +360,7 @@ const std::vector<GroupSpec>& group_catalogue() {
       {"/stalls", "reactive fetches of entries the policy did not attend, one row each", 3},
       {"/merges", "entries folded into another as they left (merging policies), one row each", 4},
       {"/rerotations", "cached keys re-rotated to another RoPE position, one row each", 4},
+      {"/reconstruction", "tokens of the context-reconstruction steps (KVzip), one row each", 5},
       {"/attention", "attention statistics, as the capture levels asked"},
       {"/attention/received", "attention mass each cached entry received per step (CSR)"},
       {"/attention/pooled", "block-pooled attention maps per layer and query head"},

@@ -39,8 +39,9 @@ enum class Axis : uint8_t {
   Stalls,        // X: reactive fetches (rows of /stalls)
   Merges,        // Y: entries folded into others (rows of /merges)
   Rerotations,   // Z: keys re-rotated to another RoPE position (rows of /rerotations)
+  Reconstruction,  // C: tokens of context-reconstruction steps (rows of /reconstruction)
 };
-inline constexpr int kAxisCount = 22;
+inline constexpr int kAxisCount = 23;
 const char* axis_symbol(Axis axis);
 bool axis_grows(Axis axis);
 

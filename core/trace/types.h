@@ -14,8 +14,8 @@ namespace kvscope::trace {
 inline constexpr const char* kFormatName = "kvscope-trace";
 inline constexpr int kFormatVersion = 1;  // major: readers refuse other majors
 // Minor: additive changes only. 1: /run gate_names; 2: /series; 3: /stalls, /run tier_attended;
-// 4: /merges, /rerotations.
-inline constexpr int kFormatMinorVersion = 4;
+// 4: /merges, /rerotations; 5: step kind 2 (context reconstruction), /reconstruction.
+inline constexpr int kFormatMinorVersion = 5;
 inline constexpr int kOldestReadableVersion = 1;
 
 // A tier index meaning "not in the cache" (from_tier of an admission, to_tier
@@ -43,7 +43,11 @@ enum class TokenRole : uint8_t {
 inline constexpr int kTokenRoleCount = 5;
 const char* token_role_name(TokenRole role);
 
-enum class StepKind : uint8_t { Prefill = 0, Decode = 1 };
+// Reconstruction (minor version 5): a step of a policy's context-reconstruction
+// pass (KVzip) after the prefill; it feeds no sequence tokens (n_tokens 0,
+// first_token the next sequence token) and its own tokens are the step's rows
+// of /reconstruction.
+enum class StepKind : uint8_t { Prefill = 0, Decode = 1, Reconstruction = 2 };
 const char* step_kind_name(StepKind kind);
 
 struct ModelInfo {
@@ -225,6 +229,14 @@ struct RerotationRow {
   int32_t position = 0;  // the RoPE position the key now carries
 };
 
+// One token a context-reconstruction step fed (minor version 5): not a
+// sequence token; fed at `position` and gone from the cache after the step.
+struct ReconstructionRow {
+  int32_t step = 0;
+  int32_t position = 0;
+  int32_t id = 0;
+};
+
 struct GateValue {
   int32_t gate = 0;  // index into CaptureLayout::gates
   int16_t layer = 0;
@@ -257,7 +269,8 @@ struct StepData {
   std::vector<float> series;
   std::vector<StallRow> stalls;  // reactive fetches of the step, in the order they happened
   std::vector<MergeRow> merges;  // entries folded into others by the step, in order
-  std::vector<RerotationRow> rerotations;  // keys re-rotated by the step, in order
+  std::vector<RerotationRow> rerotations;         // keys re-rotated by the step, in order
+  std::vector<ReconstructionRow> reconstruction;  // a reconstruction step's tokens, in order
   bool has_oracle = false;
   OracleRow oracle;
   std::string generated_text;  // bytes appended to /generation/text_bytes

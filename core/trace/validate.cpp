@@ -42,6 +42,7 @@ class Validator {
     R_ = static_cast<int64_t>(run_.tier_names.size());
     has_stalls_ = opened_.minor_version >= 3;
     has_merges_ = opened_.minor_version >= 4;
+    has_reconstruction_ = opened_.minor_version >= 5;
     specs_ = datasets_for(layout_, R_, opened_.minor_version);
     check_complete_flag();
     measure_growth_axes();
@@ -58,8 +59,9 @@ class Validator {
   RunInfo run_;
   CaptureLayout layout_;
   int64_t R_ = 1;
-  bool has_stalls_ = false;  // minor version 3 and later hold /stalls
-  bool has_merges_ = false;  // minor version 4 and later hold /merges and /rerotations
+  bool has_stalls_ = false;          // minor version 3 and later hold /stalls
+  bool has_merges_ = false;          // minor version 4 and later hold /merges and /rerotations
+  bool has_reconstruction_ = false;  // minor version 5: step kind 2 and /reconstruction
   std::vector<DatasetSpec> specs_;
   AxisSizes sizes_;  // the sizes every dataset must have (complete) or reach (incomplete)
   std::map<std::string, AxisSizes> gate_sizes_;
@@ -228,6 +230,8 @@ class Validator {
       sizes_[Axis::Merges] = committed_rows("/merges/step", S);
       sizes_[Axis::Rerotations] = committed_rows("/rerotations/step", S);
     }
+    if (has_reconstruction_)
+      sizes_[Axis::Reconstruction] = committed_rows("/reconstruction/step", S);
     int64_t b = layout_.pooled_block;
     sizes_[Axis::QueryBlocks] = b > 0 ? (T + b - 1) / b : 0;
     for (const GateSpec& g : layout_.gates) {
@@ -462,6 +466,7 @@ class Validator {
     if (has_stalls_) check_stalls(S, T, L, K);
     if (has_merges_) check_merges(S, T, L, K);
     if (has_merges_) check_rerotations(S, T, L, K);
+    if (has_reconstruction_) check_reconstruction(S);
     int64_t reason = read_scalar<int64_t>("/generation/finish_reason");
     if (reason < 0 || reason > 5)
       add("/generation/finish_reason", "is " + std::to_string(reason) + " (expected 0..5)");
@@ -471,7 +476,7 @@ class Validator {
   }
 
   void check_steps(int64_t S, int64_t T, int64_t E) {
-    check_int_column("/steps/kind", S, 0, 2);
+    check_int_column("/steps/kind", S, 0, has_reconstruction_ ? 3 : 2);
     int64_t expect_token = 0, expect_event = 0;
     bool reported_tokens = false, reported_events = false;
     for (int64_t b = 0; b < S; b += 65536) {
@@ -547,6 +552,52 @@ class Validator {
     check_int_column("/rerotations/token", Z, 0, T);
     check_int_column("/rerotations/position", Z, 0, T);
     check_step_order("/rerotations/step", Z);
+  }
+
+  // Reconstruction rows name committed steps of kind 2 in order, each such
+  // step feeds no sequence token and has rows, at positions counting up from
+  // its first_token, with ids in the vocabulary.
+  void check_reconstruction(int64_t S) {
+    const int64_t C = sizes_[Axis::Reconstruction];
+    check_int_column("/reconstruction/step", C, 0, S);
+    check_int_column("/reconstruction/id", C, 0, run_.model.vocab_size);
+    check_int_column("/reconstruction/position", C, 0, layout_.max_tokens);
+    check_step_order("/reconstruction/step", C);
+    auto kind = read_rows<int64_t>("/steps/kind", 0, S);
+    auto first = read_rows<int64_t>("/steps/first_token", 0, S);
+    auto n = read_rows<int64_t>("/steps/n_tokens", 0, S);
+    auto step = read_rows<int64_t>("/reconstruction/step", 0, C);
+    auto position = read_rows<int64_t>("/reconstruction/position", 0, C);
+    if (kind.size() != size_t(S) || first.size() != size_t(S) || n.size() != size_t(S) ||
+        step.size() != size_t(C) || position.size() != size_t(C))
+      return;  // their own reports
+    std::vector<int64_t> rows(size_t(S), 0);
+    for (int64_t i = 0; i < C; ++i) {
+      const int64_t s = step[size_t(i)];
+      if (s < 0 || s >= S) return;  // reported above
+      if (kind[size_t(s)] != 2) {
+        add("/reconstruction/step", "row " + std::to_string(i) + " names step " +
+                                        std::to_string(s) + ", which is no reconstruction step");
+        return;
+      }
+      if (position[size_t(i)] != first[size_t(s)] + rows[size_t(s)]) {
+        add("/reconstruction/position",
+            "row " + std::to_string(i) + " is at position " + std::to_string(position[size_t(i)]) +
+                " (expected " + std::to_string(first[size_t(s)] + rows[size_t(s)]) + ")");
+        return;
+      }
+      ++rows[size_t(s)];
+    }
+    for (int64_t s = 0; s < S; ++s) {
+      if (kind[size_t(s)] != 2) continue;
+      if (n[size_t(s)] != 0 || rows[size_t(s)] == 0) {
+        add("/steps/n_tokens", "reconstruction step " + std::to_string(s) + " feeds " +
+                                   std::to_string(n[size_t(s)]) + " sequence tokens and " +
+                                   std::to_string(rows[size_t(s)]) +
+                                   " reconstruction tokens (expected 0 and at least 1)");
+        return;
+      }
+    }
   }
 
   // A step column whose rows must come in nondecreasing step order.

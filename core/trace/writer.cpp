@@ -162,6 +162,9 @@ struct TraceWriter::Impl {
   struct RerotationColumns {
     AppendColumn *step, *layer, *kv_head, *token, *position;
   } rerotation_columns{};
+  struct ReconstructionColumns {
+    AppendColumn *step, *position, *id;
+  } reconstruction_columns{};
 
   HeadTokenArray<int32_t> admit, evict;
   std::vector<HeadTokenArray<float>> gate_values;
@@ -510,6 +513,8 @@ struct TraceWriter::Impl {
     rerotation_columns = {&col("/rerotations/step"), &col("/rerotations/layer"),
                           &col("/rerotations/kv_head"), &col("/rerotations/token"),
                           &col("/rerotations/position")};
+    reconstruction_columns = {&col("/reconstruction/step"), &col("/reconstruction/position"),
+                              &col("/reconstruction/id")};
     admit.init(take_dataset("/lifetimes/admit_step"), Elem::I32, L * K, -1);
     evict.init(take_dataset("/lifetimes/evict_step"), Elem::I32, L * K, -1);
     for (const SeriesSpec& sp : layout.series)
@@ -585,6 +590,7 @@ struct TraceWriter::Impl {
     append_stalls(sd.stalls, step);
     append_merges(sd.merges, step);
     append_rerotations(sd.rerotations, step);
+    append_reconstruction(sd, step);
     if (layout.oracle) append_oracle(sd);
     if (!sd.generated_text.empty())
       col("/generation/text_bytes")
@@ -734,6 +740,37 @@ struct TraceWriter::Impl {
       stall_columns.token->push1(s.token);
       stall_columns.wait_s->push1(s.wait_s);
       stall_columns.needed->push1(s.needed);
+    }
+  }
+
+  // A reconstruction step feeds no sequence tokens; its own tokens are rows
+  // of /reconstruction, and only such a step has them.
+  void append_reconstruction(const StepData& sd, int32_t step) {
+    const bool kind = sd.step.kind == StepKind::Reconstruction;
+    if (kind && sd.step.first_token != tokens_appended)
+      fail("/steps/first_token", "a reconstruction step starts at the next sequence token " +
+                                     std::to_string(tokens_appended));
+    if (kind && (sd.step.n_tokens != 0 || sd.reconstruction.empty()))
+      fail("/reconstruction",
+           "a reconstruction step feeds no sequence tokens and at least one "
+           "reconstruction token");
+    if (!kind && !sd.reconstruction.empty())
+      fail("/reconstruction", "step " + std::to_string(step) +
+                                  " carries reconstruction tokens but is no reconstruction step");
+    for (size_t i = 0; i < sd.reconstruction.size(); ++i) {
+      const ReconstructionRow& r = sd.reconstruction[i];
+      if (r.step != step)
+        fail("/reconstruction/step", "row for step " + std::to_string(r.step) +
+                                         " appended in step " + std::to_string(step));
+      if (r.position != sd.step.first_token + int32_t(i))
+        fail("/reconstruction/position", "is " + std::to_string(r.position) + " (expected " +
+                                             std::to_string(sd.step.first_token + int32_t(i)) +
+                                             ")");
+      if (r.id < 0 || r.id >= run.model.vocab_size)
+        fail("/reconstruction/id", "id " + std::to_string(r.id) + " outside the vocabulary");
+      reconstruction_columns.step->push1(r.step);
+      reconstruction_columns.position->push1(r.position);
+      reconstruction_columns.id->push1(r.id);
     }
   }
 

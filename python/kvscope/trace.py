@@ -11,7 +11,7 @@ import pandas as pd
 FORMAT_VERSION = 1  # the major version this package reads
 ROLES = ["prompt", "generated", "needle", "template", "question"]
 EVENT_KINDS = ["admit", "reject", "select", "evict", "demote", "promote"]
-STEP_KINDS = ["prefill", "decode"]
+STEP_KINDS = ["prefill", "decode", "reconstruction"]  # 2: format 1.5
 NO_TIER = 255
 
 

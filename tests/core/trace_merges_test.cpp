@@ -105,7 +105,7 @@ void check_valid(const std::string& path) {
 TEST_CASE("merges round-trip", "[trace][merges]") {
   const std::string path = Merging().write(test::temp_dir() + "/merges.kvtrace.h5", four_steps());
   auto r = TraceReader::open(path);
-  CHECK(r->format_minor_version() == 4);
+  CHECK(r->format_minor_version() == kFormatMinorVersion);
   CHECK(r->n_merges() == 3);
   std::vector<MergeRow> all = four_steps()[2];
   all.push_back(four_steps()[3][0]);

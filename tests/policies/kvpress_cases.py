@@ -21,6 +21,7 @@ class Case:
     decode: int = 0                # decode steps before the kept sets are compared
     by_values: bool = False        # find kvpress's kept entries by their values (keys re-rotated)
     question: int = 0              # FinchPress: a delimiter before the prompt's last `question` tokens
+    runner: Optional[Callable] = None  # (model, ids, press, KVScope's trace) -> (kept, scores)
     tie: Optional[Callable] = None  # (diffs, kvpress scores, Model) -> explained?
     why: str = "near-equal scores (within 1e-4 of the head's largest)"
 
@@ -109,6 +110,29 @@ def ea_stats_press(ratio, name):
     press.mu = torch.stack([t["layers.%d.query_mean" % l] for l in range(L)]).double()
     press.cov = torch.stack([t["layers.%d.query_cov" % l] for l in range(L)]).double()
     return press
+
+
+def global_ties(diffs, scores, model):
+    """KVzip ranks the entries of every layer and head together, so an entry
+    one side keeps may stand for an entry the other keeps in another head:
+    explained when every entry only one side kept scores, in kvpress's own
+    scores, within 1e-4 of the largest score of the whole cache of every entry
+    only the other side kept."""
+    import torch
+    real = torch.cat([s.flatten() for s in scores.values()])
+    scale = float(real.abs().max())
+    a = [float(scores[l][h][p]) for l, h, o, _ in diffs for p in o]
+    b = [float(scores[l][h][p]) for l, h, _, t in diffs for p in t]
+    return bool(a) and bool(b) and max(b) - min(a) <= 1e-4 * scale and max(a) - min(b) <= 1e-4 * scale
+
+
+def kvzip_press(model, chunk):
+    """kvpress's KVzipPress pruning L*K*(n - budget) entries in all (its
+    compression_ratio counts entries of every layer and head together)."""
+    n, L, K = len(model.ids), model.layers, model.kv_heads
+    budget = max(1, n // 4)
+    ratio = (L * K * (n - budget) + 0.5) / (L * K * n)
+    return kvpress.KVzipPress(compression_ratio=ratio, n_sink=4, chunk_size=chunk)
 
 
 def ratio_of(n, keep):
@@ -255,6 +279,18 @@ def cases_for(model_name):
              tie=keeps_window(8), why="KVScope keeps SnapKV's window, which kvpress's entropy gate cut"),
         # Thresholds between the layers' laziness scores on each prompt, so
         # that some layers are lazy and some not.
+        # KVzip: the context-reconstruction pass; one chunk (the default
+        # 2048) and several (32 tokens: kvpress's softmax over sinks + chunk +
+        # repeat, and its repeat prompt with the previous chunk's tail).
+        Case("kvzip", "KVzipPress", lambda b, n: "kvzip:budget=%d,sinks=4" % b,
+             lambda r, m: kvzip_press(m, 2048), sdpa=True, masks=True,
+             runner=lambda *a: __import__("kvpress_check").kvzip_kept(*a), tie=global_ties,
+             why="near-equal scores across heads (within 1e-4 of the largest)"),
+        Case("kvzip_chunked", "KVzipPress(chunk_size=%d)" % chunk,
+             lambda b, n: "kvzip:budget=%d,sinks=4,chunk=%d" % (b, chunk),
+             lambda r, m: kvzip_press(m, chunk), sdpa=True, masks=True,
+             runner=lambda *a: __import__("kvpress_check").kvzip_kept(*a), tie=global_ties,
+             why="near-equal scores across heads (within 1e-4 of the largest)"),
         Case("simlayerkv", "SimLayerKVPress",
              lambda b, n: "simlayerkv:threshold=%g,recent=%d,initial=4,last=1" % (lazy, recent),
              lambda r, m: P.SimLayerKVPress(lazy_threshold=lazy, n_recent=recent, n_initial=4, n_last=1)),

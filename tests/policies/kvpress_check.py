@@ -103,10 +103,13 @@ class Model:
             prompt = int((f["tokens/role"][:] != 1).sum())
             L, K = int(f["run"].attrs["n_layers"]), int(f["run"].attrs["n_kv_heads"])
             kind, step = f["events/kind"][:], f["events/step"][:]
+            # Steps before the first decode step: the prefill and a policy's
+            # context-reconstruction steps (kind 2, format 1.5).
+            first_decode = int((f["steps/kind"][:] != 1).sum())
             layer, head, token = f["events/layer"][:], f["events/kv_head"][:], f["events/token"][:]
         kept = [[set() for _ in range(K)] for _ in range(L)]
         for k, s, l, h, t in zip(kind, step, layer, head, token):
-            if s > decode:
+            if s >= first_decode + decode:
                 continue
             if k == 0:
                 kept[l][h].add(int(t))
@@ -319,6 +322,75 @@ def kvpress_kept(model, ids, press, masks=False, decode=0, by_values=None, quest
     return kept, scores
 
 
+class _FixedTokenizer:
+    """What KVzipPress asks of a tokenizer, answered with the ids KVScope fed
+    (the stories260K tokenizer is llama2.c's, which transformers cannot load)."""
+    chat_template = None
+
+    def __init__(self, table):
+        self.table = table
+
+    def encode(self, text, return_tensors=None, add_special_tokens=False):
+        return torch.tensor([self.table[text]], dtype=torch.long).reshape(1, -1)
+
+
+def kvzip_kept(model, ids, press, trace):
+    """KVzipPress's kept positions after its reconstruction pass (it masks:
+    masked_key_indices) and its scores [K, T] per layer. Its repeat prompts are
+    tokenized as KVScope tokenized them: the trace's /reconstruction rows are,
+    per chunk, prompt + (the previous chunk's tail) + suffix + the chunk."""
+    import types
+    import kvpress.presses.kvzip_press as kz
+    from transformers import DynamicCache
+    with h5py.File(trace, "r") as f:
+        rstep, rid = f["reconstruction/step"][:], f["reconstruction/id"][:]
+    fed = [[int(t) for t in rid[rstep == s]] for s in sorted(set(rstep.tolist()))]
+    n, chunk = len(ids), press.chunk_size
+    pieces = [ids[s:s + chunk] for s in range(0, n, chunk)]
+    assert len(fed) == len(pieces), "KVScope fed %d chunks, kvpress makes %d" % (len(fed), len(pieces))
+    heads = [f[:len(f) - len(p)] for f, p in zip(fed, pieces)]
+    assert all(f[len(f) - len(p):] == p for f, p in zip(fed, pieces)), "a chunk does not end with its context"
+    first = "\n\nRepeat the previous context exactly."
+    nxt = "\n\nRepeat the part of the previous context exactly, starting with"
+    table = {"": [], "\n": [], first: heads[0]}
+    if len(heads) > 1:  # heads[1] = Q1 + tail + S, heads[0] = Q0 + S: find |S|
+        tail = pieces[0][-8:]
+        s = next(s for s in range(len(heads[0]) + 1)
+                 if heads[1][len(heads[1]) - s - len(tail):len(heads[1]) - s] == tail
+                 and heads[0][len(heads[0]) - s:] == heads[1][len(heads[1]) - s:])
+        table = {"": [], "\n": heads[0][len(heads[0]) - s:], first: heads[0][:len(heads[0]) - s],
+                 nxt: heads[1][:len(heads[1]) - s - len(tail)]}
+    recorded = []
+    original = press.compress_post
+
+    def compress_post(m):
+        recorded.append(press.score_val[:, 0].detach().double().clone())  # [L, K, T], before the sinks
+        original(m)
+
+    press.compress_post = compress_post
+    saved = kz.AutoTokenizer
+    kz.AutoTokenizer = types.SimpleNamespace(from_pretrained=lambda *a, **k: _FixedTokenizer(table))
+    try:
+        x = torch.tensor(ids, dtype=torch.long).unsqueeze(0)
+        with torch.no_grad(), press(model):
+            model(input_ids=x, past_key_values=DynamicCache(config=model.config), use_cache=True)
+    finally:
+        kz.AutoTokenizer = saved
+        del press.compress_post
+    L, K = len(model.model.layers), model.config.num_key_value_heads
+    kept = []
+    for l in range(L):
+        attn = model.model.layers[l].self_attn
+        _, hh, ss = attn.masked_key_indices
+        attn.masked_key_indices = None
+        gone = [set() for _ in range(K)]
+        for h, s in zip(hh.tolist(), ss.tolist()):
+            gone[h].add(int(s))
+        kept.append([set(range(n)) - gone[h] for h in range(K)])
+    scores = {l: recorded[0][l] for l in range(L)}
+    return kept, scores
+
+
 def near_ties(scores, diffs, tolerance=TIE_TOLERANCE):
     """The default tie rule (module docstring)."""
     for l, h, only_ours, only_theirs in diffs:
@@ -350,13 +422,16 @@ def run_case(model, case):
     n = len(model.ids)
     budget = case.budget(n)
     spec = case.spec(budget, n)
-    ids, ours, _ = model.capture(case.name, spec, case.decode)
+    ids, ours, trace = model.capture(case.name, spec, case.decode)
     assert ids[:n] == model.ids, "the prompt differs between captures"
     oracle = model.float64() if case.float64 else (model.sdpa if case.sdpa else model.eager)
     torch.manual_seed(case.seed)
     press = case.press(ratio_for(n, budget), model)
-    theirs, scores = kvpress_kept(oracle, ids, press, masks=case.masks, decode=case.decode,
-                                  by_values=ours if case.by_values else None, question=case.question)
+    if case.runner:
+        theirs, scores = case.runner(oracle, ids, press, trace)
+    else:
+        theirs, scores = kvpress_kept(oracle, ids, press, masks=case.masks, decode=case.decode,
+                                      by_values=ours if case.by_values else None, question=case.question)
     L, K = len(ours), len(ours[0])
     same = sum(ours[l][h] == theirs[l][h] for l in range(L) for h in range(K))
     diffs = [(l, h, sorted(ours[l][h] - theirs[l][h]), sorted(theirs[l][h] - ours[l][h]))

@@ -2,6 +2,10 @@
 // capture/policy/policies/ and listed in builtin.cpp.
 #pragma once
 
+#include <array>
+#include <cstdint>
+#include <vector>
+
 #include "capture/policy/registry.h"
 
 namespace kvscope::policy {
@@ -42,6 +46,13 @@ PolicyDescriptor cap_descriptor();
 PolicyDescriptor expected_attention_stats_descriptor();
 PolicyDescriptor dms_descriptor();
 PolicyDescriptor finch_descriptor();
+PolicyDescriptor kvzip_descriptor();
+// KVzip's selection (kvzip.cpp), for the unit test: scores [L][K][T] with the
+// sinks already lifted; the (layer, kv head, position) to evict, lowest first
+// (ties: the older position, then the lower layer and head).
+std::vector<std::array<int32_t, 3>> kvzip_evictions(const std::vector<float>& scores, int64_t L,
+                                                    int64_t K, int64_t T, int64_t budget,
+                                                    bool layerwise);
 
 // Per-head scorers the policies above are built from (capture/policy/scorer.h).
 struct ScorerDescriptor;

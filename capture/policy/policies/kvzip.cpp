@@ -1,0 +1,211 @@
+// kvzip: KVzip (Kim et al., "KVzip: Query-Agnostic KV Cache Compression with
+// Context Reconstruction", 2025; kvpress KVzipPress). After the prefill the
+// model is asked to repeat its context: a reconstruction pass feeds
+//   "\n\nRepeat the previous context exactly." + "\n" + context
+// (chunked: later chunks ask to "Repeat the part of the previous context
+// exactly, starting with" + the previous chunk's last 8 tokens) over the
+// cache. Each context entry's score is the largest attention weight any
+// reconstruction query of its kv head's group puts on it,
+//   s(l, h, j) = max over queries i and query heads g of h of p_lgi(j),
+// with p the softmax over the attention sinks, the chunk being reconstructed
+// and the repeat tokens (kvpress's chunked scoring; the whole cache when one
+// chunk holds the context). The first `sinks` positions score above all;
+// the L*K*(T - budget) lowest scores over all layers and heads are evicted
+// (layerwise=true: K*(T - budget) per layer), so heads keep unequal budgets.
+// The engine runs the pass (Policy::reconstruction, StepDriver side steps);
+// the pass's own entries never stay. docs/policies/kvzip.md
+#include <algorithm>
+#include <vector>
+
+#include "capture/policy/policies/descriptors.h"
+#include "capture/tokenizer/tokenizer.h"
+#include "core/common/input_error.h"
+
+namespace kvscope::policy {
+
+namespace {
+
+// kvpress's repeat prompts and its tail of the previous chunk.
+constexpr const char* kFirstPrompt = "\n\nRepeat the previous context exactly.";
+constexpr const char* kNextPrompt =
+    "\n\nRepeat the part of the previous context exactly, starting with";
+constexpr const char* kSuffix = "\n";  // kvpress's suffix for a model without a chat template
+constexpr int64_t kPreviousTail = 8;
+
+struct Scored {
+  float score;
+  int32_t layer, head, pos;
+};
+
+// Evicted first: the lower score, then the older position, then the lower
+// layer and head.
+bool evict_before(const Scored& a, const Scored& b) {
+  if (a.score != b.score) return a.score < b.score;
+  if (a.pos != b.pos) return a.pos < b.pos;
+  return a.layer != b.layer ? a.layer < b.layer : a.head < b.head;
+}
+
+}  // namespace
+
+// The selection, apart for the unit test: scores [L][K][T] (sinks already
+// lifted); returns the (layer, head, position) to evict, in eviction order.
+std::vector<std::array<int32_t, 3>> kvzip_evictions(const std::vector<float>& scores, int64_t L,
+                                                    int64_t K, int64_t T, int64_t budget,
+                                                    bool layerwise) {
+  std::vector<std::array<int32_t, 3>> out;
+  if (budget >= T) return out;
+  auto collect = [&](int64_t l0, int64_t l1, int64_t n_evict) {
+    std::vector<Scored> all;
+    for (int64_t l = l0; l < l1; ++l)
+      for (int64_t h = 0; h < K; ++h)
+        for (int64_t p = 0; p < T; ++p)
+          all.push_back({scores[size_t((l * K + h) * T + p)], int32_t(l), int32_t(h), int32_t(p)});
+    std::partial_sort(all.begin(), all.begin() + n_evict, all.end(), evict_before);
+    for (int64_t i = 0; i < n_evict; ++i)
+      out.push_back({all[size_t(i)].layer, all[size_t(i)].head, all[size_t(i)].pos});
+  };
+  if (layerwise)
+    for (int64_t l = 0; l < L; ++l) collect(l, l + 1, K * (T - budget));
+  else
+    collect(0, L, L * K * (T - budget));
+  return out;
+}
+
+namespace {
+
+class KvzipPolicy : public Policy {
+ public:
+  KvzipPolicy(int64_t budget, int64_t sinks, int64_t chunk, int64_t prefix, bool layerwise)
+      : budget_(budget), sinks_(sinks), chunk_(chunk), prefix_(prefix), layerwise_(layerwise) {}
+
+  std::vector<std::string> reason_names() const override {
+    return {"new token", "lowest context-reconstruction attention"};
+  }
+  std::vector<trace::GateSpec> gates() const override {
+    return {{"kvzip",
+             "KVzip score: the largest attention weight a context-reconstruction query of the "
+             "head's group put on the entry (sinks: above every score)",
+             "probability"}};
+  }
+  cache::StatsNeeds stats_needs() const override {
+    cache::StatsNeeds n;
+    n.peak = true;
+    return n;
+  }
+  std::string budget_kind() const override { return layerwise_ ? "layer" : "global"; }
+  int64_t budget() const override {
+    if (!setup_.model) return budget_;
+    return budget_ * setup_.model->n_kv_heads * (layerwise_ ? 1 : setup_.model->n_layers);
+  }
+  std::vector<PartKind> kinds() const override { return {PartKind::Eviction}; }
+  std::string describe() const override {
+    return "context reconstruction after the prefill (" + std::to_string(chunk_) +
+           "-token chunks), max attention per entry, " +
+           (layerwise_ ? "K*budget per layer" : "L*K*budget over all layers and heads");
+  }
+
+  bool reconstructs() const override { return true; }
+  std::vector<ReconstructionChunk> reconstruction(
+      const std::vector<int32_t>& prompt, const tokenizer::Tokenizer* tokenizer) const override {
+    const int64_t T = int64_t(prompt.size());
+    if (prefix_ >= T)
+      throw InputError("--policy", "kvzip:prefix",
+                       "'" + std::to_string(prefix_) + "' is outside [0, " + std::to_string(T - 1) +
+                           "] (the prompt has " + std::to_string(T) +
+                           " tokens and the context after the prefix cannot be empty)");
+    if (!tokenizer)
+      throw InputError("--policy", "kvzip",
+                       "the context-reconstruction prompt needs the model's tokenizer");
+    const std::vector<int32_t> first = tokenizer->encode(kFirstPrompt, false),
+                               next = tokenizer->encode(kNextPrompt, false),
+                               suffix = tokenizer->encode(kSuffix, false);
+    std::vector<ReconstructionChunk> chunks;
+    for (int64_t start = prefix_; start < T; start += chunk_) {
+      const int64_t end = std::min(T, start + chunk_);
+      ReconstructionChunk c;
+      c.ids = start == prefix_ ? first : next;
+      if (start > prefix_)  // the previous chunk's last tokens
+        c.ids.insert(c.ids.end(),
+                     prompt.begin() + std::max({prefix_, start - kPreviousTail, start - chunk_}),
+                     prompt.begin() + start);
+      c.ids.insert(c.ids.end(), suffix.begin(), suffix.end());
+      c.ids.insert(c.ids.end(), prompt.begin() + start, prompt.begin() + end);
+      c.softmax_keys = {{0, std::min(sinks_, start)}, {start, end}};
+      chunks.push_back(std::move(c));
+      windows_.push_back({start, end});
+    }
+    return chunks;
+  }
+
+  void setup(const PolicySetup& s) override {
+    Policy::setup(s);
+    T_ = s.prompt_tokens;
+    scores_.assign(size_t(s.model->n_layers * s.model->n_kv_heads * T_), 0.0f);
+  }
+
+  void after_attention(LayerContext& c) override {
+    if (c.reconstruction < 0) return;
+    const auto& [start, end] = windows_.at(size_t(c.reconstruction));
+    const int64_t K = c.cache.n_kv_heads();
+    for (int64_t h = 0; h < K; ++h) {
+      const std::vector<float>& peak = c.stats.peak[size_t(h)];
+      float* row = scores_.data() + (c.layer * K + h) * T_;
+      for (int64_t p = start; p < end; ++p) row[p] = peak[size_t(p)];
+    }
+  }
+
+  void end_step(StepContext& c) override {
+    if (c.reconstruction < 0 || c.reconstruction != c.reconstruction_chunks - 1) return;
+    const int64_t L = c.cache.n_layers(), K = c.cache.n_kv_heads();
+    // Sinks: above every score (kvpress: the largest score + 1).
+    float top = 0;
+    for (float s : scores_) top = std::max(top, s);
+    for (int64_t i = 0; i < L * K; ++i)
+      for (int64_t p = 0; p < std::min(sinks_, T_); ++p) scores_[size_t(i * T_ + p)] = top + 1.0f;
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t h = 0; h < K; ++h)
+        for (int64_t p = 0; p < T_; ++p)
+          c.decide.gate(0, l, h, p, scores_[size_t((l * K + h) * T_ + p)], false);
+    for (const auto& e : kvzip_evictions(scores_, L, K, T_, budget_, layerwise_))
+      c.decide.evict(e[0], e[1], e[2], scores_[size_t((e[0] * K + e[1]) * T_ + e[2])], 1);
+  }
+
+ private:
+  int64_t budget_, sinks_, chunk_, prefix_;
+  bool layerwise_;
+  int64_t T_ = 0;
+  std::vector<float> scores_;                                 // [L][K][T]
+  mutable std::vector<std::pair<int64_t, int64_t>> windows_;  // per chunk: the context it scores
+};
+
+}  // namespace
+
+PolicyDescriptor kvzip_descriptor() {
+  return {"kvzip",
+          "score each context entry by the attention it gets while the model repeats the "
+          "context (a second forward pass after the prefill); evict the lowest over all heads",
+          "Kim et al., KVzip: Query-Agnostic KV Cache Compression with Context Reconstruction, "
+          "2025 (kvpress KVzipPress)",
+          "docs/policies/kvzip.md",
+          {{"budget", ParamType::Int, "256",
+            "entries kept per (layer, kv head) on average: L*K*budget in all (a fraction of the "
+            "prompt: budget=0.25)",
+            1},
+           {"sinks", ParamType::Int, "4", "first positions never evicted (kvpress n_sink)", 0},
+           {"chunk", ParamType::Int, "2048",
+            "context tokens reconstructed per forward step (kvpress chunk_size)", 1},
+           {"prefix", ParamType::Int, "0",
+            "tokens at the prompt's start that are not context (kvpress: the chat template's "
+            "prefix); never reconstructed, scored 0",
+            0},
+           {"layerwise", ParamType::Bool, "false",
+            "each layer keeps K*budget (kvpress layerwise) instead of one ranking over all "
+            "layers"}},
+          [](const Params& p) -> std::unique_ptr<Policy> {
+            return std::make_unique<KvzipPolicy>(p.get_int("budget"), p.get_int("sinks"),
+                                                 p.get_int("chunk"), p.get_int("prefix"),
+                                                 p.get_bool("layerwise"));
+          }};
+}
+
+}  // namespace kvscope::policy
