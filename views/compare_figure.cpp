@@ -45,6 +45,7 @@ std::shared_ptr<CompareFigure> CompareFigure::load(TraceData& a, TraceData& b,
               QString::fromStdString(rb.run().policy) + ")";
   f->layer = sel.layer;
   f->kv_head = sel.kv_head();
+  f->spans = task_spans(a.basics().tokens);
   f->layers = ra.n_layers();
   f->kv_heads = ra.n_kv_heads();
   f->steps_a = ra.n_steps();
@@ -113,6 +114,8 @@ void CompareFigure::paint_tokens(QPainter& p, const QRectF& r) const {
     if (n[best] == 0) best = 0;
     p.fillRect(QRectF(r.left() + x, r.top(), 1.01, r.height()), diff_color(uint8_t(best)));
   }
+  paint_task_spans(p, r, plot::Map{0, double(std::max<int64_t>(1, T)), r.left(), r.right()},
+                   Qt::Horizontal, spans);
   plot::x_axis(p, r, 0, double(T), "token (current head)");
 }
 
@@ -179,6 +182,7 @@ void CompareFigure::paint(QPainter& p, const QRectF& area) const {
     int64_t n = std::count(tokens.begin(), tokens.end(), d);
     legend.push_back(legend_box(QString("%1: %2 tokens").arg(names[d]).arg(n), diff_color(d)));
   }
+  add_task_legend(legend, spans);
   QRectF top_area = area.adjusted(8, 36, -8, -8);
   double lh = legend_height(legend, top_area.width());
   paint_legend_rows(p, QRectF(top_area.left(), top_area.top(), top_area.width(), lh), legend);

@@ -11,6 +11,7 @@
 #include "core/analysis/trace_diff.h"
 #include "views/current_state.h"
 #include "views/figure.h"
+#include "views/task_marks.h"
 #include "views/trace_data.h"
 
 namespace kvscope::views {
@@ -37,6 +38,9 @@ class CompareFigure : public Figure {
   void paint_tokens(QPainter& p, const QRectF& r) const;
   void paint_budget(QPainter& p, const QRectF& r) const;
   void paint_diff_bar(QPainter& p, const QRectF& r) const;
+
+ public:
+  TaskSpans spans;  // needle and question tokens of A
 };
 
 }  // namespace kvscope::views

@@ -98,15 +98,12 @@ void draw_marker(QPainter& p, const QPointF& c, int marker, double r) {
       p.drawLine(c + QPointF(-r, -r), c + QPointF(r, r));
       p.drawLine(c + QPointF(-r, r), c + QPointF(r, -r));
       break;
-    case 3:
-      p.drawRect(QRectF(c.x() - r * 0.85, c.y() - r * 0.85, r * 1.7, r * 1.7));
-      break;
+    case 3: p.drawRect(QRectF(c.x() - r * 0.85, c.y() - r * 0.85, r * 1.7, r * 1.7)); break;
     case 4:
       p.drawPolygon(QPolygonF({c + QPointF(0, -r * 1.2), c + QPointF(r, 0), c + QPointF(0, r * 1.2),
                                c + QPointF(-r, 0)}));
       break;
-    default:
-      p.drawEllipse(c, r, r);
+    default: p.drawEllipse(c, r, r);
   }
 }
 

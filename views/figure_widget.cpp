@@ -100,6 +100,9 @@ void FigureWidget::contextMenuEvent(QContextMenuEvent* event) {
       ->setEnabled(bool(figure_));
   menu.addAction("Export data (CSV)…", this, &FigureWidget::export_csv_dialog)
       ->setEnabled(bool(figure_));
+  menu.addSeparator();
+  menu.addAction("Maximise / restore this view (Ctrl+M)", this,
+                 [this] { emit maximiseRequested(name_); });
   menu.exec(event->globalPos());
 }
 

@@ -33,6 +33,9 @@ class FigureWidget : public QWidget, public StateObserver {
   void export_to(const QString& path, const ExportOptions& options) const;
 
  signals:
+  // The user asked to see this view alone in the window (context menu), or
+  // to bring the other views back.
+  void maximiseRequested(QString view);
   void figureLoaded();
   void loadFailed(QString error);
 

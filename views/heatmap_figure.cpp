@@ -1,10 +1,17 @@
 #include "views/heatmap_figure.h"
 
+#include "views/task_marks.h"
+
 #include <QPainterPath>
 #include <algorithm>
 #include <cmath>
 
 namespace kvscope::views {
+
+namespace {
+// Keys the policy does not hold at the step: the strip above the map.
+const QColor kNotHeldColor{70, 70, 70};
+}  // namespace
 
 namespace {
 
@@ -34,6 +41,7 @@ std::shared_ptr<HeatmapFigure> HeatmapFigure::load(TraceData& data, const Select
   const TraceBasics& b = data.basics();
   f->n_tokens = b.n_tokens;
   f->token_text = texts_of(data);
+  f->spans = task_spans(b.tokens);
   f->set_step_state(data, sel.step);
   int dense = options.prefer_dense ? analysis::dense_index_of(r, f->layer, f->head) : -1;
   if (dense >= 0) {
@@ -230,9 +238,14 @@ void HeatmapFigure::paint_evicted(QPainter& p, const QRectF& plot) const {
     if (run_level <= 0) return;
     QRectF r(plot.left() + run_start, plot.top(), end - run_start, plot.height());
     p.fillRect(r, QColor(255, 255, 255, 20 + run_level * 12));
+    // The strip above the plot: opaque, white to dark grey by the share not
+    // held (an alpha vermillion read differently in PNG and PDF and took the
+    // needle's colour).
+    double share = run_level / 8.0;
     p.fillRect(QRectF(r.left(), plot.top() - 6, r.width(), 5),
-               QColor(palette::kVermillion.red(), palette::kVermillion.green(),
-                      palette::kVermillion.blue(), 60 + run_level * 24));
+               QColor(int(255 + share * (kNotHeldColor.red() - 255)),
+                      int(255 + share * (kNotHeldColor.green() - 255)),
+                      int(255 + share * (kNotHeldColor.blue() - 255))));
   };
   for (int x = 0; x <= cols; ++x) {
     int level = x < cols ? int(std::lround(share_at(x) * 8)) : -2;
@@ -308,6 +321,18 @@ void HeatmapFigure::paint(QPainter& p, const QRectF& area) const {
                       QPointF(fr.plot.right(), my(double(step_token_end)))));
   }
   p.restore();
+  // The task's needle and question on both token axes.
+  plot::Map mkey{viewport_.left(), viewport_.right(), fr.plot.left(), fr.plot.right()};
+  paint_task_spans(p, fr.plot, mkey, Qt::Horizontal, spans);
+  paint_task_spans(p, fr.plot, my, Qt::Vertical, spans);
+  // The key under the colour bar: what the marks outside the colour scale mean.
+  std::vector<LegendEntry> key;
+  if (options_.show_evicted && n_tokens > 0 && not_held_prefix_.back() > 0)
+    key.push_back(legend_box("not held", kNotHeldColor));
+  for (LegendEntry& e : task_legend_short(spans)) key.push_back(std::move(e));
+  double key_h = legend_column_height(key);
+  paint_legend_column(p, QPointF(fr.colorbar.left() - 4, fr.colorbar.bottom() - key_h + 8),
+                      area.right() - fr.colorbar.left(), key);
   bool zoomed =
       fr.plot.width() / viewport_.width() >= 9 || fr.plot.height() / viewport_.height() >= 9;
   if (zoomed) {
@@ -319,7 +344,7 @@ void HeatmapFigure::paint(QPainter& p, const QRectF& area) const {
     plot::axes(p, fr.plot, viewport_.left(), viewport_.right(), viewport_.top(), viewport_.bottom(),
                "key token", "query token", true);
   }
-  plot::colorbar(p, fr.colorbar, scale(),
+  plot::colorbar(p, fr.colorbar.adjusted(0, 0, 0, -key_h), scale(),
                  dense_index >= 0 ? "attention weight"
                                   : (options_.use_max ? "max attention" : "mean attention"));
 }

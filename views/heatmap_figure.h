@@ -16,6 +16,7 @@
 #include "core/analysis/attention_lod.h"
 #include "views/current_state.h"
 #include "views/figure.h"
+#include "views/task_marks.h"
 #include "views/trace_data.h"
 
 namespace kvscope::views {
@@ -84,6 +85,7 @@ class HeatmapFigure : public Figure {
   QString source_note;
   std::vector<uint8_t> key_held;  // per token at the step
   std::shared_ptr<const std::vector<QString>> token_text;
+  TaskSpans spans;  // needle and question tokens
 
  private:
   void set_step_state(TraceData& data, int64_t step);

@@ -37,8 +37,10 @@ class OverviewFigure : public Figure {
   std::vector<float> values;            // L*H metric values
   std::vector<std::vector<int>> order;  // per layer: heads, best first
 
- private:
+  // The grid of cells within a figure area.
   QRectF grid(const QRectF& area) const;
+
+ private:
   QRectF cell(const QRectF& grid, int layer, int column) const;
   void paint_axes(QPainter& p, const QRectF& grid) const;
 };

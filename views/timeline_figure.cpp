@@ -52,6 +52,7 @@ std::shared_ptr<TimelineFigure> TimelineFigure::load(TraceData& data, const Sele
   const TraceBasics& b = data.basics();
   f->n_steps = b.n_steps;
   f->n_tokens = b.n_tokens;
+  f->spans = task_spans(b.tokens);
   f->n_layers = r.n_layers();
   f->n_kv_heads = r.n_kv_heads();
   f->step = std::clamp<int64_t>(sel.step, 0, std::max<int64_t>(0, b.n_steps - 1));
@@ -368,6 +369,7 @@ std::vector<LegendEntry> TimelineFigure::legend_entries(bool compact) const {
                                 timeline_class_color(cls, cls.rejected()));
                    }});
   add_mark_legend(out, mark_kinds, compact);
+  add_task_legend(out, spans);
   return out;
 }
 
@@ -424,6 +426,7 @@ void TimelineFigure::paint(QPainter& p, const QRectF& area) const {
                  QPointF(l.plot.right(), my(selected_token + 0.5)));
     }
     p.restore();
+    paint_task_spans(p, l.plot, my, Qt::Vertical, spans);
     plot::axes(p, l.plot, viewport_.left(), viewport_.right(), viewport_.top(), viewport_.bottom(),
                "step", "token", true);
     paint_legend_rows(p, l.legend, legend_entries(l.compact));
@@ -436,6 +439,13 @@ void TimelineFigure::paint(QPainter& p, const QRectF& area) const {
                   .arg(step));
   if (counts.empty()) return plot::message(p, fr.plot, "no tokens yet");
   paint_layers(p, fr.plot, scale);
+  paint_task_spans(p, fr.plot,
+                   plot::Map{viewport_.left(), viewport_.right(), fr.plot.left(), fr.plot.right()},
+                   Qt::Horizontal, spans);
+  std::vector<LegendEntry> key = task_legend_short(spans);
+  double key_h = legend_column_height(key);
+  paint_legend_column(p, QPointF(fr.colorbar.left() - 4, fr.colorbar.bottom() - key_h + 8),
+                      area.right() - fr.colorbar.left(), key);
   // Layers are rows: their numbers sit at the row centres (-0.5 .. L-0.5).
   if (fr.plot.width() / viewport_.width() >= 9) {  // token strings as columns, as in the paper
     p.setPen(Qt::black);
@@ -451,7 +461,8 @@ void TimelineFigure::paint(QPainter& p, const QRectF& area) const {
   ColorScale cs;
   cs.lo = 0;
   cs.hi = float(std::max<int64_t>(1, n_kv_heads));
-  plot::colorbar(p, fr.colorbar, cs, QString("kv heads holding (of %1)").arg(n_kv_heads));
+  plot::colorbar(p, fr.colorbar.adjusted(0, 0, 0, -key_h), cs,
+                 QString("kv heads holding (of %1)").arg(n_kv_heads));
 }
 
 void TimelineFigure::paint_token_columns(QPainter& p, const QRectF& plot) const {

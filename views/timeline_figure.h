@@ -14,6 +14,7 @@
 #include "core/analysis/lifetimes.h"
 #include "views/current_state.h"
 #include "views/figure.h"
+#include "views/task_marks.h"
 #include "views/tier_marks.h"
 #include "views/trace_data.h"
 
@@ -72,6 +73,7 @@ class TimelineFigure : public Figure {
   std::vector<uint16_t> counts;                        // layers mode: L x T
   std::vector<int32_t> fed_step;                       // layers mode: the step that fed token t
   std::shared_ptr<const std::vector<QString>> token_text;
+  TaskSpans spans;  // needle and question tokens
 
  private:
   // The raster's cells: data window [s0, s1) x [t0, t1) as w x h image

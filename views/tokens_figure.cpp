@@ -1,5 +1,7 @@
 #include "views/tokens_figure.h"
 
+#include "views/task_marks.h"
+
 #include <QFontMetricsF>
 #include <algorithm>
 #include <cmath>
@@ -12,6 +14,21 @@ namespace {
 constexpr double kMinLine = 18, kPad = 8;
 QFont token_font() {
   return plot::font(9);
+}
+
+// Needle tokens bold, generated ones italic: laid out in the font they are
+// drawn in, or a bold needle overruns its box into the next token.
+QFont token_font(uint8_t role) {
+  QFont f = token_font();
+  f.setItalic(role == uint8_t(trace::TokenRole::Generated));
+  f.setBold(role == uint8_t(trace::TokenRole::Needle));
+  return f;
+}
+
+QColor role_underline(uint8_t role) {
+  if (role == uint8_t(trace::TokenRole::Needle)) return kNeedleColor;
+  if (role == uint8_t(trace::TokenRole::Question)) return kQuestionColor;
+  return {};
 }
 
 QString display(const QString& s) {
@@ -92,12 +109,17 @@ void TokensFigure::layout(double width, QPaintDevice* device) const {
   layout_width_ = width;
   layout_dpi_ = dpi;
   QFontMetricsF fm(token_font(), device);
+  QFontMetricsF bold(token_font(uint8_t(trace::TokenRole::Needle)), device);
+  QFontMetricsF italic(token_font(uint8_t(trace::TokenRole::Generated)), device);
   const double line = std::max(kMinLine, std::ceil(fm.height()) + 4);
   boxes_.resize(text.size());
   double x = kPad, y = kPad;
   for (size_t t = 0; t < text.size(); ++t) {
     QString s = display(text[t]);
-    double w = fm.horizontalAdvance(s) + 2;
+    const QFontMetricsF& m = role[t] == uint8_t(trace::TokenRole::Needle)      ? bold
+                             : role[t] == uint8_t(trace::TokenRole::Generated) ? italic
+                                                                               : fm;
+    double w = m.horizontalAdvance(s) + 2;
     if (x + w > width - kPad && x > kPad) {
       x = kPad;
       y += line;
@@ -112,13 +134,38 @@ void TokensFigure::layout(double width, QPaintDevice* device) const {
   height_ = y + line + kPad;
 }
 
+std::vector<LegendEntry> TokensFigure::key() const {
+  std::vector<LegendEntry> out;
+  auto has = [&](trace::TokenRole r) {
+    return std::find(role.begin(), role.end(), uint8_t(r)) != role.end();
+  };
+  if (has(trace::TokenRole::Needle))
+    out.push_back(legend_box("needle (bold, underlined)", kNeedleColor));
+  if (has(trace::TokenRole::Question))
+    out.push_back(legend_box("question (underlined)", kQuestionColor));
+  if (has(trace::TokenRole::Generated))
+    out.push_back({"generated (italic)", [](QPainter& p, const QRectF& r) {
+                     QFont f = token_font(uint8_t(trace::TokenRole::Generated));
+                     p.setFont(f);
+                     p.setPen(Qt::black);
+                     p.drawText(r, Qt::AlignCenter, "ab");
+                   }});
+  return out;
+}
+
+QRectF TokensFigure::body(const QRectF& area) const {
+  std::vector<LegendEntry> styles = key();
+  double h = styles.empty() ? 0 : legend_height(styles, area.width() - 16) + 4;
+  return area.adjusted(0, 34 + h, 0, 0);
+}
+
 double TokensFigure::content_height(double width) const {
   layout(width, nullptr);
   return height_;
 }
 
 int64_t TokensFigure::token_at(const QRectF& area, const QPointF& point) const {
-  QRectF body = area.adjusted(0, 34, 0, 0);
+  QRectF body = this->body(area);
   layout(body.width(), nullptr);
   QPointF c(point.x() - body.left(), point.y() - body.top() + scroll);
   auto it = std::lower_bound(boxes_.begin(), boxes_.end(), c.y(),
@@ -158,7 +205,13 @@ QString TokensFigure::tooltip(int64_t t) const {
 void TokensFigure::paint(QPainter& p, const QRectF& area) const {
   plot::title(p, QRectF(area.left(), area.top(), area.width(), 30), title(),
               coloring == TokenColoring::Score ? gate_name : QString());
-  QRectF body = area.adjusted(0, 34, 0, 0);
+  QRectF body = this->body(area);
+  std::vector<LegendEntry> styles = key();
+  if (!styles.empty())
+    paint_legend_rows(
+        p,
+        QRectF(area.left() + 8, area.top() + 32, area.width() - 16, body.top() - area.top() - 34),
+        styles);
   layout(body.width(), p.device());
   ColorScale cs;
   cs.map = ColorMapId::Viridis;
@@ -175,11 +228,10 @@ void TokensFigure::paint(QPainter& p, const QRectF& area) const {
     p.fillRect(box, bg);
     bool dark = !std::isnan(v) && v < 0.55;
     p.setPen(dark ? Qt::white : Qt::black);
-    QFont font = token_font();
-    font.setItalic(role[size_t(t)] == uint8_t(trace::TokenRole::Generated));
-    font.setBold(role[size_t(t)] == uint8_t(trace::TokenRole::Needle));
-    p.setFont(font);
+    p.setFont(token_font(role[size_t(t)]));
     p.drawText(box, Qt::AlignCenter, display(text[size_t(t)]));
+    if (QColor u = role_underline(role[size_t(t)]); u.isValid())
+      p.fillRect(QRectF(box.left(), box.bottom() - 2.5, box.width(), 2.5), u);
     if (std::binary_search(selected.begin(), selected.end(), t)) {
       p.setPen(QPen(palette::kVermillion, 2));
       p.setBrush(Qt::NoBrush);

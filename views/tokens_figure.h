@@ -13,6 +13,7 @@
 
 #include "views/current_state.h"
 #include "views/figure.h"
+#include "views/legend.h"
 #include "views/trace_data.h"
 
 namespace kvscope::views {
@@ -45,8 +46,12 @@ class TokensFigure : public Figure {
   std::vector<float> score;   // gate 0 at the current head (may be empty)
   QString gate_name;
 
+  // The token text's area: under the title and the key of token styles.
+  QRectF body(const QRectF& area) const;
+
  private:
   void layout(double width, QPaintDevice* device) const;
+  std::vector<LegendEntry> key() const;
   mutable double layout_width_ = -1;
   mutable int layout_dpi_ = -1;
   mutable std::vector<QRectF> boxes_;  // per token, in content coordinates

@@ -208,7 +208,7 @@ void TokensView::scroll_to_token(int64_t token) {
   double h = f->content_height(width());
   // Binary search is inside token_at; here a coarse estimate by proportion
   // is refined by scanning the layout through token_at from the top.
-  double visible = height() - 34;
+  double visible = f->body(area()).height();
   double y = h * double(token) / double(std::max<size_t>(1, f->text.size()));
   if (y < f->scroll || y > f->scroll + visible) f->scroll = std::max(0.0, y - visible / 2);
   update();
@@ -217,7 +217,7 @@ void TokensView::scroll_to_token(int64_t token) {
 void TokensView::wheelEvent(QWheelEvent* e) {
   TokensFigure* f = tokens();
   if (!f) return;
-  double max_scroll = std::max(0.0, f->content_height(width()) - (height() - 34));
+  double max_scroll = std::max(0.0, f->content_height(width()) - f->body(area()).height());
   f->scroll = std::clamp(f->scroll - e->angleDelta().y() / 120.0 * 54, 0.0, max_scroll);
   update();
 }

@@ -78,6 +78,14 @@ Command add_synth_command(CLI::App& app) {
                 "tier 1 is not attended (offloaded): attention skips it and some decode steps "
                 "stall on its tokens (/stalls); needs --tiers 2");
   sub->add_option("--seed", s.seed, "seed")->capture_default_str();
+  sub->add_option("--needle-begin", s.needle_begin,
+                  "first prompt token marked as a retrieval needle (-1: none)")
+      ->check(CLI::Range(int64_t(-1), int64_t(1) << 24));
+  sub->add_option("--needle-tokens", s.needle_tokens, "needle length in tokens")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
+  sub->add_option("--question-tokens", s.question_tokens,
+                  "last prompt tokens marked as the task's question")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
   sub->add_option("--compression", opt->compression, "deflate level 0-9")
       ->check(CLI::Range(0, 9))
       ->capture_default_str();

@@ -4,6 +4,7 @@
 
 #include <QAction>
 #include <QApplication>
+#include <QCursor>
 #include <QDir>
 #include <QDragEnterEvent>
 #include <QFileDialog>
@@ -11,9 +12,12 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QResizeEvent>
 #include <QScreen>
 #include <QSettings>
+#include <QShowEvent>
 #include <QStatusBar>
+#include <QTimer>
 #include <QToolBar>
 #include <QWindow>
 
@@ -130,8 +134,76 @@ void MainWindow::build_docks() {
   }
   for (const views::ViewDescriptor& d : views::view_registry())
     if (d.raised) docks_[d.name]->raise();
-  resizeDocks({docks_["overview"], docks_["timeline"]}, {420, 560}, Qt::Horizontal);
-  resizeDocks({docks_["tokens"]}, {260}, Qt::Vertical);
+  for (views::FigureWidget* v : views_)
+    connect(v, &views::FigureWidget::maximiseRequested, this, &MainWindow::toggle_maximised);
+}
+
+void MainWindow::fit_docks() {
+  if (!maximised_.isEmpty()) return;
+  const double w = width(), h = height();
+  resizeDocks({docks_["overview"], docks_["timeline"], docks_["budget"]},
+              {int(w * 0.22), int(w * 0.34), int(w * 0.34)}, Qt::Horizontal);
+  resizeDocks({docks_["timeline"], docks_["budget"]}, {int(h * 0.3), int(h * 0.3)}, Qt::Vertical);
+  resizeDocks({docks_["tokens"], docks_["history"]}, {int(h * 0.3), int(h * 0.3)}, Qt::Vertical);
+  resizeDocks({docks_["tokens"], docks_["history"]}, {int(w * 0.5), int(w * 0.5)}, Qt::Horizontal);
+}
+
+void MainWindow::showEvent(QShowEvent* event) {
+  QMainWindow::showEvent(event);
+  if (docks_fitted_) return;
+  docks_fitted_ = true;
+  fit_docks();
+}
+
+// Docks keep their share of the window when it is resized (Qt keeps their
+// pixel sizes and gives the central view all the change: at 1920 px the
+// docks stayed ~300 px wide and their legends covered the plots).
+void MainWindow::resizeEvent(QResizeEvent* event) {
+  QMainWindow::resizeEvent(event);
+  if (docks_fitted_ && event->oldSize().isValid() && event->oldSize() != event->size())
+    QTimer::singleShot(0, this, [this] { fit_docks(); });
+}
+
+bool MainWindow::go_to_needle() {
+  if (needle_.empty()) return false;
+  state_.set_tokens(needle_);
+  if (auto* tokens = dynamic_cast<views::TokensView*>(views_.value("tokens")))
+    tokens->scroll_to_token(needle_.front());
+  statusBar()->showMessage(QString("needle: %1 tokens from token %2 selected in every view")
+                               .arg(needle_.size())
+                               .arg(needle_.front()),
+                           6000);
+  return true;
+}
+
+void MainWindow::toggle_maximised(const QString& view) {
+  if (!maximised_.isEmpty()) {
+    bool same = view == maximised_ || view.isEmpty();
+    // The central view first: restoring with it hidden leaves the docks at
+    // their maximised size.
+    if (centralWidget()) centralWidget()->show();
+    maximised_.clear();
+    restoreState(layout_before_);
+    QTimer::singleShot(0, this, [this] {
+      restoreState(layout_before_);
+      fit_docks();
+    });
+    if (same) return;
+  }
+  if (view.isEmpty() || !views_.contains(view)) return;
+  layout_before_ = saveState();
+  maximised_ = view;
+  QDockWidget* own = docks_.value(view);
+  for (QDockWidget* d : docks_)
+    if (d != own) d->hide();
+  if (own) {
+    // A dock's view: the central view gives it the room, its tab is raised.
+    own->show();
+    own->raise();
+    if (centralWidget()) centralWidget()->hide();
+  }
+  statusBar()->showMessage(QString("%1 maximised: Ctrl+M or its context menu restores the layout")
+                               .arg(own ? own->windowTitle() : QString("Attention")));
 }
 
 void MainWindow::build_toolbar() {
@@ -210,6 +282,14 @@ void MainWindow::build_menus() {
   file->addSeparator();
   file->addAction("&Quit", QKeySequence::Quit, this, &QWidget::close);
   QMenu* view = menuBar()->addMenu("&View");
+  QAction* needle = view->addAction("Go to &needle", this, [this] {
+    if (!go_to_needle()) statusBar()->showMessage("this trace has no needle tokens", 4000);
+  });
+  needle->setShortcut(Qt::CTRL | Qt::Key_N);
+  view->addAction("&Maximise / restore the view under the mouse (Ctrl+M)", this, [this] {
+    toggle_maximised(maximised_.isEmpty() ? QString("heatmap") : QString());
+  });
+  view->addSeparator();
   for (QDockWidget* d : docks_) view->addAction(d->toggleViewAction());
 }
 
@@ -236,6 +316,13 @@ void MainWindow::build_shortcuts() {
       [this] { state_.set_head(state_.selection().layer + 1, state_.selection().head); });
   add(Qt::Key_PageUp,
       [this] { state_.set_head(state_.selection().layer - 1, state_.selection().head); });
+  // Ctrl+M: the view under the mouse alone in the window, or back.
+  add(Qt::CTRL | Qt::Key_M, [this] {
+    if (!maximised_.isEmpty()) return toggle_maximised("");
+    for (QWidget* w = QApplication::widgetAt(QCursor::pos()); w; w = w->parentWidget())
+      if (auto* v = qobject_cast<views::FigureWidget*>(w)) return toggle_maximised(v->view_name());
+    toggle_maximised("heatmap");
+  });
 }
 
 void MainWindow::open_trace(const QString& given, bool make_current) {
@@ -259,6 +346,16 @@ void MainWindow::open_trace(const QString& given, bool make_current) {
         h.tokens = r.n_tokens();
         h.complete = r.complete();
         for (const trace::GateSpec& g : r.layout().gates) h.gates << QString::fromStdString(g.name);
+        const trace::RunInfo& run = r.run();
+        if (!run.task_kind.empty()) {
+          h.task = QString::fromStdString(run.task_kind);
+          h.expected = QString::fromStdString(run.expected_answer);
+          h.answer = QString::fromStdString(r.generated_text()).simplified();
+          h.success = r.task_success();
+        }
+        const std::vector<uint8_t> roles = r.token_roles(0, h.tokens);
+        for (size_t t = 0; t < roles.size(); ++t)
+          if (roles[t] == uint8_t(trace::TokenRole::Needle)) h.needle.push_back(int64_t(t));
         return h;
       },
       [this, make_current](Header h) { activate(h, make_current); }, this,
@@ -295,7 +392,18 @@ void MainWindow::activate(const Header& h, bool make_current) {
     gates->addItems(h.gates);
     gates->blockSignals(false);
   }
-  setWindowTitle("KVScope — " + QFileInfo(path).fileName());
+  // The task's outcome in the title bar: what the researcher came to debug.
+  QString title = "KVScope — " + QFileInfo(path).fileName();
+  if (!h.task.isEmpty()) {
+    QString answer = h.answer.size() > 40 ? h.answer.left(40) + "…" : h.answer;
+    title += QString(" — %1: expected %2, answered \"%3\" (%4)")
+                 .arg(h.task, h.expected, answer,
+                      h.success == 1   ? "found"
+                      : h.success == 0 ? "missed"
+                                       : "unfinished");
+  }
+  setWindowTitle(title);
+  needle_ = h.needle;
   state_.set_trace(h.path, h.layers, h.heads, h.kv_heads, h.steps, h.tokens);
   if (h.complete) service_->ensure_lod(h.path);
   if (pending_.trace == path) {  // a sweep cell: its step and needle

@@ -262,6 +262,9 @@ StepData SyntheticCapture::step(int64_t s) const {
     tr.id = static_cast<int32_t>(t % 1000);
     tr.position = static_cast<int32_t>(t);
     tr.role = t < sy.P ? (t == 0 ? TokenRole::Template : TokenRole::Prompt) : TokenRole::Generated;
+    if (t >= spec.needle_begin && t < spec.needle_begin + spec.needle_tokens && t < sy.P)
+      tr.role = TokenRole::Needle;
+    if (t < sy.P && t >= sy.P - spec.question_tokens) tr.role = TokenRole::Question;
     tr.step = step;
     tr.text = texts_[size_t(t)];
     if (t < sy.P) {

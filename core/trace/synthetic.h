@@ -39,6 +39,10 @@ struct SyntheticSpec {
   bool gates = true;   // a static gate "synthetic_gate" and a time-varying one
   bool series = true;  // a series "cutoff" with NaN holes (synthetic_series)
   uint64_t seed = 1;
+  // A retrieval task's marks: prompt tokens [needle_begin, needle_begin +
+  // needle_tokens) get role Needle, the last question_tokens prompt tokens
+  // role Question (none by default).
+  int64_t needle_begin = -1, needle_tokens = 0, question_tokens = 0;
 };
 
 // Cache window of head (l, k): differs per head so views have structure.

@@ -22,6 +22,8 @@
 #include "tests/views/qt_app.h"
 #include "views/budget_figure.h"
 #include "views/heatmap_view.h"
+#include "views/layout_check.h"
+#include "views/overview_figure.h"
 #include "views/timeline_view.h"
 #include "views/view_widgets.h"
 
@@ -52,7 +54,8 @@ bool all_loaded(MainWindow& w) {
   return true;
 }
 
-std::string synthetic(const std::string& dir, const std::string& name, int window = 16) {
+std::string synthetic(const std::string& dir, const std::string& name, int window = 16,
+                      bool needle = false) {
   trace::SyntheticSpec spec;
   spec.layers = 4;
   spec.heads = 8;
@@ -63,6 +66,11 @@ std::string synthetic(const std::string& dir, const std::string& name, int windo
   spec.window = window;
   spec.tiers = 2;
   spec.pooled_block = 4;
+  if (needle) {  // a retrieval task's marks: tokens 50-57, the last 6 prompt tokens
+    spec.needle_begin = 50;
+    spec.needle_tokens = 8;
+    spec.question_tokens = 6;
+  }
   std::string path = dir + "/" + name;
   trace::write_synthetic_trace(path, spec);
   return path;
@@ -110,7 +118,9 @@ TEST_CASE(
   REQUIRE(QTest::qWaitFor([&] { return all_loaded(w); }, kWaitMs));
   w.dock("overview")->raise();
   QRectF area(overview->rect());
-  QRectF plot = area.adjusted(56, 36, -8, -30);
+  auto* overview_figure = dynamic_cast<views::OverviewFigure*>(overview->figure().get());
+  REQUIRE(overview_figure);
+  QRectF plot = overview_figure->grid(area);
   overview->click_at(
       QPointF(plot.left() + 5.5 / 8 * plot.width(), plot.top() + 2.5 / 4 * plot.height()));
   CHECK(sel.layer == 2);
@@ -171,6 +181,69 @@ TEST_CASE(
   std::string events((std::istreambuf_iterator<char>(pj)), {});
   CHECK(events.find("\"traceEvents\"") != std::string::npos);
   CHECK(events.find("kv head 3") != std::string::npos);
+}
+
+// The layout test's window half: at three window sizes, every view in its
+// dock (raised in turn) gets a fair share of the window and draws no text
+// clipped or overlapping at the size it has there; maximising a view gives
+// it the window and restoring brings the layout back.
+TEST_CASE("main window layout: every view fits its dock at 1280x800, 1600x1000 and 1920x1080") {
+  setup();
+  std::string dir = test::temp_dir();
+  std::string a = synthetic(dir, "a.h5", 16, true), b = synthetic(dir, "b.h5", 8, true);
+  MainWindow w;
+  w.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&w));
+  QSignalSpy opened(&w, &MainWindow::traceOpened);
+  w.open_trace(QString::fromStdString(a));
+  REQUIRE(opened.wait(kWaitMs));
+  w.set_compare(QString::fromStdString(
+      QFileInfo(QString::fromStdString(b)).absoluteFilePath().toStdString()));
+  REQUIRE(QTest::qWaitFor([&] { return all_loaded(w) && w.view("compare")->figure(); }, kWaitMs));
+  for (QSize size : {QSize(1280, 800), QSize(1600, 1000), QSize(1920, 1080)}) {
+    w.resize(size);
+    QTest::qWait(0);
+    QTest::qWaitFor([&] { return w.size() == size; }, 5000);
+    INFO("asked " << size.width() << "x" << size.height() << ", got " << w.width() << "x"
+                  << w.height() << "; minimum " << w.minimumSizeHint().width() << "x"
+                  << w.minimumSizeHint().height());
+    REQUIRE(w.size() == size);
+    REQUIRE(QTest::qWaitFor([&] { return all_loaded(w); }, kWaitMs));
+    QCoreApplication::processEvents();
+    for (views::FigureWidget* v : w.all_views()) {
+      QString name = v->view_name();
+      if (QDockWidget* d = w.dock(name)) d->raise();
+      QCoreApplication::processEvents();
+      INFO("window " << size.width() << "x" << size.height() << " · view " << name.toStdString()
+                     << " at " << v->width() << "x" << v->height());
+      REQUIRE(v->figure());
+      // A fair share: no dock squeezed to a strip.
+      CHECK(v->width() >= size.width() / 5);
+      CHECK(v->height() >= size.height() / 6);
+      views::LayoutReport report = views::check_layout(*v->figure(), {v->width(), v->height(), 96});
+      for (const QString& problem : report.problems) UNSCOPED_INFO(problem.toStdString());
+      CHECK(report.problems.empty());
+    }
+  }
+  // Go to needle: the needle's tokens selected in every view.
+  REQUIRE(w.go_to_needle());
+  CHECK(w.state().selection().tokens == std::vector<int64_t>{50, 51, 52, 53, 54, 55, 56, 57});
+  // Maximise the budget view: it takes (almost) the whole window; restore.
+  views::FigureWidget* budget = w.view("budget");
+  w.dock("budget")->raise();
+  QCoreApplication::processEvents();
+  int before = w.dock("budget")->width();
+  w.toggle_maximised("budget");
+  QCoreApplication::processEvents();
+  REQUIRE(QTest::qWaitFor([&] { return budget->width() > w.width() * 0.8; }, kWaitMs));
+  CHECK(w.maximised_view() == "budget");
+  CHECK_FALSE(w.dock("timeline")->isVisible());
+  w.toggle_maximised("budget");
+  REQUIRE(QTest::qWaitFor([&] { return w.dock("timeline")->isVisible(); }, kWaitMs));
+  CHECK(w.maximised_view().isEmpty());
+  QTest::qWaitFor([&] { return std::abs(w.dock("budget")->width() - before) < 40; }, 5000);
+  INFO("budget dock " << before << " px wide before, " << w.dock("budget")->width() << " after");
+  CHECK(std::abs(w.dock("budget")->width() - before) < 40);
 }
 
 TEST_CASE("main window follows a trace another process is still writing") {

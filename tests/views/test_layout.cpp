@@ -61,6 +61,9 @@ trace::SyntheticSpec smollm2_like_spec() {
   s.window = 64;
   s.pooled_block = 16;
   s.tiers = 2;
+  s.needle_begin = 480;  // a 26-token needle at depth 0.5 and a question
+  s.needle_tokens = 26;
+  s.question_tokens = 20;
   return s;
 }
 
