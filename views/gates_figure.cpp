@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/analysis/lifetimes.h"
+#include "views/legend.h"
 
 namespace kvscope::views {
 
@@ -13,6 +14,7 @@ std::shared_ptr<GatesFigure> GatesFigure::load(TraceData& data, const Selection&
   f->layer = sel.layer;
   f->kv_head = sel.kv_head();
   f->selected_token = sel.token();
+  f->spans = task_spans(data.basics().tokens);
   for (const trace::GateSpec& g : r.layout().gates) f->gate_names << QString::fromStdString(g.name);
   if (gate < 0 || gate >= int(r.layout().gates.size())) return f;
   const trace::GateSpec& spec = r.layout().gates[size_t(gate)];
@@ -25,19 +27,28 @@ std::shared_ptr<GatesFigure> GatesFigure::load(TraceData& data, const Selection&
   int64_t step = std::max<int64_t>(0, std::min(sel.step, r.n_steps() - 1));
   for (size_t t = 0; t < lt.admit_step.size(); ++t)
     f->held.push_back(analysis::held_at(lt.admit_step[t], lt.evict_step[t], step));
-  float lo = INFINITY, hi = -INFINITY;
-  for (float v : f->values)
-    if (v == v) lo = std::min(lo, v), hi = std::max(hi, v);
-  if (!std::isfinite(lo)) lo = 0, hi = 1;
-  if (std::isfinite(f->threshold))
-    lo = std::min(lo, float(f->threshold)), hi = std::max(hi, float(f->threshold));
-  if (hi <= lo) hi = lo + 1;
-  f->lo = lo;
-  f->hi = hi;
-  f->histogram.assign(kBins, 0);
-  for (float v : f->values)
-    if (v == v) ++f->histogram[size_t(std::clamp(int((v - lo) / (hi - lo) * kBins), 0, kBins - 1))];
+  f->fit_axis();
   return f;
+}
+
+void GatesFigure::fit_axis() {
+  float a = INFINITY, b = -INFINITY;
+  for (float v : values)
+    if (v == v) a = std::min(a, v), b = std::max(b, v);
+  if (!std::isfinite(a)) a = 0, b = 1;
+  if (std::isfinite(threshold))
+    a = std::min(a, float(threshold)), b = std::max(b, float(threshold));
+  log_scale = a > 0 && b / a > 100;
+  a = float(axis(a));
+  b = float(axis(b));
+  if (log_scale) a = std::floor(a), b = std::ceil(b);  // whole decades
+  if (b <= a) b = a + 1;
+  lo = a;
+  hi = b;
+  histogram.assign(kBins, 0);
+  for (float v : values)
+    if (v == v)
+      ++histogram[size_t(std::clamp(int((axis(v) - lo) / (hi - lo) * kBins), 0, kBins - 1))];
 }
 
 QString GatesFigure::title() const {
@@ -48,6 +59,15 @@ void GatesFigure::paint(QPainter& p, const QRectF& area) const {
   plot::title(p, QRectF(area.left(), area.top(), area.width(), 30), title(), meaning);
   QRectF inner = area.adjusted(64, 40, -24, -50);
   if (gate < 0) return plot::message(p, inner, "this trace records no gate scores");
+  // The legend flows above the strip, never over its bars.
+  std::vector<LegendEntry> legend = {legend_box("held at step", palette::kBlue),
+                                     legend_box("not held", palette::kGrey)};
+  if (std::isfinite(threshold))
+    legend.push_back(legend_line("threshold", QPen(palette::kVermillion, 1.5, Qt::DashLine)));
+  add_task_legend(legend, spans);
+  double lh = legend_height(legend, inner.width());
+  paint_legend_rows(p, QRectF(inner.left(), inner.top(), inner.width(), lh), legend);
+  inner.setTop(inner.top() + lh + 6);
   QRectF strip(inner.left(), inner.top(), inner.width() * 0.66, inner.height());
   QRectF hist(strip.right() + 60, inner.top(), inner.right() - strip.right() - 60, inner.height());
   int64_t T = int64_t(values.size());
@@ -72,22 +92,22 @@ void GatesFigure::paint(QPainter& p, const QRectF& area) const {
     if (n == 0) continue;
     QColor c = held_n * 2 >= n ? palette::kBlue : palette::kGrey;
     p.setPen(QPen(c, std::max(1.0, strip.width() / std::max<int64_t>(1, T))));
-    p.drawLine(QPointF(strip.left() + x + 0.5, my(lo)), QPointF(strip.left() + x + 0.5, my(mx_v)));
+    p.drawLine(QPointF(strip.left() + x + 0.5, my(lo)),
+               QPointF(strip.left() + x + 0.5, my(axis(mx_v))));
   }
   if (std::isfinite(threshold)) {
     p.setPen(QPen(palette::kVermillion, 1.5, Qt::DashLine));
-    p.drawLine(QPointF(strip.left(), my(threshold)), QPointF(strip.right(), my(threshold)));
+    p.drawLine(QPointF(strip.left(), my(axis(threshold))),
+               QPointF(strip.right(), my(axis(threshold))));
   }
   if (selected_token >= 0 && selected_token < T) {
     p.setPen(QPen(Qt::black, 1, Qt::DotLine));
     p.drawLine(QPointF(mx(selected_token + 0.5), strip.top()),
                QPointF(mx(selected_token + 0.5), strip.bottom()));
   }
-  plot::axes(p, strip, 0, double(T), lo, hi, "token", gate_name);
-  plot::legend(p, QPointF(strip.left() + 8, strip.top() + 4),
-               {{palette::kBlue, "held at step"},
-                {palette::kGrey, "not held"},
-                {palette::kVermillion, "threshold"}});
+  paint_task_spans(p, strip, mx, Qt::Horizontal, spans);
+  plot::axes(p, strip, 0, double(T), lo, hi, "token",
+             log_scale ? gate_name + " (log10)" : gate_name);
   // Histogram, horizontal bars on the same value axis as the strip.
   int64_t peak = std::max<int64_t>(1, *std::max_element(histogram.begin(), histogram.end()));
   plot::Map hx{0, double(peak), hist.left(), hist.right()};
@@ -100,7 +120,8 @@ void GatesFigure::paint(QPainter& p, const QRectF& area) const {
   }
   if (std::isfinite(threshold)) {
     p.setPen(QPen(palette::kVermillion, 1.5, Qt::DashLine));
-    p.drawLine(QPointF(hist.left(), hy(threshold)), QPointF(hist.right(), hy(threshold)));
+    p.drawLine(QPointF(hist.left(), hy(axis(threshold))),
+               QPointF(hist.right(), hy(axis(threshold))));
   }
   plot::axes(p, hist, 0, double(peak), lo, hi, "tokens", "");
 }

@@ -8,6 +8,7 @@
 #include "tests/views/qt_app.h"
 #include "tests/views/synthetic_fixture.h"
 #include "views/figure_factory.h"
+#include "views/gates_figure.h"
 #include "views/heatmap_view.h"
 #include "views/timeline_view.h"
 #include "views/view_widgets.h"
@@ -453,4 +454,27 @@ TEST_CASE(
       heat.heatmap()->wants_detail(QSizeF(HeatmapFigure::plot_rect(QRectF(heat.rect())).size())));
   QImage zoomed = heat.grab().toImage();
   CHECK(zoomed != first);
+}
+
+TEST_CASE("gate scores spanning decades get a log axis; a narrow range stays linear") {
+  GatesFigure wgkv;
+  wgkv.values = {0.0005f, 0.001f, 0.002f, NAN, 0.9f};  // WG-KV-like: most near 1e-3
+  wgkv.threshold = 0.1;
+  wgkv.fit_axis();
+  CHECK(wgkv.log_scale);
+  CHECK(wgkv.lo == Approx(-4));  // whole decades around 5e-4 .. 0.9
+  CHECK(wgkv.hi == Approx(0));
+  // The three small scores no longer share one bin at the bottom of the axis.
+  int used = 0;
+  for (int64_t n : wgkv.histogram) used += n > 0;
+  CHECK(used == 4);
+  GatesFigure linear;
+  linear.values = {0.2f, 0.5f, 0.8f};
+  linear.fit_axis();
+  CHECK_FALSE(linear.log_scale);
+  CHECK(linear.lo == Approx(0.2));
+  GatesFigure signed_scores;
+  signed_scores.values = {-3.f, 0.001f, 5.f};  // not all positive: linear
+  signed_scores.fit_axis();
+  CHECK_FALSE(signed_scores.log_scale);
 }
