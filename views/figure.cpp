@@ -266,9 +266,14 @@ void colorbar(QPainter& p, const QRectF& r, const ColorScale& scale, const QStri
   p.drawRect(r);
   p.setFont(font(7));
   QFontMetricsF fm(p.font());
+  // A label that would touch the one before is left out (its tick stays):
+  // a short bar keeps its labels apart.
+  double last_y = 1e300;
   auto at = [&](float pos, const QString& text) {
     double y = r.bottom() - pos * r.height();
     p.drawLine(QPointF(r.right(), y), QPointF(r.right() + 3, y));
+    if (std::abs(y - last_y) < fm.ascent() + fm.descent() + 1) return;
+    last_y = y;
     p.drawText(QPointF(r.right() + 5, y + fm.ascent() / 2 - 1), text);
   };
   if (scale.log) {

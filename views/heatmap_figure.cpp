@@ -42,6 +42,7 @@ std::shared_ptr<HeatmapFigure> HeatmapFigure::load(TraceData& data, const Select
   f->n_tokens = b.n_tokens;
   f->token_text = texts_of(data);
   f->spans = task_spans(b.tokens);
+  f->selected = sel.tokens;
   f->set_step_state(data, sel.step);
   int dense = options.prefer_dense ? analysis::dense_index_of(r, f->layer, f->head) : -1;
   if (dense >= 0) {
@@ -67,7 +68,8 @@ std::shared_ptr<HeatmapFigure> HeatmapFigure::load(TraceData& data, const Select
     auto lod = data.lod();
     f->coarse_ = analysis::attention_view(r, lod.get(), f->layer, f->head, 0, rows, 0, cols,
                                           options.coarse_cells, options.coarse_cells);
-    f->source_note = lod ? "level-of-detail cache" : "read from the trace";
+    // Where the cells came from (the LOD cache or the trace) is the tool's
+    // business, not the figure's: no note.
     f->viewport_ =
         QRectF(0, 0, double(std::min(cols * f->block, std::max<int64_t>(f->n_tokens, 1))),
                double(std::min(rows * f->block, std::max<int64_t>(f->n_tokens, 1))));
@@ -293,14 +295,33 @@ void HeatmapFigure::paint_token_labels(QPainter& p, const QRectF& plot) const {
   p.restore();
 }
 
+// The selected tokens as key columns outlined in black (runs of adjacent
+// tokens as one outline): where the selection's attention comes in.
+void HeatmapFigure::paint_selected(QPainter& p, const QRectF& plot, const plot::Map& mkey) const {
+  if (selected.empty()) return;
+  p.save();
+  p.setClipRect(plot);
+  p.setPen(QPen(Qt::black, 1.2, Qt::DashLine));
+  p.setBrush(Qt::NoBrush);
+  for (size_t i = 0; i < selected.size();) {
+    size_t j = i + 1;
+    while (j < selected.size() && selected[j] == selected[j - 1] + 1) ++j;
+    double a = mkey(double(selected[i])), z = mkey(double(selected[j - 1] + 1));
+    if (z - a < 2) a -= 1, z += 1;
+    p.drawRect(QRectF(QPointF(a, plot.top()), QPointF(z, plot.bottom())));
+    i = j;
+  }
+  p.restore();
+}
+
 void HeatmapFigure::paint(QPainter& p, const QRectF& area) const {
   plot::Frame fr = plot::frame(area, true, 70, 48);
-  plot::title(p, fr.title, title(),
-              dense_index >= 0 ? QString("attention weight, %1").arg(source_note)
-                               : QString("%1, %2-token blocks, %3")
-                                     .arg(options_.use_max ? "pooled max" : "pooled mean")
-                                     .arg(block)
-                                     .arg(source_note));
+  QString subtitle = dense_index >= 0 ? QString("attention weight")
+                                      : QString("%1 of %2-token blocks")
+                                            .arg(options_.use_max ? "pooled max" : "pooled mean")
+                                            .arg(block);
+  if (!source_note.isEmpty()) subtitle += ", " + source_note;
+  plot::title(p, fr.title, title(), subtitle);
   if (!available) {
     plot::message(p, fr.plot, source_note);
     return;
@@ -323,6 +344,7 @@ void HeatmapFigure::paint(QPainter& p, const QRectF& area) const {
   p.restore();
   // The task's needle and question on both token axes.
   plot::Map mkey{viewport_.left(), viewport_.right(), fr.plot.left(), fr.plot.right()};
+  paint_selected(p, fr.plot, mkey);
   paint_task_spans(p, fr.plot, mkey, Qt::Horizontal, spans);
   paint_task_spans(p, fr.plot, my, Qt::Vertical, spans);
   // The key under the colour bar: what the marks outside the colour scale mean.

@@ -85,13 +85,15 @@ class HeatmapFigure : public Figure {
   QString source_note;
   std::vector<uint8_t> key_held;  // per token at the step
   std::shared_ptr<const std::vector<QString>> token_text;
-  TaskSpans spans;  // needle and question tokens
+  TaskSpans spans;                // needle and question tokens
+  std::vector<int64_t> selected;  // selected tokens (sorted): outlined as key columns
 
  private:
   void set_step_state(TraceData& data, int64_t step);
   void paint_grid(QPainter& p, const QRectF& plot, const analysis::AttentionGrid& g,
                   QImage& cache) const;
   void paint_evicted(QPainter& p, const QRectF& plot) const;
+  void paint_selected(QPainter& p, const QRectF& plot, const plot::Map& mkey) const;
   void paint_token_labels(QPainter& p, const QRectF& plot) const;
   analysis::AttentionGrid coarse_;
   std::optional<analysis::AttentionGrid> detail_;

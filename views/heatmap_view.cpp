@@ -47,6 +47,14 @@ void HeatmapView::adopt(std::shared_ptr<Figure> previous) {
   }
 }
 
+void HeatmapView::state_changed(const Selection& selection, uint32_t changes) {
+  FigureWidget::state_changed(selection, changes);
+  if ((changes & kTokensChanged) && heatmap()) {
+    heatmap()->selected = selection.tokens;
+    update();
+  }
+}
+
 void HeatmapView::set_options(const HeatmapOptions& o) {
   options_ = o;
   if (heatmap()) heatmap()->set_options(o);

@@ -25,6 +25,8 @@ class HeatmapView : public FigureWidget {
  protected:
   std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) override;
   void adopt(std::shared_ptr<Figure> previous) override;
+  // A new token selection is marked at once, without a reload.
+  void state_changed(const Selection& selection, uint32_t changes) override;
   void wheelEvent(QWheelEvent* event) override;
   void mousePressEvent(QMouseEvent* event) override;
   void mouseMoveEvent(QMouseEvent* event) override;

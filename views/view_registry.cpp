@@ -99,6 +99,11 @@ const std::vector<ViewDescriptor>& view_registry() {
        },
        make_view<GatesView>, A::Bottom, "tokens", false},
       {"compare", "Compare", compare_figure, make_view<CompareView>, A::Bottom, "history", false},
+      {"needle", "Needle",
+       [](TraceData& d, TraceData* compare, const FigureRequest& q) -> std::shared_ptr<Figure> {
+         return NeedleFigure::load(d, compare, q.selection);
+       },
+       make_view<NeedleView>, A::Bottom, "history", false},
   };
   return all;
 }

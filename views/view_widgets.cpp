@@ -254,6 +254,27 @@ std::function<std::shared_ptr<Figure>(TraceData&)> HistoryView::loader(const Sel
   };
 }
 
+NeedleView::NeedleView(CurrentState* state, TraceService* service, QWidget* parent)
+    : FigureWidget("needle", state, service, parent) {}
+
+void NeedleView::state_changed(const Selection& sel, uint32_t changes) {
+  FigureWidget::state_changed(sel, changes);
+  auto* f = dynamic_cast<NeedleFigure*>(figure_.get());
+  if (f && (changes & (kStepChanged | kHeadChanged))) {
+    f->step = std::clamp<int64_t>(sel.step, 0, std::max<int64_t>(0, f->n_steps - 1));
+    f->layer = sel.layer;
+    f->kv_head = sel.kv_head();
+    update();
+  }
+}
+
+std::function<std::shared_ptr<Figure>(TraceData&)> NeedleView::loader(const Selection& sel) {
+  return [sel](TraceData& data) -> std::shared_ptr<Figure> {
+    TraceData* compare = sel.compare.empty() ? nullptr : &data.peer(sel.compare);
+    return NeedleFigure::load(data, compare, sel);
+  };
+}
+
 CompareView::CompareView(CurrentState* state, TraceService* service, QWidget* parent)
     : FigureWidget("compare", state, service, parent) {}
 

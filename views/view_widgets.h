@@ -8,6 +8,7 @@
 #include "views/figure_widget.h"
 #include "views/forecast_figure.h"
 #include "views/gates_figure.h"
+#include "views/needle_figure.h"
 #include "views/overview_figure.h"
 #include "views/survival_figure.h"
 #include "views/tokens_figure.h"
@@ -147,6 +148,19 @@ class CompareView : public FigureWidget {
   void state_changed(const Selection& selection, uint32_t changes) override;
   std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) override;
   void paintEvent(QPaintEvent* event) override;
+};
+
+// The needle view: reloads when the trace or the compared trace changes (the
+// mass series read every decode step); a new step or head only repaints.
+class NeedleView : public FigureWidget {
+  Q_OBJECT
+ public:
+  NeedleView(CurrentState* state, TraceService* service, QWidget* parent = nullptr);
+
+ protected:
+  uint32_t reload_on() const override { return kTraceChanged | kTraceGrew | kCompareChanged; }
+  void state_changed(const Selection& selection, uint32_t changes) override;
+  std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) override;
 };
 
 class OverviewView : public FigureWidget {

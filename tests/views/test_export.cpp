@@ -70,6 +70,9 @@ std::string pdf_page_size(const std::string& pdf) {
 TEST_CASE("every view exports to PNG, SVG and PDF with its title, axes and colour bar") {
   test::qt_app(true);
   trace::SyntheticSpec spec = test::lod_spec();
+  spec.needle_begin = 100;  // a task's needle and question, for the needle view
+  spec.needle_tokens = 8;
+  spec.question_tokens = 4;
   std::string path = test::write_trace(spec);
   std::string dir = test::temp_dir();
   auto reader = trace::TraceReader::open(path);
@@ -94,6 +97,7 @@ TEST_CASE("every view exports to PNG, SVG and PDF with its title, axes and colou
       {"forecast", {"Forecast vs attention", "forecast", "received attention", "step", "token 40"}},
       {"compare", {"Compare", "kept by A, not B"}},
       {"overview", {"Layers x heads"}},
+      {"needle", {"Needle", "needle held", "attention mass", "step"}},
   };
   // Every registered view is exported here (a view added to the registry
   // without its words above fails), and export's list is the registry.

@@ -92,7 +92,11 @@ void check_every_view(const std::string& path, const std::string& label) {
 
 TEST_CASE("layout: every view at every page size draws its text unclipped and apart") {
   test::qt_app(true);
-  check_every_view(test::write_trace(test::lod_spec()), "synthetic 2x2 heads, 256 tokens");
+  trace::SyntheticSpec spec = test::lod_spec();
+  spec.needle_begin = 100;
+  spec.needle_tokens = 8;
+  spec.question_tokens = 4;
+  check_every_view(test::write_trace(spec), "synthetic 2x2 heads, 256 tokens");
 }
 
 TEST_CASE("layout: every view of a SmolLM2-shaped trace (30 layers, 1K tokens) fits") {
