@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/analysis/why.h"
 #include "views/legend.h"
 #include "views/task_marks.h"
 
@@ -39,19 +40,10 @@ int64_t first_decode_step(const TraceBasics& b) {
 std::vector<double> needle_mass(const trace::TraceReader& r, const std::vector<int64_t>& needle,
                                 int64_t first) {
   std::vector<double> out(size_t(r.n_steps()), NAN);
-  if (!r.layout().received || first < 0 || needle.empty()) return out;
-  const double heads = double(r.n_layers() * r.n_kv_heads());
-  for (int64_t s = first; s < r.n_steps(); ++s) {
-    double total = 0;
-    for (int l = 0; l < r.n_layers(); ++l)
-      for (int k = 0; k < r.n_kv_heads(); ++k) {
-        const trace::ReceivedRow row = r.received(s, l, k);
-        for (size_t i = 0; i < row.tokens.size(); ++i)
-          if (std::binary_search(needle.begin(), needle.end(), int64_t(row.tokens[i])))
-            total += row.mass[i];
-      }
-    out[size_t(s)] = total / heads;
-  }
+  if (first < 0 || needle.empty()) return out;
+  const std::vector<int32_t> tokens(needle.begin(), needle.end());
+  for (int64_t s = first; s < r.n_steps(); ++s)
+    out[size_t(s)] = analysis::received_mass_on(r, tokens, s);
   return out;
 }
 

@@ -5,12 +5,17 @@
 #include <cmath>
 
 #include "core/common/input_error.h"
+#include "views/legend.h"
 
 namespace kvscope::views {
 
 namespace {
 
 constexpr double kTitleH = 34, kMargin = 8, kGap = 10, kLegendW = 110;
+// Narrower than this, the found/missed key flows in rows under the title and
+// the grid takes the whole width (a 110 px key column left a dock at 300 px
+// with cells 4 px wide).
+constexpr double kLegendColumnMinWidth = 520;
 
 template <typename T>
 size_t index_of(const std::vector<T>& v, const T& x) {
@@ -41,6 +46,11 @@ QString policy_label(const std::string& spec) {
 
 const QColor kFound = palette::kGreen, kMissed = palette::kVermillion, kFailed = palette::kGrey,
              kNotRun = palette::kLightGrey;
+
+std::vector<LegendEntry> success_legend() {
+  return {legend_box("found", kFound), legend_box("missed", kMissed),
+          legend_box("failed", kFailed), legend_box("not run", kNotRun)};
+}
 
 }  // namespace
 
@@ -102,14 +112,20 @@ SweepFigure::Layout SweepFigure::layout(const QRectF& area, QPaintDevice* device
   l.left = area.left() + kMargin + l.label_width + l.depth_ticks;
   l.header_h = fm.height() + 4;
   l.tick_h = 2 * fm.height() + 8;  // length ticks and the axis title
-  l.top = area.top() + kTitleH + l.header_h;
+  l.legend_rows = metric_ == Metric::Success && area.width() < kLegendColumnMinWidth;
+  const double key_h =
+      l.legend_rows ? legend_height(success_legend(), area.width() - 2 * kMargin) + 4 : 0;
+  l.top = area.top() + kTitleH + key_h + l.header_h;
   l.gap = kGap;
-  const double right = area.right() - kMargin - kLegendW;
+  const double right = area.right() - kMargin - (l.legend_rows ? 0 : kLegendW);
   const size_t np = std::max<size_t>(1, policies_.size()), nt = std::max<size_t>(1, tasks_.size());
   l.panel_w = std::max(4.0, (right - l.left - l.gap * double(nt - 1)) / double(nt));
   l.panel_h = std::max(
       4.0, (area.bottom() - kMargin - l.tick_h - l.top - l.gap * double(np - 1)) / double(np));
-  l.legend = QRectF(right + 12, l.top, kLegendW - 12, std::min(220.0, l.panel_h * double(np)));
+  l.legend = l.legend_rows ? QRectF(area.left() + kMargin, area.top() + kTitleH,
+                                    area.width() - 2 * kMargin, key_h - 4)
+                           : QRectF(right + 12, l.top, kLegendW - 12,
+                                    std::min(220.0, l.panel_h * double(np)));
   const double cw = l.panel_w / double(std::max<size_t>(1, lengths_.size()));
   const double ch = l.panel_h / double(std::max<size_t>(1, depths_.size()));
   l.values = cw >= fm.horizontalAdvance("0.00") + 6 && ch >= fm.height() + 2;
@@ -162,16 +178,18 @@ void SweepFigure::paint_legend(QPainter& p, const Layout& l) const {
     p.restore();
     return;
   }
+  if (l.legend_rows) {
+    paint_legend_rows(p, l.legend, success_legend());
+    return;
+  }
   p.save();
   p.setFont(plot::font(8));
   QFontMetricsF fm(p.font(), p.device());
-  const std::pair<QColor, QString> items[] = {
-      {kFound, "found"}, {kMissed, "missed"}, {kFailed, "failed"}, {kNotRun, "not run"}};
   double y = l.legend.top();
-  for (const auto& [color, text] : items) {
-    p.fillRect(QRectF(l.legend.left(), y, 12, fm.height()), color);
+  for (const LegendEntry& e : success_legend()) {
+    e.draw(p, QRectF(l.legend.left(), y, 12, fm.height()));
     p.setPen(Qt::black);
-    p.drawText(QPointF(l.legend.left() + 18, y + fm.ascent()), text);
+    p.drawText(QPointF(l.legend.left() + 18, y + fm.ascent()), e.text);
     y += fm.height() + 4;
   }
   p.restore();

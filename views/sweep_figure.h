@@ -50,7 +50,8 @@ class SweepFigure : public Figure {
     QRectF title, legend;
     double label_width = 0, panel_w = 0, panel_h = 0, gap = 0, top = 0, left = 0;
     double header_h = 0, tick_h = 0, depth_ticks = 0;
-    bool values = false;  // cells large enough to print their value
+    bool values = false;       // cells large enough to print their value
+    bool legend_rows = false;  // narrow: the legend flows in rows under the title
   };
   // device: what the text is drawn on (nullptr: the screen).
   Layout layout(const QRectF& area, QPaintDevice* device) const;

@@ -177,21 +177,28 @@ bool MainWindow::go_to_needle() {
 }
 
 void MainWindow::toggle_maximised(const QString& view) {
-  if (!maximised_.isEmpty()) {
+  const bool switching = !maximised_.isEmpty();
+  if (switching) {
     bool same = view == maximised_ || view.isEmpty();
     // The central view first: restoring with it hidden leaves the docks at
     // their maximised size.
     if (centralWidget()) centralWidget()->show();
     maximised_.clear();
+    if (same) {
+      // Deferred: restored at once, the docks came back at their maximised
+      // size (the central view's show had not been laid out yet).
+      QTimer::singleShot(0, this, [this] {
+        restoreState(layout_before_);
+        fit_docks();
+      });
+      return;
+    }
+    // Another view maximised from a maximised one: it hides the docks of the
+    // layout saved before the first, which stays the one to go back to.
     restoreState(layout_before_);
-    QTimer::singleShot(0, this, [this] {
-      restoreState(layout_before_);
-      fit_docks();
-    });
-    if (same) return;
   }
   if (view.isEmpty() || !views_.contains(view)) return;
-  layout_before_ = saveState();
+  if (!switching) layout_before_ = saveState();
   maximised_ = view;
   QDockWidget* own = docks_.value(view);
   for (QDockWidget* d : docks_)

@@ -192,15 +192,37 @@ trace::TokenRole Recorder::role_of(int32_t id) const {
                                                   : trace::TokenRole::Prompt;
 }
 
-trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& ids, bool prefill,
-                                      int32_t sampled, bool forced) {
+// The step's header: its kind, its tokens and its time since the last step.
+trace::StepData Recorder::open_step_data(trace::StepKind kind, int64_t pos0,
+                                         int32_t n_tokens) const {
   auto now = std::chrono::steady_clock::now();
   trace::StepData sd;
-  sd.step.kind = prefill ? trace::StepKind::Prefill : trace::StepKind::Decode;
+  sd.step.kind = kind;
   sd.step.first_token = static_cast<int32_t>(pos0);
-  sd.step.n_tokens = static_cast<int32_t>(ids.size());
+  sd.step.n_tokens = n_tokens;
   sd.step.t_start_s = std::chrono::duration<double>(last_ - start_).count();
   sd.step.wall_s = std::chrono::duration<double>(now - last_).count();
+  return sd;
+}
+
+// What the policy did this step, and the cache it left.
+void Recorder::take_policy_record(trace::StepData& sd) {
+  sd.events = driver_.take_events();
+  sd.gates = driver_.take_gates();
+  sd.series = driver_.take_series();
+  sd.stalls = driver_.take_stalls();
+  sd.merges = driver_.take_merges();
+  sd.rerotations = driver_.take_rerotations();
+  sd.occupancy = driver_.cache().occupancy();
+  sd.tier_bytes = driver_.cache().tier_bytes();
+  sd.step.entries = driver_.cache().entries();
+  sd.step.kv_bytes = driver_.cache().bytes_in_use();
+}
+
+trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& ids, bool prefill,
+                                      int32_t sampled, bool forced) {
+  trace::StepData sd = open_step_data(prefill ? trace::StepKind::Prefill : trace::StepKind::Decode,
+                                      pos0, int32_t(ids.size()));
   for (size_t i = 0; i < ids.size(); ++i) {
     trace::TokenRecord t;
     t.id = ids[i];
@@ -223,16 +245,7 @@ trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& 
     }
     sd.tokens.push_back(std::move(t));
   }
-  sd.events = driver_.take_events();
-  sd.gates = driver_.take_gates();
-  sd.series = driver_.take_series();
-  sd.stalls = driver_.take_stalls();
-  sd.merges = driver_.take_merges();
-  sd.rerotations = driver_.take_rerotations();
-  sd.occupancy = driver_.cache().occupancy();
-  sd.tier_bytes = driver_.cache().tier_bytes();
-  sd.step.entries = driver_.cache().entries();
-  sd.step.kv_bytes = driver_.cache().bytes_in_use();
+  take_policy_record(sd);
   sd.received = std::move(received_);
   received_.clear();
   sd.dense = std::move(dense_);
@@ -270,26 +283,11 @@ trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& 
 
 trace::StepData Recorder::finish_reconstruction_step(int64_t pos0,
                                                      const std::vector<int32_t>& ids) {
-  auto now = std::chrono::steady_clock::now();
-  trace::StepData sd;
-  sd.step.kind = trace::StepKind::Reconstruction;
-  sd.step.first_token = static_cast<int32_t>(pos0);
-  sd.step.n_tokens = 0;
-  sd.step.t_start_s = std::chrono::duration<double>(last_ - start_).count();
-  sd.step.wall_s = std::chrono::duration<double>(now - last_).count();
+  trace::StepData sd = open_step_data(trace::StepKind::Reconstruction, pos0, 0);
   const int32_t step = static_cast<int32_t>(driver_.step());
   for (size_t i = 0; i < ids.size(); ++i)
     sd.reconstruction.push_back({step, static_cast<int32_t>(pos0 + int64_t(i)), ids[i]});
-  sd.events = driver_.take_events();
-  sd.gates = driver_.take_gates();
-  sd.series = driver_.take_series();
-  sd.stalls = driver_.take_stalls();
-  sd.merges = driver_.take_merges();
-  sd.rerotations = driver_.take_rerotations();
-  sd.occupancy = driver_.cache().occupancy();
-  sd.tier_bytes = driver_.cache().tier_bytes();
-  sd.step.entries = driver_.cache().entries();
-  sd.step.kv_bytes = driver_.cache().bytes_in_use();
+  take_policy_record(sd);
   last_ = std::chrono::steady_clock::now();
   return sd;
 }

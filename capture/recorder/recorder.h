@@ -56,6 +56,8 @@ class Recorder : public cache::AttentionObserver {
   void resume() { last_ += std::chrono::steady_clock::now() - paused_at_; }
 
  private:
+  trace::StepData open_step_data(trace::StepKind kind, int64_t pos0, int32_t n_tokens) const;
+  void take_policy_record(trace::StepData& sd);
   struct PooledBlock {
     std::vector<float> sum, max;  // [H, KB]
     std::vector<double> pairs;    // [KB]: causal (query, key) pairs seen so far

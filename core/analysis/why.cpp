@@ -159,19 +159,6 @@ void attach_selection(const trace::TraceReader& r, const Needle& needle, const R
   }
 }
 
-// Received mass on the needle at the first answer token's query, mean over kv heads.
-double needle_mass(const trace::TraceReader& r, const Needle& needle, int64_t step) {
-  if (!r.layout().received || step >= r.n_steps()) return kNoValue;
-  double total = 0;
-  for (int l = 0; l < r.n_layers(); ++l)
-    for (int k = 0; k < r.n_kv_heads(); ++k) {
-      const trace::ReceivedRow row = r.received(step, l, k);
-      for (size_t i = 0; i < row.tokens.size(); ++i)
-        if (needle.index_of.count(row.tokens[i])) total += row.mass[i];
-    }
-  return total / double(r.n_layers() * r.n_kv_heads());
-}
-
 void attach_oracle(const trace::TraceReader& r, const std::vector<trace::StepRecord>& steps,
                    WhyReport& w) {
   if (!r.layout().oracle) return;
@@ -250,7 +237,7 @@ WhyReport explain_retrieval(const trace::TraceReader& r, double kl_threshold) {
   summarise_needle(r, needle, replay, w);
   attach_cutoffs(r, w.answer_step, w);
   attach_selection(r, needle, replay, w);
-  w.policy_needle_mass = needle_mass(r, needle, w.answer_step + 1);
+  w.policy_needle_mass = received_mass_on(r, needle.tokens, w.answer_step + 1);
   attach_oracle(r, steps, w);
   w.verdict = verdict(w);
   return w;
@@ -359,6 +346,20 @@ std::string format_why(const WhyReport& w) {
     o << "; largest KL " << number(w.max_kl) << " at step " << w.max_kl_step;
   o << "\n";
   return o.str();
+}
+
+double received_mass_on(const trace::TraceReader& r, const std::vector<int32_t>& tokens,
+                        int64_t step) {
+  if (!r.layout().received || step < 0 || step >= r.n_steps()) return kNoValue;
+  double total = 0;
+  for (int l = 0; l < r.n_layers(); ++l)
+    for (int k = 0; k < r.n_kv_heads(); ++k) {
+      const trace::ReceivedRow row = r.received(step, l, k);
+      for (size_t i = 0; i < row.tokens.size(); ++i)
+        if (std::binary_search(tokens.begin(), tokens.end(), int32_t(row.tokens[i])))
+          total += row.mass[i];
+    }
+  return total / double(r.n_layers() * r.n_kv_heads());
 }
 
 }  // namespace kvscope::analysis

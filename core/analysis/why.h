@@ -88,4 +88,10 @@ WhyReport explain_retrieval(const trace::TraceReader& reader, double kl_threshol
 
 std::string format_why(const WhyReport& report);
 
+// The received attention mass on `tokens` (ascending trace token indices) at
+// `step`'s queries, mean over every (layer, kv head); kNoValue where the trace
+// has no /attention/received or the step is out of range.
+double received_mass_on(const trace::TraceReader& reader, const std::vector<int32_t>& tokens,
+                        int64_t step);
+
 }  // namespace kvscope::analysis

@@ -46,11 +46,13 @@ void expect_reader_error(const Damaged& d) {
   } catch (const TraceError& e) {
     CHECK(e.code() == d.reader_code);
     CHECK(e.field() == d.field);
-    CHECK(std::string(e.what()) == d.path + (d.field.empty() ? "" : ": " + d.field) + ": " + d.message);
+    CHECK(std::string(e.what()) ==
+          d.path + (d.field.empty() ? "" : ": " + d.field) + ": " + d.message);
   }
 }
 
-void expect_violation(const std::string& path, const std::string& field, const std::string& message) {
+void expect_violation(const std::string& path, const std::string& field,
+                      const std::string& message) {
   ValidationReport report = validate_trace(path);
   bool found = false;
   for (const auto& v : report.violations) {
@@ -86,8 +88,9 @@ TEST_CASE("files that are not traces at all", "[trace][corrupt]") {
     std::string path = dir + "/plain.h5";
     hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     H5Fclose(f);
-    Damaged d{path, ErrorCode::NotATrace, "/ attribute format",
-              "missing; this HDF5 file is not a KVScope trace (expected format = \"kvscope-trace\")"};
+    Damaged d{
+        path, ErrorCode::NotATrace, "/ attribute format",
+        "missing; this HDF5 file is not a KVScope trace (expected format = \"kvscope-trace\")"};
     expect_reader_error(d);
     expect_violation(path, d.field, d.message);
   }
@@ -101,7 +104,8 @@ TEST_CASE("truncated trace", "[trace][corrupt]") {
     std::ifstream in(path, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   }
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(bytes.size() / 2));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), std::streamsize(bytes.size() / 2));
   try {
     TraceReader::open(path);
     FAIL("opened a truncated file");
@@ -125,17 +129,19 @@ TEST_CASE("wrong format name and versions", "[trace][corrupt]") {
   SECTION("too new") {
     std::string p = fresh_copy(dir, "new.h5");
     Edit(p).set_i64_attr("/", "version", 2);
-    Damaged d{p, ErrorCode::TooNew, "/ attribute version",
-              "trace format version 2 is too new: this KVScope reads versions 1 to 1; upgrade KVScope"};
+    Damaged d{
+        p, ErrorCode::TooNew, "/ attribute version",
+        "trace format version 2 is too new: this KVScope reads versions 1 to 1; upgrade KVScope"};
     expect_reader_error(d);
     expect_violation(p, d.field, d.message);
   }
   SECTION("too old") {
     std::string p = fresh_copy(dir, "old.h5");
     Edit(p).set_i64_attr("/", "version", 0);
-    Damaged d{p, ErrorCode::TooOld, "/ attribute version",
-              "trace format version 0 is too old: this KVScope reads versions 1 to 1; re-capture or "
-              "convert it"};
+    Damaged d{
+        p, ErrorCode::TooOld, "/ attribute version",
+        "trace format version 0 is too old: this KVScope reads versions 1 to 1; re-capture or "
+        "convert it"};
     expect_reader_error(d);
   }
 }
@@ -145,14 +151,16 @@ TEST_CASE("absurd sizes are refused before anything is allocated", "[trace][corr
   SECTION("a billion layers") {
     std::string p = fresh_copy(dir, "layers.h5");
     Edit(p).set_i64_attr("/run", "n_layers", 1000000000);
-    Damaged d{p, ErrorCode::TooLarge, "/run attribute n_layers", "is 1000000000 (expected 1..4096)"};
+    Damaged d{p, ErrorCode::TooLarge, "/run attribute n_layers",
+              "is 1000000000 (expected 1..4096)"};
     expect_reader_error(d);
     expect_violation(p, d.field, d.message);
   }
   SECTION("token capacity beyond the limit") {
     std::string p = fresh_copy(dir, "tokens.h5");
     Edit(p).set_i64_attr("/run", "max_tokens", int64_t(1) << 40);
-    Damaged d{p, ErrorCode::TooLarge, "/run attribute max_tokens", "is 1099511627776 (expected 1..67108864)"};
+    Damaged d{p, ErrorCode::TooLarge, "/run attribute max_tokens",
+              "is 1099511627776 (expected 1..67108864)"};
     expect_reader_error(d);
   }
   SECTION("kv heads that do not divide the heads") {
@@ -230,8 +238,9 @@ TEST_CASE("values out of range are listed by dataset path", "[trace][corrupt]") 
   expect_violation(p, "/events/layer", "1 value(s) outside [0, 3); first at row 17 = 99");
   expect_violation(p, "/events/kind", "1 value(s) outside [0, 6); first at row 3 = 42");
   expect_violation(p, "/tokens/role", "1 value(s) outside [0, 5); first at row 0 = 200");
-  expect_violation(p, "/steps/entries",
-                   "1 step(s) whose entries differ from the sum of /occupancy/entries; first at step 2");
+  expect_violation(
+      p, "/steps/entries",
+      "1 step(s) whose entries differ from the sum of /occupancy/entries; first at step 2");
   expect_violation(p, "/steps/entries", "1 value(s) outside [0, +inf); first at row 2 = -5");
   ValidationReport report = validate_trace(p);
   CHECK(report.violations.size() == 5);

@@ -16,7 +16,9 @@ using namespace kvscope::trace;
 
 namespace {
 
-bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+bool same_float(float a, float b) {
+  return (std::isnan(a) && std::isnan(b)) || a == b;
+}
 
 struct Expected {
   std::vector<StepData> steps;
@@ -96,7 +98,8 @@ void check_roundtrip(int64_t tiers, int64_t prefill_chunk) {
     CHECK(tokens[t].prompt_offset == exp.tokens[t].prompt_offset);
     CHECK(tokens[t].text == exp.tokens[t].text);
     if (tokens[t].prompt_offset >= 0)
-      CHECK(run.prompt.substr(size_t(tokens[t].prompt_offset), tokens[t].text.size()) == tokens[t].text);
+      CHECK(run.prompt.substr(size_t(tokens[t].prompt_offset), tokens[t].text.size()) ==
+            tokens[t].text);
   }
   // A middle slice reads the same as the whole.
   std::vector<TokenRecord> slice = r->tokens(10, 20);
@@ -140,7 +143,8 @@ void check_roundtrip(int64_t tiers, int64_t prefill_chunk) {
             want.push_back(it->second);
             open.erase(it);
           };
-          if (e.kind == EventKind::Admit) open[e.token] = {int16_t(l), int16_t(k), e.token, e.to_tier, e.step, -1};
+          if (e.kind == EventKind::Admit)
+            open[e.token] = {int16_t(l), int16_t(k), e.token, e.to_tier, e.step, -1};
           if (e.kind == EventKind::Evict) close();
           if (e.kind == EventKind::Demote || e.kind == EventKind::Promote) {
             close();
@@ -167,7 +171,8 @@ void check_roundtrip(int64_t tiers, int64_t prefill_chunk) {
   }
   std::vector<int32_t> series = r->occupancy_series(1, 1, 0, r->n_steps());
   for (int64_t s = 0; s < r->n_steps(); ++s)
-    CHECK(series[size_t(s * tiers)] == exp.steps[size_t(s)].occupancy[size_t((1 * spec.kv_heads + 1) * tiers)]);
+    CHECK(series[size_t(s * tiers)] ==
+          exp.steps[size_t(s)].occupancy[size_t((1 * spec.kv_heads + 1) * tiers)]);
 
   // /attention/received
   for (int64_t s = 0; s < r->n_steps(); s += 5)
@@ -266,9 +271,13 @@ void check_roundtrip(int64_t tiers, int64_t prefill_chunk) {
 
 }  // namespace
 
-TEST_CASE("every group round-trips (one tier, one prefill step)", "[trace]") { check_roundtrip(1, 0); }
+TEST_CASE("every group round-trips (one tier, one prefill step)", "[trace]") {
+  check_roundtrip(1, 0);
+}
 
-TEST_CASE("every group round-trips (two tiers, chunked prefill)", "[trace]") { check_roundtrip(2, 7); }
+TEST_CASE("every group round-trips (two tiers, chunked prefill)", "[trace]") {
+  check_roundtrip(2, 7);
+}
 
 TEST_CASE("the same capture writes the same data", "[trace]") {
   std::string dir = test::temp_dir();
@@ -278,7 +287,8 @@ TEST_CASE("the same capture writes the same data", "[trace]") {
   REQUIRE(ra->n_events() == rb->n_events());
   std::vector<Event> ea = ra->events(0, ra->n_events()), eb = rb->events(0, rb->n_events());
   for (size_t i = 0; i < ea.size(); ++i)
-    REQUIRE((ea[i].token == eb[i].token && ea[i].kind == eb[i].kind && same_float(ea[i].score, eb[i].score)));
+    REQUIRE((ea[i].token == eb[i].token && ea[i].kind == eb[i].kind &&
+             same_float(ea[i].score, eb[i].score)));
   for (int64_t s = 0; s < ra->n_steps(); ++s) REQUIRE(ra->occupancy(s) == rb->occupancy(s));
 }
 
@@ -289,7 +299,7 @@ TEST_CASE("float16 conversion rounds to nearest even and keeps range", "[trace]"
   CHECK(half_to_float(float_to_half(65504.0f)) == 65504.0f);
   CHECK(std::isinf(half_to_float(float_to_half(65520.0f))));
   CHECK(half_to_float(float_to_half(1e-7f)) == Approx(1.1920929e-7f));  // subnormal: 2 * 2^-24
-  CHECK(half_to_float(float_to_half(1.0f + 1.0f / 2048.0f)) == 1.0f);  // tie -> even
+  CHECK(half_to_float(float_to_half(1.0f + 1.0f / 2048.0f)) == 1.0f);   // tie -> even
   CHECK(half_to_float(float_to_half(1.0f + 3.0f / 2048.0f)) == 1.0f + 2.0f / 1024.0f);
   for (uint32_t h = 0; h < 0x7C00; ++h)  // every finite positive half survives the round trip
     REQUIRE(float_to_half(half_to_float(static_cast<uint16_t>(h))) == h);

@@ -15,6 +15,7 @@
 #include "core/trace/writer.h"
 #include "tests/core/trace_checks.h"
 #include "tests/core/trace_edit.h"
+#include "tests/core/trace_test_util.h"
 #include "tests/support/paths.h"
 
 using namespace kvscope;
@@ -41,10 +42,7 @@ struct Tiny {
   CaptureLayout layout;
 
   explicit Tiny(std::vector<SeriesSpec> series) {
-    run.model = {"tiny", "tiny.bin", "", "llama", "float32", "cpu", kL, 4, kK, 8, 100, 64};
-    run.policy = run.policy_name = "test";
-    run.policy_params_json = "{}";
-    run.capture_levels = "events";
+    run = test::tiny_run(kL, kK);
     layout.max_tokens = 16;
     layout.series = std::move(series);
   }

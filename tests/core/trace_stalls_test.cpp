@@ -39,10 +39,7 @@ struct Tiered {
   TraceWriter::Options options;
 
   explicit Tiered(std::vector<uint8_t> attended = {1, 1, 0}) {
-    run.model = {"tiny", "tiny.bin", "", "llama", "float32", "cpu", kL, 4, kK, 8, 100, 64};
-    run.policy = run.policy_name = "test";
-    run.policy_params_json = "{}";
-    run.capture_levels = "events";
+    run = test::tiny_run(kL, kK);
     run.tier_names = {"hot", "warm", "cold"};
     run.tier_attended = std::move(attended);
     layout.max_tokens = 16;

@@ -196,7 +196,8 @@ TEST_CASE("a writer destroyed without close leaves an incomplete but valid trace
   check_prefix(*r, SyntheticCapture(spec));
 }
 
-TEST_CASE("a damaged trace left by a killed writer fails to open at once", "[trace][crash][corrupt]") {
+TEST_CASE("a damaged trace left by a killed writer fails to open at once",
+          "[trace][crash][corrupt]") {
   // A killed writer leaves the file marked as held by a SWMR writer, so it
   // opens in SWMR-read mode, where HDF5 retries a failed checksum with
   // doubling sleeps: with its default of 100 attempts, one flipped bit in an

@@ -4,6 +4,15 @@
 
 namespace kvscope::test {
 
+trace::RunInfo tiny_run(int64_t layers, int64_t kv_heads) {
+  trace::RunInfo run;
+  run.model = {"tiny", "tiny.bin", "", "llama", "float32", "cpu", layers, 4, kv_heads, 8, 100, 64};
+  run.policy = run.policy_name = "test";
+  run.policy_params_json = "{}";
+  run.capture_levels = "events";
+  return run;
+}
+
 trace::SyntheticSpec small_spec(int64_t tiers, int64_t prefill_chunk) {
   trace::SyntheticSpec spec;
   spec.layers = 3;

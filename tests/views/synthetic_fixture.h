@@ -28,6 +28,31 @@ inline trace::SyntheticSpec lod_spec() {
   return s;
 }
 
+// SmolLM2-135M's shape (30 layers, 9 heads over 3 kv heads) on a 1K prompt.
+inline trace::SyntheticSpec smollm2_like_spec() {
+  trace::SyntheticSpec s;
+  s.layers = 30;
+  s.heads = 9;
+  s.kv_heads = 3;
+  s.prompt_tokens = 1000;
+  s.decode_steps = 24;
+  s.prefill_chunk = 250;
+  s.window = 64;
+  s.pooled_block = 16;
+  s.tiers = 2;
+  return s;
+}
+
+// A retrieval task's marks: `tokens` needle tokens from `begin`, and the last
+// `question` prompt tokens.
+inline trace::SyntheticSpec with_needle(trace::SyntheticSpec s, int64_t begin, int64_t tokens,
+                                        int64_t question) {
+  s.needle_begin = begin;
+  s.needle_tokens = tokens;
+  s.question_tokens = question;
+  return s;
+}
+
 inline std::string write_trace(const trace::SyntheticSpec& spec, const std::string& name = "t.h5") {
   std::string path = temp_dir() + "/" + name;
   trace::write_synthetic_trace(path, spec);

@@ -48,25 +48,6 @@ int distinct_colours(const Figure& figure, const ExportOptions& o) {
   return int(colours.size());
 }
 
-// The GQA shape of SmolLM2 (30 layers, 3 kv heads) at 1K tokens: the long
-// axes and many heads that thin ticks and legends must survive.
-trace::SyntheticSpec smollm2_like_spec() {
-  trace::SyntheticSpec s;
-  s.layers = 30;
-  s.heads = 9;
-  s.kv_heads = 3;
-  s.prompt_tokens = 1000;
-  s.decode_steps = 24;
-  s.prefill_chunk = 250;
-  s.window = 64;
-  s.pooled_block = 16;
-  s.tiers = 2;
-  s.needle_begin = 480;  // a 26-token needle at depth 0.5 and a question
-  s.needle_tokens = 26;
-  s.question_tokens = 20;
-  return s;
-}
-
 void check_every_view(const std::string& path, const std::string& label) {
   auto reader = trace::TraceReader::open(path);
   TraceData data(*reader);
@@ -92,15 +73,15 @@ void check_every_view(const std::string& path, const std::string& label) {
 
 TEST_CASE("layout: every view at every page size draws its text unclipped and apart") {
   test::qt_app(true);
-  trace::SyntheticSpec spec = test::lod_spec();
-  spec.needle_begin = 100;
-  spec.needle_tokens = 8;
-  spec.question_tokens = 4;
-  check_every_view(test::write_trace(spec), "synthetic 2x2 heads, 256 tokens");
+  check_every_view(test::write_trace(test::with_needle(test::lod_spec(), 100, 8, 4)),
+                   "synthetic 2x2 heads, 256 tokens");
 }
 
 TEST_CASE("layout: every view of a SmolLM2-shaped trace (30 layers, 1K tokens) fits") {
   test::qt_app(true);
-  check_every_view(test::write_trace(smollm2_like_spec(), "smollm2.h5"),
-                   "synthetic 30x3 kv heads, 1024 tokens");
+  // The long axes and many heads that thin ticks and legends must survive,
+  // with a 26-token needle at depth 0.5 and a question.
+  check_every_view(
+      test::write_trace(test::with_needle(test::smollm2_like_spec(), 480, 26, 20), "smollm2.h5"),
+      "synthetic 30x3 kv heads, 1024 tokens");
 }
