@@ -28,10 +28,33 @@ ExportFormat export_format_for(const QString& path) {
 
 // Paints in logical pixels (96 per inch) so text and lines keep their size
 // relative to the page at any DPI.
+const std::vector<ExportPreset>& export_presets() {
+  static const std::vector<ExportPreset> all = {
+      {"column", "3.5 x 2.5 in at 300 dpi: one column of a two-column paper", {1050, 750, 300}},
+      {"wide", "7 x 3 in at 300 dpi: the text width of a two-column paper", {2100, 900, 300}},
+      {"slide",
+       "6.67 x 3.75 in at 288 dpi (1920 x 1080 px): a 16:9 slide, text reads 16 pt",
+       {1920, 1080, 288}}};
+  return all;
+}
+
+ExportOptions export_preset(const std::string& name) {
+  std::string names;
+  for (const ExportPreset& p : export_presets()) {
+    if (name == p.name) return p.options;
+    names += (names.empty() ? "" : ", ") + std::string(p.name);
+  }
+  throw InputError("", "--preset", "'" + name + "' is not a preset (" + names + ")");
+}
+
 void paint_page(const Figure& figure, QPainter& p, const ExportOptions& o) {
   double scale = o.dpi / 96.0;
   p.setRenderHint(QPainter::Antialiasing);
   p.setRenderHint(QPainter::TextAntialiasing);
+  // PDF images deflated, not JPEG'd: JPEG's chroma subsampling bled the
+  // colours of a heatmap's or a layer map's small cells into their
+  // neighbours (new hues that are on no colour bar).
+  p.setRenderHint(QPainter::LosslessImageRendering);
   p.scale(scale, scale);
   QRectF area(0, 0, o.width / scale, o.height / scale);
   p.fillRect(area, Qt::white);

@@ -9,6 +9,8 @@
 #include <QString>
 #include <QTextStream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "views/colormap.h"
 
@@ -30,6 +32,22 @@ struct ExportOptions {
   int height = 1000;
   double dpi = 150;
 };
+
+// Named page sizes for figures in papers and talks. Text is set at 8 pt on
+// the page, so each preset is the physical size the figure is printed or
+// shown at:
+//   column  3.5 x 2.5 in at 300 dpi (1050 x 750): one column of a two-column paper
+//   wide    7 x 3 in at 300 dpi (2100 x 900): the full text width of that paper
+//   slide   6.67 x 3.75 in at 288 dpi (1920 x 1080): a 16:9 slide's half width,
+//           so 8 pt reads as 16 pt when the figure fills a 13.33 in slide
+struct ExportPreset {
+  const char* name;
+  const char* description;
+  ExportOptions options;
+};
+const std::vector<ExportPreset>& export_presets();
+// The preset called `name`; throws InputError naming the field and the choices.
+ExportOptions export_preset(const std::string& name);
 
 // Paints `figure` on a page of `options` as every export does: white
 // background, logical pixels (96 per inch) scaled to the page's DPI.

@@ -1,5 +1,6 @@
 #include "views/figure_widget.h"
 
+#include <QComboBox>
 #include <QContextMenuEvent>
 #include <QDialog>
 #include <QDialogButtonBox>
@@ -121,6 +122,19 @@ void FigureWidget::export_dialog() {
   dpi.setValue(200);
   w.setValue(int(width() * 200 / 96.0));
   h.setValue(int(height() * 200 / 96.0));
+  QComboBox preset;
+  preset.addItem("this view's size at 200 dpi");
+  for (const ExportPreset& p : export_presets())
+    preset.addItem(QString("%1: %2").arg(p.name, p.description));
+  connect(&preset, qOverload<int>(&QComboBox::currentIndexChanged), &d, [&](int i) {
+    const ExportOptions o =
+        i == 0 ? ExportOptions{int(width() * 200 / 96.0), int(height() * 200 / 96.0), 200}
+               : export_presets()[size_t(i - 1)].options;
+    w.setValue(o.width);
+    h.setValue(o.height);
+    dpi.setValue(o.dpi);
+  });
+  form.addRow("preset", &preset);
   form.addRow("width (px)", &w);
   form.addRow("height (px)", &h);
   form.addRow("DPI", &dpi);

@@ -12,6 +12,7 @@
 #include "tests/views/qt_app.h"
 #include "tests/views/synthetic_fixture.h"
 #include "views/figure_factory.h"
+#include "views/layout_check.h"
 #include "views/view_registry.h"
 
 using namespace kvscope;
@@ -65,7 +66,87 @@ std::string pdf_page_size(const std::string& pdf) {
   return out.substr(at, out.find('\n', at) - at);
 }
 
+// Mean colour of each `block` x `block` square: antialiased edges and glyph
+// hinting differ between rasterisers, the colour of what is drawn must not.
+std::vector<QColor> block_means(const QImage& img, int block) {
+  std::vector<QColor> out;
+  for (int by = 0; by + block <= img.height(); by += block)
+    for (int bx = 0; bx + block <= img.width(); bx += block) {
+      double r = 0, g = 0, b = 0;
+      for (int y = by; y < by + block; ++y)
+        for (int x = bx; x < bx + block; ++x) {
+          const QColor c = img.pixelColor(x, y);
+          r += c.red();
+          g += c.green();
+          b += c.blue();
+        }
+      const double n = double(block * block);
+      out.emplace_back(int(r / n), int(g / n), int(b / n));
+    }
+  return out;
+}
+
+// Share of blocks whose mean colour differs by more than `tolerance` in a channel.
+double differing_blocks(const QImage& a, const QImage& b, int block, int tolerance) {
+  const std::vector<QColor> ma = block_means(a, block), mb = block_means(b, block);
+  REQUIRE(ma.size() == mb.size());
+  int differ = 0;
+  for (size_t i = 0; i < ma.size(); ++i)
+    differ += std::abs(ma[i].red() - mb[i].red()) > tolerance ||
+              std::abs(ma[i].green() - mb[i].green()) > tolerance ||
+              std::abs(ma[i].blue() - mb[i].blue()) > tolerance;
+  return double(differ) / double(ma.size());
+}
+
 }  // namespace
+
+TEST_CASE("every view's PNG, SVG and PDF show the same text in the same colours") {
+  test::qt_app(true);
+  const std::string path = test::write_trace(test::with_needle(test::lod_spec(), 100, 8, 4));
+  const std::string dir = test::temp_dir();
+  auto reader = trace::TraceReader::open(path);
+  TraceData data(*reader);
+  auto other = trace::TraceReader::open(path);
+  TraceData other_data(*other);
+  FigureRequest q;
+  q.selection = selection_for(*reader, 1, 2, 12, 40);
+  const ExportOptions o{900, 600, 150};
+  for (const ViewDescriptor& d : view_registry()) {
+    q.view = d.name;
+    std::shared_ptr<Figure> fig = make_figure(data, &other_data, q);
+    const std::string base = dir + "/" + d.name.toStdString();
+    export_figure(*fig, QString::fromStdString(base + ".png"), o);
+    export_figure(*fig, QString::fromStdString(base + ".svg"), o);
+    export_figure(*fig, QString::fromStdString(base + ".pdf"), o);
+    INFO("view " << d.name.toStdString());
+    // Text: the SVG holds exactly the strings the figure draws.
+    QStringList drawn, in_svg;
+    for (const DrawnText& t : check_layout(*fig, o).texts) drawn << t.text;
+    const QString svg_text = read_svg(QString::fromStdString(base + ".svg")).all_text;
+    in_svg = svg_text.split('\n', Qt::SkipEmptyParts);
+    drawn.sort();
+    in_svg.sort();
+    CHECK(in_svg == drawn);
+    // Colour: the SVG and the PDF rasterised at the PNG's size agree with it.
+    const QImage png =
+        QImage(QString::fromStdString(base + ".png")).convertToFormat(QImage::Format_RGB32);
+    QImage svg(png.size(), QImage::Format_RGB32);
+    svg.fill(Qt::white);
+    {
+      QPainter p(&svg);
+      QSvgRenderer(QString::fromStdString(base + ".svg")).render(&p);
+    }
+    std::string log;
+    REQUIRE(test::run_command(
+                "pdftoppm -r 150 -png -singlefile '" + base + ".pdf' '" + base + "-pdf'", &log) ==
+            0);
+    const QImage pdf =
+        QImage(QString::fromStdString(base + "-pdf.png")).convertToFormat(QImage::Format_RGB32);
+    REQUIRE(pdf.size() == png.size());
+    CHECK(differing_blocks(png, svg, 10, 24) < 0.03);
+    CHECK(differing_blocks(png, pdf, 10, 24) < 0.03);
+  }
+}
 
 TEST_CASE("every view exports to PNG, SVG and PDF with its title, axes and colour bar") {
   test::qt_app(true);

@@ -23,14 +23,18 @@ struct Page {
   ExportOptions options;
 };
 
-// Window sizes at screen resolution, the export default (150 dpi) and a
-// paper column: 3.5 x 2.5 in at 300 dpi.
+// Window sizes at screen resolution, the export default (150 dpi) and every
+// export preset (a paper column, the paper's width, a slide).
 const std::vector<Page>& pages() {
-  static const std::vector<Page> all = {{"1280x800", {1280, 800, 96}},
-                                        {"1600x1000", {1600, 1000, 96}},
-                                        {"1920x1080", {1920, 1080, 96}},
-                                        {"1600x1000@150dpi", {1600, 1000, 150}},
-                                        {"column 3.5in@300dpi", {1050, 750, 300}}};
+  static const std::vector<Page> all = [] {
+    std::vector<Page> out = {{"1280x800", {1280, 800, 96}},
+                             {"1600x1000", {1600, 1000, 96}},
+                             {"1920x1080", {1920, 1080, 96}},
+                             {"1600x1000@150dpi", {1600, 1000, 150}}};
+    for (const ExportPreset& p : export_presets()) out.push_back({p.name, p.options});
+    CHECK(out.back().options.width == 1920);  // the presets are there
+    return out;
+  }();
   return all;
 }
 

@@ -30,7 +30,7 @@ namespace kvscope::cli {
 namespace {
 
 struct ExportOptions {
-  std::string trace, output, view = "heatmap", compare, colormap = "viridis", zoom;
+  std::string trace, output, view = "heatmap", compare, colormap = "viridis", zoom, preset;
   int layer = 0, head = 0;
   int64_t step = -1, token = -1, horizon = -1;
   int width = 1600, height = 1000;
@@ -266,11 +266,22 @@ Command add_export_command(CLI::App& app) {
   sub->add_option("--step", o->step, "step (default: the last)")->check(index);
   sub->add_option("--token", o->token, "selected token (history and forecast views)")->check(index);
   sub->add_option("--compare", o->compare, "second trace (compare view)")->check(CLI::ExistingFile);
-  sub->add_option("--width", o->width, "width in pixels (at --dpi)")->check(CLI::Range(16, 20000));
-  sub->add_option("--height", o->height, "height in pixels (at --dpi)")
-      ->check(CLI::Range(16, 20000));
-  sub->add_option("--dpi", o->dpi, "dots per inch: PDF/SVG page size is width/dpi inches")
-      ->check(finite_range(10, 2400));
+  CLI::Option* width = sub->add_option("--width", o->width, "width in pixels (at --dpi)")
+                           ->check(CLI::Range(16, 20000));
+  CLI::Option* height = sub->add_option("--height", o->height, "height in pixels (at --dpi)")
+                            ->check(CLI::Range(16, 20000));
+  CLI::Option* dpi =
+      sub->add_option("--dpi", o->dpi, "dots per inch: PDF/SVG page size is width/dpi inches")
+          ->check(finite_range(10, 2400));
+  std::vector<std::string> presets;
+  std::string preset_help = "page for a paper or a talk, text at 8 pt on it:";
+  for (const views::ExportPreset& p : views::export_presets()) {
+    presets.push_back(p.name);
+    preset_help += std::string(" ") + p.name + " (" + p.description + ");";
+  }
+  sub->add_option("--preset", o->preset,
+                  preset_help + " --width, --height and --dpi given as well override it")
+      ->check(CLI::IsMember(presets));
   sub->add_option("--colormap", o->colormap, "viridis, magma, cividis or grey")
       ->check(CLI::IsMember({"viridis", "magma", "cividis", "grey"}));
   sub->add_flag("--linear", o->linear, "heatmap: linear colour scale (default log)");
@@ -297,7 +308,15 @@ Command add_export_command(CLI::App& app) {
   sub->add_flag(
       "--build-lod", o->build_lod,
       "build the level-of-detail cache beside the trace when missing (else read level 0)");
-  return {sub, [o] { return run_export(*o); }};
+  return {sub, [o, width, height, dpi] {
+            if (!o->preset.empty()) {
+              const views::ExportOptions page = views::export_preset(o->preset);
+              if (width->count() == 0) o->width = page.width;
+              if (height->count() == 0) o->height = page.height;
+              if (dpi->count() == 0) o->dpi = page.dpi;
+            }
+            return run_export(*o);
+          }};
 }
 
 }  // namespace
