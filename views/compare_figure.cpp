@@ -5,6 +5,9 @@
 #include <QFileInfo>
 #include <QFontMetricsF>
 #include <algorithm>
+#include <cmath>
+
+#include "core/analysis/why.h"
 
 #include "views/survival_figure.h"
 
@@ -20,6 +23,43 @@ std::vector<int64_t> head_budget(const trace::TraceReader& r, int layer, int kv_
   for (int64_t i = 0; i < S; ++i)
     for (int64_t t = 0; t < R; ++t) out[size_t(i)] += s[size_t(i * R + t)];
   return out;
+}
+
+// White to blue for A's side (v > 0), white to orange for B's (v < 0).
+QColor diverging(double v) {
+  const QColor base = v >= 0 ? palette::kBlue : palette::kOrange;
+  const double a = std::min(1.0, std::abs(v));
+  return QColor(int(255 + a * (base.red() - 255)), int(255 + a * (base.green() - 255)),
+                int(255 + a * (base.blue() - 255)));
+}
+
+// The focus span: the selected tokens, else the needle of A.
+std::vector<int64_t> focus_span(const Selection& sel, const TaskSpans& spans, int64_t n_tokens,
+                                QString* name) {
+  std::vector<int64_t> out;
+  for (int64_t t : sel.tokens)
+    if (t >= 0 && t < n_tokens) out.push_back(t);
+  *name = out.empty() ? QString() : "selection";
+  if (!out.empty()) return out;
+  for (const auto& [b, e] : spans.needle)
+    for (int64_t t = b; t < e; ++t) out.push_back(t);
+  if (!out.empty()) *name = "needle";
+  return out;
+}
+
+// Mean over kv heads of the received mass on `span` at each decode step of
+// A (B at its aligned step); NaN before the first decode step.
+void span_masses(const trace::TraceReader& ra, const trace::TraceReader& rb,
+                 const std::vector<int64_t>& span, const std::vector<int64_t>& step_b,
+                 int64_t first_decode, std::vector<double>* a, std::vector<double>* b) {
+  a->assign(step_b.size(), NAN);
+  b->assign(step_b.size(), NAN);
+  if (span.empty() || first_decode < 0) return;
+  const std::vector<int32_t> tokens(span.begin(), span.end());
+  for (int64_t s = first_decode; s < int64_t(step_b.size()); ++s) {
+    (*a)[size_t(s)] = analysis::received_mass_on(ra, tokens, s);
+    (*b)[size_t(s)] = analysis::received_mass_on(rb, tokens, step_b[size_t(s)]);
+  }
 }
 
 QColor diff_color(uint8_t d) {
@@ -67,6 +107,16 @@ std::shared_ptr<CompareFigure> CompareFigure::load(TraceData& a, TraceData& b,
                          b.last_attended(f->layer, f->kv_head).head(f->layer, f->kv_head), max_h);
   f->budget_a = head_budget(ra, f->layer, f->kv_head);
   f->budget_b = head_budget(rb, f->layer, f->kv_head);
+  // Only tokens both traces fed alike compare.
+  f->span = focus_span(sel, f->spans, f->shared_tokens, &f->span_name);
+  std::vector<int64_t> step_b(size_t(f->steps_a));
+  for (int64_t s = 0; s < f->steps_a; ++s)
+    step_b[size_t(s)] = analysis::aligned_step(b.basics().fed_step, ra, s);
+  f->span_diff = analysis::diff_span(la, lb, f->span, step_b);
+  const std::vector<trace::StepRecord>& steps = a.basics().steps;
+  for (size_t s = 0; s < steps.size() && f->answer_step < 0; ++s)
+    if (steps[s].kind == trace::StepKind::Decode) f->answer_step = int64_t(s);
+  span_masses(ra, rb, f->span, step_b, f->answer_step, &f->span_mass_a, &f->span_mass_b);
   return f;
 }
 
@@ -88,12 +138,8 @@ void CompareFigure::paint_heads(QPainter& p, const QRectF& r) const {
   for (int l = 0; l < layers; ++l)
     for (int k = 0; k < kv_heads; ++k) {
       const auto& h = heads[size_t(l * kv_heads + k)];
-      double v = double(h.only_a - h.only_b) / double(peak);
-      QColor base = v >= 0 ? palette::kBlue : palette::kOrange;
-      double a = std::min(1.0, std::abs(v));
-      QColor c(int(255 + a * (base.red() - 255)), int(255 + a * (base.green() - 255)),
-               int(255 + a * (base.blue() - 255)));
-      p.fillRect(QRectF(r.left() + k * cw, r.top() + l * ch, cw + 0.3, ch + 0.3), c);
+      p.fillRect(QRectF(r.left() + k * cw, r.top() + l * ch, cw + 0.3, ch + 0.3),
+                 diverging(double(h.only_a - h.only_b) / double(peak)));
     }
   p.setPen(QPen(Qt::black, 2));
   p.setBrush(Qt::NoBrush);
@@ -145,12 +191,8 @@ void CompareFigure::paint_diff_bar(QPainter& p, const QRectF& r) const {
   int64_t peak = 1;
   for (const auto& h : heads) peak = std::max<int64_t>(peak, std::max(h.only_a, h.only_b));
   for (int y = 0; y < int(r.height()); ++y) {
-    double v = 1.0 - 2.0 * (y + 0.5) / r.height();  // +1 at the top, -1 at the bottom
-    QColor base = v >= 0 ? palette::kBlue : palette::kOrange;
-    double a = std::min(1.0, std::abs(v));
-    p.fillRect(QRectF(r.left(), r.top() + y, r.width(), 1.01),
-               QColor(int(255 + a * (base.red() - 255)), int(255 + a * (base.green() - 255)),
-                      int(255 + a * (base.blue() - 255))));
+    const double v = 1.0 - 2.0 * (y + 0.5) / r.height();  // +1 at the top, -1 at the bottom
+    p.fillRect(QRectF(r.left(), r.top() + y, r.width(), 1.01), diverging(v));
   }
   p.save();
   p.setPen(QPen(Qt::black, 1));
@@ -163,9 +205,62 @@ void CompareFigure::paint_diff_bar(QPainter& p, const QRectF& r) const {
     p.drawText(QPointF(r.right() + 5, y + fm.ascent() / 2 - 1), text);
   };
   tick(r.top(), QString("A %1").arg(peak));
-  tick(r.center().y(), "0");
-  tick(r.bottom(), QString("B %1").arg(peak));
+  if (r.height() >= 3 * fm.height()) tick(r.center().y(), "0");  // room between the ends
+  if (r.height() >= fm.height()) tick(r.bottom(), QString("B %1").arg(peak));
   p.restore();
+}
+
+// Heads (rows, layer by layer) x steps of A: the share of the span held by
+// A and not B (blue) or by B and not A (orange), on the diff map's scale.
+void CompareFigure::paint_span_heads(QPainter& p, const QRectF& r) const {
+  const int64_t H = span_diff.heads, S = span_diff.steps;
+  if (H > 0 && S > 0) {
+    QImage img(int(S), int(H), QImage::Format_RGB32);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s = 0; s < S; ++s)
+        img.setPixel(int(s), int(h),
+                     diverging(double(span_diff.at(span_diff.only_a, h, s) -
+                                      span_diff.at(span_diff.only_b, h, s)))
+                         .rgb());
+    p.save();
+    p.setRenderHint(QPainter::SmoothPixmapTransform, false);
+    p.drawImage(r, img);
+    p.restore();
+  }
+  const plot::Map mx{0, double(std::max<int64_t>(1, S)), r.left(), r.right()};
+  p.save();
+  if (answer_step >= 0) {
+    p.setPen(QPen(palette::kVermillion, 1.5, Qt::DotLine));
+    p.drawLine(QPointF(mx(answer_step + 0.5), r.top()), QPointF(mx(answer_step + 0.5), r.bottom()));
+  }
+  p.setPen(QPen(Qt::black, 1, Qt::DashLine));
+  p.drawLine(QPointF(mx(step_a + 0.5), r.top()), QPointF(mx(step_a + 0.5), r.bottom()));
+  p.restore();
+  plot::axes(p, r, 0, double(std::max<int64_t>(1, S)), 0, double(layers), "step",
+             "layer (kv heads within)", true);
+}
+
+// Attention on the span at each decode step: A's and B's received mass,
+// mean over kv heads.
+void CompareFigure::paint_span_mass(QPainter& p, const QRectF& r) const {
+  double hi = 1e-3;
+  for (const auto* v : {&span_mass_a, &span_mass_b})
+    for (double x : *v)
+      if (!std::isnan(x)) hi = std::max(hi, x);
+  hi *= 1.1;
+  const double x1 = double(std::max<int64_t>(1, steps_a - 1));
+  const plot::Map mx{0, x1, r.left(), r.right()}, my{0, hi, r.bottom(), r.top()};
+  p.save();
+  p.setClipRect(r.adjusted(-3, -3, 3, 3));
+  if (answer_step >= 0) {
+    p.setPen(QPen(palette::kVermillion, 1.5, Qt::DotLine));
+    p.drawLine(QPointF(mx(double(answer_step)), r.top()),
+               QPointF(mx(double(answer_step)), r.bottom()));
+  }
+  plot::series(p, span_mass_b, mx, my, QPen(palette::kOrange, 2, Qt::DashLine));
+  plot::series(p, span_mass_a, mx, my, QPen(palette::kBlue, 2));
+  p.restore();
+  plot::axes(p, r, 0, x1, 0, hi, "step", "attention on " + span_name);
 }
 
 void CompareFigure::paint(QPainter& p, const QRectF& area) const {
@@ -184,15 +279,31 @@ void CompareFigure::paint(QPainter& p, const QRectF& area) const {
   }
   add_task_legend(legend, spans);
   QRectF top_area = area.adjusted(8, 36, -8, -8);
-  double lh = legend_height(legend, top_area.width());
-  paint_legend_rows(p, QRectF(top_area.left(), top_area.top(), top_area.width(), lh), legend);
   // Each panel keeps 56 px left of it for y ticks and label and 44 px below
   // for x ticks and label; the diff map's colour bar takes 60 px right of it.
-  QRectF in = top_area.adjusted(56, lh + 10, -12, -44);
+  auto inner = [&](double legend_h) { return top_area.adjusted(56, legend_h + 10, -12, -44); };
+  double lh = legend_height(legend, top_area.width());
+  QRectF in = inner(lh);
   // A paper column shows the first row alone (where the policies differ);
-  // wider pages add survival and the budget over steps.
+  // taller pages add the focus span over the steps (its step lines keyed),
+  // then survival and the budget over steps.
   bool one_row = in.width() < 480 || in.height() < 320;
-  double row_h = one_row ? in.height() : (in.height() - 44 - 16) / 2;
+  if (!one_row && !span.empty()) {
+    legend.push_back(legend_line("answer step", QPen(palette::kVermillion, 1.5, Qt::DotLine)));
+    legend.push_back(legend_line("current step", QPen(Qt::black, 1, Qt::DashLine)));
+    lh = legend_height(legend, top_area.width());
+    in = inner(lh);
+    one_row = in.height() < 320;
+    if (one_row) legend.resize(legend.size() - 2);
+    lh = legend_height(legend, top_area.width());
+    in = inner(lh);
+  }
+  paint_legend_rows(p, QRectF(top_area.left(), top_area.top(), top_area.width(), lh), legend);
+  const bool span_row = !one_row && !span.empty();
+  const bool last_row = !one_row && (span.empty() || in.height() >= 560);
+  const int rows = 1 + int(span_row) + int(last_row);
+  const double row_gap = 44 + 16;
+  const double row_h = (in.height() - row_gap * (rows - 1)) / rows;
   QRectF grid(in.left(), in.top(), std::min(in.width() * 0.28, 40.0 * double(kv_heads)), row_h);
   QRectF bar(grid.right() + 8, grid.top(), 10, grid.height());
   QRectF strip(bar.right() + 60, in.top(), std::max(10.0, in.right() - bar.right() - 60),
@@ -200,8 +311,33 @@ void CompareFigure::paint(QPainter& p, const QRectF& area) const {
   paint_heads(p, grid);
   paint_diff_bar(p, bar);
   paint_tokens(p, strip);
-  if (one_row) return;
-  QRectF surv(in.left(), grid.bottom() + 44 + 16, in.width() * 0.46, row_h);
+  double top = grid.bottom() + row_gap;
+  if (span_row) {
+    // Captions above the span's panels, in the gap the row keeps for them.
+    const double caption_h = QFontMetricsF(plot::font(8, true)).height() + 4;
+    QRectF held(in.left(), top + caption_h, in.width() * 0.46, row_h - caption_h);
+    QRectF mass(held.right() + 64, held.top(), std::max(10.0, in.right() - held.right() - 64),
+                held.height());
+    p.save();
+    p.setFont(plot::font(8, true));
+    p.setPen(Qt::black);
+    const QFontMetricsF fm(p.font(), p.device());
+    auto caption = [&](const QRectF& panel, const QString& text) {
+      p.drawText(QRectF(panel.left(), top, panel.width(), caption_h - 2),
+                 Qt::AlignLeft | Qt::AlignVCenter,
+                 fm.elidedText(text, Qt::ElideRight, panel.width()));
+    };
+    caption(held, QString("%1 (%2 tokens) held by A only (blue) or B only (orange), per kv head")
+                      .arg(span_name)
+                      .arg(span.size()));
+    caption(mass, QString("attention on the %1: A (solid) and B (dashed)").arg(span_name));
+    p.restore();
+    paint_span_heads(p, held);
+    paint_span_mass(p, mass);
+    top += row_h + row_gap;
+  }
+  if (!last_row) return;
+  QRectF surv(in.left(), top, in.width() * 0.46, row_h);
   QRectF budget(surv.right() + 64, surv.top(), std::max(10.0, in.right() - surv.right() - 64),
                 row_h);
   SurvivalFigure::paint_curves(p, surv,
@@ -218,6 +354,21 @@ void CompareFigure::write_csv(QTextStream& out) const {
     for (int64_t k = 0; k < kv_heads; ++k) {
       const auto& h = heads[size_t(l * kv_heads + k)];
       out << l << ',' << k << ',' << h.only_a << ',' << h.only_b << ',' << h.both << '\n';
+    }
+  if (span.empty()) return;
+  // The focus span over A's steps: per head the shares held by one trace
+  // only, and each trace's attention on it (empty before decoding).
+  out << "\n# " << span_name << ": " << span.size() << " tokens from token " << span.front()
+      << "\nstep,layer,kv_head,span_only_a,span_only_b,attention_a,attention_b\n";
+  for (int64_t s = 0; s < span_diff.steps; ++s)
+    for (int64_t h = 0; h < span_diff.heads; ++h) {
+      out << s << ',' << h / kv_heads << ',' << h % kv_heads << ','
+          << span_diff.at(span_diff.only_a, h, s) << ',' << span_diff.at(span_diff.only_b, h, s)
+          << ',';
+      if (!std::isnan(span_mass_a[size_t(s)])) out << span_mass_a[size_t(s)];
+      out << ',';
+      if (!std::isnan(span_mass_b[size_t(s)])) out << span_mass_b[size_t(s)];
+      out << '\n';
     }
 }
 

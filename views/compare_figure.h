@@ -1,7 +1,9 @@
 // Compare two traces of the same prompt (A = current, B = compared): per
 // head, tokens kept by A and not B and the reverse at the current step; for
-// the current head a token strip of who holds what; survival and budget of A
-// and B overlaid.
+// the current head a token strip of who holds what; a focus span (the
+// selected tokens, else A's needle) followed over the steps — per head, the
+// share of it held by A and not B (or B and not A), and the attention A and
+// B put on it at each decode step; survival and budget of A and B overlaid.
 #pragma once
 
 #include <memory>
@@ -32,12 +34,21 @@ class CompareFigure : public Figure {
   std::vector<uint8_t> tokens;                  // TokenDiff per token, current head
   analysis::SurvivalCurve survival_a, survival_b;
   std::vector<int64_t> budget_a, budget_b;  // current head's entries per step
+  // The focus span: sorted token indices and what they are ("needle",
+  // "selection"; empty: no span).
+  std::vector<int64_t> span;
+  QString span_name;
+  analysis::SpanDiff span_diff;                  // over A's steps
+  std::vector<double> span_mass_a, span_mass_b;  // per step of A, NaN before decode
+  int64_t answer_step = -1;                      // A's first decode step
 
  private:
   void paint_heads(QPainter& p, const QRectF& r) const;
   void paint_tokens(QPainter& p, const QRectF& r) const;
   void paint_budget(QPainter& p, const QRectF& r) const;
   void paint_diff_bar(QPainter& p, const QRectF& r) const;
+  void paint_span_heads(QPainter& p, const QRectF& r) const;
+  void paint_span_mass(QPainter& p, const QRectF& r) const;
 
  public:
   TaskSpans spans;  // needle and question tokens of A

@@ -120,6 +120,25 @@ void export_figure(const Figure& figure, const QString& path, const ExportOption
 
 namespace plot {
 
+void series(QPainter& p, const std::vector<double>& v, const Map& mx, const Map& my,
+            const QPen& pen) {
+  p.setPen(pen);
+  QPolygonF run;
+  auto flush = [&] {
+    if (run.size() == 1) p.drawEllipse(run.front(), 2, 2);
+    if (run.size() > 1) p.drawPolyline(run);
+    run.clear();
+  };
+  for (size_t s = 0; s < v.size(); ++s) {
+    if (std::isnan(v[s])) {
+      flush();
+      continue;
+    }
+    run << QPointF(mx(double(s)), my(v[s]));
+  }
+  flush();
+}
+
 QFont font(double points, bool bold) {
   QFont f("DejaVu Sans");
   // Sized in logical pixels (96 per inch), not points: a point size is

@@ -97,6 +97,10 @@ struct Map {
   double operator()(double d) const { return p0 + (d - d0) * (p1 - p0) / (d1 - d0); }
   double inverse(double px) const { return d0 + (px - p0) * (d1 - d0) / (p1 - p0); }
 };
+// A polyline through the finite values (x = index), broken where one is NaN;
+// a lone value is a dot.
+void series(QPainter& p, const std::vector<double>& v, const Map& mx, const Map& my,
+            const QPen& pen);
 void legend(QPainter& p, const QPointF& top_left,
             const std::vector<std::pair<QColor, QString>>& items, bool dashed_second = false);
 

@@ -47,26 +47,6 @@ std::vector<double> needle_mass(const trace::TraceReader& r, const std::vector<i
   return out;
 }
 
-// A polyline through the finite points, broken where a value is missing.
-void draw_series(QPainter& p, const std::vector<double>& v, const plot::Map& mx,
-                 const plot::Map& my, const QPen& pen) {
-  p.setPen(pen);
-  QPolygonF run;
-  auto flush = [&] {
-    if (run.size() == 1) p.drawEllipse(run.front(), 2, 2);
-    if (run.size() > 1) p.drawPolyline(run);
-    run.clear();
-  };
-  for (size_t s = 0; s < v.size(); ++s) {
-    if (std::isnan(v[s])) {
-      flush();
-      continue;
-    }
-    run << QPointF(mx(double(s)), my(v[s]));
-  }
-  flush();
-}
-
 }  // namespace
 
 std::shared_ptr<NeedleFigure> NeedleFigure::load(TraceData& data, TraceData* compare,
@@ -192,9 +172,9 @@ void NeedleFigure::paint_mass(QPainter& p, const QRectF& r) const {
   }
   p.setPen(QPen(QColor(150, 150, 150), 1, Qt::DashLine));
   p.drawLine(QPointF(mx(double(step)), r.top()), QPointF(mx(double(step)), r.bottom()));
-  draw_series(p, lost_mass, mx, my, QPen(kLostMassColor, 1.5, Qt::DotLine));
-  draw_series(p, compare_mass, mx, my, QPen(palette::kOrange, 2, Qt::DashLine));
-  draw_series(p, mass, mx, my, QPen(palette::kBlue, 2));
+  plot::series(p, lost_mass, mx, my, QPen(kLostMassColor, 1.5, Qt::DotLine));
+  plot::series(p, compare_mass, mx, my, QPen(palette::kOrange, 2, Qt::DashLine));
+  plot::series(p, mass, mx, my, QPen(palette::kBlue, 2));
   p.restore();
   plot::axes(p, r, 0, double(std::max<int64_t>(1, n_steps - 1)), 0, hi, "step", "attention mass");
 }

@@ -77,4 +77,29 @@ std::vector<uint8_t> diff_tokens(const AllLifetimes& a, const AllLifetimes& b, i
   return out;
 }
 
+SpanDiff diff_span(const AllLifetimes& a, const AllLifetimes& b, const std::vector<int64_t>& span,
+                   const std::vector<int64_t>& step_b) {
+  SpanDiff d;
+  d.heads = a.layers * a.kv_heads;
+  d.steps = int64_t(step_b.size());
+  d.only_a.assign(size_t(d.heads * d.steps), 0.f);
+  d.only_b.assign(d.only_a.size(), 0.f);
+  if (span.empty()) return d;
+  auto held = [](const AllLifetimes& x, int64_t l, int64_t k, int64_t t, int64_t s) {
+    return t >= x.token_begin && t < x.token_end && x.held(l, k, t, s);
+  };
+  const float share = 1.f / float(span.size());
+  for (int64_t l = 0; l < a.layers; ++l)
+    for (int64_t k = 0; k < a.kv_heads; ++k) {
+      const int64_t h = l * a.kv_heads + k;
+      for (int64_t s = 0; s < d.steps; ++s)
+        for (int64_t t : span) {
+          const bool ha = held(a, l, k, t, s), hb = held(b, l, k, t, step_b[size_t(s)]);
+          d.only_a[size_t(h * d.steps + s)] += ha && !hb ? share : 0.f;
+          d.only_b[size_t(h * d.steps + s)] += hb && !ha ? share : 0.f;
+        }
+    }
+  return d;
+}
+
 }  // namespace kvscope::analysis

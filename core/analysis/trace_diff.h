@@ -37,4 +37,18 @@ std::vector<uint8_t> diff_tokens(const AllLifetimes& a, const AllLifetimes& b, i
                                  int64_t kv_head, int64_t step_a, int64_t step_b,
                                  int64_t token_end = -1);
 
+// A span of tokens (a needle, a selection) followed over the steps of A:
+// per (layer, kv head) and step s of A, compared with step step_b[s] of B,
+// the share of the span held by A and not B and by B and not A. A token
+// outside either trace's lifetimes counts as held by neither.
+struct SpanDiff {
+  int64_t heads = 0, steps = 0;
+  std::vector<float> only_a, only_b;  // [(l * K + k) * steps + s]
+  float at(const std::vector<float>& v, int64_t head, int64_t step) const {
+    return v[size_t(head * steps + step)];
+  }
+};
+SpanDiff diff_span(const AllLifetimes& a, const AllLifetimes& b, const std::vector<int64_t>& span,
+                   const std::vector<int64_t>& step_b);
+
 }  // namespace kvscope::analysis

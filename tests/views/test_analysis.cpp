@@ -138,6 +138,43 @@ TEST_CASE("trace diff counts tokens kept by one policy and not the other") {
   CHECK_THROWS_WITH(analysis::check_comparable(*ra, *rc), Catch::Contains("kv heads"));
 }
 
+TEST_CASE("a span followed over the steps: shares held by one trace only, per head") {
+  trace::SyntheticSpec a = test::small_spec(), b = test::small_spec();
+  b.window = 8;
+  auto ra = trace::TraceReader::open(test::write_trace(a, "a.h5"));
+  auto rb = trace::TraceReader::open(test::write_trace(b, "b.h5"));
+  auto la = analysis::AllLifetimes::read(*ra), lb = analysis::AllLifetimes::read(*rb);
+  // Tokens 30..45 (A's window of 16 reaches them before B's of 8 does) and
+  // one past both traces, which neither holds.
+  std::vector<int64_t> span;
+  for (int64_t t = 30; t < 46; ++t) span.push_back(t);
+  span.push_back(ra->n_tokens() + 5);
+  std::vector<int64_t> step_b(size_t(ra->n_steps()));
+  for (int64_t s = 0; s < ra->n_steps(); ++s) step_b[size_t(s)] = s;
+  const analysis::SpanDiff d = analysis::diff_span(la, lb, span, step_b);
+  REQUIRE(d.heads == a.layers * a.kv_heads);
+  REQUIRE(d.steps == ra->n_steps());
+  double most_a = 0;
+  for (int l = 0; l < a.layers; ++l)
+    for (int k = 0; k < a.kv_heads; ++k)
+      for (int64_t s = 0; s < d.steps; ++s) {
+        int only_a = 0, only_b = 0;
+        for (int64_t t : span) {
+          if (t >= ra->n_tokens()) continue;
+          bool ha = truth_held(a, l, k, t, s), hb = truth_held(b, l, k, t, s);
+          only_a += ha && !hb;
+          only_b += hb && !ha;
+        }
+        const int64_t h = l * a.kv_heads + k;
+        REQUIRE(d.at(d.only_a, h, s) == Approx(double(only_a) / double(span.size())));
+        REQUIRE(d.at(d.only_b, h, s) == Approx(double(only_b) / double(span.size())));
+        most_a = std::max<double>(most_a, d.at(d.only_a, h, s));
+      }
+  CHECK(most_a > 0.2);  // the longer window holds some of the span longer
+  CHECK(analysis::diff_span(la, lb, {}, step_b).only_a ==
+        std::vector<float>(size_t(d.heads * d.steps), 0.f));
+}
+
 TEST_CASE("Perfetto JSON has one async span per admitted token and occupancy counters") {
   trace::SyntheticSpec spec = test::small_spec();
   auto r = trace::TraceReader::open(test::write_trace(spec));

@@ -5,11 +5,15 @@
 #include <catch2/catch.hpp>
 
 #include "core/analysis/lifetimes.h"
+#include "core/analysis/trace_diff.h"
+#include "core/analysis/why.h"
 #include "tests/views/qt_app.h"
 #include "tests/views/synthetic_fixture.h"
+#include "views/compare_figure.h"
 #include "views/figure_factory.h"
 #include "views/gates_figure.h"
 #include "views/heatmap_view.h"
+#include "views/needle_figure.h"
 #include "views/timeline_view.h"
 #include "views/view_widgets.h"
 
@@ -477,4 +481,73 @@ TEST_CASE("gate scores spanning decades get a log axis; a narrow range stays lin
   signed_scores.values = {-3.f, 0.001f, 5.f};  // not all positive: linear
   signed_scores.fit_axis();
   CHECK_FALSE(signed_scores.log_scale);
+}
+
+TEST_CASE("compare follows the needle (or the selection) over the steps: held by one, attention") {
+  test::qt_app(true);
+  trace::SyntheticSpec sa = test::with_needle(test::small_spec(), 20, 6, 4), sb = sa;
+  sb.window = 8;
+  Loaded a = load(sa, 1, 2, 20), b = load(sb, 1, 2, 20);
+  auto f = CompareFigure::load(*a.data, *b.data, a.sel);
+  // No selection: the needle, tokens 20..25.
+  CHECK(f->span_name == "needle");
+  CHECK(f->span == std::vector<int64_t>{20, 21, 22, 23, 24, 25});
+  REQUIRE(f->span_diff.steps == a.reader->n_steps());
+  std::vector<int64_t> step_b(size_t(f->span_diff.steps));
+  for (int64_t s = 0; s < f->span_diff.steps; ++s)
+    step_b[size_t(s)] = analysis::aligned_step(b.data->basics().fed_step, *a.reader, s);
+  const analysis::SpanDiff d =
+      analysis::diff_span(a.data->all_lifetimes(), b.data->all_lifetimes(), f->span, step_b);
+  CHECK(f->span_diff.only_a == d.only_a);
+  CHECK(f->span_diff.only_b == d.only_b);
+  float most = 0;
+  for (float x : d.only_a) most = std::max(most, x);
+  CHECK(most > 0);  // A's longer window keeps the needle after B has let it go
+  // Attention on the needle from the first decode step, none before.
+  REQUIRE(f->answer_step > 0);
+  CHECK(std::isnan(f->span_mass_a[size_t(f->answer_step - 1)]));
+  const std::vector<int32_t> needle(f->span.begin(), f->span.end());
+  for (int64_t s = f->answer_step; s < a.reader->n_steps(); ++s) {
+    CHECK(f->span_mass_a[size_t(s)] == analysis::received_mass_on(*a.reader, needle, s));
+    CHECK(f->span_mass_b[size_t(s)] ==
+          analysis::received_mass_on(*b.reader, needle, step_b[size_t(s)]));
+  }
+  // Selected tokens take the needle's place; the CSV holds the span's table.
+  a.sel.tokens = {40, 41};
+  auto g = CompareFigure::load(*a.data, *b.data, a.sel);
+  CHECK(g->span_name == "selection");
+  CHECK(g->span == std::vector<int64_t>{40, 41});
+  QString csv;
+  QTextStream out(&csv);
+  g->write_csv(out);
+  out.flush();
+  CHECK(csv.contains("# selection: 2 tokens from token 40"));
+  CHECK(csv.count('\n') > 3 + int(a.reader->n_steps() * sa.layers * sa.kv_heads));
+  // Drawn: the span's row has A-only blue somewhere at 1600 x 1000.
+  const QImage img = render(*f, 1600, 1000);
+  int blue = 0;
+  for (int y = 0; y < img.height(); y += 3)
+    for (int x = 0; x < img.width(); x += 3) blue += near(img.pixel(x, y), palette::kBlue, 40);
+  CHECK(blue > 20);
+}
+
+TEST_CASE("needle view: share held per head, loss steps and attention on the needle") {
+  test::qt_app(true);
+  trace::SyntheticSpec spec = test::with_needle(test::small_spec(), 20, 6, 4);
+  Loaded l = load(spec, 0, 0, 30);
+  auto f = NeedleFigure::load(*l.data, nullptr, l.sel);
+  REQUIRE(f->needle == std::vector<int64_t>{20, 21, 22, 23, 24, 25});
+  for (int layer = 0; layer < spec.layers; ++layer)
+    for (int k = 0; k < spec.kv_heads; ++k)
+      for (int64_t s : {int64_t(5), int64_t(30), int64_t(60)}) {
+        int held = 0;
+        for (int64_t t : f->needle)
+          held += analysis::held_at(trace::synthetic_admit_step(spec, t),
+                                    trace::synthetic_evict_step(spec, layer, k, t), s);
+        REQUIRE(f->held_share(layer, k, s) == Approx(held / 6.0));
+      }
+  REQUIRE(f->answer_step > 0);
+  const std::vector<int32_t> needle(f->needle.begin(), f->needle.end());
+  for (int64_t s = f->answer_step; s < l.reader->n_steps(); ++s)
+    CHECK(f->mass[size_t(s)] == analysis::received_mass_on(*l.reader, needle, s));
 }
