@@ -144,7 +144,10 @@ class CompareView : public FigureWidget {
   CompareView(CurrentState* state, TraceService* service, QWidget* parent = nullptr);
 
  protected:
-  uint32_t reload_on() const override { return FigureWidget::reload_on() | kCompareChanged; }
+  // Selected tokens are its focus span.
+  uint32_t reload_on() const override {
+    return FigureWidget::reload_on() | kCompareChanged | kTokensChanged;
+  }
   void state_changed(const Selection& selection, uint32_t changes) override;
   std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) override;
   void paintEvent(QPaintEvent* event) override;

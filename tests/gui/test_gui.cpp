@@ -151,6 +151,16 @@ TEST_CASE(
   int64_t only_a = 0;
   for (const auto& h : cmp->heads) only_a += h.only_a;
   CHECK(only_a > 0);  // A's window is 8 tokens longer at every head
+  // Selected tokens become the compare view's focus span.
+  w.state().set_tokens({60, 61, 62});
+  REQUIRE(QTest::qWaitFor(
+      [&] {
+        auto* c = dynamic_cast<views::CompareFigure*>(w.view("compare")->figure().get());
+        return c && c->span_name == "selection";
+      },
+      kWaitMs));
+  CHECK(dynamic_cast<views::CompareFigure*>(w.view("compare")->figure().get())->span ==
+        std::vector<int64_t>{60, 61, 62});
 
   // Screenshots of the window and every view, and an export from the GUI.
   std::string shots = test::temp_dir();
