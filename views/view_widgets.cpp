@@ -199,7 +199,14 @@ std::function<std::shared_ptr<Figure>(TraceData&)> TokensView::loader(const Sele
 
 void TokensView::adopt(std::shared_ptr<Figure> previous) {
   auto* old = dynamic_cast<TokensFigure*>(previous.get());
-  if (old && tokens()) tokens()->scroll = old->scroll;
+  if (!tokens()) return;
+  if (old) {
+    tokens()->scroll = old->scroll;
+  } else if (!state_->selection().tokens.empty()) {
+    // Tokens selected before the first figure arrived (Go to needle as a
+    // trace opens): show them.
+    scroll_to_token(state_->selection().tokens.front());
+  }
 }
 
 void TokensView::scroll_to_token(int64_t token) {

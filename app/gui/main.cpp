@@ -1,8 +1,9 @@
 // kvscope-gui [TRACE...] [--compare B] [--layer L --head H --step S --token T]
-//             [--sweep DIR [--sweep-cell ID]]
+//             [--needle] [--raise VIEW,...] [--sweep DIR [--sweep-cell ID]]
 //             [--screenshot-dir DIR [--wait-lod] [--quit]] [--print-timing]
 #include <QApplication>
 #include <QCommandLineParser>
+#include <QDockWidget>
 #include <QFileInfo>
 #include <QTimer>
 #include <cstdio>
@@ -15,10 +16,23 @@ namespace {
 
 struct Script {
   QString compare, shots, sweep, sweep_cell;
+  QStringList raise;  // views whose dock tabs are brought to the front
   int layer = -1, head = -1;
   qint64 step = -1, token = -1;
-  bool wait_lod = false, quit = false, timing = false;
+  bool wait_lod = false, quit = false, timing = false, needle = false;
 };
+
+// --raise: bring the named views' dock tabs to the front.
+void raise_docks(kvscope::gui::MainWindow& w, const QStringList& names, bool warn) {
+  for (const QString& name : names) {
+    if (QDockWidget* d = w.dock(name)) {
+      d->show();
+      d->raise();
+    } else if (warn && name != "heatmap") {
+      std::fprintf(stderr, "kvscope-gui: --raise: no view '%s'\n", qPrintable(name));
+    }
+  }
+}
 
 // Applies the requested selection once the first trace is open, then (for
 // screenshots) waits until every view has loaded before grabbing them.
@@ -54,6 +68,9 @@ void run_script(kvscope::gui::MainWindow& w, const Script& s) {
     w.state().set_head(s.layer >= 0 ? s.layer : sel.layer, s.head >= 0 ? s.head : sel.head);
     if (s.step >= 0) w.state().set_step(s.step);
     if (s.token >= 0) w.state().set_tokens({s.token});
+    if (s.needle && !w.go_to_needle())
+      std::fprintf(stderr, "kvscope-gui: --needle: the trace marks no needle tokens\n");
+    raise_docks(w, s.raise, true);
     if (s.shots.isEmpty()) return;
     auto* poll = new QTimer(&w);
     poll->setInterval(200);
@@ -64,6 +81,7 @@ void run_script(kvscope::gui::MainWindow& w, const Script& s) {
       for (auto* v : w.all_views())
         if (v->loading()) return;
       poll->stop();
+      raise_docks(w, s.raise, false);  // again: opening the compared trace raised Compare
       QStringList files = w.save_screenshots(s.shots);
       for (const QString& f : files) std::printf("screenshot %s\n", qPrintable(f));
       std::fflush(stdout);
@@ -95,8 +113,10 @@ int main(int argc, char** argv) {
   QCommandLineOption sweep("sweep", "a kvscope sweep folder to show in the Sweep dock", "dir");
   QCommandLineOption sweep_cell("sweep-cell", "open this sweep cell's trace (as a click does)",
                                 "cell id");
-  for (const auto& o :
-       {compare, layer, head, step, token, shots, wait_lod, quit, timing, sweep, sweep_cell})
+  QCommandLineOption needle("needle", "select the needle's tokens in every view (Go to needle)");
+  QCommandLineOption raise("raise", "bring these views' dock tabs to the front", "view,...");
+  for (const auto& o : {compare, layer, head, step, token, needle, raise, shots, wait_lod, quit,
+                        timing, sweep, sweep_cell})
     p.addOption(o);
   p.process(app);
   kvscope::gui::MainWindow w;
@@ -112,6 +132,8 @@ int main(int argc, char** argv) {
   s.timing = p.isSet(timing);
   s.sweep = p.value(sweep);
   s.sweep_cell = p.value(sweep_cell);
+  s.needle = p.isSet(needle);
+  s.raise = p.value(raise).split(',', Qt::SkipEmptyParts);
   run_script(w, s);
   w.show();
   const QStringList traces = p.positionalArguments();

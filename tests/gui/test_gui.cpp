@@ -344,11 +344,15 @@ TEST_CASE("a real stories260K capture under H2O: capture, open in the GUI, scree
   CHECK(w.save_screenshots(QString::fromStdString(shots)).size() == w.all_views().size() + 2);
   // The kvscope-gui binary end to end, and a headless export of the same trace.
   rc = test::run_command(
-      std::string(KVSCOPE_GUI_EXE) + " " + trace + " --screenshot-dir " + dir + "/shots2 --quit",
+      std::string(KVSCOPE_GUI_EXE) + " " + trace + " --needle --raise budget,pie" +
+          " --screenshot-dir " + dir + "/shots2 --quit",
       &out);
   INFO(out);
   CHECK(rc == 0);
   CHECK(QFileInfo::exists(QString::fromStdString(dir + "/shots2/main-window.png")));
+  // A trace with no task has no needle to select; an unknown view is named.
+  CHECK(out.find("--needle: the trace marks no needle tokens") != std::string::npos);
+  CHECK(out.find("--raise: no view 'pie'") != std::string::npos);
   REQUIRE(test::run_command(
               test::kvscope_exe() + " export " + trace + " --view timeline -o " + dir + "/t.pdf",
               &out) == 0);
