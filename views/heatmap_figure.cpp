@@ -9,6 +9,11 @@
 namespace kvscope::views {
 
 namespace {
+
+// Room for a zoomed heatmap's token labels: query labels left of the plot,
+// key labels (rotated) below it.
+constexpr double kQueryLabelRoom = 64, kKeyLabelRoom = 52;
+
 // Keys the policy does not hold at the step: the strip above the map.
 const QColor kNotHeldColor{70, 70, 70};
 }  // namespace
@@ -267,13 +272,12 @@ void HeatmapFigure::paint_token_labels(QPainter& p, const QRectF& plot) const {
   p.setFont(plot::font(std::clamp(std::min(px_x, px_y) * 0.55, 5.0, 8.0)));
   p.setPen(Qt::black);
   QFontMetricsF fm(p.font());
-  // "index text" when it fits the margin, else the text alone, elided.
+  // "index text", elided at the end when longer than the margin: the index
+  // is what places the row or column.
   auto label = [&](int64_t t, double room) {
     QString s =
         token_text && t < int64_t(token_text->size()) ? (*token_text)[size_t(t)] : QString();
-    QString full = QString::number(t) + " " + s.simplified();
-    if (fm.horizontalAdvance(full) <= room) return full;
-    return fm.elidedText(s.simplified(), Qt::ElideRight, int(room));
+    return fm.elidedText(QString::number(t) + " " + s.simplified(), Qt::ElideRight, int(room));
   };
   int64_t k0 = std::max<int64_t>(0, int64_t(std::floor(viewport_.left())));
   int64_t k1 = std::min<int64_t>(n_tokens, int64_t(std::ceil(viewport_.right())));
@@ -284,14 +288,26 @@ void HeatmapFigure::paint_token_labels(QPainter& p, const QRectF& plot) const {
     p.save();
     p.translate(x + fm.ascent() / 2 - 1, plot.bottom() + 4);
     p.rotate(90);
-    p.drawText(QPointF(0, 0), label(t, 44));
+    p.drawText(QPointF(0, 0), label(t, kKeyLabelRoom));
     p.restore();
   }
   for (int64_t t = q0; t < q1 && px_y >= 9; ++t) {
-    QString s = label(t, 64);
+    QString s = label(t, kQueryLabelRoom);
     p.drawText(
         QPointF(plot.left() - 4 - fm.horizontalAdvance(s), my(t + 0.5) + fm.ascent() / 2 - 1), s);
   }
+  p.restore();
+  // Axis titles beyond the labels.
+  p.save();
+  p.setPen(Qt::black);
+  p.setFont(plot::font(9));
+  const QFontMetricsF tf(p.font());
+  p.drawText(QRectF(plot.left(), plot.bottom() + 6 + kKeyLabelRoom, plot.width(), tf.height() + 2),
+             Qt::AlignHCenter | Qt::AlignTop, "key token");
+  p.translate(plot.left() - 6 - kQueryLabelRoom, plot.center().y());
+  p.rotate(-90);
+  p.drawText(QRectF(-plot.height() / 2, -tf.height() - 2, plot.height(), tf.height() + 2),
+             Qt::AlignHCenter | Qt::AlignBottom, "query token");
   p.restore();
 }
 
@@ -314,8 +330,26 @@ void HeatmapFigure::paint_selected(QPainter& p, const QRectF& plot, const plot::
   p.restore();
 }
 
+bool HeatmapFigure::labels_tokens(const QRectF& plot) const {
+  return plot.width() / viewport_.width() >= 9 || plot.height() / viewport_.height() >= 9;
+}
+
+// Zoomed to where a token is 9 px or more, token labels replace the ticks
+// and need margins for themselves and the axis titles beyond them.
+plot::Frame HeatmapFigure::frame(const QRectF& area) const {
+  const plot::Frame plain = plot::frame(area, true, 70, 48);
+  if (!labels_tokens(plain.plot)) return plain;
+  const plot::Frame labelled = plot::frame(area, true, kQueryLabelRoom + 30, kKeyLabelRoom + 30);
+  return labels_tokens(labelled.plot) ? labelled : plain;
+}
+
+QRectF HeatmapFigure::zoomed_plot_rect(const QRectF& area) const {
+  return frame(area).plot;
+}
+
 void HeatmapFigure::paint(QPainter& p, const QRectF& area) const {
-  plot::Frame fr = plot::frame(area, true, 70, 48);
+  const plot::Frame fr = frame(area);
+  const bool zoomed = labels_tokens(fr.plot);
   QString subtitle = dense_index >= 0 ? QString("attention weight")
                                       : QString("%1 of %2-token blocks")
                                             .arg(options_.use_max ? "pooled max" : "pooled mean")
@@ -355,13 +389,10 @@ void HeatmapFigure::paint(QPainter& p, const QRectF& area) const {
   double key_h = legend_column_height(key);
   paint_legend_column(p, QPointF(fr.colorbar.left() - 4, fr.colorbar.bottom() - key_h + 8),
                       area.right() - fr.colorbar.left(), key);
-  bool zoomed =
-      fr.plot.width() / viewport_.width() >= 9 || fr.plot.height() / viewport_.height() >= 9;
   if (zoomed) {
     p.setPen(Qt::black);
     p.drawRect(fr.plot);
     paint_token_labels(p, fr.plot);
-    plot::axis_labels(p, fr.plot, "", "");
   } else {
     plot::axes(p, fr.plot, viewport_.left(), viewport_.right(), viewport_.top(), viewport_.bottom(),
                "key token", "query token", true);

@@ -71,7 +71,11 @@ class HeatmapFigure : public Figure {
   // True when the detail grid does not cover the viewport at the level that
   // fits `pixels`.
   bool wants_detail(QSizeF pixels) const;
+  // The plot in `area` before any zoom (for sizing detail reads).
   static QRectF plot_rect(const QRectF& area);
+  // The plot as paint() lays it out at the current viewport: zoomed in far
+  // enough to label tokens, the margins grow. Mouse mapping uses this.
+  QRectF zoomed_plot_rect(const QRectF& area) const;
   ColorScale scale() const;
   // Value under a point of the plot (NaN outside), for tooltips and tests.
   float value_at(double key_token, double query_token) const;
@@ -89,6 +93,8 @@ class HeatmapFigure : public Figure {
   std::vector<int64_t> selected;  // selected tokens (sorted): outlined as key columns
 
  private:
+  bool labels_tokens(const QRectF& plot) const;
+  plot::Frame frame(const QRectF& area) const;
   void set_step_state(TraceData& data, int64_t step);
   void paint_grid(QPainter& p, const QRectF& plot, const analysis::AttentionGrid& g,
                   QImage& cache) const;

@@ -99,7 +99,7 @@ void HeatmapView::viewport_changed() {
 void HeatmapView::zoom_at(const QPointF& point, double factor) {
   HeatmapFigure* f = heatmap();
   if (!f) return;
-  QRectF plot = HeatmapFigure::plot_rect(area());
+  QRectF plot = f->zoomed_plot_rect(area());
   QRectF v = f->viewport();
   double fx = std::clamp((point.x() - plot.left()) / plot.width(), 0.0, 1.0);
   double fy = std::clamp((point.y() - plot.top()) / plot.height(), 0.0, 1.0);
@@ -112,7 +112,7 @@ void HeatmapView::zoom_at(const QPointF& point, double factor) {
 void HeatmapView::pan_by(const QPointF& d) {
   HeatmapFigure* f = heatmap();
   if (!f) return;
-  QRectF plot = HeatmapFigure::plot_rect(area());
+  QRectF plot = f->zoomed_plot_rect(area());
   QRectF v = f->viewport();
   f->set_viewport(
       v.translated(-d.x() * v.width() / plot.width(), -d.y() * v.height() / plot.height()));
@@ -142,8 +142,9 @@ void HeatmapView::mouseMoveEvent(QMouseEvent* e) {
     return;
   }
   HeatmapFigure* f = heatmap();
-  QRectF plot = HeatmapFigure::plot_rect(area());
-  if (!f || !plot.contains(e->position())) return;
+  if (!f) return;
+  QRectF plot = f->zoomed_plot_rect(area());
+  if (!plot.contains(e->position())) return;
   QRectF v = f->viewport();
   double key = v.left() + (e->position().x() - plot.left()) / plot.width() * v.width();
   double query = v.top() + (e->position().y() - plot.top()) / plot.height() * v.height();

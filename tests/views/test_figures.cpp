@@ -66,7 +66,7 @@ TEST_CASE(
   REQUIRE(f->available);
   REQUIRE(f->extent() == QRectF(0, 0, 256, 256));
   QImage img = render(*f);
-  QRectF plot = HeatmapFigure::plot_rect(QRectF(0, 0, 1000, 800));
+  QRectF plot = f->zoomed_plot_rect(QRectF(0, 0, 1000, 800));
   auto px = [&](double key, double query) {
     return QPoint(int(plot.left() + key / 256.0 * plot.width()),
                   int(plot.top() + query / 256.0 * plot.height()));
@@ -115,7 +115,7 @@ TEST_CASE("heatmap zoomed in reads a finer level for the viewport only and shows
   CHECK_FALSE(f->wants_detail(px));
   QImage img = render(*f);
   // 16 tokens over ~830 px: token labels replace the numeric ticks.
-  QRectF plot = HeatmapFigure::plot_rect(QRectF(0, 0, 1000, 800));
+  QRectF plot = f->zoomed_plot_rect(QRectF(0, 0, 1000, 800));
   int dark = 0;
   for (int x = int(plot.left()); x < int(plot.right()); ++x)
     for (int y = int(plot.bottom()) + 6; y < int(plot.bottom()) + 40; ++y)

@@ -4,6 +4,7 @@
 // and its plot is not blank. The GUI test does the same for the docks of the
 // real window.
 #include <QImage>
+#include <QRegularExpression>
 #include <QSet>
 #include <catch2/catch.hpp>
 
@@ -88,4 +89,30 @@ TEST_CASE("layout: every view of a SmolLM2-shaped trace (30 layers, 1K tokens) f
   check_every_view(
       test::write_trace(test::with_needle(test::smollm2_like_spec(), 480, 26, 20), "smollm2.h5"),
       "synthetic 30x3 kv heads, 1024 tokens");
+}
+
+TEST_CASE("layout: a zoomed heatmap's token labels and axis titles fit every page") {
+  test::qt_app(true);
+  const std::string path = test::write_trace(test::with_needle(test::lod_spec(), 100, 8, 4));
+  auto reader = trace::TraceReader::open(path);
+  TraceData data(*reader);
+  FigureRequest q;
+  q.view = "heatmap";
+  q.selection = selection_for(*reader, 1, 2, reader->n_steps() - 1, -1);
+  q.viewport = QRectF(90, 95, 30, 30);  // keys 90..120, queries 95..125: 9+ px a token
+  std::shared_ptr<Figure> fig = make_figure(data, nullptr, q);
+  for (const Page& page : pages()) {
+    INFO("zoomed heatmap · " << page.name);
+    LayoutReport report = check_layout(*fig, page.options);
+    for (const QString& problem : report.problems) UNSCOPED_INFO(problem.toStdString());
+    CHECK(report.problems.empty());
+    QStringList texts;
+    for (const DrawnText& t : report.texts) texts << t.text;
+    CHECK(texts.contains("key token"));
+    CHECK(texts.contains("query token"));
+    // Token labels where 30 tokens get 9 px each (not on a paper column:
+    // ticks there).
+    if (page.options.width * 96.0 / page.options.dpi >= 600)
+      CHECK(texts.filter(QRegularExpression("^1[01][0-9]( |$)")).size() >= 10);
+  }
 }
