@@ -120,6 +120,52 @@ void export_figure(const Figure& figure, const QString& path, const ExportOption
 
 namespace plot {
 
+void token_labels(QPainter& p, const QRectF& plot, const Map& map, Qt::Orientation axis, int64_t t0,
+                  int64_t t1, const std::vector<QString>* texts, double room, double px_per_token) {
+  p.save();
+  p.setFont(font(std::clamp(px_per_token * 0.55, 5.0, 8.0)));
+  p.setPen(Qt::black);
+  const QFontMetricsF fm(p.font());
+  const double lo = axis == Qt::Horizontal ? plot.left() : plot.top();
+  const double hi = axis == Qt::Horizontal ? plot.right() : plot.bottom();
+  for (int64_t t = t0; t < t1; ++t) {
+    const double c = map(t + 0.5);
+    if (c < lo || c > hi) continue;  // half in view
+    const QString text = texts && t < int64_t(texts->size()) ? (*texts)[size_t(t)] : QString();
+    const QString label =
+        fm.elidedText(QString::number(t) + " " + text.simplified(), Qt::ElideRight, int(room));
+    if (axis == Qt::Vertical) {
+      p.drawText(QPointF(plot.left() - 4 - fm.horizontalAdvance(label), c + fm.ascent() / 2 - 1),
+                 label);
+      continue;
+    }
+    p.save();
+    p.translate(c + fm.ascent() / 2 - 1, plot.bottom() + 4);
+    p.rotate(90);
+    p.drawText(QPointF(0, 0), label);
+    p.restore();
+  }
+  p.restore();
+}
+
+void token_axis_title(QPainter& p, const QRectF& plot, Qt::Orientation axis, double room,
+                      const QString& title) {
+  p.save();
+  p.setPen(Qt::black);
+  p.setFont(font(9));
+  const QFontMetricsF fm(p.font());
+  if (axis == Qt::Horizontal) {
+    p.drawText(QRectF(plot.left(), plot.bottom() + 6 + room, plot.width(), fm.height() + 2),
+               Qt::AlignHCenter | Qt::AlignTop, title);
+  } else {
+    p.translate(plot.left() - 6 - room, plot.center().y());
+    p.rotate(-90);
+    p.drawText(QRectF(-plot.height() / 2, -fm.height() - 2, plot.height(), fm.height() + 2),
+               Qt::AlignHCenter | Qt::AlignBottom, title);
+  }
+  p.restore();
+}
+
 void series(QPainter& p, const std::vector<double>& v, const Map& mx, const Map& my,
             const QPen& pen) {
   p.setPen(pen);

@@ -97,6 +97,16 @@ struct Map {
   double operator()(double d) const { return p0 + (d - d0) * (p1 - p0) / (d1 - d0); }
   double inverse(double px) const { return d0 + (px - p0) * (d1 - d0) / (p1 - p0); }
 };
+// Token labels along a token axis zoomed to `px_per_token` >= 9: "index
+// text" (elided at the end to `room` px, so the index stays) left of the plot
+// for rows (Qt::Vertical) or rotated below it for columns (Qt::Horizontal),
+// for tokens [t0, t1) whose centre is in view.
+void token_labels(QPainter& p, const QRectF& plot, const Map& map, Qt::Orientation axis, int64_t t0,
+                  int64_t t1, const std::vector<QString>* texts, double room, double px_per_token);
+// The axis title beyond such labels.
+void token_axis_title(QPainter& p, const QRectF& plot, Qt::Orientation axis, double room,
+                      const QString& title);
+
 // A polyline through the finite values (x = index), broken where one is NaN;
 // a lone value is a dot.
 void series(QPainter& p, const std::vector<double>& v, const Map& mx, const Map& my,

@@ -265,50 +265,19 @@ void HeatmapFigure::paint_evicted(QPainter& p, const QRectF& plot) const {
 }
 
 void HeatmapFigure::paint_token_labels(QPainter& p, const QRectF& plot) const {
-  plot::Map mx{viewport_.left(), viewport_.right(), plot.left(), plot.right()};
-  plot::Map my{viewport_.top(), viewport_.bottom(), plot.top(), plot.bottom()};
-  double px_x = plot.width() / viewport_.width(), px_y = plot.height() / viewport_.height();
-  p.save();
-  p.setFont(plot::font(std::clamp(std::min(px_x, px_y) * 0.55, 5.0, 8.0)));
-  p.setPen(Qt::black);
-  QFontMetricsF fm(p.font());
-  // "index text", elided at the end when longer than the margin: the index
-  // is what places the row or column.
-  auto label = [&](int64_t t, double room) {
-    QString s =
-        token_text && t < int64_t(token_text->size()) ? (*token_text)[size_t(t)] : QString();
-    return fm.elidedText(QString::number(t) + " " + s.simplified(), Qt::ElideRight, int(room));
-  };
-  int64_t k0 = std::max<int64_t>(0, int64_t(std::floor(viewport_.left())));
-  int64_t k1 = std::min<int64_t>(n_tokens, int64_t(std::ceil(viewport_.right())));
-  int64_t q0 = std::max<int64_t>(0, int64_t(std::floor(viewport_.top())));
-  int64_t q1 = std::min<int64_t>(n_tokens, int64_t(std::ceil(viewport_.bottom())));
-  for (int64_t t = k0; t < k1 && px_x >= 9; ++t) {
-    double x = mx(t + 0.5);
-    p.save();
-    p.translate(x + fm.ascent() / 2 - 1, plot.bottom() + 4);
-    p.rotate(90);
-    p.drawText(QPointF(0, 0), label(t, kKeyLabelRoom));
-    p.restore();
-  }
-  for (int64_t t = q0; t < q1 && px_y >= 9; ++t) {
-    QString s = label(t, kQueryLabelRoom);
-    p.drawText(
-        QPointF(plot.left() - 4 - fm.horizontalAdvance(s), my(t + 0.5) + fm.ascent() / 2 - 1), s);
-  }
-  p.restore();
-  // Axis titles beyond the labels.
-  p.save();
-  p.setPen(Qt::black);
-  p.setFont(plot::font(9));
-  const QFontMetricsF tf(p.font());
-  p.drawText(QRectF(plot.left(), plot.bottom() + 6 + kKeyLabelRoom, plot.width(), tf.height() + 2),
-             Qt::AlignHCenter | Qt::AlignTop, "key token");
-  p.translate(plot.left() - 6 - kQueryLabelRoom, plot.center().y());
-  p.rotate(-90);
-  p.drawText(QRectF(-plot.height() / 2, -tf.height() - 2, plot.height(), tf.height() + 2),
-             Qt::AlignHCenter | Qt::AlignBottom, "query token");
-  p.restore();
+  const plot::Map mx{viewport_.left(), viewport_.right(), plot.left(), plot.right()};
+  const plot::Map my{viewport_.top(), viewport_.bottom(), plot.top(), plot.bottom()};
+  const double px_x = plot.width() / viewport_.width(), px_y = plot.height() / viewport_.height();
+  const double px = std::min(px_x, px_y);
+  const std::vector<QString>* texts = token_text.get();
+  const int64_t k0 = std::max<int64_t>(0, int64_t(std::floor(viewport_.left())));
+  const int64_t k1 = std::min<int64_t>(n_tokens, int64_t(std::ceil(viewport_.right())));
+  const int64_t q0 = std::max<int64_t>(0, int64_t(std::floor(viewport_.top())));
+  const int64_t q1 = std::min<int64_t>(n_tokens, int64_t(std::ceil(viewport_.bottom())));
+  if (px_x >= 9) plot::token_labels(p, plot, mx, Qt::Horizontal, k0, k1, texts, kKeyLabelRoom, px);
+  if (px_y >= 9) plot::token_labels(p, plot, my, Qt::Vertical, q0, q1, texts, kQueryLabelRoom, px);
+  plot::token_axis_title(p, plot, Qt::Horizontal, kKeyLabelRoom, "key token");
+  plot::token_axis_title(p, plot, Qt::Vertical, kQueryLabelRoom, "query token");
 }
 
 // The selected tokens as key columns outlined in black (runs of adjacent

@@ -19,6 +19,9 @@ QColor timeline_class_color(const analysis::TimelineClasses& classes, int c,
 
 namespace {
 
+// Room for token labels: rows left of the plot, columns (rotated) below it.
+constexpr double kTokenLabelRoom = 52;
+
 // The head's promotions and stalls as marks, by step; a class per promotion
 // reason, stalls last.
 void load_marks(TimelineFigure& f, const trace::TraceReader& r) {
@@ -100,9 +103,14 @@ TimelineFigure::Layout TimelineFigure::layout(const QRectF& area,
                                               const QPaintDevice* device) const {
   Layout l;
   if (mode == TimelineMode::Layers) {
+    // Columns of 9 px or more are labelled with their tokens: a deeper margin.
     plot::Frame fr = plot::frame(area, true, 70, 48);
+    const plot::Frame labelled = plot::frame(area, true, 70, kTokenLabelRoom + 30);
+    l.token_columns = token_text && labelled.plot.width() / viewport_.width() >= 9;
+    if (l.token_columns) fr = labelled;
     l.title = fr.title;
     l.plot = fr.plot;
+    l.colorbar = fr.colorbar;
     return l;
   }
   // Head mode: the legend flows in rows above the plot, so it never covers
@@ -116,8 +124,14 @@ TimelineFigure::Layout TimelineFigure::layout(const QRectF& area,
   l.legend = QRectF(area.left() + 12, area.top() + 32, width, rows * row_h);
   double top = l.legend.bottom() + 8;
   // 24 px on the right: the last step's tick label is centred on the edge.
-  l.plot = QRectF(area.left() + 70, top, std::max(10.0, area.width() - 70 - 24),
+  // Rows of 9 px or more are labelled with their tokens: a wider margin.
+  auto plot_at = [&](double left) {
+    return QRectF(area.left() + left, top, std::max(10.0, area.width() - left - 24),
                   std::max(10.0, area.bottom() - top - 48));
+  };
+  l.plot = plot_at(70);
+  l.token_rows = token_text && l.plot.height() / viewport_.height() >= 9;
+  if (l.token_rows) l.plot = plot_at(kTokenLabelRoom + 30);
   return l;
 }
 
@@ -176,6 +190,49 @@ QColor TimelineFigure::cell_color(int64_t s, int64_t t) const {
     bb += w * (k.blue() - 255);
   }
   return QColor(int(std::lround(rr)), int(std::lround(gg)), int(std::lround(bb)));
+}
+
+QString TimelineFigure::describe(double x, double y) const {
+  const bool head_mode = mode == TimelineMode::Head;
+  const int64_t t = int64_t(std::floor(head_mode ? y : x));
+  const int64_t row = int64_t(std::floor(head_mode ? x : y));  // step, or layer
+  if (t < 0 || t >= n_tokens || row < 0) return {};
+  QString text = token_text && t < int64_t(token_text->size()) ? (*token_text)[size_t(t)] : "";
+  const QString token = QString("token %1 \"%2\"").arg(t).arg(text.simplified());
+  if (!head_mode) {
+    if (row >= n_layers || counts.empty()) return {};
+    if (t < int64_t(fed_step.size()) && fed_step[size_t(t)] > step)
+      return QString("%1 · layer %2: not fed yet at step %3").arg(token).arg(row).arg(step);
+    return QString("%1 · layer %2: %3 of %4 kv heads hold it at step %5")
+        .arg(token)
+        .arg(row)
+        .arg(counts[size_t(row * n_tokens + t)])
+        .arg(n_kv_heads)
+        .arg(step);
+  }
+  if (!head || row >= n_steps) return {};
+  // The cell's state class: the one covering most of it.
+  const analysis::TimelineRaster r =
+      analysis::fold_timeline(*head, double(row), double(row + 1), double(t), double(t + 1), 1, 1);
+  int best = -1;
+  float most = 0;
+  for (int c = 0; c < r.classes.count(); ++c)
+    if (r.at(0, 0, c) > most) most = r.at(0, 0, c), best = c;
+  QString state = "not fed yet";
+  if (best >= 0 && best < r.classes.tiers)
+    state = "held" + (best < int(tier_names.size()) ? ": " + tier_names[size_t(best)] : "");
+  else if (best == r.classes.evicted())
+    state = "evicted";
+  else if (best == r.classes.rejected())
+    state = "never admitted";
+  auto at = [](int32_t s) { return s < 0 ? QString("never") : QString("at step %1").arg(s); };
+  return QString("%1 · step %2: %3\nfed at step %4, admitted %5, evicted %6")
+      .arg(token)
+      .arg(row)
+      .arg(state)
+      .arg(head->fed_step[size_t(t)])
+      .arg(at(head->lifetimes.admit_step[size_t(t)]))
+      .arg(at(head->lifetimes.evict_step[size_t(t)]));
 }
 
 TimelineFigure::Raster TimelineFigure::paint_head(QPainter& p, const QRectF& plot,
@@ -406,7 +463,6 @@ void TimelineFigure::paint_layers(QPainter& p, const QRectF& plot, double scale)
 }
 
 void TimelineFigure::paint(QPainter& p, const QRectF& area) const {
-  plot::Frame fr = plot::frame(area, true, 70, 48);
   double scale = std::max(1.0, p.worldTransform().m11());
   if (mode == TimelineMode::Head) {
     Layout l = layout(area, p.device());
@@ -427,11 +483,21 @@ void TimelineFigure::paint(QPainter& p, const QRectF& area) const {
     }
     p.restore();
     paint_task_spans(p, l.plot, my, Qt::Vertical, spans);
-    plot::axes(p, l.plot, viewport_.left(), viewport_.right(), viewport_.top(), viewport_.bottom(),
-               "step", "token", true);
+    if (l.token_rows) {  // 9 px or more a token: its text labels the row
+      plot::x_axis(p, l.plot, viewport_.left(), viewport_.right(), "step");
+      plot::token_labels(p, l.plot, my, Qt::Vertical,
+                         std::max<int64_t>(0, int64_t(std::floor(viewport_.top()))),
+                         std::min<int64_t>(n_tokens, int64_t(std::ceil(viewport_.bottom()))),
+                         token_text.get(), kTokenLabelRoom, l.plot.height() / viewport_.height());
+      plot::token_axis_title(p, l.plot, Qt::Vertical, kTokenLabelRoom, "token");
+    } else {
+      plot::axes(p, l.plot, viewport_.left(), viewport_.right(), viewport_.top(),
+                 viewport_.bottom(), "step", "token", true);
+    }
     paint_legend_rows(p, l.legend, legend_entries(l.compact));
     return;
   }
+  const Layout fr = layout(area, p.device());
   plot::title(p, fr.title, title(),
               QString("colour: how many of the layer's %1 kv heads hold the token at step %2 "
                       "(grey: not fed yet)")
@@ -447,13 +513,14 @@ void TimelineFigure::paint(QPainter& p, const QRectF& area) const {
   paint_legend_column(p, QPointF(fr.colorbar.left() - 4, fr.colorbar.bottom() - key_h + 8),
                       area.right() - fr.colorbar.left(), key);
   // Layers are rows: their numbers sit at the row centres (-0.5 .. L-0.5).
-  if (fr.plot.width() / viewport_.width() >= 9) {  // token strings as columns, as in the paper
+  if (fr.token_columns) {  // token strings as columns, as in the paper
     p.setPen(Qt::black);
     p.setBrush(Qt::NoBrush);
     p.drawRect(fr.plot);
     paint_token_columns(p, fr.plot);
     paint_layer_ticks(p, fr.plot);
     plot::axis_labels(p, fr.plot, "", "layer");
+    plot::token_axis_title(p, fr.plot, Qt::Horizontal, kTokenLabelRoom, "token");
   } else {
     plot::axes(p, fr.plot, viewport_.left(), viewport_.right(), -0.5, double(n_layers) - 0.5,
                "token", "layer", true);
@@ -466,27 +533,11 @@ void TimelineFigure::paint(QPainter& p, const QRectF& area) const {
 }
 
 void TimelineFigure::paint_token_columns(QPainter& p, const QRectF& plot) const {
-  plot::Map mx{viewport_.left(), viewport_.right(), plot.left(), plot.right()};
-  double px_per_token = plot.width() / viewport_.width();
-  p.save();
-  p.setFont(plot::font(std::clamp(px_per_token * 0.55, 5.0, 8.0)));
-  p.setPen(Qt::black);
-  QFontMetricsF fm(p.font());  // the painter's font: metrics at the device's DPI
-  for (int64_t t = std::max<int64_t>(0, int64_t(std::floor(viewport_.left())));
-       t < std::min<int64_t>(n_tokens, int64_t(std::ceil(viewport_.right()))); ++t) {
-    if (mx(t + 0.5) < plot.left() || mx(t + 0.5) > plot.right()) continue;  // half in view
-    // "index text" when it fits below the plot, else the text alone, elided.
-    QString text = (*token_text)[size_t(t)].simplified();
-    QString full = QString::number(t) + " " + text;
-    QString label =
-        fm.horizontalAdvance(full) <= 44 ? full : fm.elidedText(text, Qt::ElideRight, 44);
-    p.save();
-    p.translate(mx(t + 0.5) + fm.ascent() / 2 - 1, plot.bottom() + 4);
-    p.rotate(90);
-    p.drawText(QPointF(0, 0), label);
-    p.restore();
-  }
-  p.restore();
+  const plot::Map mx{viewport_.left(), viewport_.right(), plot.left(), plot.right()};
+  plot::token_labels(p, plot, mx, Qt::Horizontal,
+                     std::max<int64_t>(0, int64_t(std::floor(viewport_.left()))),
+                     std::min<int64_t>(n_tokens, int64_t(std::ceil(viewport_.right()))),
+                     token_text.get(), kTokenLabelRoom, plot.width() / viewport_.width());
 }
 
 void TimelineFigure::paint_layer_ticks(QPainter& p, const QRectF& plot) const {

@@ -30,8 +30,10 @@ class TimelineFigure : public Figure {
     uint8_t cls = 0;
   };
   struct Layout {
-    QRectF title, legend, plot;
-    bool compact = false;  // short legend labels (small figures)
+    QRectF title, legend, plot, colorbar;  // colorbar: layers mode
+    bool compact = false;                  // short legend labels (small figures)
+    bool token_rows = false;               // head mode: rows labelled with their tokens
+    bool token_columns = false;            // layers mode: columns labelled with their tokens
   };
 
   static std::shared_ptr<TimelineFigure> load(TraceData& data, const Selection& sel,
@@ -58,6 +60,9 @@ class TimelineFigure : public Figure {
   static bool dense_marks(int64_t count, double glyph_radius, const QRectF& plot);
   // Colour the head-mode raster gives a (step, token) cell (tests).
   QColor cell_color(int64_t step, int64_t token) const;
+  // What the cell under (x, y) in viewport coordinates shows, in words (the
+  // view's tooltip); empty outside the data.
+  QString describe(double x, double y) const;
 
   TimelineMode mode = TimelineMode::Head;
   int layer = 0, kv_head = 0;

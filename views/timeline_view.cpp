@@ -1,6 +1,7 @@
 #include "views/timeline_view.h"
 
 #include <QMouseEvent>
+#include <QToolTip>
 #include <QWheelEvent>
 #include <algorithm>
 #include <cmath>
@@ -10,7 +11,9 @@ namespace kvscope::views {
 TimelineView::TimelineView(TimelineMode mode, CurrentState* state, TraceService* service,
                            QWidget* parent)
     : FigureWidget(mode == TimelineMode::Head ? "timeline" : "layers", state, service, parent),
-      mode_(mode) {}
+      mode_(mode) {
+  setMouseTracking(true);  // the tooltip follows the pointer
+}
 
 uint32_t TimelineView::reload_on() const {
   // The head raster shows every step at once: a new step or token only moves
@@ -82,7 +85,16 @@ void TimelineView::mousePressEvent(QMouseEvent* e) {
 }
 
 void TimelineView::mouseMoveEvent(QMouseEvent* e) {
-  if (!dragging_) return;
+  if (!dragging_) {
+    TimelineFigure* f = timeline();
+    if (!f) return;
+    const QRectF plot = f->plot_rect(area()), v = f->viewport();
+    if (!plot.contains(e->position())) return QToolTip::hideText();
+    const double x = v.left() + (e->position().x() - plot.left()) / plot.width() * v.width();
+    const double y = v.top() + (e->position().y() - plot.top()) / plot.height() * v.height();
+    QToolTip::showText(e->globalPosition().toPoint(), f->describe(x, y), this);
+    return;
+  }
   if ((e->position() - press_).manhattanLength() > 4) moved_ = true;
   if (moved_) pan_by(e->position() - last_);
   last_ = e->position();

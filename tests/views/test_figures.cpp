@@ -14,6 +14,7 @@
 #include "views/gates_figure.h"
 #include "views/heatmap_view.h"
 #include "views/needle_figure.h"
+#include "views/timeline_figure.h"
 #include "views/timeline_view.h"
 #include "views/view_widgets.h"
 
@@ -550,4 +551,39 @@ TEST_CASE("needle view: share held per head, loss steps and attention on the nee
   const std::vector<int32_t> needle(f->needle.begin(), f->needle.end());
   for (int64_t s = f->answer_step; s < l.reader->n_steps(); ++s)
     CHECK(f->mass[size_t(s)] == analysis::received_mass_on(*l.reader, needle, s));
+}
+
+TEST_CASE("timeline tooltip: the cell's token, step and state in words, in both modes") {
+  test::qt_app(true);
+  trace::SyntheticSpec spec = test::small_spec();
+  Loaded l = load(spec, 1, 2, 20);
+  auto f = TimelineFigure::load(*l.data, l.sel, TimelineMode::Head);
+  const int layer = 1, kv_head = l.sel.kv_head();
+  int checked = 0;
+  for (int64_t t : {int64_t(0), int64_t(10), int64_t(30), int64_t(60)})
+    for (int64_t s : {int64_t(0), int64_t(5), int64_t(20), int64_t(30)}) {
+      const int32_t admit = trace::synthetic_admit_step(spec, t);
+      const int32_t evict = trace::synthetic_evict_step(spec, layer, kv_head, t);
+      const QString d = f->describe(double(s) + 0.5, double(t) + 0.5);
+      INFO(d.toStdString());
+      CHECK(d.startsWith(QString("token %1 ").arg(t)));
+      CHECK(d.contains(QString("step %1: ").arg(s)));
+      const char* state = analysis::held_at(admit, evict, s) ? ": held"
+                          : f->head->fed_step[size_t(t)] > s ? ": not fed yet"
+                          : admit < 0                        ? ": never admitted"
+                                                             : ": evicted";
+      CHECK(d.contains(state));
+      CHECK(d.contains(evict < 0 ? QString("evicted never")
+                                 : QString("evicted at step %1").arg(evict)));
+      ++checked;
+    }
+  CHECK(checked == 16);
+  CHECK(f->describe(-1, 3).isEmpty());
+  CHECK(f->describe(3, double(f->n_tokens) + 2).isEmpty());
+  auto g = TimelineFigure::load(*l.data, l.sel, TimelineMode::Layers);
+  const QString d = g->describe(10.5, 2.5);
+  INFO(d.toStdString());
+  CHECK(d.contains(QString("layer 2: %1 of %2 kv heads hold it at step 20")
+                       .arg(g->counts[size_t(2 * g->n_tokens + 10)])
+                       .arg(spec.kv_heads)));
 }
