@@ -26,15 +26,36 @@ std::shared_ptr<OverviewFigure> OverviewFigure::load(TraceData& data, const Sele
   f->thumbs.resize(size_t(L * H));
   f->values.assign(size_t(L * H), 0.f);
   auto lod = data.lod();
+  auto partial = lod ? nullptr : data.partial_lod();
+  // Per head: the metrics from the cache, or from the build so far.
+  std::vector<float> metrics(size_t(L * H * analysis::kMetricCount), 0.f);
+  auto thumbnail = [&](int l, int h, const analysis::AttentionGrid& g) {
+    f->thumbs[size_t(l * H + h)] = colorize(g.mean, int(g.rows()), int(g.cols()),
+                                            ColorScale::fit(g.mean, ColorMapId::Viridis, true));
+  };
   if (lod) {
-    int level = lod->level_for_side(24);
+    int level = lod->level_for_side(analysis::kThumbnailSide);
     for (int l = 0; l < L; ++l)
       for (int h = 0; h < H; ++h) {
-        analysis::AttentionGrid g = lod->whole(l, h, level);
-        f->thumbs[size_t(l * H + h)] = colorize(g.mean, int(g.rows()), int(g.cols()),
-                                                ColorScale::fit(g.mean, ColorMapId::Viridis, true));
+        thumbnail(l, h, lod->whole(l, h, level));
+        for (int m = 0; m < analysis::kMetricCount; ++m)
+          metrics[size_t((l * H + h) * analysis::kMetricCount + m)] =
+              lod->metric(l, h, analysis::HeadMetric(m));
       }
     f->thumbnails = true;
+  } else if (partial && partial->done() > 0 && partial->layers() == L && partial->heads() == H) {
+    analysis::AttentionGrid g;
+    std::vector<float> m;
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < H; ++h)
+        if (partial->get(l, h, &g, &m)) {
+          thumbnail(l, h, g);
+          std::copy(m.begin(), m.end(), metrics.begin() + (l * H + h) * analysis::kMetricCount);
+        }
+    f->thumbnails = true;
+    f->note = QString("building the level-of-detail cache: %1 of %2 heads")
+                  .arg(partial->done())
+                  .arg(L * H);
   } else if (r.layout().pooled_block <= 0) {
     f->note = "no pooled attention: thumbnails need capture level 'pooled'";
   } else if (!r.complete()) {
@@ -53,14 +74,12 @@ std::shared_ptr<OverviewFigure> OverviewFigure::load(TraceData& data, const Sele
       switch (metric) {
         case OverviewMetric::Head: v = -float(h); break;
         case OverviewMetric::SinkMass:
-          v = lod ? lod->metric(l, h, analysis::HeadMetric::SinkMass) : 0;
-          break;
         case OverviewMetric::LocalMass:
-          v = lod ? lod->metric(l, h, analysis::HeadMetric::LocalMass) : 0;
+        case OverviewMetric::Entropy: {
+          const int m = int(metric) - int(OverviewMetric::SinkMass);
+          v = metrics[size_t((l * H + h) * analysis::kMetricCount + m)];
           break;
-        case OverviewMetric::Entropy:
-          v = lod ? lod->metric(l, h, analysis::HeadMetric::Entropy) : 0;
-          break;
+        }
         case OverviewMetric::Occupancy: {
           int64_t k = h / group, R = r.n_tiers();
           for (int64_t t = 0; t < R && !occ.empty(); ++t)

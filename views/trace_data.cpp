@@ -1,5 +1,7 @@
 #include "views/trace_data.h"
 
+#include <cassert>
+
 namespace kvscope::views {
 
 TraceData::TraceData(std::unique_ptr<trace::TraceReader> reader)
@@ -55,6 +57,51 @@ const analysis::LastAttended& TraceData::last_attended(int layer, int kv_head) {
 std::shared_ptr<const analysis::AttentionLod> TraceData::lod() const {
   std::lock_guard<std::mutex> lock(lod_mutex_);
   return lod_;
+}
+
+std::shared_ptr<const PartialLod> TraceData::partial_lod() const {
+  std::lock_guard<std::mutex> lock(lod_mutex_);
+  return partial_lod_;
+}
+
+void TraceData::set_partial_lod(std::shared_ptr<const PartialLod> partial) {
+  std::lock_guard<std::mutex> lock(lod_mutex_);
+  partial_lod_ = std::move(partial);
+}
+
+PartialLod::PartialLod(int64_t layers, int64_t heads)
+    : layers_(layers),
+      heads_(heads),
+      thumbs_(size_t(layers * heads)),
+      metrics_(size_t(layers * heads * analysis::kMetricCount), 0.f),
+      have_(size_t(layers * heads), 0) {}
+
+void PartialLod::add(int layer, int head, const analysis::AttentionGrid& thumbnail,
+                     const std::vector<float>& metrics) {
+  assert(layer >= 0 && layer < layers_ && head >= 0 && head < heads_);
+  assert(metrics.size() == size_t(analysis::kMetricCount));
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t i = size_t(layer * heads_ + head);
+  thumbs_[i] = thumbnail;
+  std::copy(metrics.begin(), metrics.end(), metrics_.begin() + i * analysis::kMetricCount);
+  done_ += have_[i] ? 0 : 1;
+  have_[i] = 1;
+}
+
+int64_t PartialLod::done() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+bool PartialLod::get(int layer, int head, analysis::AttentionGrid* thumbnail,
+                     std::vector<float>* metrics) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t i = size_t(layer * heads_ + head);
+  if (!have_[i]) return false;
+  *thumbnail = thumbs_[i];
+  metrics->assign(metrics_.begin() + i * analysis::kMetricCount,
+                  metrics_.begin() + (i + 1) * analysis::kMetricCount);
+  return true;
 }
 
 void TraceData::set_lod(std::shared_ptr<const analysis::AttentionLod> lod) {

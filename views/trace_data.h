@@ -24,6 +24,29 @@ struct TraceBasics {
   std::vector<int32_t> fed_step;  // step that fed token t
 };
 
+// A level-of-detail cache under construction: each head's thumbnail and
+// metrics as the build finishes it, so the overview shows heads first and
+// the cache fills in (coarse first, never waiting on the whole build).
+class PartialLod {
+ public:
+  PartialLod(int64_t layers, int64_t heads);
+  void add(int layer, int head, const analysis::AttentionGrid& thumbnail,
+           const std::vector<float>& metrics);
+  int64_t layers() const { return layers_; }
+  int64_t heads() const { return heads_; }
+  int64_t done() const;
+  // Copies of head (layer, head)'s thumbnail and metrics; false when not done.
+  bool get(int layer, int head, analysis::AttentionGrid* thumbnail,
+           std::vector<float>* metrics) const;
+
+ private:
+  mutable std::mutex mutex_;
+  int64_t layers_, heads_, done_ = 0;
+  std::vector<analysis::AttentionGrid> thumbs_;  // L*H
+  std::vector<float> metrics_;                   // L*H*kMetricCount
+  std::vector<uint8_t> have_;                    // L*H
+};
+
 class TraceData {
  public:
   explicit TraceData(std::unique_ptr<trace::TraceReader> reader);
@@ -46,6 +69,9 @@ class TraceData {
 
   std::shared_ptr<const analysis::AttentionLod> lod() const;
   void set_lod(std::shared_ptr<const analysis::AttentionLod> lod);
+  // While the cache is being built: the heads done so far (null when none).
+  std::shared_ptr<const PartialLod> partial_lod() const;
+  void set_partial_lod(std::shared_ptr<const PartialLod> partial);
 
  private:
   void drop_caches();
@@ -56,6 +82,7 @@ class TraceData {
   std::map<std::pair<int, int>, analysis::LastAttended> last_attended_;
   mutable std::mutex lod_mutex_;
   std::shared_ptr<const analysis::AttentionLod> lod_;
+  std::shared_ptr<const PartialLod> partial_lod_;
 };
 
 }  // namespace kvscope::views

@@ -52,12 +52,16 @@ TraceData& TraceService::data_for(const std::string& trace) {
     it->second->peer = [this](const std::string& other) -> TraceData& { return data_for(other); };
   }
   std::shared_ptr<const analysis::AttentionLod> lod;
+  std::shared_ptr<const PartialLod> partial;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto l = lods_.find(trace);
     if (l != lods_.end()) lod = l->second;
+    auto pl = partial_lods_.find(trace);
+    if (pl != partial_lods_.end()) partial = pl->second;
   }
   if (lod && it->second->lod() != lod) it->second->set_lod(lod);
+  if (it->second->partial_lod() != partial) it->second->set_partial_lod(partial);
   return *it->second;
 }
 
@@ -119,6 +123,11 @@ void TraceService::ensure_lod(const std::string& trace) {
         return;
       }
       std::string path = analysis::AttentionLod::default_cache_path(trace);
+      auto partial = std::make_shared<PartialLod>(reader->n_layers(), reader->n_heads());
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        partial_lods_[trace] = partial;
+      }
       auto lod = analysis::AttentionLod::open_or_build(
           *reader, path,
           [&](int64_t done, int64_t total) {
@@ -127,12 +136,15 @@ void TraceService::ensure_lod(const std::string& trace) {
                   this, [this, qtrace, done, total] { emit lodProgress(qtrace, done, total); },
                   Qt::QueuedConnection);
           },
-          cancel.get());
+          cancel.get(),
+          [&](int layer, int head, const analysis::AttentionGrid& thumb,
+              const std::vector<float>& metrics) { partial->add(layer, head, thumb, metrics); });
       if (!lod) return;
       std::shared_ptr<const analysis::AttentionLod> shared(std::move(lod));
       {
         std::lock_guard<std::mutex> lock(mutex_);
         lods_[trace] = shared;
+        partial_lods_.erase(trace);
       }
       QString cache = QString::fromStdString(path);
       QMetaObject::invokeMethod(
@@ -156,6 +168,7 @@ void TraceService::close(const std::string& trace) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     lods_.erase(trace);
+    partial_lods_.erase(trace);
   }
   enqueue(
       trace, "__close__", this, 0, [](TraceData*, const QString&) {}, [] {});

@@ -103,6 +103,8 @@ class TraceService : public QObject {
   std::map<std::string, std::unique_ptr<TraceData>> traces_;        // worker thread
   std::map<std::string, std::shared_ptr<TraceData*>> lod_targets_;  // guarded by mutex_
   std::map<std::string, std::shared_ptr<const analysis::AttentionLod>> lods_;  // guarded by mutex_
+  // Caches being built: the heads done so far (guarded by mutex_).
+  std::map<std::string, std::shared_ptr<PartialLod>> partial_lods_;
   std::map<std::string, std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>> builders_;
   uint64_t next_id_ = 1;
   std::atomic<int64_t> jobs_run_{0};

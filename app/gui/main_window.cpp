@@ -62,6 +62,9 @@ MainWindow::MainWindow(QWidget* parent)
                                     .arg(QFileInfo(t).fileName())
                                     .arg(done)
                                     .arg(total));
+            // Coarse first: the overview shows the heads built so far.
+            if (t.toStdString() == state_.selection().trace && done < total)
+              view("overview")->reload();
           });
   connect(service_, &views::TraceService::lodReady, this, [this](QString t, QString cache) {
     lod_label_->setText("level-of-detail cache: " + cache);

@@ -31,6 +31,8 @@ struct Header {
   char magic[8];
   uint32_t version;
   uint32_t n_levels;
+  uint32_t first_level;  // the finest level stored (kFirstCachedLevel, or 1 for tiny maps)
+  uint32_t reserved;
   int64_t trace_bytes;
   int64_t trace_mtime_ns;
   int64_t layers, heads, pooled_block, rows0, cols0;
@@ -72,22 +74,42 @@ Header plan(const trace::TraceReader& r) {
     cols = (cols + 1) / 2;
     h.level_rows[n] = rows;
     h.level_cols[n] = cols;
-    h.level_offset[n] = offset;
-    offset += 2 * h.layers * h.heads * rows * cols * 2;  // two stats, float16
     ++n;
   }
   h.n_levels = static_cast<uint32_t>(n);
+  // Level 1 alone would be three quarters of the cache (a quarter of level
+  // 0's cells): it is read from the trace and halved per viewport instead,
+  // unless it is the only level.
+  h.first_level = n >= kFirstCachedLevel ? uint32_t(kFirstCachedLevel) : 1;
+  for (int i = 0; i < n; ++i) {
+    if (i + 1 < int(h.first_level)) {
+      h.level_offset[i] = -1;
+      continue;
+    }
+    h.level_offset[i] = offset;
+    offset += 2 * h.layers * h.heads * h.level_rows[i] * h.level_cols[i] * 2;  // max, mean in f16
+  }
   h.metrics_offset = offset;
   h.total_bytes = offset + h.layers * h.heads * kMetricCount * 4;
   return h;
 }
 
+// Coarsest stored level whose longer side is still >= min_side (else the
+// finest stored one; 0 when nothing is stored).
+int level_for_side(const Header& h, int64_t min_side) {
+  const int n = int(h.n_levels), first = int(h.first_level);
+  int best = n > 0 ? first : 0;
+  for (int level = first; level <= n; ++level)
+    if (std::max(h.level_rows[level - 1], h.level_cols[level - 1]) >= min_side) best = level;
+  return best;
+}
+
 bool same_shape(const Header& a, const Header& b) {
   return std::memcmp(a.magic, b.magic, 8) == 0 && a.version == b.version &&
-         a.n_levels == b.n_levels && a.trace_bytes == b.trace_bytes &&
-         a.trace_mtime_ns == b.trace_mtime_ns && a.layers == b.layers && a.heads == b.heads &&
-         a.pooled_block == b.pooled_block && a.rows0 == b.rows0 && a.cols0 == b.cols0 &&
-         a.total_bytes == b.total_bytes;
+         a.n_levels == b.n_levels && a.first_level == b.first_level &&
+         a.trace_bytes == b.trace_bytes && a.trace_mtime_ns == b.trace_mtime_ns &&
+         a.layers == b.layers && a.heads == b.heads && a.pooled_block == b.pooled_block &&
+         a.rows0 == b.rows0 && a.cols0 == b.cols0 && a.total_bytes == b.total_bytes;
 }
 
 [[noreturn]] void io_fail(const std::string& path, const std::string& what) {
@@ -104,12 +126,9 @@ bool dir_writable(const std::string& file) {
 
 const char* head_metric_name(HeadMetric metric) {
   switch (metric) {
-    case HeadMetric::SinkMass:
-      return "sink mass";
-    case HeadMetric::LocalMass:
-      return "local mass";
-    case HeadMetric::Entropy:
-      return "entropy";
+    case HeadMetric::SinkMass: return "sink mass";
+    case HeadMetric::LocalMass: return "local mass";
+    case HeadMetric::Entropy: return "entropy";
   }
   return "?";
 }
@@ -251,7 +270,8 @@ AttentionGrid build_level1(const trace::TraceReader& r, int layer, int head, con
 std::unique_ptr<AttentionLod> AttentionLod::build(const trace::TraceReader& reader,
                                                   const std::string& cache_path,
                                                   const Progress& progress,
-                                                  const std::atomic<bool>* cancel) {
+                                                  const std::atomic<bool>* cancel,
+                                                  const HeadDone& head_done) {
   if (reader.layout().pooled_block <= 0)
     throw trace::TraceError(trace::ErrorCode::Usage, reader.path(), "/attention/pooled",
                             "not captured: no attention map to build levels of detail from");
@@ -260,6 +280,7 @@ std::unique_ptr<AttentionLod> AttentionLod::build(const trace::TraceReader& read
                             "the trace is still being written; levels of detail are built once "
                             "it is complete");
   Header h = plan(reader);
+  const int thumbnail_level = analysis::level_for_side(h, kThumbnailSide);
   std::string tmp = cache_path + ".tmp" + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) io_fail(tmp, "cannot create the level-of-detail cache");
@@ -292,6 +313,8 @@ std::unique_ptr<AttentionLod> AttentionLod::build(const trace::TraceReader& read
         std::copy(m.begin(), m.end(), metrics.begin() + (layer * h.heads + head) * kMetricCount);
         for (uint32_t level = 1; level <= h.n_levels; ++level) {
           if (level > 1) grid = downsample(grid);
+          if (head_done && int(level) == thumbnail_level) head_done(layer, head, grid, m);
+          if (level < h.first_level) continue;  // not stored
           int64_t cells = h.level_rows[level - 1] * h.level_cols[level - 1];
           for (int stat = 0; stat < 2; ++stat) {
             store_half(stat == 0 ? grid.max : grid.mean, &half);
@@ -324,9 +347,10 @@ std::unique_ptr<AttentionLod> AttentionLod::build(const trace::TraceReader& read
 std::unique_ptr<AttentionLod> AttentionLod::open_or_build(const trace::TraceReader& reader,
                                                           const std::string& cache_path,
                                                           const Progress& progress,
-                                                          const std::atomic<bool>* cancel) {
+                                                          const std::atomic<bool>* cancel,
+                                                          const HeadDone& head_done) {
   if (auto lod = open(reader, cache_path)) return lod;
-  return build(reader, cache_path, progress, cancel);
+  return build(reader, cache_path, progress, cancel, head_done);
 }
 
 const std::string& AttentionLod::path() const {
@@ -354,7 +378,7 @@ int64_t AttentionLod::level_cols(int level) const {
 AttentionGrid AttentionLod::window(int layer, int head, int level, int64_t row_begin,
                                    int64_t row_end, int64_t col_begin, int64_t col_end) const {
   const Header& h = impl_->header;
-  if (level < 1 || level > n_levels() || layer < 0 || layer >= h.layers || head < 0 ||
+  if (level < first_level() || level > n_levels() || layer < 0 || layer >= h.layers || head < 0 ||
       head >= h.heads)
     throw trace::TraceError(trace::ErrorCode::Usage, impl_->path, "level",
                             "level " + std::to_string(level) + " of head (" +
@@ -384,11 +408,12 @@ AttentionGrid AttentionLod::whole(int layer, int head, int level) const {
   return window(layer, head, level, 0, level_rows(level), 0, level_cols(level));
 }
 
+int AttentionLod::first_level() const {
+  return static_cast<int>(impl_->header.first_level);
+}
+
 int AttentionLod::level_for_side(int64_t min_side) const {
-  int best = n_levels() > 0 ? 1 : 0;
-  for (int level = 1; level <= n_levels(); ++level)
-    if (std::max(level_rows(level), level_cols(level)) >= min_side) best = level;
-  return best;
+  return analysis::level_for_side(impl_->header, min_side);
 }
 
 float AttentionLod::metric(int layer, int head, HeadMetric metric) const {
@@ -462,7 +487,7 @@ AttentionGrid attention_view(const trace::TraceReader& reader, const AttentionLo
   int level = level_for_pixels(row_end - row_begin, col_end - col_begin, pixels_w, pixels_h);
   if (lod && level >= 1) {
     level = std::min(level, lod->n_levels());
-    if (level >= 1) {
+    if (level >= lod->first_level()) {
       int64_t r0 = row_begin >> level, r1 = (row_end + (int64_t(1) << level) - 1) >> level;
       int64_t c0 = col_begin >> level, c1 = (col_end + (int64_t(1) << level) - 1) >> level;
       return lod->window(layer, head, level, r0, r1, c0, c1);

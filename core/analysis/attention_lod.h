@@ -4,7 +4,7 @@
 // Level 0 is /attention/pooled itself (query blocks x key blocks per layer and
 // query head), read through the TraceReader in chunk-aligned tiles. Level n
 // halves both axes of level n-1: max of the children's max, mean of the
-// children's means. Levels >= 1 live in the cache, memory-mapped, so a view
+// children's means. Levels >= 2 live in the cache, memory-mapped, so a view
 // zoomed out over a huge map reads a few thousand cells instead of the whole
 // dataset, and the overview grid gets every head's thumbnail without touching
 // the trace. The cache also stores per-head metrics for sorting the overview.
@@ -28,7 +28,13 @@
 
 namespace kvscope::analysis {
 
-inline constexpr uint32_t kLodCacheVersion = 1;
+// 2: level 1 no longer stored (first_level in the header).
+inline constexpr uint32_t kLodCacheVersion = 2;
+// The finest level the cache stores: level 1 holds a quarter of level 0's
+// cells, three quarters of a cache that stored it (769 MB beside a 1.4 GB
+// trace); levels from 2 hold at most 1/12 of level 0's cells. Level 1 views
+// read their window from the trace and halve it.
+inline constexpr int kFirstCachedLevel = 2;
 
 // Per-head summaries of the mean attention map, for sorting heads.
 enum class HeadMetric : int {
@@ -50,9 +56,18 @@ struct AttentionGrid {
   int64_t cols() const { return col_end - col_begin; }
 };
 
+// The overview's thumbnails: the coarsest cached level whose longer side is
+// still at least this many cells.
+inline constexpr int64_t kThumbnailSide = 24;
+
 class AttentionLod {
  public:
   using Progress = std::function<void(int64_t done, int64_t total)>;
+  // Called as each head is done during a build, with its thumbnail (the
+  // level level_for_side(kThumbnailSide) picks once the cache is open) and
+  // its kMetricCount metrics: views can show heads before the cache is done.
+  using HeadDone = std::function<void(int layer, int head, const AttentionGrid& thumbnail,
+                                      const std::vector<float>& metrics)>;
 
   // "<trace>.lod" beside the trace, or under $XDG_CACHE_HOME/kvscope (else
   // ~/.cache/kvscope) when the trace's directory is not writable.
@@ -68,11 +83,13 @@ class AttentionLod {
   static std::unique_ptr<AttentionLod> build(const trace::TraceReader& reader,
                                              const std::string& cache_path,
                                              const Progress& progress = {},
-                                             const std::atomic<bool>* cancel = nullptr);
+                                             const std::atomic<bool>* cancel = nullptr,
+                                             const HeadDone& head_done = {});
   static std::unique_ptr<AttentionLod> open_or_build(const trace::TraceReader& reader,
                                                      const std::string& cache_path,
                                                      const Progress& progress = {},
-                                                     const std::atomic<bool>* cancel = nullptr);
+                                                     const std::atomic<bool>* cancel = nullptr,
+                                                     const HeadDone& head_done = {});
   ~AttentionLod();
   AttentionLod(const AttentionLod&) = delete;
   AttentionLod& operator=(const AttentionLod&) = delete;
@@ -81,14 +98,15 @@ class AttentionLod {
   int64_t layers() const;
   int64_t heads() const;
   int64_t pooled_block() const;
-  int n_levels() const;  // levels 1..n_levels() are in the cache
+  int n_levels() const;     // levels 1..n_levels() exist
+  int first_level() const;  // levels first_level()..n_levels() are in the cache
   int64_t level_rows(int level) const;
   int64_t level_cols(int level) const;
-  // Window of a cached level (1..n_levels()); clipped to the level.
+  // Window of a cached level (first_level()..n_levels()); clipped to the level.
   AttentionGrid window(int layer, int head, int level, int64_t row_begin, int64_t row_end,
                        int64_t col_begin, int64_t col_end) const;
   AttentionGrid whole(int layer, int head, int level) const;
-  // Coarsest level whose longer side is still >= min_side (or level 1).
+  // Coarsest level whose longer side is still >= min_side (or first_level()).
   int level_for_side(int64_t min_side) const;
   float metric(int layer, int head, HeadMetric metric) const;
 

@@ -2,6 +2,8 @@
 // ground truth (synthetic_evict_step and friends) and brute force.
 #include <utime.h>
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -216,12 +218,21 @@ TEST_CASE(
   REQUIRE(lod->n_levels() == 3);  // 64 -> 32 -> 16 -> 8
   CHECK(lod->level_rows(1) == 32);
   CHECK(lod->level_cols(3) == 8);
+  // Levels 2 and 3 are stored, level 1 (a quarter of level 0) is not: the
+  // cache is at most 1/12 of level 0's cells (two stats, 2 bytes each) plus
+  // its header and metrics.
+  REQUIRE(lod->first_level() == 2);
+  CHECK_THROWS_WITH(lod->whole(0, 0, 1), Catch::Contains("not in the cache"));
+  const int64_t maps = spec.layers * spec.heads, level0_bytes = maps * 64 * 64 * 2 * 2;
+  CHECK(int64_t(std::filesystem::file_size(cache)) <=
+        level0_bytes / 12 + maps * analysis::kMetricCount * 4 + 4096);
   for (int l = 0; l < spec.layers; ++l)
     for (int h = 0; h < spec.heads; ++h) {
       analysis::AttentionGrid level0 = analysis::read_level0(*r, l, h, 0, 64, 0, 64);
       analysis::AttentionGrid want = analysis::downsample(level0);
       for (int level = 1; level <= 3; ++level) {
         if (level > 1) want = analysis::downsample(want);
+        if (level < lod->first_level()) continue;
         analysis::AttentionGrid got = lod->whole(l, h, level);
         REQUIRE(got.max.size() == want.max.size());
         for (size_t i = 0; i < got.max.size(); ++i) {
@@ -245,6 +256,13 @@ TEST_CASE(
   CHECK(via_cache.level == 2);
   CHECK(direct.level == 2);
   CHECK(via_cache.mean[7] == Approx(direct.mean[7]).epsilon(2e-3));
+  // Level 1, not cached, is read from the trace and halved: the same cells.
+  analysis::AttentionGrid level1 =
+      analysis::attention_view(*r, lod.get(), 0, 1, 0, 64, 0, 64, 40, 40);
+  REQUIRE(level1.level == 1);
+  const analysis::AttentionGrid want1 =
+      analysis::downsample(analysis::read_level0(*r, 0, 1, 0, 64, 0, 64));
+  CHECK(level1.mean == want1.mean);
   // Touching the trace makes the cache stale.
   lod.reset();
   REQUIRE(analysis::AttentionLod::open(*r, cache));
@@ -253,6 +271,33 @@ TEST_CASE(
   };
   REQUIRE(utime(path.c_str(), &times) == 0);
   CHECK_FALSE(analysis::AttentionLod::open(*r, cache));
+}
+
+TEST_CASE("a LOD build hands each head's thumbnail and metrics over as it finishes it") {
+  trace::SyntheticSpec spec = test::lod_spec();
+  std::string path = test::write_trace(spec);
+  auto r = trace::TraceReader::open(path);
+  std::string cache = analysis::AttentionLod::default_cache_path(path);
+  std::map<std::pair<int, int>, std::pair<analysis::AttentionGrid, std::vector<float>>> seen;
+  auto lod = analysis::AttentionLod::build(
+      *r, cache, {}, nullptr,
+      [&](int l, int h, const analysis::AttentionGrid& g, const std::vector<float>& m) {
+        seen[{l, h}] = {g, m};
+      });
+  REQUIRE(lod);
+  REQUIRE(int64_t(seen.size()) == spec.layers * spec.heads);
+  const int level = lod->level_for_side(analysis::kThumbnailSide);
+  for (const auto& [key, value] : seen) {
+    const analysis::AttentionGrid want = lod->whole(key.first, key.second, level);
+    const analysis::AttentionGrid& got = value.first;
+    REQUIRE(got.level == level);
+    REQUIRE(got.mean.size() == want.mean.size());
+    for (size_t i = 0; i < got.mean.size(); ++i)  // the cache rounds to float16
+      REQUIRE(got.mean[i] == Approx(want.mean[i]).epsilon(2e-3).margin(1e-6));
+    REQUIRE(value.second.size() == size_t(analysis::kMetricCount));
+    for (int m = 0; m < analysis::kMetricCount; ++m)
+      CHECK(value.second[size_t(m)] == lod->metric(key.first, key.second, analysis::HeadMetric(m)));
+  }
 }
 
 TEST_CASE("the LOD cache is refused for a trace still being written") {

@@ -14,6 +14,7 @@
 #include "views/gates_figure.h"
 #include "views/heatmap_view.h"
 #include "views/needle_figure.h"
+#include "views/overview_figure.h"
 #include "views/timeline_figure.h"
 #include "views/timeline_view.h"
 #include "views/view_widgets.h"
@@ -586,4 +587,31 @@ TEST_CASE("timeline tooltip: the cell's token, step and state in words, in both 
   CHECK(d.contains(QString("layer 2: %1 of %2 kv heads hold it at step 20")
                        .arg(g->counts[size_t(2 * g->n_tokens + 10)])
                        .arg(spec.kv_heads)));
+}
+
+TEST_CASE("overview: heads appear as the LOD build finishes them, before the cache is done") {
+  test::qt_app(true);
+  trace::SyntheticSpec spec = test::lod_spec();  // 2 layers x 4 heads
+  Loaded l = load(spec, 0, 0, 10);
+  // No cache yet: no thumbnails, a note.
+  auto none = OverviewFigure::load(*l.data, l.sel, OverviewMetric::SinkMass);
+  CHECK_FALSE(none->thumbnails);
+  // Three heads built: their thumbnails and metrics, the rest blank.
+  auto partial = std::make_shared<PartialLod>(spec.layers, spec.heads);
+  const analysis::AttentionGrid g = analysis::downsample(
+      analysis::downsample(analysis::read_level0(*l.reader, 0, 0, 0, 64, 0, 64)));
+  partial->add(0, 1, g, {0.9f, 0.1f, 0.5f});
+  partial->add(1, 2, g, {0.2f, 0.3f, 0.4f});
+  partial->add(1, 3, g, {0.7f, 0.3f, 0.4f});
+  l.data->set_partial_lod(partial);
+  auto f = OverviewFigure::load(*l.data, l.sel, OverviewMetric::SinkMass);
+  CHECK(f->thumbnails);
+  CHECK(f->note.contains("3 of 8 heads"));
+  for (int layer = 0; layer < spec.layers; ++layer)
+    for (int head = 0; head < spec.heads; ++head) {
+      const bool done = (layer == 0 && head == 1) || (layer == 1 && head >= 2);
+      CHECK(f->thumbs[size_t(layer * spec.heads + head)].isNull() == !done);
+    }
+  CHECK(f->values[size_t(0 * spec.heads + 1)] == Approx(0.9f));
+  CHECK(f->order[1].front() == 3);  // sink mass 0.7 sorts first in layer 1
 }
