@@ -355,6 +355,14 @@ void HeatmapFigure::paint(QPainter& p, const QRectF& area) const {
   if (options_.show_evicted && n_tokens > 0 && not_held_prefix_.back() > 0)
     key.push_back(legend_box("not held", kNotHeldColor));
   for (LegendEntry& e : task_legend_short(spans)) key.push_back(std::move(e));
+  if (!selected.empty())  // the selected tokens' key columns, outlined
+    key.push_back({"selected", [](QPainter& p, const QRectF& r) {
+                     p.setPen(QPen(Qt::black, 1.2, Qt::DashLine));
+                     p.setBrush(Qt::NoBrush);
+                     p.drawRect(r.adjusted(3, 1, -3, -1));
+                   }});
+  if (step_token_end > step_token_begin)
+    key.push_back(legend_line("this step", QPen(palette::kVermillion, 1.5, Qt::DashLine)));
   double key_h = legend_column_height(key);
   paint_legend_column(p, QPointF(fr.colorbar.left() - 4, fr.colorbar.bottom() - key_h + 8),
                       area.right() - fr.colorbar.left(), key);

@@ -427,6 +427,12 @@ std::vector<LegendEntry> TimelineFigure::legend_entries(bool compact) const {
                    }});
   add_mark_legend(out, mark_kinds, compact);
   add_task_legend(out, spans);
+  out.push_back(legend_line(compact ? "step" : QString("step %1").arg(step),
+                            QPen(palette::kVermillion, 1.5)));
+  if (selected_token >= 0)
+    out.push_back(
+        legend_line(compact ? "selected" : QString("selected token %1").arg(selected_token),
+                    QPen(Qt::black, 1, Qt::DashLine)));
   return out;
 }
 
