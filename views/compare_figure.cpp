@@ -243,20 +243,14 @@ void CompareFigure::paint_span_heads(QPainter& p, const QRectF& r) const {
 // Attention on the span at each decode step: A's and B's received mass,
 // mean over kv heads.
 void CompareFigure::paint_span_mass(QPainter& p, const QRectF& r) const {
-  double hi = 1e-3;
-  for (const auto* v : {&span_mass_a, &span_mass_b})
-    for (double x : *v)
-      if (!std::isnan(x)) hi = std::max(hi, x);
-  hi *= 1.1;
+  const double hi = plot::finite_max({&span_mass_a, &span_mass_b}, 1e-3) * 1.1;
   const double x1 = double(std::max<int64_t>(1, steps_a - 1));
   const plot::Map mx{0, x1, r.left(), r.right()}, my{0, hi, r.bottom(), r.top()};
   p.save();
   p.setClipRect(r.adjusted(-3, -3, 3, 3));
-  if (answer_step >= 0) {
-    p.setPen(QPen(palette::kVermillion, 1.5, Qt::DotLine));
-    p.drawLine(QPointF(mx(double(answer_step)), r.top()),
-               QPointF(mx(double(answer_step)), r.bottom()));
-  }
+  if (answer_step >= 0)
+    plot::vertical_line(p, r, mx(double(answer_step)),
+                        QPen(palette::kVermillion, 1.5, Qt::DotLine));
   plot::series(p, span_mass_b, mx, my, QPen(palette::kOrange, 2, Qt::DashLine));
   plot::series(p, span_mass_a, mx, my, QPen(palette::kBlue, 2));
   p.restore();

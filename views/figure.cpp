@@ -166,6 +166,19 @@ void token_axis_title(QPainter& p, const QRectF& plot, Qt::Orientation axis, dou
   p.restore();
 }
 
+double finite_max(std::initializer_list<const std::vector<double>*> series, double floor) {
+  double hi = floor;
+  for (const std::vector<double>* v : series)
+    for (double x : *v)
+      if (!std::isnan(x)) hi = std::max(hi, x);
+  return hi;
+}
+
+void vertical_line(QPainter& p, const QRectF& plot, double x, const QPen& pen) {
+  p.setPen(pen);
+  p.drawLine(QPointF(x, plot.top()), QPointF(x, plot.bottom()));
+}
+
 void series(QPainter& p, const std::vector<double>& v, const Map& mx, const Map& my,
             const QPen& pen) {
   p.setPen(pen);

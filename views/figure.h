@@ -8,6 +8,7 @@
 #include <QRectF>
 #include <QString>
 #include <QTextStream>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -106,6 +107,11 @@ void token_labels(QPainter& p, const QRectF& plot, const Map& map, Qt::Orientati
 // The axis title beyond such labels.
 void token_axis_title(QPainter& p, const QRectF& plot, Qt::Orientation axis, double room,
                       const QString& title);
+
+// The largest finite value of the series, at least `floor`.
+double finite_max(std::initializer_list<const std::vector<double>*> series, double floor);
+// A vertical line across `plot` at x (device coordinates).
+void vertical_line(QPainter& p, const QRectF& plot, double x, const QPen& pen);
 
 // A polyline through the finite values (x = index), broken where one is NaN;
 // a lone value is a dot.

@@ -156,22 +156,15 @@ void NeedleFigure::paint_losses(QPainter& p, const QRectF& r) const {
 }
 
 void NeedleFigure::paint_mass(QPainter& p, const QRectF& r) const {
-  double hi = 1e-3;
-  for (const auto* v : {&mass, &compare_mass, &lost_mass})
-    for (double x : *v)
-      if (!std::isnan(x)) hi = std::max(hi, x);
-  hi *= 1.1;
+  const double hi = plot::finite_max({&mass, &compare_mass, &lost_mass}, 1e-3) * 1.1;
   plot::Map mx{0, double(std::max<int64_t>(1, n_steps - 1)), r.left(), r.right()};
   plot::Map my{0, hi, r.bottom(), r.top()};
   p.save();
   p.setClipRect(r.adjusted(-3, -3, 3, 3));
-  if (answer_step >= 0) {
-    p.setPen(QPen(palette::kVermillion, 1.5, Qt::DotLine));
-    p.drawLine(QPointF(mx(double(answer_step)), r.top()),
-               QPointF(mx(double(answer_step)), r.bottom()));
-  }
-  p.setPen(QPen(QColor(150, 150, 150), 1, Qt::DashLine));
-  p.drawLine(QPointF(mx(double(step)), r.top()), QPointF(mx(double(step)), r.bottom()));
+  if (answer_step >= 0)
+    plot::vertical_line(p, r, mx(double(answer_step)),
+                        QPen(palette::kVermillion, 1.5, Qt::DotLine));
+  plot::vertical_line(p, r, mx(double(step)), QPen(QColor(150, 150, 150), 1, Qt::DashLine));
   plot::series(p, lost_mass, mx, my, QPen(kLostMassColor, 1.5, Qt::DotLine));
   plot::series(p, compare_mass, mx, my, QPen(palette::kOrange, 2, Qt::DashLine));
   plot::series(p, mass, mx, my, QPen(palette::kBlue, 2));
