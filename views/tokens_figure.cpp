@@ -1,5 +1,6 @@
 #include "views/tokens_figure.h"
 
+#include "views/legend.h"
 #include "views/task_marks.h"
 
 #include <QFontMetricsF>
@@ -11,6 +12,9 @@
 namespace kvscope::views {
 
 namespace {
+
+// Token history: the colours of evicted and never-admitted spans of a head's row.
+const QColor kHistoryEvicted{240, 190, 160}, kHistoryRejected{110, 110, 110};
 constexpr double kMinLine = 18, kPad = 8;
 QFont token_font() {
   return plot::font(9);
@@ -321,16 +325,44 @@ QString TokenHistoryFigure::title() const {
 void TokenHistoryFigure::paint(QPainter& p, const QRectF& area) const {
   plot::title(p, QRectF(area.left(), area.top(), area.width(), 30), title(),
               token >= 0 ? QString("fed at step %1").arg(fed_step) : QString());
-  QRectF inner = area.adjusted(70, 40, -24, -50);
   if (token < 0)
-    return plot::message(p, inner, "click a token (token text view) to see its history");
+    return plot::message(p, area.adjusted(70, 40, -24, -50),
+                         "click a token (token text view) to see its history");
+  // The key flows above the plot: the tiers it was held in, evicted, never
+  // admitted, the current head's outline and the step line.
+  std::vector<LegendEntry> key;
+  const int64_t rows = layers * kv_heads;
+  std::vector<uint8_t> tier_used(std::max<size_t>(1, tier_names.size()), 0);
+  bool any_evicted = false, any_rejected = false;
+  for (int64_t i = 0; i < rows; ++i) {
+    any_rejected |= admit[size_t(i)] < 0;
+    any_evicted |= evict[size_t(i)] >= 0;
+    if (admit[size_t(i)] >= 0 && (tiers.empty() || tiers[size_t(i)].empty())) tier_used[0] = 1;
+    if (!tiers.empty())
+      for (const trace::TierInterval& iv : tiers[size_t(i)])
+        if (iv.tier < tier_used.size()) tier_used[iv.tier] = 1;
+  }
+  for (size_t t = 0; t < tier_used.size(); ++t)
+    if (tier_used[t])
+      key.push_back(legend_box(t < tier_names.size() ? "held: " + tier_names[t] : QString("held"),
+                               palette::tier(int(t))));
+  if (any_evicted) key.push_back(legend_box("evicted", kHistoryEvicted));
+  if (any_rejected) key.push_back(legend_box("never admitted", kHistoryRejected));
+  key.push_back({"current head", [](QPainter& q, const QRectF& r) {
+                   q.setPen(QPen(Qt::black, 1.5));
+                   q.setBrush(Qt::NoBrush);
+                   q.drawRect(r.adjusted(2, 2, -2, -2));
+                 }});
+  key.push_back(legend_line(QString("step %1").arg(step), QPen(palette::kVermillion, 1.5)));
+  const double key_h = legend_height(key, area.width() - 24);
+  paint_legend_rows(p, QRectF(area.left() + 12, area.top() + 32, area.width() - 24, key_h), key);
+  QRectF inner = area.adjusted(70, 40 + key_h, -24, -50);
   bool with_samples = !samples.empty();
   // The gate strip keeps at least 44 px: two tick labels apart.
   double strip_h = with_samples ? std::max(44.0, inner.height() * 0.32 - 30) : 0;
   QRectF bars(inner.left(), inner.top(), inner.width(),
               with_samples ? inner.height() - strip_h - 30 : inner.height());
   plot::Map mx{0, double(std::max<int64_t>(1, n_steps)), bars.left(), bars.right()};
-  int64_t rows = layers * kv_heads;
   double rh = bars.height() / std::max<int64_t>(1, rows);
   p.save();
   p.setClipRect(bars);
@@ -339,7 +371,7 @@ void TokenHistoryFigure::paint(QPainter& p, const QRectF& area) const {
     int32_t a = admit[size_t(i)], e = evict[size_t(i)];
     if (a < 0) {
       p.fillRect(QRectF(mx(fed_step), y, bars.right() - mx(fed_step), std::max(rh - 0.5, 0.5)),
-                 QColor(110, 110, 110));
+                 kHistoryRejected);
       continue;
     }
     double end = e < 0 ? double(n_steps) : double(e);
@@ -356,7 +388,7 @@ void TokenHistoryFigure::paint(QPainter& p, const QRectF& area) const {
     }
     if (e >= 0)
       p.fillRect(QRectF(QPointF(mx(e), y), QPointF(bars.right(), y + std::max(rh - 0.5, 0.5))),
-                 QColor(240, 190, 160));
+                 kHistoryEvicted);
   }
   int64_t cur = int64_t(layer) * kv_heads + kv_head;
   p.setPen(QPen(Qt::black, 1.5));
