@@ -53,6 +53,39 @@ void paint_task_spans(QPainter& p, const QRectF& plot, const plot::Map& map, Qt:
   p.restore();
 }
 
+StepRanges reconstruction_steps(const std::vector<trace::StepRecord>& steps) {
+  StepRanges out;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (steps[s].kind != trace::StepKind::Reconstruction) continue;
+    if (!out.empty() && out.back().second == int64_t(s))
+      out.back().second += 1;
+    else
+      out.push_back({int64_t(s), int64_t(s) + 1});
+  }
+  return out;
+}
+
+void paint_step_ranges(QPainter& p, const QRectF& plot, const plot::Map& map,
+                       const StepRanges& ranges) {
+  if (ranges.empty()) return;
+  p.save();
+  p.setClipRect(plot);
+  for (const auto& [b, e] : ranges) {
+    double a = map(double(b)), z = std::max(map(double(e)), a + 2);  // 2 px at least
+    p.fillRect(QRectF(QPointF(a, plot.top()), QPointF(z, plot.top() + 5)), kReconstructionColor);
+  }
+  p.restore();
+}
+
+void add_reconstruction_legend(std::vector<LegendEntry>& out, const StepRanges& ranges) {
+  int64_t n = 0;
+  for (const auto& [b, e] : ranges) n += e - b;
+  if (n > 0)
+    out.push_back(
+        legend_box(QString("context reconstruction (%1 step%2)").arg(n).arg(n == 1 ? "" : "s"),
+                   kReconstructionColor));
+}
+
 void add_task_legend(std::vector<LegendEntry>& out, const TaskSpans& spans) {
   if (!spans.needle.empty())
     out.push_back(legend_box(QString("needle (%1 tokens)").arg(count(spans.needle)), kNeedleColor));

@@ -40,4 +40,16 @@ double legend_column_height(const std::vector<LegendEntry>& entries);
 void paint_legend_column(QPainter& p, const QPointF& top_left, double width,
                          const std::vector<LegendEntry>& entries);
 
+// A policy's context-reconstruction steps (KVzip's scoring pass, step kind
+// Reconstruction): [begin, end) step ranges, and how step axes mark them.
+using StepRanges = std::vector<std::pair<int64_t, int64_t>>;
+StepRanges reconstruction_steps(const std::vector<trace::StepRecord>& steps);
+inline const QColor kReconstructionColor{117, 112, 179};  // slate purple
+// A band 5 px deep inside `plot` along its top edge over the steps of
+// `ranges` (`map`: steps to x).
+void paint_step_ranges(QPainter& p, const QRectF& plot, const plot::Map& map,
+                       const StepRanges& ranges);
+// "context reconstruction (N steps)" when there are any.
+void add_reconstruction_legend(std::vector<LegendEntry>& out, const StepRanges& ranges);
+
 }  // namespace kvscope::views

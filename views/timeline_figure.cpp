@@ -56,6 +56,7 @@ std::shared_ptr<TimelineFigure> TimelineFigure::load(TraceData& data, const Sele
   f->n_steps = b.n_steps;
   f->n_tokens = b.n_tokens;
   f->spans = task_spans(b.tokens);
+  f->reconstruction = reconstruction_steps(b.steps);
   f->n_layers = r.n_layers();
   f->n_kv_heads = r.n_kv_heads();
   f->step = std::clamp<int64_t>(sel.step, 0, std::max<int64_t>(0, b.n_steps - 1));
@@ -427,6 +428,7 @@ std::vector<LegendEntry> TimelineFigure::legend_entries(bool compact) const {
                    }});
   add_mark_legend(out, mark_kinds, compact);
   add_task_legend(out, spans);
+  add_reconstruction_legend(out, reconstruction);
   out.push_back(legend_line(compact ? "step" : QString("step %1").arg(step),
                             QPen(palette::kVermillion, 1.5)));
   if (selected_token >= 0)
@@ -489,6 +491,7 @@ void TimelineFigure::paint(QPainter& p, const QRectF& area) const {
     }
     p.restore();
     paint_task_spans(p, l.plot, my, Qt::Vertical, spans);
+    paint_step_ranges(p, l.plot, mx, reconstruction);
     if (l.token_rows) {  // 9 px or more a token: its text labels the row
       plot::x_axis(p, l.plot, viewport_.left(), viewport_.right(), "step");
       plot::token_labels(p, l.plot, my, Qt::Vertical,

@@ -68,6 +68,7 @@ class TimelineFigure : public Figure {
   int layer = 0, kv_head = 0;
   int64_t step = 0, n_steps = 0, n_tokens = 0, n_kv_heads = 1, n_layers = 1, selected_token = -1;
   std::vector<QString> tier_names;
+  StepRanges reconstruction;           // head mode: the policy's context-reconstruction steps
   std::vector<uint8_t> tier_attended;  // per tier: 1 the attention reads it
   bool any_evicted = false, any_rejected = false;
   std::vector<Mark> marks;                             // head mode: promotions and stalls, by step

@@ -13,8 +13,10 @@
 #include "views/figure_factory.h"
 #include "views/gates_figure.h"
 #include "views/heatmap_view.h"
+#include "views/layout_check.h"
 #include "views/needle_figure.h"
 #include "views/overview_figure.h"
+#include "views/task_marks.h"
 #include "views/timeline_figure.h"
 #include "views/timeline_view.h"
 #include "views/view_widgets.h"
@@ -614,4 +616,31 @@ TEST_CASE("overview: heads appear as the LOD build finishes them, before the cac
     }
   CHECK(f->values[size_t(0 * spec.heads + 1)] == Approx(0.9f));
   CHECK(f->order[1].front() == 3);  // sink mass 0.7 sorts first in layer 1
+}
+
+TEST_CASE("timeline marks a policy's context-reconstruction steps (KVzip on stories260K)") {
+  test::qt_app(true);
+  std::vector<trace::StepRecord> steps(6);
+  steps[2].kind = steps[3].kind = steps[5].kind = trace::StepKind::Reconstruction;
+  CHECK(reconstruction_steps(steps) == StepRanges{{2, 4}, {5, 6}});
+  const std::string model = test::shared_dir() + "/models/stories260K", dir = test::temp_dir();
+  std::string out;
+  REQUIRE(test::run_command(test::kvscope_exe() + " capture --model " + model +
+                                "/stories260K.bin --tokenizer " + model +
+                                "/tok512.bin --prompt 'Once upon a time, there was a little "
+                                "girl named Lily.' --policy kvzip --max-new 6 -q -o " +
+                                dir + "/kvzip.h5",
+                            &out) == 0);
+  auto reader = trace::TraceReader::open(dir + "/kvzip.h5");
+  TraceData data(*reader);
+  auto f = TimelineFigure::load(data, selection_for(*reader, 0, 0, 3, -1), TimelineMode::Head);
+  REQUIRE(f->reconstruction == StepRanges{{1, 2}});  // prefill, then KVzip's scoring pass
+  QStringList texts;
+  for (const DrawnText& t : check_layout(*f, ExportOptions{1000, 600, 96}).texts) texts << t.text;
+  CHECK(texts.contains("context reconstruction (1 step)"));
+  // The band is drawn over step 1 along the plot's top edge.
+  const QImage img = render(*f, 1000, 600);
+  const QRectF plot = f->plot_rect(QRectF(0, 0, 1000, 600));
+  const QPointF c = f->cell_center(plot, 1, 0);
+  CHECK(near(img.pixel(int(c.x()), int(plot.top()) + 2), kReconstructionColor, 10));
 }
