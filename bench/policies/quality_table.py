@@ -64,6 +64,7 @@ POLICIES = [
     ("wgkv", "wgkv"),
     ("simlayerkv", "simlayerkv:threshold=0.6,recent=256"),
     ("finch", "finch:budget={M},window=32"),
+    ("kvzip", "kvzip:budget={M}"),
 ]
 NOTES = {
     "quest": "selects {M} entries per query at read time; holds all",
@@ -74,6 +75,7 @@ NOTES = {
     "wgkv": "its own memory (the shipped gate)",
     "simlayerkv": "its own memory (lazy layers keep 4 + 255)",
     "finch": "prefill only: grows at decode; the question = the prompt's last 32 tokens",
+    "kvzip": "prefill only (a reconstruction pass, no chat template): grows at decode",
 }
 
 
