@@ -113,9 +113,7 @@ std::shared_ptr<CompareFigure> CompareFigure::load(TraceData& a, TraceData& b,
   for (int64_t s = 0; s < f->steps_a; ++s)
     step_b[size_t(s)] = analysis::aligned_step(b.basics().fed_step, ra, s);
   f->span_diff = analysis::diff_span(la, lb, f->span, step_b);
-  const std::vector<trace::StepRecord>& steps = a.basics().steps;
-  for (size_t s = 0; s < steps.size() && f->answer_step < 0; ++s)
-    if (steps[s].kind == trace::StepKind::Decode) f->answer_step = int64_t(s);
+  f->answer_step = a.basics().first_decode_step();
   span_masses(ra, rb, f->span, step_b, f->answer_step, &f->span_mass_a, &f->span_mass_b);
   return f;
 }

@@ -29,12 +29,6 @@ std::vector<int64_t> needle_tokens(const TraceBasics& b) {
   return out;
 }
 
-int64_t first_decode_step(const TraceBasics& b) {
-  for (size_t s = 0; s < b.steps.size(); ++s)
-    if (b.steps[s].kind == trace::StepKind::Decode) return int64_t(s);
-  return -1;
-}
-
 // Mean over kv heads of the received mass on `needle` (sorted) at each decode
 // step from `first`; NaN elsewhere or without /attention/received.
 std::vector<double> needle_mass(const trace::TraceReader& r, const std::vector<int64_t>& needle,
@@ -62,7 +56,7 @@ std::shared_ptr<NeedleFigure> NeedleFigure::load(TraceData& data, TraceData* com
   f->name = display_name(r);
   const TraceBasics& b = data.basics();
   f->needle = needle_tokens(b);
-  f->answer_step = first_decode_step(b);
+  f->answer_step = b.first_decode_step();
   for (int64_t t : f->needle)
     f->needle_text +=
         QString::fromUtf8(b.tokens[size_t(t)].text.data(), int(b.tokens[size_t(t)].text.size()));
@@ -92,7 +86,7 @@ std::shared_ptr<NeedleFigure> NeedleFigure::load(TraceData& data, TraceData* com
   if (compare && compare != &data) {
     const TraceBasics& cb = compare->basics();
     f->compare_name = display_name(compare->reader());
-    f->compare_mass = needle_mass(compare->reader(), needle_tokens(cb), first_decode_step(cb));
+    f->compare_mass = needle_mass(compare->reader(), needle_tokens(cb), cb.first_decode_step());
   }
   return f;
 }

@@ -22,6 +22,13 @@ struct TraceBasics {
   std::vector<trace::TokenRecord> tokens;
   std::vector<trace::StepRecord> steps;
   std::vector<int32_t> fed_step;  // step that fed token t
+
+  // The first decode step (the answer's first token; -1: none yet).
+  int64_t first_decode_step() const {
+    for (size_t s = 0; s < steps.size(); ++s)
+      if (steps[s].kind == trace::StepKind::Decode) return int64_t(s);
+    return -1;
+  }
 };
 
 // A level-of-detail cache under construction: each head's thumbnail and
