@@ -48,22 +48,23 @@ const QColor kFound = palette::kGreen, kMissed = palette::kVermillion, kFailed =
              kNotRun = palette::kLightGrey;
 
 std::vector<LegendEntry> success_legend() {
-  return {legend_box("found", kFound), legend_box("missed", kMissed),
-          legend_box("failed", kFailed), legend_box("not run", kNotRun)};
+  return {legend_box("found", kFound), legend_box("missed", kMissed), legend_box("failed", kFailed),
+          legend_box("not run", kNotRun)};
 }
 
 }  // namespace
 
 QStringList SweepFigure::metric_names() {
-  return {"success", "needle-survival"};
+  return {"success", "score", "needle-survival"};
 }
 
 SweepFigure::Metric SweepFigure::metric_from_name(const QString& name) {
   if (name == "success") return Metric::Success;
+  if (name == "score") return Metric::Score;
   if (name == "needle-survival") return Metric::NeedleSurvival;
-  throw InputError(
-      "", "--metric",
-      "unknown sweep metric '" + name.toStdString() + "' (expected success or needle-survival)");
+  throw InputError("", "--metric",
+                   "unknown sweep metric '" + name.toStdString() +
+                       "' (expected success, score or needle-survival)");
 }
 
 SweepFigure::SweepFigure(QString name, std::vector<sweep::ResultRow> rows, Metric metric)
@@ -84,8 +85,11 @@ SweepFigure::SweepFigure(QString name, std::vector<sweep::ResultRow> rows, Metri
                       index_of(lengths_, *r.tokens), index_of(depths_, *r.depth)}];
     c.rows.push_back(i);
     if (!r.ok()) continue;
-    const double v =
-        metric_ == Metric::Success ? double(r.success.value_or(0)) : r.needle_survival();
+    const double v = metric_ == Metric::Success ? double(r.success.value_or(0))
+                     : metric_ == Metric::Score
+                         // Tables before the score column: success is the score.
+                         ? r.score.value_or(double(r.success.value_or(0)))
+                         : r.needle_survival();
     if (std::isnan(v)) continue;
     c.value = (c.value * c.ran + v) / (c.ran + 1);
     ++c.ran;
@@ -94,7 +98,9 @@ SweepFigure::SweepFigure(QString name, std::vector<sweep::ResultRow> rows, Metri
 
 QString SweepFigure::title() const {
   return QString("Sweep %1: %2")
-      .arg(name_, metric_ == Metric::Success ? "answer found" : "needle survival");
+      .arg(name_, metric_ == Metric::Success ? "answer found"
+                  : metric_ == Metric::Score ? "share of the answers found"
+                                             : "needle survival");
 }
 
 SweepFigure::Layout SweepFigure::layout(const QRectF& area, QPaintDevice* device) const {
@@ -161,9 +167,10 @@ QString SweepFigure::cell_text(const Cell& c) const {
 }
 
 void SweepFigure::paint_legend(QPainter& p, const Layout& l) const {
-  if (metric_ == Metric::NeedleSurvival) {
+  if (metric_ != Metric::Success) {
     plot::colorbar(p, QRectF(l.legend.left(), l.legend.top(), 14, l.legend.height()),
-                   ColorScale{ColorMapId::Viridis, false, 0.f, 1.f}, "needle survival");
+                   ColorScale{ColorMapId::Viridis, false, 0.f, 1.f},
+                   metric_ == Metric::Score ? "answer score" : "needle survival");
     p.save();
     p.setFont(plot::font(8));
     QFontMetricsF fm(p.font(), p.device());

@@ -1,6 +1,7 @@
 // The sweep view: the familiar needle-in-a-haystack grid of a `kvscope sweep`
 // — one panel per policy (rows) and task (columns), depth down and prompt
-// length across, each cell coloured by success or by needle survival (the
+// length across, each cell coloured by success, by score (the share of the
+// expected answers found, RULER's string_match_all) or by needle survival (the
 // share of (layer, kv head) pairs that could read the whole needle when the
 // answer was generated). Seeds of a cell are averaged. Clicking a cell in the
 // GUI opens its trace; cell_at() maps a point to the cell.
@@ -19,8 +20,8 @@ namespace kvscope::views {
 
 class SweepFigure : public Figure {
  public:
-  enum class Metric { Success, NeedleSurvival };
-  static QStringList metric_names();  // "success", "needle-survival"
+  enum class Metric { Success, Score, NeedleSurvival };
+  static QStringList metric_names();  // "success", "score", "needle-survival"
   // Throws InputError naming --metric for an unknown name.
   static Metric metric_from_name(const QString& name);
 

@@ -1,6 +1,7 @@
 // kvscope info TRACE [--check] [--json] | kvscope info --schema
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -110,9 +111,11 @@ nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSu
   j["rerotations"] = {{"count", r.n_rerotations()}};
   j["wall_s"] = s.wall_s;
   if (!run.task_kind.empty())
-    j["task"] = {{"kind", run.task_kind},
-                 {"expected_answer", run.expected_answer},
-                 {"success", r.task_success()}};
+    j["task"] = {
+        {"kind", run.task_kind},
+        {"expected_answer", run.expected_answer},
+        {"success", r.task_success()},
+        {"score", std::isnan(r.task_score()) ? nlohmann::json() : nlohmann::json(r.task_score())}};
   if (std::optional<analysis::DeferredRetention> d = analysis::deferred_retention(r))
     j["deferred_retention"] = {{"rate", d->rate},
                                {"layer_rate", d->layer_rate},
@@ -190,8 +193,11 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
     o << "rerotated " << j["rerotations"]["count"] << " kept keys moved to another RoPE position\n";
   if (j.contains("task"))
     o << "task      " << j["task"]["kind"].get<std::string>() << ", expected \""
-      << j["task"]["expected_answer"].get<std::string>() << "\", success " << j["task"]["success"]
-      << "\n";
+      << j["task"]["expected_answer"].get<std::string>() << "\", success " << j["task"]["success"];
+  if (j.contains("task") && j["task"]["score"].is_number() && j["task"]["success"] == 0 &&
+      j["task"]["score"].get<double>() > 0)
+    o << " (score " << std::setprecision(3) << j["task"]["score"].get<double>() << ")";
+  if (j.contains("task")) o << "\n";
   if (j.contains("deferred_retention")) {
     const auto& d = j["deferred_retention"];
     o << "retention DRR " << std::setprecision(4) << d["rate"].get<double>() << " ("

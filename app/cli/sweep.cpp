@@ -107,6 +107,7 @@ sweep::ResultRow result_row(const SweepCell& c, const CellOutcome& o, const std:
   r.n_heads = known(w.n_heads);
   r.lost_mass = real(w.oracle_lost_mass);
   r.max_kl = real(w.max_kl);
+  r.score = ok ? real(w.score) : std::nullopt;
   r.wall_s = o.wall_s;
   r.trace = ok ? trace : "";
   r.error = o.error;

@@ -32,6 +32,7 @@ nlohmann::json why_json(const analysis::WhyReport& w) {
   j["expected_answer"] = w.expected_answer;
   j["generated"] = w.generated;
   j["success"] = w.success;
+  j["score"] = value(w.score);
   j["verdict"] = w.verdict;
   j["n_heads"] = w.n_heads;
   j["answer_step"] = w.answer_step;

@@ -37,6 +37,16 @@ void SweepCanvas::mousePressEvent(QMouseEvent* event) {
   if (!rows.empty()) emit cellClicked(QString::fromStdString(rows.front()->cell_id));
 }
 
+namespace {
+// "found", "missed", or for a multi-answer task found in part "missed (3 of
+// 4 answers: 0.75)" — the score is the share of the answers found.
+QString answer_verdict(const sweep::ResultRow& r) {
+  if (r.success.value_or(0) == 1) return "found";
+  if (r.score && *r.score > 0) return QString("missed (score %1)").arg(*r.score, 0, 'f', 2);
+  return "missed";
+}
+}  // namespace
+
 void SweepCanvas::mouseMoveEvent(QMouseEvent* event) {
   if (!figure_) return;
   const auto rows = figure_->cell_at(QRectF(rect()), event->position());
@@ -52,7 +62,7 @@ void SweepCanvas::mouseMoveEvent(QMouseEvent* event) {
   for (const sweep::ResultRow* row : rows)
     tip += row->ok() ? QString("\nseed %1: %2, expected \"%3\", generated \"%4\"")
                            .arg(row->seed.value_or(0))
-                           .arg(row->success.value_or(0) == 1 ? "found" : "missed")
+                           .arg(answer_verdict(*row))
                            .arg(QString::fromStdString(row->expected),
                                 QString::fromStdString(row->generated).left(60))
                      : QString("\nseed %1: failed: %2")
@@ -66,6 +76,7 @@ SweepPanel::SweepPanel(views::TraceService* service, QWidget* parent)
   metric_ = new QComboBox;
   metric_->setObjectName("sweepMetric");
   metric_->addItem("answer found", "success");
+  metric_->addItem("answer score", "score");
   metric_->addItem("needle survival", "needle-survival");
   summary_ = new QLabel;
   summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);

@@ -9,6 +9,14 @@
 
 namespace kvscope::gui {
 
+namespace {
+// A multi-answer task found in part: its score, the share of the answers found.
+QString partial_score(double score, int8_t success) {
+  if (success != 0 || !(score > 0)) return {};
+  return QString(" (score %1: the share of the answers found)").arg(score, 0, 'f', 2);
+}
+}  // namespace
+
 TraceInfoPanel::TraceInfoPanel(views::CurrentState* state, views::TraceService* service,
                                QWidget* parent)
     : QTextBrowser(parent), state_(state), service_(service) {
@@ -100,7 +108,8 @@ QString TraceInfoPanel::describe(views::TraceData& data) {
     html += row("task", q(run.task_kind) + ", expected: " + q(run.expected_answer) + " — " +
                             (success == 1   ? "<b>found</b>"
                              : success == 0 ? "<b>missed</b>"
-                                            : "unfinished"));
+                                            : "unfinished") +
+                            partial_score(r.task_score(), success));
     const std::string generated = r.generated_text();
     html += row("generated", "<code>" + q(generated.substr(0, 600)) +
                                  (generated.size() > 600 ? "…" : "") + "</code>");

@@ -224,15 +224,18 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   if (!req.expected_answers.empty()) {
     result.answers_found = tasks::answers_found(req.expected_answers, result.generation.text);
     result.success = result.answers_found == int64_t(req.expected_answers.size());
+    result.score = tasks::answer_score(req.expected_answers, result.generation.text);
   } else if (!req.expected_answer.empty()) {
     result.success = result.generation.text.find(req.expected_answer) != std::string::npos;
     result.answers_found = result.success ? 1 : 0;
+    result.score = result.success ? 1.0 : 0.0;
   }
   if (writer) {
     trace::GenerationSummary summary;
     const std::string& fr = result.generation.finish_reason;
     summary.finish_reason = fr == "context" ? "length" : fr;
     summary.success = req.expected_answer.empty() ? -1 : (result.success ? 1 : 0);
+    if (!req.expected_answer.empty()) summary.score = result.score;
     writer->close(summary);
   }
   return result;

@@ -62,6 +62,7 @@ struct CaptureResult {
   double decode_policy_seconds = 0;  // of which during decode steps
   bool success = false;              // generation contains every expected answer (task given)
   int64_t answers_found = 0;         // of expected_answers, how many the generation contains
+  double score = 0;                  // answers_found / their number (RULER's string_match_all)
   std::vector<std::string> notes;    // choices made for the user (e.g. the shipped gate taken)
 };
 

@@ -225,6 +225,7 @@ WhyReport explain_retrieval(const trace::TraceReader& r, double kl_threshold) {
   w.expected_answer = r.run().expected_answer;
   w.generated = r.generated_text();
   w.success = r.task_success();
+  w.score = r.task_score();
   w.kl_threshold = kl_threshold;
   w.n_heads = r.n_layers() * r.n_kv_heads();
   const Needle needle = find_needle(r);
@@ -306,8 +307,11 @@ std::string format_why(const WhyReport& w) {
     << "\", generated \"" << w.generated << "\": "
     << (w.success == 1   ? "found"
         : w.success == 0 ? "MISSED"
-                         : "no verdict")
-    << "\n";
+                         : "no verdict");
+  // Multi-answer tasks score the share found (RULER); say it when partial.
+  if (w.success == 0 && w.score > 0)
+    o << " (" << std::lround(w.score * 100) << " % of the answers found)";
+  o << "\n";
   // Several planted facts (vt, cwe, multi-value niah): " ... " between them.
   std::string text;
   int64_t pieces = 1;

@@ -58,7 +58,8 @@ struct WhyReport {
   std::string expected_answer;
   std::string generated;
   int8_t success = -1;  // 1 found, 0 missed, -1 no task / unfinished
-  int64_t n_heads = 0;  // layers x kv heads
+  double score = std::numeric_limits<double>::quiet_NaN();  // share of the answers found
+  int64_t n_heads = 0;                                      // layers x kv heads
   int64_t answer_step = -1;
   std::vector<NeedleToken> needle;
   std::vector<NeedleLoss> losses;  // by the answer step, in event order

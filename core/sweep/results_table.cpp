@@ -139,8 +139,8 @@ const std::vector<ResultColumn>& result_columns() {
       {"wall_s", Kind::Real, nullptr, nullptr, &R::wall_s},
       {"trace", Kind::Text, &R::trace},
       {"error", Kind::Text, &R::error},
-      // Added after the first tables were written: readers derive it when absent.
-      {"task_base", Kind::Text, &R::task_base},
+      {"task_base", Kind::Text, &R::task_base, nullptr, nullptr, true},
+      {"score", Kind::Real, nullptr, nullptr, &R::score, true},
   };
   return columns;
 }
@@ -184,7 +184,7 @@ std::vector<ResultRow> read_results_csv(const std::string& path) {
     const auto it = index.find(c.name);
     if (it != index.end())
       present.emplace_back(&c, it->second);
-    else if (std::string(c.name) != "task_base")
+    else if (!c.added_later)
       throw InputError(path + ":1", "header", std::string("column '") + c.name + "' missing");
   }
   std::vector<ResultRow> rows;

@@ -23,6 +23,9 @@ struct ResultRow {
   // the answer was generated, out of n_heads (from `kvscope why`).
   std::optional<int64_t> needle_heads_whole, needle_heads_none, n_heads;
   std::optional<double> lost_mass, max_kl, wall_s;
+  // Share of the expected answers found (RULER's string_match_all score; for a
+  // one-answer task 1 or 0, like success).
+  std::optional<double> score;
   std::string trace;  // relative to the results table's folder
   std::string error;
 
@@ -39,6 +42,9 @@ struct ResultColumn {
   std::string ResultRow::*text = nullptr;
   std::optional<int64_t> ResultRow::*integer = nullptr;
   std::optional<double> ResultRow::*real = nullptr;
+  // Added after the first tables were written: optional when reading (older
+  // tables lack it; the reader derives or leaves it unknown).
+  bool added_later = false;
 };
 
 // The columns in file order.

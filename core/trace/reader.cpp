@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <type_traits>
 
@@ -369,6 +370,12 @@ std::string TraceReader::finish_reason() const {
 
 int8_t TraceReader::task_success() const {
   return impl_->read_scalar<int8_t>("/generation/success");
+}
+
+double TraceReader::task_score() const {
+  if (impl_->opened.minor_version >= 6) return impl_->read_scalar<double>("/generation/score");
+  const int8_t success = task_success();
+  return success < 0 ? std::numeric_limits<double>::quiet_NaN() : double(success);
 }
 
 std::vector<StepRecord> TraceReader::steps(int64_t begin, int64_t end) const {

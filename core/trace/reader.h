@@ -62,6 +62,10 @@ class TraceReader {
   bool complete() const;
   std::string finish_reason() const;
   int8_t task_success() const;
+  // Share of the task's expected answers the generation contains (minor
+  // version 6). Older traces: 1 or 0 from task_success; NaN when there is no
+  // task or the capture did not finish.
+  double task_score() const;
 
   int64_t n_steps() const;   // committed steps
   int64_t n_tokens() const;  // tokens fed by committed steps

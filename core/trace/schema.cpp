@@ -1,6 +1,7 @@
 #include "core/trace/schema.h"
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 // The catalogue below is laid out as a table, one dataset per entry:
@@ -291,6 +292,14 @@ std::vector<DatasetSpec> build_catalogue() {
   c.push_back({"/generation/success", Elem::I8, {}, -1, {}, "enum",
                "task success: 1 yes, 0 no, -1 when the run is no task or did not finish",
                Feature::Always, -1});
+  // Minor version 6: the task's score, which is finer than success for
+  // multi-answer tasks (RULER scores the share of answers found).
+  c.push_back({"/generation/score", Elem::F64, {}, -1, {}, "fraction",
+               "task score: share of the expected answers the generation contains (RULER's "
+               "string_match_all; 1 exactly when success is 1), NaN when the run is no task or "
+               "did not finish",
+               Feature::Always, std::numeric_limits<double>::quiet_NaN()});
+  c.back().since_minor = 6;
   return c;
 }
 

@@ -15,7 +15,7 @@ inline constexpr const char* kFormatName = "kvscope-trace";
 inline constexpr int kFormatVersion = 1;  // major: readers refuse other majors
 // Minor: additive changes only. 1: /run gate_names; 2: /series; 3: /stalls, /run tier_attended;
 // 4: /merges, /rerotations; 5: step kind 2 (context reconstruction), /reconstruction.
-inline constexpr int kFormatMinorVersion = 5;
+inline constexpr int kFormatMinorVersion = 6;
 inline constexpr int kOldestReadableVersion = 1;
 
 // A tier index meaning "not in the cache" (from_tier of an admission, to_tier
@@ -279,6 +279,7 @@ struct StepData {
 struct GenerationSummary {
   std::string finish_reason = "length";  // length | eos | stop | error | interrupted
   int8_t success = -1;                   // task success: 1, 0, or -1 when no task
+  double score = std::numeric_limits<double>::quiet_NaN();  // share of answers found, NaN: no task
 };
 
 }  // namespace kvscope::trace

@@ -473,6 +473,22 @@ class Validator {
     int64_t success = read_scalar<int64_t>("/generation/success");
     if (success < -1 || success > 1)
       add("/generation/success", "is " + std::to_string(success) + " (expected -1, 0 or 1)");
+    if (opened_.minor_version >= 6) check_score(success);
+  }
+
+  // The score is a share in [0, 1], 1 exactly when the task succeeded, and
+  // NaN exactly when there is no task outcome.
+  void check_score(int64_t success) {
+    const double score = read_scalar<double>("/generation/score");
+    const bool defined = !std::isnan(score);
+    if (defined && (score < 0 || score > 1))
+      add("/generation/score", "is " + fmt(score) + " (expected 0..1 or NaN)");
+    else if (defined != (success >= 0))
+      add("/generation/score", "is " + fmt(score) + " with success " + std::to_string(success) +
+                                   " (expected NaN exactly when success is -1)");
+    else if (defined && (score == 1) != (success == 1))
+      add("/generation/score", "is " + fmt(score) + " with success " + std::to_string(success) +
+                                   " (expected 1 exactly when success is 1)");
   }
 
   void check_steps(int64_t S, int64_t T, int64_t E) {

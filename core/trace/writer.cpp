@@ -342,8 +342,7 @@ struct TraceWriter::Impl {
         H5Pset_fill_value(dcpl, H5T_NATIVE_DOUBLE, &v);
         break;
       }
-      case Elem::F16:
-        break;  // zero fill
+      case Elem::F16: break;  // zero fill
       default: {
         int64_t v = static_cast<int64_t>(spec.fill);
         H5Pset_fill_value(dcpl, H5T_NATIVE_INT64, &v);
@@ -682,8 +681,7 @@ struct TraceWriter::Impl {
         open_interval(slot, e, e.to_tier);
         break;
       case EventKind::Reject:
-      case EventKind::Select:
-        break;
+      case EventKind::Select: break;
     }
   }
 
@@ -1074,6 +1072,9 @@ struct TraceWriter::Impl {
     int8_t success = summary.success;
     H5Dwrite(datasets.at("/generation/success").get(), H5T_NATIVE_INT8, H5S_ALL, H5S_ALL,
              H5P_DEFAULT, &success);
+    double score = summary.score;
+    H5Dwrite(datasets.at("/generation/score").get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL,
+             H5P_DEFAULT, &score);
     write_scalar_u8("/run/complete", 1);
     fault_point();
     if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) io_fail("");

@@ -21,6 +21,10 @@ def _read_csv(path):
         frame[c] = pd.to_numeric(frame[c].replace("", None)).astype("Int64")
     for c in _REAL:
         frame[c] = pd.to_numeric(frame[c].replace("", None)).astype(float)
+    if "score" not in frame:  # tables written before the column existed: success decides
+        frame["score"] = frame["success"].astype(float)
+    else:
+        frame["score"] = pd.to_numeric(frame["score"].replace("", None)).astype(float)
     if "task_base" not in frame:  # tables written before the column existed
         frame["task_base"] = frame["task"].str.replace(r"[:,]?tokens=.*$", "", regex=True)
     return frame
@@ -34,8 +38,8 @@ class Sweep:
             raise TraceError(f"{csv}: no results table (run `kvscope sweep PLAN -o "
                              f"{self.folder}`, or `--collect` after a Slurm run)")
         self.results = _read_csv(csv)
-        """One row per cell: policy, task, tokens, depth, seed, status, success, needle
-        columns, lost_mass, max_kl, wall_s; `trace` is an absolute path ('' when it failed)."""
+        """One row per cell: policy, task, tokens, depth, seed, status, success, score (the
+        share of the expected answers found), needle columns, lost_mass, max_kl, wall_s; `trace` is an absolute path ('' when it failed)."""
         self.results["trace"] = [os.path.join(self.folder, t) if t else ""
                                  for t in self.results["trace"]]
         self.results["needle_survival"] = (self.results["needle_heads_whole"] /

@@ -180,6 +180,14 @@ class Trace:
         """Task success: 1 found, 0 missed, -1 no task or unfinished."""
         return int(self._f["/generation/success"][()])
 
+    @property
+    def score(self):
+        """Share of the task's expected answers the generation contains (RULER's
+        string_match_all), NaN when no task. Traces before format 1.6: success as 1.0 / 0.0."""
+        if "score" in self._f["/generation"]:
+            return float(self._f["/generation/score"][()])
+        return float("nan") if self.success < 0 else float(self.success)
+
     def why(self, kvscope=None, kl=None):
         return why(self.path, kvscope=kvscope, kl=kl)
 

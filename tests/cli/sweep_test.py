@@ -76,7 +76,8 @@ for r in table:
         needle = np.flatnonzero(f["/tokens/role"][:] == 2)
         run = f["/run"].attrs
         ok = (run["policy"] == r["policy"] and str(run["expected_answer"]) == r["expected"]
-              and int(f["/generation/success"][()]) == int(r["success"]) and len(needle) > 0)
+              and int(f["/generation/success"][()]) == int(r["success"]) and len(needle) > 0
+              and float(f["/generation/score"][()]) == float(r["score"]))
     why = json.loads(subprocess.run([KVSCOPE, "why", trace, "--json"], capture_output=True,
                                     text=True, check=True).stdout)
     ok = ok and int(r["needle_heads_whole"]) == why["heads_whole_needle"] and \

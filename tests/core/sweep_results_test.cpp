@@ -86,8 +86,9 @@ TEST_CASE("results table: read by header names; a torn last row is dropped; bad 
   CHECK(rows[0].cell_id == "c000000000003");
   CHECK(rows[0].task_base == "needle");
   CHECK(rows[0].depth == 0.2);
+  CHECK_FALSE(rows[0].score);  // older than the score column
   std::ofstream(path) << sweep::csv_header() << "\n"
-                      << "c000000000004,m,full,needle,two hundred,0.2,1,ok,1,,,,,,,,,,,needle\n";
+                      << "c000000000004,m,full,needle,two hundred,0.2,1,ok,1,,,,,,,,,,,needle,1\n";
   try {
     sweep::read_results_csv(path);
     FAIL("a malformed integer was read");

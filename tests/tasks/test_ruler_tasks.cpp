@@ -532,6 +532,7 @@ TEST_CASE("kvscope capture --task vt|cwe|niah:values on stories260K: needle role
     const bool all =
         tasks::answers_found(p.answers, r->generated_text()) == int64_t(p.answers.size());
     CHECK(r->task_success() == (all ? 1 : 0));
+    CHECK(r->task_score() == tasks::answer_score(p.answers, r->generated_text()));
     const size_t n_answers = p.answers.size();
     CHECK_THAT(out, Catch::Contains("expected answers: ") || Catch::Contains("expected answer "));
     if (n_answers > 1) CHECK_THAT(out, Catch::Contains(" of " + std::to_string(n_answers)));

@@ -161,7 +161,7 @@ int gate_option(std::string value, const std::string& view, const trace::TraceRe
 }
 
 // --view sweep: TRACE is a sweep's folder (or its results.csv); the grid of
-// every policy and task, coloured by --metric success or needle-survival.
+// every policy and task, coloured by --metric success, score or needle-survival.
 int run_sweep_export(const ExportOptions& o) {
   std::filesystem::path dir(o.trace);
   if (!std::filesystem::is_directory(dir)) dir = dir.parent_path();
@@ -294,7 +294,7 @@ Command add_export_command(CLI::App& app) {
   for (const QString& m : views::SweepFigure::metric_names()) metrics.push_back(m.toStdString());
   sub->add_option("--metric", o->metric,
                   "overview sort: head, sink-mass, local-mass, entropy, entries-held, lost-mass; "
-                  "sweep colour: success (default) or needle-survival")
+                  "sweep colour: success (default), score or needle-survival")
       ->check(CLI::IsMember(metrics));
   sub->add_option("--gate", o->gate,
                   "gates, forecast: gate name or index (default: the first; forecast: the first "
