@@ -75,6 +75,8 @@ std::shared_ptr<TimelineFigure> TimelineFigure::load(TraceData& data, const Sele
     for (int32_t e : f->head->lifetimes.evict_step) f->any_evicted |= e >= 0;
     for (int32_t a : f->head->lifetimes.admit_step) f->any_rejected |= a < 0;
     load_marks(*f, r);
+    for (const trace::MergeRow& m : r.merges())
+      if (m.layer == f->layer && m.kv_head == f->kv_head) f->merges.push_back(m);
   } else {
     f->counts = analysis::layer_head_counts(data.all_lifetimes(), f->step);
     f->fed_step = b.fed_step;
@@ -228,12 +230,46 @@ QString TimelineFigure::describe(double x, double y) const {
     state = "never admitted";
   auto at = [](int32_t s) { return s < 0 ? QString("never") : QString("at step %1").arg(s); };
   return QString("%1 · step %2: %3\nfed at step %4, admitted %5, evicted %6")
-      .arg(token)
-      .arg(row)
-      .arg(state)
-      .arg(head->fed_step[size_t(t)])
-      .arg(at(head->lifetimes.admit_step[size_t(t)]))
-      .arg(at(head->lifetimes.evict_step[size_t(t)]));
+             .arg(token)
+             .arg(row)
+             .arg(state)
+             .arg(head->fed_step[size_t(t)])
+             .arg(at(head->lifetimes.admit_step[size_t(t)]))
+             .arg(at(head->lifetimes.evict_step[size_t(t)])) +
+         describe_merges(t, row);
+}
+
+QString TimelineFigure::describe_merges(int64_t t, int64_t at_step) const {
+  constexpr int kListed = 6;  // tokens named per line; the rest counted
+  auto listed = [](const std::vector<QString>& items) {
+    QStringList out;
+    for (size_t i = 0; i < items.size() && i < size_t(kListed); ++i) out << items[i];
+    if (items.size() > size_t(kListed)) out << QString("%1 more").arg(items.size() - kListed);
+    return out.join(", ");
+  };
+  std::vector<QString> into, from;
+  int32_t out_step = -1;
+  for (const trace::MergeRow& m : merges) {
+    if (m.step > at_step) break;
+    if (m.token == t) {
+      into.push_back(QString::number(m.into));
+      out_step = m.step;
+    }
+    if (m.into == t) from.push_back(QString("%1 (step %2)").arg(m.token).arg(m.step));
+  }
+  QString text;
+  if (!into.empty())
+    text += QString("\nvalue merged at step %1 into %2 entr%3: %4")
+                .arg(out_step)
+                .arg(into.size())
+                .arg(into.size() == 1 ? "y" : "ies")
+                .arg(listed(into));
+  if (!from.empty())
+    text += QString("\nabsorbed the values of %1 entr%2: %3")
+                .arg(from.size())
+                .arg(from.size() == 1 ? "y" : "ies")
+                .arg(listed(from));
+  return text;
 }
 
 TimelineFigure::Raster TimelineFigure::paint_head(QPainter& p, const QRectF& plot,

@@ -75,6 +75,7 @@ class TimelineFigure : public Figure {
   std::vector<MarkClass> mark_kinds;                   // promotion reasons, then stalls
   std::vector<trace::Event> promotions;                // head mode, by step (CSV)
   std::vector<trace::StallRow> stalls;                 // head mode, by step (CSV)
+  std::vector<trace::MergeRow> merges;                 // head mode: the head's /merges, by step
   std::shared_ptr<const analysis::HeadTimeline> head;  // head mode
   std::vector<uint16_t> counts;                        // layers mode: L x T
   std::vector<int32_t> fed_step;                       // layers mode: the step that fed token t
@@ -93,6 +94,9 @@ class TimelineFigure : public Figure {
   void paint_hatch(QPainter& p, const QRectF& plot, const QRectF& target, const QImage& mask,
                    double device_scale) const;
   void paint_marks(QPainter& p, const QRectF& plot, const Raster& raster) const;
+  // Token t's merges up to `at_step` (its value folded into others, others'
+  // folded into it), in words for the tooltip; empty when none.
+  QString describe_merges(int64_t t, int64_t at_step) const;
   std::vector<LegendEntry> legend_entries(bool compact) const;
   void paint_layers(QPainter& p, const QRectF& plot, double device_scale) const;
   void paint_token_columns(QPainter& p, const QRectF& plot) const;

@@ -272,6 +272,15 @@ def cases_for(model_name):
                  decoding_press=P.DecodingPress(P.KeyDiffPress(), compression_interval=4,
                                                 target_size=max(1, len(m.ids) // 4), hidden_states_buffer_size=0)),
              decode=12),
+        # CaM: the same cadence; kvpress draws its Bernoulli merges from
+        # torch's seeded generator, KVScope from a generator seeded alike, so
+        # the merged values (and the later keys they shape) agree too.
+        Case("cam", "CAMPress(KeyDiffPress)",
+             lambda b, n: "cam:scorer=keydiff,budget=%d,every=4,merge_budget=4,merge_seed=7" % b,
+             lambda r, m: P.CAMPress(P.KeyDiffPress(), compression_interval=4,
+                                     target_size=max(1, len(m.ids) // 4), hidden_states_buffer_size=0,
+                                     merge_budget=4),
+             seed=7, decode=12),
         Case("entropy_chunkkv", "EntropyGatedChunkKVPress(SnapKVPress)",
              lambda b, n: "snapkv:budget=%d,window=8,kernel=5+chunk:size=10,heads=shared,entropy=4" % b,
              lambda r, m: P.EntropyGatedChunkKVPress(P.SnapKVPress(compression_ratio=r, window_size=8, kernel_size=5),

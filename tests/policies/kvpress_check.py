@@ -191,18 +191,27 @@ def kvpress_kept_decoding(model, ids, press, decode):
 
     def tracked(original):
         def compress(module, hidden_states, keys, values, attentions, kwargs):
+            before = values.clone()  # CAMPress adds merged values in place
             k2, v2 = original(module, hidden_states, keys, values, attentions, kwargs)
             l = module.layer_idx
             for h in range(K):
                 match = (k2[0, h][:, None, :] == keys[0, h][None, :, :]).all(-1)  # [kept, n]
                 assert (match.sum(1) >= 1).all(), "a kept key matches no key before compress()"
                 rows = match.float().argmax(1).tolist()
+                # Kept entries whose value changed absorbed a merge.
+                for i in (v2[0, h] != before[0, h][rows]).any(-1).nonzero().flatten().tolist():
+                    absorbed.add((step[0], l, h, held[l][h][rows[i]]))
                 held[l][h] = [held[l][h][r] for r in rows]
             return k2, v2
         return compress
 
+    # CAMPress cuts in its own compress() (merging first), calling only its
+    # base press's score(); the other decoding presses cut in the leaf's.
+    cutters = [press] if type(press).__name__ == "CAMPress" else leaves
+    absorbed, step = set(), [0]  # (step, layer, kv head, position) that absorbed a merge
+    for cutter in cutters:
+        cutter.compress = tracked(cutter.compress)
     for leaf in leaves:
-        leaf.compress = tracked(leaf.compress)
         leaf.score = scored(leaf.score)
     x = torch.tensor(ids, dtype=torch.long).unsqueeze(0)
     try:
@@ -213,11 +222,15 @@ def kvpress_kept_decoding(model, ids, press, decode):
                     for h in range(K):
                         held[l][h].append(i)
                 pos = torch.tensor([[i]])
+                step[0] = i - T + 1  # the trace's step: the prefill is step 0
                 cache = model(x[:, i:i + 1], past_key_values=cache, use_cache=True, position_ids=pos,
                               cache_position=pos[0]).past_key_values
     finally:
+        for cutter in cutters:
+            del cutter.compress
         for leaf in leaves:
-            del leaf.compress, leaf.score
+            del leaf.score
+    press.absorbed = absorbed
     for l in range(L):
         assert cache.layers[l].keys.shape[2] == len(held[l][0]), "position tracking lost a row"
     return [[set(held[l][h]) for h in range(K)] for l in range(L)], scores
@@ -418,6 +431,17 @@ def ratio_for(n, keep):
     return r
 
 
+def check_merges(absorbed, trace):
+    """The entries that absorbed merged values (kvpress: kept rows whose value
+    compress() changed) are, per step, layer and kv head, the `into` entries
+    of the trace's /merges: the same candidates, windows and seeded draws."""
+    with h5py.File(trace, "r") as f:
+        ours = set(zip(*[f["merges/" + c][:].tolist() for c in ("step", "layer", "kv_head", "into")]))
+    assert absorbed, "kvpress merged nothing: the case checks no merge"
+    assert ours == absorbed, "merges differ: %d only in KVScope's trace, %d only in kvpress's (e.g. %s)" % (
+        len(ours - absorbed), len(absorbed - ours), sorted(ours ^ absorbed)[:4])
+
+
 def run_case(model, case):
     n = len(model.ids)
     budget = case.budget(n)
@@ -432,6 +456,8 @@ def run_case(model, case):
     else:
         theirs, scores = kvpress_kept(oracle, ids, press, masks=case.masks, decode=case.decode,
                                       by_values=ours if case.by_values else None, question=case.question)
+    if getattr(press, "absorbed", None):
+        check_merges(press.absorbed, trace)
     L, K = len(ours), len(ours[0])
     same = sum(ours[l][h] == theirs[l][h] for l in range(L) for h in range(K))
     diffs = [(l, h, sorted(ours[l][h] - theirs[l][h]), sorted(theirs[l][h] - ours[l][h]))

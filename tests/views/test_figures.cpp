@@ -644,3 +644,37 @@ TEST_CASE("timeline marks a policy's context-reconstruction steps (KVzip on stor
   const QPointF c = f->cell_center(plot, 1, 0);
   CHECK(near(img.pixel(int(c.x()), int(plot.top()) + 2), kReconstructionColor, 10));
 }
+
+TEST_CASE("timeline tooltip names a token's merges (CaM on stories260K)") {
+  test::qt_app(true);
+  const std::string model = test::shared_dir() + "/models/stories260K", dir = test::temp_dir();
+  std::string out;
+  REQUIRE(test::run_command(test::kvscope_exe() + " capture --model " + model +
+                                "/stories260K.bin --tokenizer " + model +
+                                "/tok512.bin --prompt 'Once upon a time, there was a little "
+                                "girl named Lily.' --policy cam:budget=8,merge_budget=3 "
+                                "--max-new 8 -q -o " +
+                                dir + "/cam.h5",
+                            &out) == 0);
+  auto reader = trace::TraceReader::open(dir + "/cam.h5");
+  TraceData data(*reader);
+  auto f = TimelineFigure::load(data, selection_for(*reader, 0, 0, reader->n_steps() - 1, -1),
+                                TimelineMode::Head);
+  REQUIRE(!f->merges.empty());
+  for (const trace::MergeRow& m : f->merges) {
+    CHECK(m.layer == 0);
+    CHECK(m.kv_head == 0);
+  }
+  const trace::MergeRow m = f->merges.front();
+  // The merged token, hovered at the step it left: where its value went.
+  const QString left = f->describe(m.step + 0.5, m.token + 0.5);
+  INFO(left.toStdString());
+  CHECK(left.contains(QString("value merged at step %1 into").arg(m.step)));
+  CHECK(left.contains(QString::number(m.into)));
+  // The absorbing token: whose value it took, and not before that step.
+  const QString took = f->describe(m.step + 0.5, m.into + 0.5);
+  INFO(took.toStdString());
+  CHECK(took.contains(QString("absorbed the values of")));
+  CHECK(took.contains(QString("%1 (step %2)").arg(m.token).arg(m.step)));
+  CHECK_FALSE(f->describe(m.step - 0.5, m.into + 0.5).contains("absorbed"));
+}

@@ -45,6 +45,7 @@ PolicyDescriptor critical_adakv_descriptor();
 PolicyDescriptor cap_descriptor();
 PolicyDescriptor expected_attention_stats_descriptor();
 PolicyDescriptor dms_descriptor();
+PolicyDescriptor cam_descriptor();
 PolicyDescriptor finch_descriptor();
 PolicyDescriptor kvzip_descriptor();
 // KVzip's selection (kvzip.cpp), for the unit test: scores [L][K][T] with the
