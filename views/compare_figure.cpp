@@ -48,17 +48,21 @@ std::vector<int64_t> focus_span(const Selection& sel, const TaskSpans& spans, in
 }
 
 // Mean over kv heads of the received mass on `span` at each decode step of
-// A (B at its aligned step); NaN before the first decode step.
-void span_masses(const trace::TraceReader& ra, const trace::TraceReader& rb,
-                 const std::vector<int64_t>& span, const std::vector<int64_t>& step_b,
-                 int64_t first_decode, std::vector<double>* a, std::vector<double>* b) {
-  a->assign(step_b.size(), NAN);
-  b->assign(step_b.size(), NAN);
+// A (B at its aligned step); NaN before the first decode step. Each trace's
+// curve is cached in its TraceData, so a step change does not re-read it.
+void span_masses(TraceData& a, TraceData& b, const std::vector<int64_t>& span,
+                 const std::vector<int64_t>& step_b, int64_t first_decode, std::vector<double>* ma,
+                 std::vector<double>* mb) {
+  ma->assign(step_b.size(), NAN);
+  mb->assign(step_b.size(), NAN);
   if (span.empty() || first_decode < 0) return;
   const std::vector<int32_t> tokens(span.begin(), span.end());
+  const std::vector<double>& curve_a = a.span_mass(tokens);
+  const std::vector<double>& curve_b = b.span_mass(tokens);
   for (int64_t s = first_decode; s < int64_t(step_b.size()); ++s) {
-    (*a)[size_t(s)] = analysis::received_mass_on(ra, tokens, s);
-    (*b)[size_t(s)] = analysis::received_mass_on(rb, tokens, step_b[size_t(s)]);
+    if (s < int64_t(curve_a.size())) (*ma)[size_t(s)] = curve_a[size_t(s)];
+    const int64_t sb = step_b[size_t(s)];
+    if (sb >= 0 && sb < int64_t(curve_b.size())) (*mb)[size_t(s)] = curve_b[size_t(sb)];
   }
 }
 
@@ -91,7 +95,7 @@ std::shared_ptr<CompareFigure> CompareFigure::load(TraceData& a, TraceData& b,
   f->steps_a = ra.n_steps();
   f->steps_b = rb.n_steps();
   f->step_a = std::clamp<int64_t>(sel.step, 0, std::max<int64_t>(0, f->steps_a - 1));
-  f->step_b = analysis::aligned_step(b.basics().fed_step, ra, f->step_a);
+  f->step_b = analysis::aligned_step(b.basics().fed_step, a.basics().steps, f->step_a);
   const analysis::AllLifetimes& la = a.all_lifetimes();
   const analysis::AllLifetimes& lb = b.all_lifetimes();
   f->shared_tokens = analysis::shared_prefix(ra, rb);
@@ -111,10 +115,10 @@ std::shared_ptr<CompareFigure> CompareFigure::load(TraceData& a, TraceData& b,
   f->span = focus_span(sel, f->spans, f->shared_tokens, &f->span_name);
   std::vector<int64_t> step_b(size_t(f->steps_a));
   for (int64_t s = 0; s < f->steps_a; ++s)
-    step_b[size_t(s)] = analysis::aligned_step(b.basics().fed_step, ra, s);
+    step_b[size_t(s)] = analysis::aligned_step(b.basics().fed_step, a.basics().steps, s);
   f->span_diff = analysis::diff_span(la, lb, f->span, step_b);
   f->answer_step = a.basics().first_decode_step();
-  span_masses(ra, rb, f->span, step_b, f->answer_step, &f->span_mass_a, &f->span_mass_b);
+  span_masses(a, b, f->span, step_b, f->answer_step, &f->span_mass_a, &f->span_mass_b);
   return f;
 }
 

@@ -1,6 +1,9 @@
 #include "views/trace_data.h"
 
 #include <cassert>
+#include <cmath>
+
+#include "core/analysis/why.h"
 
 namespace kvscope::views {
 
@@ -23,6 +26,7 @@ void TraceData::drop_caches() {
   basics_.reset();
   all_.reset();
   last_attended_.clear();
+  span_mass_.clear();
 }
 
 const TraceBasics& TraceData::basics() {
@@ -52,6 +56,18 @@ const analysis::LastAttended& TraceData::last_attended(int layer, int kv_head) {
     it = last_attended_.emplace(key, analysis::LastAttended::read(*reader_, 0.9, layer, kv_head))
              .first;
   return it->second;
+}
+
+const std::vector<double>& TraceData::span_mass(const std::vector<int32_t>& tokens) {
+  auto it = span_mass_.find(tokens);
+  if (it != span_mass_.end()) return it->second;
+  const TraceBasics& b = basics();
+  std::vector<double> mass(size_t(b.n_steps), NAN);
+  const int64_t first = b.first_decode_step();
+  if (!tokens.empty() && first >= 0)
+    for (int64_t s = first; s < b.n_steps; ++s)
+      mass[size_t(s)] = analysis::received_mass_on(*reader_, tokens, s);
+  return span_mass_.emplace(tokens, std::move(mass)).first->second;
 }
 
 std::shared_ptr<const analysis::AttentionLod> TraceData::lod() const {

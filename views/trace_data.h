@@ -70,6 +70,10 @@ class TraceData {
   const analysis::AllLifetimes& all_lifetimes();
   // Cached per head: the attention criterion's last positions for one kv head.
   const analysis::LastAttended& last_attended(int layer, int kv_head);
+  // Cached per token set: the received mass on `tokens` (mean over kv heads)
+  // at every step from the first decode step on, NaN before (the compare
+  // view's span curve; reading it is a pass over the trace's attention).
+  const std::vector<double>& span_mass(const std::vector<int32_t>& tokens);
 
   // Another open trace (the compared one); set by whoever owns the readers.
   std::function<TraceData&(const std::string&)> peer;
@@ -87,6 +91,7 @@ class TraceData {
   std::unique_ptr<TraceBasics> basics_;
   std::unique_ptr<analysis::AllLifetimes> all_;
   std::map<std::pair<int, int>, analysis::LastAttended> last_attended_;
+  std::map<std::vector<int32_t>, std::vector<double>> span_mass_;
   mutable std::mutex lod_mutex_;
   std::shared_ptr<const analysis::AttentionLod> lod_;
   std::shared_ptr<const PartialLod> partial_lod_;

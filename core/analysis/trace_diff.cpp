@@ -28,11 +28,11 @@ void check_comparable(const trace::TraceReader& a, const trace::TraceReader& b) 
   }
 }
 
-int64_t aligned_step(const std::vector<int32_t>& to_fed_step, const trace::TraceReader& from,
-                     int64_t step) {
-  if (from.n_steps() == 0 || to_fed_step.empty()) return 0;
-  step = std::clamp<int64_t>(step, 0, from.n_steps() - 1);
-  trace::StepRecord s = from.steps(step, step + 1)[0];
+int64_t aligned_step(const std::vector<int32_t>& to_fed_step,
+                     const std::vector<trace::StepRecord>& from_steps, int64_t step) {
+  if (from_steps.empty() || to_fed_step.empty()) return 0;
+  step = std::clamp<int64_t>(step, 0, int64_t(from_steps.size()) - 1);
+  const trace::StepRecord& s = from_steps[size_t(step)];
   int64_t last =
       std::min<int64_t>(int64_t(s.first_token) + s.n_tokens - 1, int64_t(to_fed_step.size()) - 1);
   return last < 0 ? 0 : to_fed_step[size_t(last)];

@@ -14,10 +14,11 @@ namespace kvscope::analysis {
 // same model shape and feed the same prompt token ids.
 void check_comparable(const trace::TraceReader& a, const trace::TraceReader& b);
 
-// The step of `to` that fed the same last token as `step` of `from`; traces
-// with other prefill chunking still line up by position.
-int64_t aligned_step(const std::vector<int32_t>& to_fed_step, const trace::TraceReader& from,
-                     int64_t step);
+// The step of `to` that fed the same last token as `step` of `from` (its step
+// records, as read once); traces with other prefill chunking still line up by
+// position.
+int64_t aligned_step(const std::vector<int32_t>& to_fed_step,
+                     const std::vector<trace::StepRecord>& from_steps, int64_t step);
 
 enum TokenDiff : uint8_t { kHeldByNeither = 0, kOnlyA = 1, kOnlyB = 2, kHeldByBoth = 3 };
 
