@@ -65,6 +65,12 @@ POLICIES = [
     ("simlayerkv", "simlayerkv:threshold=0.6,recent=256"),
     ("finch", "finch:budget={M},window=32"),
     ("kvzip", "kvzip:budget={M}"),
+    ("cam", "cam:budget={M}"),
+    ("qfilter", "qfilter:gates=resources/gates/SmolLM2-135M-Instruct-qfilter.safetensors,budget={M}"),
+    ("expected_attention_stats",
+     "expected_attention_stats:gates=resources/gates/SmolLM2-135M-Instruct-query-stats.safetensors,budget={M}"),
+    ("cap", "cap:budget={M}"),
+    ("critical_adakv", "critical_adakv:scorer=snapkv,budget={M}"),
 ]
 NOTES = {
     "quest": "selects {M} entries per query at read time; holds all",
@@ -76,6 +82,7 @@ NOTES = {
     "simlayerkv": "its own memory (lazy layers keep 4 + 255)",
     "finch": "prefill only: grows at decode; the question = the prompt's last 32 tokens",
     "kvzip": "prefill only (a reconstruction pass, no chat template): grows at decode",
+    "cam": "decode only (the paper's per-step CaM): the first decode step cuts the prompt",
 }
 
 

@@ -92,7 +92,7 @@ class CamPolicy : public Policy {
     accumulate(c);
     int64_t& steps = steps_[size_t(c.layer)];
     ++steps;
-    if (steps >= every_ && held_union(c).size() > size_t(budget_)) {
+    if (steps >= every_ && most_held(c) > budget_) {
       compress(c, steps);
       steps = 0;
     }
@@ -108,6 +108,14 @@ class CamPolicy : public Policy {
         c.decide.gate(0, c.layer, h, pos, a[pos], c.step % 16 == 0);
       }
     }
+  }
+
+  // The most entries one head of the layer holds (checked every decode step:
+  // cheaper than the union, which only a compression needs).
+  int64_t most_held(const LayerContext& c) const {
+    size_t most = 0;
+    for (int64_t h = 0; h < K_; ++h) most = std::max(most, c.cache.positions(c.layer, h, 0).size());
+    return int64_t(most);
   }
 
   // Every position some head of the layer holds, ascending.
