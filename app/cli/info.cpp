@@ -11,6 +11,7 @@
 #include "app/cli/command.h"
 #include "core/analysis/deferred_retention.h"
 #include "core/analysis/summary.h"
+#include "core/analysis/why.h"
 #include "core/common/input_error.h"
 #include "core/trace/reader.h"
 #include "core/trace/schema.h"
@@ -191,13 +192,15 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
       << std::setprecision(4) << j["merges"]["mean_weight"].get<double>() << "\n";
   if (j["rerotations"]["count"].get<int64_t>() > 0)
     o << "rerotated " << j["rerotations"]["count"] << " kept keys moved to another RoPE position\n";
-  if (j.contains("task"))
-    o << "task      " << j["task"]["kind"].get<std::string>() << ", expected \""
-      << j["task"]["expected_answer"].get<std::string>() << "\", success " << j["task"]["success"];
-  if (j.contains("task") && j["task"]["score"].is_number() && j["task"]["success"] == 0 &&
-      j["task"]["score"].get<double>() > 0)
-    o << " (score " << std::setprecision(3) << j["task"]["score"].get<double>() << ")";
-  if (j.contains("task")) o << "\n";
+  if (j.contains("task")) {
+    const nlohmann::json& t = j["task"];
+    o << "task      " << t["kind"].get<std::string>() << ", expected \""
+      << t["expected_answer"].get<std::string>() << "\", success " << t["success"];
+    const std::string partial = analysis::partial_answers(
+        t["success"].get<int8_t>(), t["score"].is_number() ? t["score"].get<double>() : NAN);
+    if (!partial.empty()) o << " (" << partial << ")";
+    o << "\n";
+  }
   if (j.contains("deferred_retention")) {
     const auto& d = j["deferred_retention"];
     o << "retention DRR " << std::setprecision(4) << d["rate"].get<double>() << " ("

@@ -7,6 +7,7 @@
 #include <QSplitter>
 #include <QToolTip>
 #include <QVBoxLayout>
+#include <cmath>
 #include <filesystem>
 
 #include "core/analysis/why.h"
@@ -38,12 +39,13 @@ void SweepCanvas::mousePressEvent(QMouseEvent* event) {
 }
 
 namespace {
-// "found", "missed", or for a multi-answer task found in part "missed (3 of
-// 4 answers: 0.75)" — the score is the share of the answers found.
+// "found", "missed", or for a multi-answer task found in part "missed (75 %
+// of the answers found)".
 QString answer_verdict(const sweep::ResultRow& r) {
-  if (r.success.value_or(0) == 1) return "found";
-  if (r.score && *r.score > 0) return QString("missed (score %1)").arg(*r.score, 0, 'f', 2);
-  return "missed";
+  const int8_t success = int8_t(r.success.value_or(0));
+  if (success == 1) return "found";
+  const std::string partial = analysis::partial_answers(success, r.score.value_or(NAN));
+  return partial.empty() ? "missed" : QString::fromStdString("missed (" + partial + ")");
 }
 }  // namespace
 

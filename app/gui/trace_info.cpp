@@ -6,16 +6,9 @@
 
 #include "core/analysis/deferred_retention.h"
 #include "core/analysis/summary.h"
+#include "core/analysis/why.h"
 
 namespace kvscope::gui {
-
-namespace {
-// A multi-answer task found in part: its score, the share of the answers found.
-QString partial_score(double score, int8_t success) {
-  if (success != 0 || !(score > 0)) return {};
-  return QString(" (score %1: the share of the answers found)").arg(score, 0, 'f', 2);
-}
-}  // namespace
 
 TraceInfoPanel::TraceInfoPanel(views::CurrentState* state, views::TraceService* service,
                                QWidget* parent)
@@ -60,6 +53,9 @@ QString TraceInfoPanel::describe(views::TraceData& data) {
   const trace::RunInfo& run = r.run();
   analysis::TraceSummary s = analysis::summarize(r);
   auto q = [](const std::string& v) { return QString::fromStdString(v).toHtmlEscaped(); };
+  auto parenthesised = [&](const std::string& v) {
+    return v.empty() ? QString() : " (" + q(v) + ")";
+  };
   auto row = [](const QString& k, const QString& v) {
     return "<tr><td><b>" + k + "</b></td><td>" + v + "</td></tr>";
   };
@@ -109,7 +105,7 @@ QString TraceInfoPanel::describe(views::TraceData& data) {
                             (success == 1   ? "<b>found</b>"
                              : success == 0 ? "<b>missed</b>"
                                             : "unfinished") +
-                            partial_score(r.task_score(), success));
+                            parenthesised(analysis::partial_answers(success, r.task_score())));
     const std::string generated = r.generated_text();
     html += row("generated", "<code>" + q(generated.substr(0, 600)) +
                                  (generated.size() > 600 ? "…" : "") + "</code>");

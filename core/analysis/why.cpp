@@ -299,6 +299,11 @@ void format_losses(const WhyReport& w, std::ostringstream& o) {
 
 }  // namespace
 
+std::string partial_answers(int8_t success, double score) {
+  if (success != 0 || !(score > 0)) return "";
+  return std::to_string(std::lround(score * 100)) + " % of the answers found";
+}
+
 std::string format_why(const WhyReport& w) {
   std::ostringstream o;
   o << "trace    " << w.trace << "\n";
@@ -308,9 +313,8 @@ std::string format_why(const WhyReport& w) {
     << (w.success == 1   ? "found"
         : w.success == 0 ? "MISSED"
                          : "no verdict");
-  // Multi-answer tasks score the share found (RULER); say it when partial.
-  if (w.success == 0 && w.score > 0)
-    o << " (" << std::lround(w.score * 100) << " % of the answers found)";
+  const std::string partial = partial_answers(w.success, w.score);
+  if (!partial.empty()) o << " (" << partial << ")";
   o << "\n";
   // Several planted facts (vt, cwe, multi-value niah): " ... " between them.
   std::string text;

@@ -89,6 +89,11 @@ WhyReport explain_retrieval(const trace::TraceReader& reader, double kl_threshol
 
 std::string format_why(const WhyReport& report);
 
+// "75 % of the answers found" for a multi-answer task found in part (success
+// 0, score > 0: RULER's share of the answers); empty otherwise. One wording
+// for why, info, the trace info panel and the sweep view.
+std::string partial_answers(int8_t success, double score);
+
 // The received attention mass on `tokens` (ascending trace token indices) at
 // `step`'s queries, mean over every (layer, kv head); kNoValue where the trace
 // has no /attention/received or the step is out of range.

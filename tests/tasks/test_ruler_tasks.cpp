@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +26,7 @@
 #include "capture/tasks/task_common.h"
 #include "capture/tasks/task_prompt.h"
 #include "capture/tasks/vt.h"
+#include "core/analysis/why.h"
 #include "core/common/input_error.h"
 #include "core/trace/reader.h"
 #include "tests/support/paths.h"
@@ -122,6 +124,11 @@ TEST_CASE("answers score as RULER's string_match_all", "[tasks][score]") {
   CHECK(vt.answers.size() == 3);
   CHECK(vt.answer == tasks::join_answers(vt.answers));
   CHECK(tasks::answer_score(vt.answers, vt.answer) == 1.0);
+  // How every front end words a task found in part (and only then).
+  CHECK(analysis::partial_answers(0, 0.75) == "75 % of the answers found");
+  CHECK(analysis::partial_answers(0, 0.0).empty());
+  CHECK(analysis::partial_answers(1, 1.0).empty());
+  CHECK(analysis::partial_answers(-1, NAN).empty());
 }
 
 TEST_CASE("vt: the asked chain is planted in order and every statement is marked", "[tasks][vt]") {
