@@ -110,6 +110,14 @@ void fill(QPainter& p, const QRectF& r) {
 
 }  // namespace unattended
 
+MarkClass merge_class() {
+  MarkClass c;
+  c.label = "absorbed a merged value";
+  c.short_label = "merged into";
+  c.color = palette::kSky;
+  return c;
+}
+
 void add_mark_legend(std::vector<LegendEntry>& out, const std::vector<MarkClass>& kinds,
                      bool compact) {
   for (const MarkClass& k : kinds) {

@@ -40,6 +40,9 @@ struct MarkClass {
 // (orange) by the reason's words, others get black, purple, yellow.
 std::vector<MarkClass> mark_classes(const std::vector<uint16_t>& reasons,
                                     const std::vector<std::string>& reason_names);
+// Entries that absorbed a merged value (/merges: CaM, merge-on-evict), drawn
+// like a promotion in sky blue.
+MarkClass merge_class();
 // "promoted: reactive fetch (the step stalled)" -> "reactive fetch".
 QString short_reason(const QString& reason);
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 namespace kvscope::views {
 
@@ -22,11 +23,14 @@ namespace {
 // Room for token labels: rows left of the plot, columns (rotated) below it.
 constexpr double kTokenLabelRoom = 52;
 
-// The head's promotions and stalls as marks, by step; a class per promotion
-// reason, stalls last.
+// The head's promotions, merges and stalls as marks, by step; a class per
+// promotion reason, then entries that absorbed a merged value (at the step,
+// on the absorbing token), stalls last.
 void load_marks(TimelineFigure& f, const trace::TraceReader& r) {
   f.promotions = head_events(r, f.layer, f.kv_head, trace::EventKind::Promote);
   f.stalls = head_stalls(r, f.layer, f.kv_head);
+  for (const trace::MergeRow& m : r.merges())
+    if (m.layer == f.layer && m.kv_head == f.kv_head) f.merges.push_back(m);
   std::map<uint16_t, uint8_t> cls;
   for (const trace::Event& e : f.promotions) cls[e.reason] = 0;
   std::vector<uint16_t> reasons;
@@ -35,8 +39,13 @@ void load_marks(TimelineFigure& f, const trace::TraceReader& r) {
     reasons.push_back(entry.first);
   }
   f.mark_kinds = mark_classes(reasons, r.run().reason_names);
+  if (!f.merges.empty()) f.mark_kinds.insert(f.mark_kinds.end() - 1, merge_class());
   const uint8_t stall = uint8_t(f.mark_kinds.size() - 1);
   for (const trace::Event& e : f.promotions) f.marks.push_back({e.step, e.token, cls[e.reason]});
+  std::set<std::pair<int32_t, int32_t>> absorbed;  // one mark per (step, absorbing token)
+  for (const trace::MergeRow& m : f.merges)
+    if (absorbed.insert({m.step, m.into}).second)
+      f.marks.push_back({m.step, m.into, uint8_t(stall - 1)});
   for (const trace::StallRow& s : f.stalls) f.marks.push_back({s.step, s.token, stall});
   for (const TimelineFigure::Mark& m : f.marks) ++f.mark_kinds[m.cls].count;
   std::stable_sort(f.marks.begin(), f.marks.end(),
@@ -75,8 +84,6 @@ std::shared_ptr<TimelineFigure> TimelineFigure::load(TraceData& data, const Sele
     for (int32_t e : f->head->lifetimes.evict_step) f->any_evicted |= e >= 0;
     for (int32_t a : f->head->lifetimes.admit_step) f->any_rejected |= a < 0;
     load_marks(*f, r);
-    for (const trace::MergeRow& m : r.merges())
-      if (m.layer == f->layer && m.kv_head == f->kv_head) f->merges.push_back(m);
   } else {
     f->counts = analysis::layer_head_counts(data.all_lifetimes(), f->step);
     f->fed_step = b.fed_step;

@@ -2,7 +2,8 @@
 // each token's row is held (coloured by tier; a tier the attention does not
 // read is hatched light grey) from admission to eviction, then evicted;
 // folded to pixels on every frame, so cost follows pixels, not tokens x
-// steps. The head's promotions (up-ticks, coloured by reason) and stalls
+// steps. The head's promotions (up-ticks, coloured by reason), the entries
+// that absorbed a merged value (/merges: sky-blue up-ticks) and stalls
 // (/stalls: vermillion diamonds) are marked at (step, token), at most one
 // mark per few pixels. Layers mode (seed 003, fig. 6): per layer, how many
 // kv heads hold each token at the current step.
@@ -24,7 +25,7 @@ enum class TimelineMode { Head, Layers };
 
 class TimelineFigure : public Figure {
  public:
-  // A promotion or a stall of the head at (step, token); cls indexes mark_kinds.
+  // A promotion, merge or stall of the head at (step, token); cls indexes mark_kinds.
   struct Mark {
     int32_t step = 0, token = 0;
     uint8_t cls = 0;
@@ -71,11 +72,11 @@ class TimelineFigure : public Figure {
   StepRanges reconstruction;           // head mode: the policy's context-reconstruction steps
   std::vector<uint8_t> tier_attended;  // per tier: 1 the attention reads it
   bool any_evicted = false, any_rejected = false;
-  std::vector<Mark> marks;                             // head mode: promotions and stalls, by step
-  std::vector<MarkClass> mark_kinds;                   // promotion reasons, then stalls
-  std::vector<trace::Event> promotions;                // head mode, by step (CSV)
-  std::vector<trace::StallRow> stalls;                 // head mode, by step (CSV)
-  std::vector<trace::MergeRow> merges;                 // head mode: the head's /merges, by step
+  std::vector<Mark> marks;               // head mode: promotions and stalls, by step
+  std::vector<MarkClass> mark_kinds;     // promotion reasons, merges (if any), then stalls
+  std::vector<trace::Event> promotions;  // head mode, by step (CSV)
+  std::vector<trace::StallRow> stalls;   // head mode, by step (CSV)
+  std::vector<trace::MergeRow> merges;   // head mode: the head's /merges, by step
   std::shared_ptr<const analysis::HeadTimeline> head;  // head mode
   std::vector<uint16_t> counts;                        // layers mode: L x T
   std::vector<int32_t> fed_step;                       // layers mode: the step that fed token t

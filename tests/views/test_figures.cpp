@@ -4,6 +4,8 @@
 #include <QSignalSpy>
 #include <catch2/catch.hpp>
 
+#include <set>
+
 #include "core/analysis/lifetimes.h"
 #include "core/analysis/trace_diff.h"
 #include "core/analysis/why.h"
@@ -678,4 +680,16 @@ TEST_CASE("timeline tooltip names a token's merges (CaM on stories260K)") {
   CHECK(took.contains(QString("absorbed the values of")));
   CHECK(took.contains(QString("%1 (step %2)").arg(m.token).arg(m.step)));
   CHECK_FALSE(f->describe(m.step - 0.5, m.into + 0.5).contains("absorbed"));
+  // Absorbing entries are marked, one mark per (step, token), and keyed.
+  std::set<std::pair<int32_t, int32_t>> absorbed;
+  for (const trace::MergeRow& r : f->merges) absorbed.insert({r.step, r.into});
+  const auto kind =
+      std::find_if(f->mark_kinds.begin(), f->mark_kinds.end(),
+                   [](const MarkClass& k) { return k.label == "absorbed a merged value"; });
+  REQUIRE(kind != f->mark_kinds.end());
+  CHECK(kind->count == int64_t(absorbed.size()));
+  CHECK(f->mark_kinds.back().stall);  // stalls stay last
+  QStringList texts;
+  for (const DrawnText& t : check_layout(*f, ExportOptions{1000, 600, 96}).texts) texts << t.text;
+  CHECK(texts.filter("absorbed a merged value").size() == 1);
 }
