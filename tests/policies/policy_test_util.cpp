@@ -5,6 +5,7 @@
 
 #include "capture/model/model_loader.h"
 #include "capture/tokenizer/tokenizer.h"
+#include "core/common/input_error.h"
 #include "tests/support/paths.h"
 
 namespace kvscope::test {
@@ -12,6 +13,15 @@ namespace kvscope::test {
 std::unique_ptr<model::Transformer> load_stories() {
   return model::load_model(shared_dir() + "/models/stories260K/stories260K.bin",
                            torch::TensorOptions().dtype(torch::kFloat32));
+}
+
+std::string policy_error(const std::string& spec) {
+  try {
+    policy::make_policy(spec);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 std::vector<int64_t> story_prompt_ids() {

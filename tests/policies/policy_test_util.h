@@ -25,6 +25,8 @@ namespace kvscope::test {
 std::unique_ptr<model::Transformer> load_stories();
 // A real story prompt, tokenized with tok512 (BOS first).
 std::vector<int64_t> story_prompt_ids();
+// The InputError make_policy(spec) throws, as text; empty when it builds.
+std::string policy_error(const std::string& spec);
 
 // One layer's inputs of one step (float32 copies).
 struct LayerInputs {

@@ -8,7 +8,6 @@
 #include <map>
 #include <numeric>
 
-#include "core/common/input_error.h"
 #include "tests/policies/policy_test_util.h"
 
 namespace kvscope::test {
@@ -140,19 +139,11 @@ TEST_CASE("cam: the first compression keeps, merges and draws as the paper's equ
 }
 
 TEST_CASE("cam: bad parameters are refused naming them", "[policies][cam]") {
-  auto error_of = [](const std::string& spec) {
-    try {
-      policy::make_policy(spec);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  CHECK_THAT(error_of("cam:merge_budget=0"), Catch::Contains("merge_budget"));
-  CHECK_THAT(error_of("cam:every=0"), Catch::Contains("every"));
-  CHECK_THAT(error_of("cam:window=8"), Catch::Contains("cam:window"));
-  CHECK_THAT(error_of("cam:scorer=bogus"), Catch::Contains("cam:scorer"));
-  CHECK(error_of("cam:scorer=snapkv,window=8").empty());
+  CHECK_THAT(policy_error("cam:merge_budget=0"), Catch::Contains("merge_budget"));
+  CHECK_THAT(policy_error("cam:every=0"), Catch::Contains("every"));
+  CHECK_THAT(policy_error("cam:window=8"), Catch::Contains("cam:window"));
+  CHECK_THAT(policy_error("cam:scorer=bogus"), Catch::Contains("cam:scorer"));
+  CHECK(policy_error("cam:scorer=snapkv,window=8").empty());
 }
 
 }  // namespace kvscope::test

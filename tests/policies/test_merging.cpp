@@ -4,7 +4,6 @@
 #include <cmath>
 #include <map>
 
-#include "core/common/input_error.h"
 #include "tests/policies/policy_test_util.h"
 
 namespace kvscope::test {
@@ -59,8 +58,7 @@ TEST_CASE("merge: each leaving value folds into its most similar survivor, weigh
       std::vector<float> k(static_cast<size_t>(hd)), v(static_cast<size_t>(hd));
       for (int64_t t : kept) {
         run.cache().read_entry(l, h, t, k.data(), v.data());
-        const torch::Tensor want =
-            acc.count(t) ? (value(t) + acc[t]) / (1 + wsum[t]) : value(t);
+        const torch::Tensor want = acc.count(t) ? (value(t) + acc[t]) / (1 + wsum[t]) : value(t);
         const torch::Tensor got = torch::tensor(v).to(torch::kFloat64);
         CHECK((got - want).abs().max().item<double>() < 1e-5);
         // Keys are never merged.
@@ -74,17 +72,9 @@ TEST_CASE("merge: each leaving value folds into its most similar survivor, weigh
 }
 
 TEST_CASE("merge: contradictory wrappers and bad fractions are refused", "[policies][merge]") {
-  auto error_of = [](const std::string& spec) {
-    try {
-      policy::make_policy(spec);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  CHECK_THAT(error_of("knorm+merge:fraction=0"), Catch::Contains("merge:fraction"));
-  CHECK_THAT(error_of("knorm+merge:threshold=2"), Catch::Contains("threshold"));
-  CHECK_THAT(error_of("knorm+adakv+merge"), Catch::Contains("merge"));
+  CHECK_THAT(policy_error("knorm+merge:fraction=0"), Catch::Contains("merge:fraction"));
+  CHECK_THAT(policy_error("knorm+merge:threshold=2"), Catch::Contains("threshold"));
+  CHECK_THAT(policy_error("knorm+adakv+merge"), Catch::Contains("merge"));
 }
 
 }  // namespace kvscope::test

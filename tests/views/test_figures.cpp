@@ -621,20 +621,31 @@ TEST_CASE("overview: heads appear as the LOD build finishes them, before the cac
   CHECK(f->order[1].front() == 3);  // sink mass 0.7 sorts first in layer 1
 }
 
+namespace {
+
+// A real stories260K capture of a short story prompt under `policy`; the
+// trace's path.
+std::string capture_lily(const std::string& policy, int max_new) {
+  const std::string model = test::shared_dir() + "/models/stories260K";
+  const std::string path = test::temp_dir() + "/lily.kvtrace.h5";
+  std::string out;
+  REQUIRE(test::run_command(test::kvscope_exe() + " capture --model " + model +
+                                "/stories260K.bin --tokenizer " + model +
+                                "/tok512.bin --prompt 'Once upon a time, there was a little "
+                                "girl named Lily.' --policy " +
+                                policy + " --max-new " + std::to_string(max_new) + " -q -o " + path,
+                            &out) == 0);
+  return path;
+}
+
+}  // namespace
+
 TEST_CASE("timeline marks a policy's context-reconstruction steps (KVzip on stories260K)") {
   test::qt_app(true);
   std::vector<trace::StepRecord> steps(6);
   steps[2].kind = steps[3].kind = steps[5].kind = trace::StepKind::Reconstruction;
   CHECK(reconstruction_steps(steps) == StepRanges{{2, 4}, {5, 6}});
-  const std::string model = test::shared_dir() + "/models/stories260K", dir = test::temp_dir();
-  std::string out;
-  REQUIRE(test::run_command(test::kvscope_exe() + " capture --model " + model +
-                                "/stories260K.bin --tokenizer " + model +
-                                "/tok512.bin --prompt 'Once upon a time, there was a little "
-                                "girl named Lily.' --policy kvzip --max-new 6 -q -o " +
-                                dir + "/kvzip.h5",
-                            &out) == 0);
-  auto reader = trace::TraceReader::open(dir + "/kvzip.h5");
+  auto reader = trace::TraceReader::open(capture_lily("kvzip", 6));
   TraceData data(*reader);
   auto f = TimelineFigure::load(data, selection_for(*reader, 0, 0, 3, -1), TimelineMode::Head);
   REQUIRE(f->reconstruction == StepRanges{{1, 2}});  // prefill, then KVzip's scoring pass
@@ -650,16 +661,7 @@ TEST_CASE("timeline marks a policy's context-reconstruction steps (KVzip on stor
 
 TEST_CASE("timeline tooltip names a token's merges (CaM on stories260K)") {
   test::qt_app(true);
-  const std::string model = test::shared_dir() + "/models/stories260K", dir = test::temp_dir();
-  std::string out;
-  REQUIRE(test::run_command(test::kvscope_exe() + " capture --model " + model +
-                                "/stories260K.bin --tokenizer " + model +
-                                "/tok512.bin --prompt 'Once upon a time, there was a little "
-                                "girl named Lily.' --policy cam:budget=8,merge_budget=3 "
-                                "--max-new 8 -q -o " +
-                                dir + "/cam.h5",
-                            &out) == 0);
-  auto reader = trace::TraceReader::open(dir + "/cam.h5");
+  auto reader = trace::TraceReader::open(capture_lily("cam:budget=8,merge_budget=3", 8));
   TraceData data(*reader);
   auto f = TimelineFigure::load(data, selection_for(*reader, 0, 0, reader->n_steps() - 1, -1),
                                 TimelineMode::Head);
