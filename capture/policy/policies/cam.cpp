@@ -52,6 +52,7 @@ class CamPolicy : public Policy {
     acc_.resize(L_, K_, s.max_tokens);
     scores_.resize(L_, K_, s.max_tokens, std::numeric_limits<float>::quiet_NaN());
     steps_.assign(size_t(L_), 0);
+    by_pos_.assign(size_t(s.max_tokens), 0.0f);
     // torch.manual_seed(seed) seeds the same mt19937: kvpress's Bernoulli
     // draws are reproduced when nothing else draws from its generator.
     generator_ = at::detail::createCPUGenerator(seed_);
@@ -173,13 +174,13 @@ class CamPolicy : public Policy {
     std::vector<int64_t> leaving;
     for (size_t i : evict) leaving.push_back(held[i]);
     std::sort(leaving.begin(), leaving.end());
-    std::vector<float> by_pos(size_t(setup_.max_tokens), 0.0f);
-    for (size_t i = 0; i < held.size(); ++i) by_pos[size_t(held[i])] = float(score[i]);
+    // The evictions' scores by position (only held positions are read).
+    for (size_t i = 0; i < held.size(); ++i) by_pos_[size_t(held[i])] = float(score[i]);
     for (int64_t h = 0; h < K_; ++h) {
       std::vector<int64_t> out;
       for (int64_t pos : leaving)
         if (c.cache.holds(c.layer, h, pos)) out.push_back(pos);
-      evict_all(c.decide, c.layer, h, out, by_pos.data(), kReasonEvicted);
+      evict_all(c.decide, c.layer, h, out, by_pos_.data(), kReasonEvicted);
     }
   }
 
@@ -249,6 +250,7 @@ class CamPolicy : public Policy {
   int64_t L_ = 0, K_ = 0;
   HeadScores acc_, scores_;
   std::vector<int64_t> steps_;  // per layer: decode steps since the last compression
+  std::vector<float> by_pos_;   // compress(): the layer's mean scores by position (scratch)
   at::Generator generator_;
 };
 
