@@ -53,6 +53,14 @@ std::shared_ptr<BudgetFigure> BudgetFigure::load(TraceData& data, const Selectio
       f->head_series.push_back(r.series_head(f->shown_series, f->layer, k, 0, f->n_steps));
     f->series_at_step = r.series_values(f->shown_series, f->step, f->step + 1);
   }
+  f->head_dim = r.run().model.head_dim;
+  if (r.n_pruned_key_channels() > 0) {
+    f->prunes_channels = true;
+    for (const trace::KeyChannelRow& c : r.pruned_key_channels())
+      if (c.layer == f->layer && c.kv_head == f->kv_head && c.step <= f->step)
+        f->pruned_channels.push_back(c.channel);
+    std::sort(f->pruned_channels.begin(), f->pruned_channels.end());
+  }
   return f;
 }
 
@@ -67,14 +75,70 @@ QString BudgetFigure::title() const {
 }
 
 namespace {
+constexpr double kChannelStripHeight = 34;  // its caption and a row of channel cells
+}  // namespace
+
 // The grid's y-axis label sits left of the tick labels: 72 px leaves room for
 // both at any layer count.
-QRectF grid_area(const QRectF& area) {
+QRectF BudgetFigure::grid_area(const QRectF& area) const {
   QRectF inner = area.adjusted(8, 36, -8, -8);
-  // 56 px below: tick labels, the axis label and the caption of what it shows.
-  return QRectF(inner.left() + 72, inner.top(), inner.width() * 0.36 - 72, inner.height() - 56);
+  // 56 px below: tick labels, the axis label and the caption of what it
+  // shows; then the key channel strip when there is one.
+  const double below = 56 + (prunes_channels ? kChannelStripHeight : 0);
+  return QRectF(inner.left() + 72, inner.top(), inner.width() * 0.36 - 72,
+                std::max(10.0, inner.height() - below));
 }
-}  // namespace
+
+QRectF BudgetFigure::channel_strip(const QRectF& area) const {
+  if (!prunes_channels) return {};
+  const QRectF g = grid_area(area);
+  return QRectF(g.left(), g.bottom() + 56, g.width(), kChannelStripHeight - 4);
+}
+
+void BudgetFigure::paint_channels(QPainter& p, const QRectF& area) const {
+  const QRectF r = channel_strip(area);
+  if (r.isEmpty() || head_dim <= 0) return;
+  p.save();
+  p.setFont(plot::font(8));
+  QFontMetricsF fm(p.font());
+  // The longest wording that fits the strip's width (no elided caption).
+  const QString n = QString::number(pruned_channels.size()), d = QString::number(head_dim);
+  const QStringList wordings =
+      pruned_channels.empty()
+          ? QStringList{QString("key channels of kv head %1: all %2 stored").arg(kv_head).arg(d),
+                        QString("all %1 key channels stored").arg(d), QString("%1 key ch.").arg(d)}
+          : QStringList{QString("key channels of kv head %1: %2 of %3 pruned (dark)")
+                            .arg(kv_head)
+                            .arg(n, d),
+                        QString("%1 of %2 key channels pruned (dark)").arg(n, d),
+                        QString("%1/%2 key channels pruned").arg(n, d),
+                        QString("%1/%2 pruned").arg(n, d)};
+  const double room = r.width() + 100;
+  QString what = wordings.back();
+  for (const QString& w : wordings)
+    if (fm.horizontalAdvance(w) <= room) {
+      what = w;
+      break;
+    }
+  p.setPen(QColor(60, 60, 60));
+  p.drawText(QRectF(r.center().x() - room / 2, r.top(), room, fm.height() + 2),
+             Qt::AlignHCenter | Qt::AlignTop, what);
+  const QRectF cells(r.left(), r.top() + fm.height() + 3, r.width(),
+                     std::max(4.0, r.height() - fm.height() - 3));
+  const double w = cells.width() / double(head_dim);
+  size_t next = 0;
+  for (int64_t c = 0; c < head_dim; ++c) {
+    const bool pruned = next < pruned_channels.size() && pruned_channels[next] == c;
+    if (pruned) ++next;
+    p.fillRect(QRectF(cells.left() + double(c) * w, cells.top(), std::max(1.0, w - (w > 3 ? 1 : 0)),
+                      cells.height()),
+               pruned ? QColor(40, 40, 40) : QColor(205, 225, 240));
+  }
+  p.setPen(QPen(QColor(120, 120, 120), 1));
+  p.setBrush(Qt::NoBrush);
+  p.drawRect(cells);
+  p.restore();
+}
 
 std::vector<LegendEntry> BudgetFigure::legend_entries(bool compact) const {
   std::vector<LegendEntry> out;
@@ -288,6 +352,7 @@ void BudgetFigure::paint(QPainter& p, const QRectF& area) const {
       shown_series >= 0 ? series_meaning : QString("budget: %1 %2").arg(budget_kind).arg(budget));
   if (n_steps == 0) return plot::message(p, area, "no steps yet");
   paint_grid(p, area);
+  paint_channels(p, area);
   Layout l = series_layout(area, p.device());
   if (shown_series >= 0)
     paint_head_series(p, l.plot);
@@ -308,6 +373,10 @@ void BudgetFigure::write_csv(QTextStream& out) const {
       for (int64_t t = 0; t < tiers; ++t)
         out << step << ',' << l << ',' << k << ',' << tier_names[size_t(t)] << ','
             << at_step[size_t((l * kv_heads + k) * tiers + t)] << '\n';
+  // The current head's pruned key channels at the step: tier column
+  // "pruned_key_channel", entries column the channel.
+  for (int c : pruned_channels)
+    out << step << ',' << layer << ',' << kv_head << ",pruned_key_channel," << c << '\n';
   // The shown series of every head of the layer: tier column "series:NAME".
   for (size_t k = 0; k < head_series.size(); ++k)
     for (int64_t s = 0; s < n_steps; ++s)

@@ -5,6 +5,9 @@
 // name contains "hot_budget", e.g. sfc_hot_budget), the right panel shows
 // that series for every kv head of the layer (the current one highlighted)
 // over the current head's hot-tier entries. Legends sit above their plots.
+// When the policy pruned key channels (ThinK, /key_channels), a strip under
+// the grid shows the current head's head_dim key channels, the pruned ones
+// dark, as of the current step.
 #pragma once
 
 #include <memory>
@@ -45,6 +48,13 @@ class BudgetFigure : public Figure {
   QString series_name, series_units, series_meaning;
   std::vector<std::vector<float>> head_series;  // per kv head of the layer: steps (NaN: none)
   std::vector<float> series_at_step;            // L*K values of the shown series at the step
+  // Key channels (empty when the trace prunes none): head_dim, and the
+  // current head's pruned channels as of the step (ascending).
+  int64_t head_dim = 0;
+  bool prunes_channels = false;
+  std::vector<int> pruned_channels;
+  // The channel strip under the grid (tests check it stays inside the figure).
+  QRectF channel_strip(const QRectF& area) const;
 
   // The right panel: its legend in rows above its plot (tests check they do
   // not meet). `device`: where the text is drawn (its DPI); null: the screen.
@@ -60,6 +70,8 @@ class BudgetFigure : public Figure {
 
  private:
   void paint_grid(QPainter& p, const QRectF& r) const;
+  void paint_channels(QPainter& p, const QRectF& area) const;
+  QRectF grid_area(const QRectF& area) const;
   void paint_series(QPainter& p, const QRectF& r) const;
   void paint_head_series(QPainter& p, const QRectF& r) const;
   std::vector<LegendEntry> legend_entries(bool compact) const;

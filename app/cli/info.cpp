@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "app/cli/command.h"
@@ -110,6 +111,14 @@ nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSu
   j["merges"] = {{"count", merges.size()},
                  {"mean_weight", merges.empty() ? 0.0 : merge_weight / double(merges.size())}};
   j["rerotations"] = {{"count", r.n_rerotations()}};
+  {
+    std::set<std::pair<int, int>> heads;
+    for (const trace::KeyChannelRow& c : r.pruned_key_channels())
+      heads.insert({c.layer, c.kv_head});
+    j["key_channels"] = {{"pruned", r.n_pruned_key_channels()},
+                         {"heads", heads.size()},
+                         {"head_dim", run.model.head_dim}};
+  }
   j["wall_s"] = s.wall_s;
   if (!run.task_kind.empty())
     j["task"] = {
@@ -192,6 +201,10 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
       << std::setprecision(4) << j["merges"]["mean_weight"].get<double>() << "\n";
   if (j["rerotations"]["count"].get<int64_t>() > 0)
     o << "rerotated " << j["rerotations"]["count"] << " kept keys moved to another RoPE position\n";
+  if (j["key_channels"]["pruned"].get<int64_t>() > 0)
+    o << "channels  " << j["key_channels"]["pruned"] << " key channels pruned over "
+      << j["key_channels"]["heads"] << " (layer, kv head) pairs of "
+      << j["key_channels"]["head_dim"] << " channels each\n";
   if (j.contains("task")) {
     const nlohmann::json& t = j["task"];
     o << "task      " << t["kind"].get<std::string>() << ", expected \""

@@ -10,22 +10,31 @@
 
 namespace kvscope::cache {
 
-KvPool::KvPool(int64_t head_dim, int64_t page_rows, RowFormat format, int64_t initial_pages)
-    : head_dim_(head_dim), page_rows_(page_rows), format_(format), initial_pages_(initial_pages) {
+KvPool::KvPool(int64_t head_dim, int64_t page_rows, RowFormat format, int64_t initial_pages,
+               int64_t key_dim)
+    : head_dim_(head_dim),
+      key_dim_(key_dim > 0 ? key_dim : head_dim),
+      page_rows_(page_rows),
+      format_(format),
+      initial_pages_(initial_pages) {
   if (format == RowFormat::Int4 && head_dim % 2 != 0)
     throw std::invalid_argument("INT4 pool: head_dim must be even (two codes a byte)");
+  if (key_dim_ > head_dim_ || (key_dim_ != head_dim_ && format != RowFormat::F32))
+    throw std::invalid_argument("KvPool: narrower key rows need F32 rows, at most head_dim wide");
   grow(initial_pages_);
 }
 
-int64_t KvPool::row_bytes() const {
-  if (format_ == RowFormat::F32) return head_dim_ * 4;
+int64_t KvPool::row_bytes(int kv) const {
+  if (format_ == RowFormat::F32) return (kv == 0 ? key_dim_ : head_dim_) * 4;
   return kernels::int4_code_bytes(head_dim_) + kernels::int4_groups(head_dim_) * 2 * 4;
 }
 
-int64_t KvPool::page_bytes() const { return 2 * page_rows_ * row_bytes(); }
+int64_t KvPool::page_bytes() const {
+  return page_rows_ * (row_bytes(0) + row_bytes(1));
+}
 
 void KvPool::grow(int64_t capacity) {
-  torch::Tensor next = torch::empty({capacity, 2, page_rows_, row_bytes()}, torch::kUInt8);
+  torch::Tensor next = torch::empty({capacity, page_bytes()}, torch::kUInt8);
   if (storage_.defined()) next.narrow(0, 0, capacity_).copy_(storage_);
   storage_ = next;
   owner_.resize(static_cast<size_t>(capacity), -1);
@@ -56,7 +65,7 @@ void KvPool::shrink_if_sparse(const Relocate& relocate) {
   int64_t target = initial_pages_;
   while (target < in_use_ * 2) target *= 2;
   if (target >= capacity_) return;
-  torch::Tensor next = torch::empty({target, 2, page_rows_, row_bytes()}, torch::kUInt8);
+  torch::Tensor next = torch::empty({target, page_bytes()}, torch::kUInt8);
   std::vector<int64_t> owners(static_cast<size_t>(target), -1);
   int32_t dst = 0;
   for (int32_t p = 0; p < capacity_; ++p) {
@@ -75,8 +84,9 @@ void KvPool::shrink_if_sparse(const Relocate& relocate) {
 }
 
 float* KvPool::row(int32_t page, int kv, int64_t r) {
-  return reinterpret_cast<float*>(storage_.data_ptr<uint8_t>() +
-                                  ((int64_t(page) * 2 + kv) * page_rows_ + r) * row_bytes());
+  const int64_t offset = kv == 0 ? r * row_bytes(0) : page_rows_ * row_bytes(0) + r * row_bytes(1);
+  return reinterpret_cast<float*>(storage_.data_ptr<uint8_t>() + int64_t(page) * page_bytes() +
+                                  offset);
 }
 
 const float* KvPool::row(int32_t page, int kv, int64_t r) const {
@@ -93,7 +103,7 @@ float* KvPool::params(int32_t page, int kv, int64_t r) {
 
 void KvPool::write_row(int32_t page, int64_t r, const float* k, const float* v) {
   if (format_ == RowFormat::F32) {
-    std::memcpy(row(page, 0, r), k, size_t(head_dim_) * 4);
+    std::memcpy(row(page, 0, r), k, size_t(key_dim_) * 4);
     std::memcpy(row(page, 1, r), v, size_t(head_dim_) * 4);
   } else {
     kernels::quantize_int4(k, 1, head_dim_, codes(page, 0, r), params(page, 0, r));
@@ -104,7 +114,7 @@ void KvPool::write_row(int32_t page, int64_t r, const float* k, const float* v) 
 void KvPool::read_row(int32_t page, int64_t r, float* k, float* v) const {
   KvPool* self = const_cast<KvPool*>(this);
   if (format_ == RowFormat::F32) {
-    std::memcpy(k, row(page, 0, r), size_t(head_dim_) * 4);
+    std::memcpy(k, row(page, 0, r), size_t(key_dim_) * 4);
     std::memcpy(v, row(page, 1, r), size_t(head_dim_) * 4);
   } else {
     kernels::dequantize_int4(self->codes(page, 0, r), self->params(page, 0, r), 1, head_dim_, k);
@@ -114,7 +124,7 @@ void KvPool::read_row(int32_t page, int64_t r, float* k, float* v) const {
 
 void KvPool::copy_row(int32_t from_page, int64_t from_r, int32_t to_page, int64_t to_r) {
   for (int kv = 0; kv < 2; ++kv)
-    std::memcpy(row(to_page, kv, to_r), row(from_page, kv, from_r), size_t(row_bytes()));
+    std::memcpy(row(to_page, kv, to_r), row(from_page, kv, from_r), size_t(row_bytes(kv)));
 }
 
 }  // namespace kvscope::cache

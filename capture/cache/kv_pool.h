@@ -1,7 +1,9 @@
 // Fixed-size pages of key and value rows for one memory tier, carved from one
-// tensor, with a free list. Pages are handed to per-head caches; a page given
-// back is reused, and when most of the pool is free it is compacted into a
-// smaller tensor so the memory is really returned (bytes_reserved() drops).
+// tensor, with a free list. A page holds page_rows key rows, then page_rows
+// value rows; key rows may be narrower than value rows (a tier of keys with
+// pruned channels, ThinK: only the kept channels are stored). Pages are handed to per-head caches;
+// a page given back is reused, and when most of the pool is free it is compacted into a smaller
+// tensor so the memory is really returned (bytes_reserved() drops).
 #pragma once
 
 #include <torch/types.h>
@@ -22,7 +24,9 @@ class KvPool {
   // Called when compaction moves a page: (owner tag, old page, new page).
   using Relocate = std::function<void(int64_t owner, int32_t from, int32_t to)>;
 
-  KvPool(int64_t head_dim, int64_t page_rows, RowFormat format, int64_t initial_pages = 64);
+  // key_dim 0: keys as wide as values (head_dim). Narrower keys need F32 rows.
+  KvPool(int64_t head_dim, int64_t page_rows, RowFormat format, int64_t initial_pages = 64,
+         int64_t key_dim = 0);
 
   int32_t allocate(int64_t owner);  // grows the pool (doubling) when no page is free
   void release(int32_t page);
@@ -33,17 +37,19 @@ class KvPool {
   // Row access (F32 pools): k = 0 for keys, 1 for values.
   float* row(int32_t page, int kv, int64_t r);
   const float* row(int32_t page, int kv, int64_t r) const;
-  int64_t row_stride() const { return head_dim_; }
+  int64_t row_stride() const { return head_dim_; }  // of value rows; key rows: key_dim()
   // Int4 pools: codes and (scale, min) pairs of a row.
   uint8_t* codes(int32_t page, int kv, int64_t r);
   float* params(int32_t page, int kv, int64_t r);
 
+  // k holds key_dim() floats, v head_dim().
   void write_row(int32_t page, int64_t r, const float* k, const float* v);
   void read_row(int32_t page, int64_t r, float* k, float* v) const;  // dequantises Int4
   void copy_row(int32_t from_page, int64_t from_r, int32_t to_page, int64_t to_r);
 
   int64_t page_rows() const { return page_rows_; }
   int64_t head_dim() const { return head_dim_; }
+  int64_t key_dim() const { return key_dim_; }
   RowFormat format() const { return format_; }
   int64_t pages_in_use() const { return in_use_; }
   int64_t page_bytes() const;
@@ -52,14 +58,14 @@ class KvPool {
 
  private:
   void grow(int64_t capacity);
-  int64_t row_bytes() const;
+  int64_t row_bytes(int kv) const;
 
-  int64_t head_dim_, page_rows_;
+  int64_t head_dim_, key_dim_, page_rows_;
   RowFormat format_;
   int64_t initial_pages_;
   int64_t capacity_ = 0;
   int64_t in_use_ = 0;
-  torch::Tensor storage_;  // uint8 [capacity, 2, page_rows, row_bytes]
+  torch::Tensor storage_;  // uint8 [capacity, page_bytes]: key rows, then value rows
   std::vector<int32_t> free_;
   std::vector<int64_t> owner_;  // per page, -1 when free
 };

@@ -23,8 +23,17 @@ RaggedKvCache::RaggedKvCache(const model::ModelConfig& config, const Options& op
       tiers_(std::move(tiers)) {
   if (M_ <= 0) throw std::invalid_argument("RaggedKvCache: max_tokens must be positive");
   if (tiers_.empty() || tiers_.size() > 8) throw std::invalid_argument("RaggedKvCache: 1..8 tiers");
-  for (const TierSpec& t : tiers_)
-    pools_.push_back(std::make_unique<KvPool>(hd_, page_rows_, t.format));
+  int64_t narrow_keys = 0;
+  for (const TierSpec& t : tiers_) {
+    if (!(t.key_prune_ratio >= 0 && t.key_prune_ratio < 1))
+      throw std::invalid_argument("RaggedKvCache: tier '" + t.name +
+                                  "': key_prune_ratio must be in [0, 1)");
+    const int64_t width = hd_ - static_cast<int64_t>(double(hd_) * t.key_prune_ratio);
+    if (width < hd_ && narrow_keys > 0 && width != narrow_keys)
+      throw std::invalid_argument("RaggedKvCache: tiers that prune key channels must keep as many");
+    if (width < hd_) narrow_keys = width;
+    pools_.push_back(std::make_unique<KvPool>(hd_, page_rows_, t.format, 64, width));
+  }
   heads_.resize(size_t(L_ * K_));
   for (HeadState& h : heads_) {
     h.tiers.resize(tiers_.size());
@@ -48,7 +57,7 @@ void RaggedKvCache::append(int64_t layer, int64_t kv_head, int tier, int64_t pos
   int64_t slot = static_cast<int64_t>(ht.positions.size());
   if (slot % page_rows_ == 0)
     ht.pages.push_back(pools_[size_t(tier)]->allocate(owner_tag(layer, kv_head, tier)));
-  pools_[size_t(tier)]->write_row(ht.pages[size_t(slot / page_rows_)], slot % page_rows_, k, v);
+  write_slot(hs, size_t(tier), ht.pages[size_t(slot / page_rows_)], slot % page_rows_, k, v);
   ht.positions.push_back(static_cast<int32_t>(pos));
   hs.slot_of[size_t(pos)] = static_cast<int32_t>(slot);
   hs.tier_of[size_t(pos)] = static_cast<int8_t>(tier);
@@ -124,8 +133,76 @@ void RaggedKvCache::read_entry(int64_t layer, int64_t kv_head, int64_t pos, floa
   int tier = tier_of(layer, kv_head, pos);
   if (tier < 0) throw std::logic_error("RaggedKvCache: reading an entry that is not held");
   int64_t slot = hs.slot_of[size_t(pos)];
-  pools_[size_t(tier)]->read_row(hs.tiers[size_t(tier)].pages[size_t(slot / page_rows_)],
-                                 slot % page_rows_, key, value);
+  read_slot(hs, size_t(tier), hs.tiers[size_t(tier)].pages[size_t(slot / page_rows_)],
+            slot % page_rows_, key, value);
+}
+
+void RaggedKvCache::write_slot(const HeadState& hs, size_t tier, int32_t page, int64_t r,
+                               const float* k, const float* v) {
+  KvPool& pool = *pools_[tier];
+  if (!narrow(tier)) return pool.write_row(page, r, k, v);
+  if (int64_t(hs.key_channels.size()) != pool.key_dim())
+    throw std::logic_error("RaggedKvCache: writing to tier '" + tiers_[tier].name +
+                           "' before the head's key channels were set");
+  thread_local std::vector<float> kept;
+  kept.resize(hs.key_channels.size());
+  for (size_t i = 0; i < kept.size(); ++i) kept[i] = k[hs.key_channels[i]];
+  pool.write_row(page, r, kept.data(), v);
+}
+
+void RaggedKvCache::read_slot(const HeadState& hs, size_t tier, int32_t page, int64_t r, float* k,
+                              float* v) const {
+  const KvPool& pool = *pools_[tier];
+  if (!narrow(tier)) return pool.read_row(page, r, k, v);
+  thread_local std::vector<float> kept;
+  kept.resize(size_t(pool.key_dim()));
+  pool.read_row(page, r, kept.data(), v);
+  std::fill(k, k + hd_, 0.0f);
+  for (size_t i = 0; i < kept.size(); ++i) k[hs.key_channels[i]] = kept[i];
+}
+
+// Rows of one tier of one head as decode segments, read in place; copied into
+// a scratch buffer (dequantised, or keys widened back) when the tier's rows
+// are not whole float32 rows.
+void RaggedKvCache::tier_segments(const HeadState& hs, size_t tier,
+                                  std::vector<kernels::Segment>* segs,
+                                  std::vector<float>* scratch) const {
+  const KvPool& pool = *pools_[tier];
+  const std::vector<int32_t>& pages = hs.tiers[tier].pages;
+  const int64_t count = int64_t(hs.tiers[tier].positions.size()), P = page_rows_;
+  if (pool.format() == RowFormat::F32 && !narrow(tier)) {
+    for (int64_t r = 0; r < count; r += P)
+      segs->push_back({pool.row(pages[size_t(r / P)], 0, 0), pool.row(pages[size_t(r / P)], 1, 0),
+                       std::min(P, count - r), hd_});
+    return;
+  }
+  scratch->resize(size_t(count * hd_ * 2));
+  float* k = scratch->data();
+  float* v = k + count * hd_;
+  for (int64_t r = 0; r < count; ++r)
+    read_slot(hs, tier, pages[size_t(r / P)], r % P, k + r * hd_, v + r * hd_);
+  segs->push_back({k, v, count, hd_});
+}
+
+void RaggedKvCache::set_key_channels(int64_t layer, int64_t kv_head,
+                                     std::vector<int32_t> channels) {
+  HeadState& hs = head(layer, kv_head);
+  int64_t width = 0;
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (!narrow(t)) continue;
+    width = pools_[t]->key_dim();
+    if (!hs.tiers[t].positions.empty())
+      throw std::logic_error("RaggedKvCache: key channels changed while tier '" + tiers_[t].name +
+                             "' holds entries read through them");
+  }
+  if (width == 0) throw std::logic_error("RaggedKvCache: no tier prunes key channels");
+  if (int64_t(channels.size()) != width)
+    throw std::logic_error("RaggedKvCache: " + std::to_string(channels.size()) +
+                           " key channels set, the pruned tiers keep " + std::to_string(width));
+  for (size_t i = 0; i < channels.size(); ++i)
+    if (channels[i] < 0 || channels[i] >= hd_ || (i > 0 && channels[i] <= channels[i - 1]))
+      throw std::logic_error("RaggedKvCache: key channels must ascend within 0..head_dim - 1");
+  hs.key_channels = std::move(channels);
 }
 
 void RaggedKvCache::rewrite(int64_t layer, int64_t kv_head, int64_t pos, const float* k,
@@ -134,35 +211,11 @@ void RaggedKvCache::rewrite(int64_t layer, int64_t kv_head, int64_t pos, const f
   const int tier = tier_of(layer, kv_head, pos);
   if (tier < 0) throw std::logic_error("RaggedKvCache: rewriting an entry that is not held");
   const int64_t slot = hs.slot_of[size_t(pos)];
-  KvPool& pool = *pools_[size_t(tier)];
   const int32_t page = hs.tiers[size_t(tier)].pages[size_t(slot / page_rows_)];
-  std::vector<float> key(size_t(pool.head_dim())), value(size_t(pool.head_dim()));
-  pool.read_row(page, slot % page_rows_, key.data(), value.data());
-  pool.write_row(page, slot % page_rows_, k ? k : key.data(), v ? v : value.data());
+  std::vector<float> key(static_cast<size_t>(hd_)), value(static_cast<size_t>(hd_));
+  read_slot(hs, size_t(tier), page, slot % page_rows_, key.data(), value.data());
+  write_slot(hs, size_t(tier), page, slot % page_rows_, k ? k : key.data(), v ? v : value.data());
 }
-
-namespace {
-
-// Rows [0, count) of one tier of one head as decode segments, or copied into
-// a scratch buffer when the tier is not float32.
-void tier_segments(const KvPool& pool, const std::vector<int32_t>& pages, int64_t count,
-                   std::vector<kernels::Segment>* segs, std::vector<float>* scratch) {
-  const int64_t P = pool.page_rows(), hd = pool.head_dim();
-  if (pool.format() == RowFormat::F32) {
-    for (int64_t r = 0; r < count; r += P)
-      segs->push_back({pool.row(pages[size_t(r / P)], 0, 0), pool.row(pages[size_t(r / P)], 1, 0),
-                       std::min(P, count - r), hd});
-    return;
-  }
-  scratch->resize(size_t(count * hd * 2));
-  float* k = scratch->data();
-  float* v = k + count * hd;
-  for (int64_t r = 0; r < count; ++r)
-    pool.read_row(pages[size_t(r / P)], r % P, k + r * hd, v + r * hd);
-  segs->push_back({k, v, count, hd});
-}
-
-}  // namespace
 
 void FullMatrixObserver::on_attention_begin(int64_t layer, int64_t kv_head, int64_t R, int64_t n,
                                             int64_t m, const int64_t* key_pos, int64_t q_pos0) {
@@ -206,9 +259,7 @@ torch::Tensor RaggedKvCache::attend_head(int64_t layer, int64_t kv_head, const t
     std::vector<kernels::Segment> segs;
     std::vector<std::vector<float>> scratch(tiers_.size());
     for (size_t t = 0; t < tiers_.size(); ++t)
-      if (tiers_[t].attended)
-        tier_segments(*pools_[t], hs.tiers[t].pages, int64_t(hs.tiers[t].positions.size()), &segs,
-                      &scratch[t]);
+      if (tiers_[t].attended) tier_segments(hs, t, &segs, &scratch[t]);
     torch::Tensor out = torch::empty({R_, 1, hd_}, torch::kFloat32);
     std::vector<float> probs(sink ? size_t(R_ * m) : 0);
     kernels::attention_decode_segments(q.data_ptr<float>(), R_, hd_, segs, key_pos.data(), q_pos0,
@@ -225,8 +276,8 @@ torch::Tensor RaggedKvCache::attend_head(int64_t layer, int64_t kv_head, const t
     if (!tiers_[t].attended) continue;
     const HeadTier& ht = hs.tiers[t];
     for (int64_t slot = 0; slot < int64_t(ht.positions.size()); ++slot, ++row)
-      pools_[t]->read_row(ht.pages[size_t(slot / page_rows_)], slot % page_rows_,
-                          k.data_ptr<float>() + row * hd_, v.data_ptr<float>() + row * hd_);
+      read_slot(hs, t, ht.pages[size_t(slot / page_rows_)], slot % page_rows_,
+                k.data_ptr<float>() + row * hd_, v.data_ptr<float>() + row * hd_);
   }
   const torch::Tensor pos = torch::tensor(key_pos, torch::kInt64);
   return kernels::attention_multi(q, k, v, pos, q_pos0, scale, sliding_window, nullptr, mask, sink);

@@ -27,6 +27,10 @@ struct TierSpec {
   std::string name;
   RowFormat format = RowFormat::F32;
   bool attended = true;  // false: offloaded, not read until promoted back
+  // Keys of this tier drop floor(ratio x head_dim) channels (ThinK's pruned
+  // keys, kvpress's count) and store only the ones each head's
+  // set_key_channels names; 0: whole keys. Values stay whole.
+  double key_prune_ratio = 0;
 };
 
 // Receives every attention matrix the cache computes (capture levels and the
@@ -93,7 +97,8 @@ class RaggedKvCache {
   bool holds(int64_t layer, int64_t kv_head, int64_t pos) const {
     return tier_of(layer, kv_head, pos) >= 0;
   }
-  // Key / value of a held entry (dequantised), hd floats each.
+  // Key / value of a held entry (dequantised), hd floats each; a key held in
+  // a tier with pruned channels reads 0 in them.
   void read_entry(int64_t layer, int64_t kv_head, int64_t pos, float* key, float* value) const;
   // Positions of the attended tiers, tier by tier in slot order (the key
   // order of attend_head).
@@ -114,6 +119,14 @@ class RaggedKvCache {
                             double scale, int64_t sliding_window, const torch::Tensor* mask,
                             const std::vector<int64_t>& key_pos,
                             const kernels::BlockSink* sink) const;
+  // The key channels (ascending) a head keeps in tiers with pruned channels:
+  // as many as those tiers' key_channels, each < hd; allowed while the head
+  // holds no entry in such a tier (the stored keys are read through them).
+  void set_key_channels(int64_t layer, int64_t kv_head, std::vector<int32_t> channels);
+  // Empty until set.
+  const std::vector<int32_t>& key_channels(int64_t layer, int64_t kv_head) const {
+    return head(layer, kv_head).key_channels;
+  }
   // Returns sparse pools' free pages to the system (between steps).
   void compact();
 
@@ -130,8 +143,9 @@ class RaggedKvCache {
   };
   struct HeadState {
     std::vector<HeadTier> tiers;
-    std::vector<int32_t> slot_of;  // position -> slot in its tier, -1 when not held
-    std::vector<int8_t> tier_of;   // position -> tier, -1 when not held
+    std::vector<int32_t> slot_of;       // position -> slot in its tier, -1 when not held
+    std::vector<int8_t> tier_of;        // position -> tier, -1 when not held
+    std::vector<int32_t> key_channels;  // kept in tiers with pruned key channels
   };
 
   HeadState& head(int64_t layer, int64_t kv_head) { return heads_[size_t(layer * K_ + kv_head)]; }
@@ -142,6 +156,15 @@ class RaggedKvCache {
     return (layer * K_ + kv_head) * n_tiers() + tier;
   }
   void relocate_page(int64_t owner, int32_t from, int32_t to);
+  bool narrow(size_t tier) const { return pools_[tier]->key_dim() != hd_; }
+  // Row r of `page` in tier `tier` of head hs: whole keys in and out, gathered
+  // through (and scattered back from) the head's key channels in narrow tiers.
+  void write_slot(const HeadState& hs, size_t tier, int32_t page, int64_t r, const float* k,
+                  const float* v);
+  void read_slot(const HeadState& hs, size_t tier, int32_t page, int64_t r, float* k,
+                 float* v) const;
+  void tier_segments(const HeadState& hs, size_t tier, std::vector<kernels::Segment>* segs,
+                     std::vector<float>* scratch) const;
 
   int64_t L_, H_, K_, R_, hd_, M_;
   int64_t page_rows_;

@@ -167,6 +167,32 @@ void Decisions::rerotate(int64_t layer, int64_t kv_head, int64_t pos, int64_t po
       static_cast<int32_t>(pos), static_cast<int32_t>(position)});
 }
 
+void Decisions::prune_key_channels(int64_t layer, int64_t kv_head,
+                                   const std::vector<int32_t>& pruned) {
+  check_unlocked("prune_key_channels", layer, kv_head, 0);
+  check_head("prune_key_channels", layer, kv_head, 0);
+  const int64_t hd = cache_.head_dim();
+  std::vector<char> drop(size_t(hd), 0);
+  for (size_t i = 0; i < pruned.size(); ++i) {
+    if (pruned[i] < 0 || pruned[i] >= hd || (i > 0 && pruned[i] <= pruned[i - 1]))
+      fail("prune_key_channels", layer, kv_head, 0,
+           "channels must ascend within 0.." + std::to_string(hd - 1));
+    drop[size_t(pruned[i])] = 1;
+  }
+  std::vector<int32_t> kept;
+  for (int32_t ch = 0; ch < hd; ++ch)
+    if (!drop[size_t(ch)]) kept.push_back(ch);
+  try {
+    cache_.set_key_channels(layer, kv_head, std::move(kept));
+  } catch (const std::logic_error& e) {
+    fail("prune_key_channels", layer, kv_head, 0, e.what());
+  }
+  for (int32_t ch : pruned)
+    key_channels_.push_back(
+        trace::KeyChannelRow{static_cast<int32_t>(step_), static_cast<int16_t>(layer),
+                             static_cast<int16_t>(kv_head), static_cast<int16_t>(ch)});
+}
+
 void Decisions::series_error(int64_t layer, int64_t kv_head, const std::string& why) const {
   throw PolicyError("policy " + scope_->name + ": invalid decision 'series' at step " +
                     std::to_string(step_) + ", layer " + std::to_string(layer) + ", kv head " +
@@ -202,6 +228,10 @@ std::vector<trace::GateValue> Decisions::take_gates() {
 std::vector<float> Decisions::take_series() {
   return std::exchange(series_, {});
 }
+std::vector<trace::KeyChannelRow> Decisions::take_key_channels() {
+  return std::exchange(key_channels_, {});
+}
+
 std::vector<trace::RerotationRow> Decisions::take_rerotations() {
   return std::exchange(rerotations_, {});
 }

@@ -92,6 +92,13 @@ class Decisions {
   // /rerotations records it. The entry stays where it is.
   void rerotate(int64_t layer, int64_t kv_head, int64_t pos, int64_t position, const float* key);
 
+  // Sets the key channels head (layer, kv_head) keeps in the tiers that prune
+  // channels (ThinK): `pruned` (ascending, each < head_dim) are dropped, as
+  // many as those tiers drop; the head must hold nothing in them yet. The
+  // trace's /key_channels records each pruned channel. Entries enter those
+  // tiers by move() or admission afterwards.
+  void prune_key_channels(int64_t layer, int64_t kv_head, const std::vector<int32_t>& pruned);
+
   // ---- what the step driver does ----
   void begin_step(int64_t step, int64_t pos0, int64_t n);
   void enter(const PartScope* scope) { scope_ = scope ? scope : &whole_; }
@@ -116,6 +123,7 @@ class Decisions {
   std::vector<trace::StallRow> take_stalls();
   std::vector<trace::MergeRow> take_merges();
   std::vector<trace::RerotationRow> take_rerotations();
+  std::vector<trace::KeyChannelRow> take_key_channels();
 
  private:
   [[noreturn]] void gate_error(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos) const;
@@ -138,6 +146,7 @@ class Decisions {
   std::vector<trace::StallRow> stalls_;
   std::vector<trace::MergeRow> merges_;
   std::vector<trace::RerotationRow> rerotations_;
+  std::vector<trace::KeyChannelRow> key_channels_;
   int32_t n_series_ = 0;       // the whole policy's series count
   std::vector<float> series_;  // n_series_ * L * K once a value is recorded this step
 };

@@ -41,6 +41,7 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/policies/compactor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/criticalkv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/simlayerkv.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/think.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/qfilter.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/critical_adakv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/cap.cpp

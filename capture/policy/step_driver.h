@@ -68,6 +68,7 @@ class StepDriver : public model::AttentionBackend {
   // The merges recorded since the last take (Decisions::take_merges).
   std::vector<trace::MergeRow> take_merges() { return decide_.take_merges(); }
   std::vector<trace::RerotationRow> take_rerotations() { return decide_.take_rerotations(); }
+  std::vector<trace::KeyChannelRow> take_key_channels() { return decide_.take_key_channels(); }
 
  private:
   void write_new_entries(const model::AttentionInputs& in, const std::vector<Admission>& adm);

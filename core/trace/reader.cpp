@@ -55,6 +55,8 @@ const char* kMergeColumns[] = {"/merges/step",  "/merges/layer", "/merges/kv_hea
                                "/merges/token", "/merges/into",  "/merges/weight"};
 const char* kReconstructionColumns[] = {"/reconstruction/step", "/reconstruction/position",
                                         "/reconstruction/id"};
+const char* kKeyChannelColumns[] = {"/key_channels/step", "/key_channels/layer",
+                                    "/key_channels/kv_head", "/key_channels/channel"};
 const char* kRerotationColumns[] = {"/rerotations/step", "/rerotations/layer",
                                     "/rerotations/kv_head", "/rerotations/token",
                                     "/rerotations/position"};
@@ -86,6 +88,7 @@ struct TraceReader::Impl {
   StepRows merge_table{kMergeColumns, std::size(kMergeColumns), 4, {}};
   StepRows rerotation_table{kRerotationColumns, std::size(kRerotationColumns), 4, {}};
   StepRows reconstruction_table{kReconstructionColumns, std::size(kReconstructionColumns), 5, {}};
+  StepRows key_channel_table{kKeyChannelColumns, std::size(kKeyChannelColumns), 7, {}};
   // Committed rows of each time-varying gate's samples (by gate index), read
   // on first use after a refresh: samples are in step order.
   std::map<int, int64_t> gate_samples_committed;
@@ -214,7 +217,7 @@ struct TraceReader::Impl {
     n_tokens = t_committed;
     n_events = e_committed;
     stall_table.read = merge_table.read = rerotation_table.read = false;
-    reconstruction_table.read = false;
+    reconstruction_table.read = key_channel_table.read = false;
     gate_samples_committed.clear();
   }
 
@@ -755,6 +758,23 @@ int64_t TraceReader::n_rerotations() const {
 std::vector<RerotationRow> TraceReader::rerotations() const {
   Impl& m = *impl_;
   return m.rerotation_rows(0, static_cast<int64_t>(m.committed_steps(m.rerotation_table).size()));
+}
+
+int64_t TraceReader::n_pruned_key_channels() const {
+  return static_cast<int64_t>(impl_->committed_steps(impl_->key_channel_table).size());
+}
+
+std::vector<KeyChannelRow> TraceReader::pruned_key_channels() const {
+  Impl& m = *impl_;
+  const std::vector<int32_t>& steps = m.committed_steps(m.key_channel_table);
+  const int64_t n = static_cast<int64_t>(steps.size());
+  if (n == 0) return {};
+  auto layer = m.read_1d<int16_t>("/key_channels/layer", 0, n);
+  auto kv_head = m.read_1d<int16_t>("/key_channels/kv_head", 0, n);
+  auto channel = m.read_1d<int16_t>("/key_channels/channel", 0, n);
+  std::vector<KeyChannelRow> out(static_cast<size_t>(n));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = {steps[i], layer[i], kv_head[i], channel[i]};
+  return out;
 }
 
 int64_t TraceReader::n_reconstruction_tokens() const {

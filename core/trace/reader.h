@@ -135,6 +135,10 @@ class TraceReader {
   std::vector<RerotationRow> rerotations() const;
   // Tokens of the context-reconstruction steps (/reconstruction, minor
   // version 5), of committed steps, in step order; empty for older traces.
+  // Key channels heads stopped storing (/key_channels, minor version 7; empty
+  // in older traces and for policies that prune no channel), in step order.
+  int64_t n_pruned_key_channels() const;
+  std::vector<KeyChannelRow> pruned_key_channels() const;
   int64_t n_reconstruction_tokens() const;
   std::vector<ReconstructionRow> reconstruction_tokens() const;
 

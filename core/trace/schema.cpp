@@ -34,6 +34,7 @@ const char* axis_symbol(Axis axis) {
     case Axis::Merges: return "Y";
     case Axis::Rerotations: return "Z";
     case Axis::Reconstruction: return "C";
+    case Axis::KeyChannels: return "P";
   }
   return "?";
 }
@@ -52,7 +53,8 @@ bool axis_grows(Axis axis) {
     case Axis::Stalls:
     case Axis::Merges:
     case Axis::Rerotations:
-    case Axis::Reconstruction: return true;
+    case Axis::Reconstruction:
+    case Axis::KeyChannels: return true;
     default: return false;
   }
 }
@@ -239,6 +241,17 @@ std::vector<DatasetSpec> build_catalogue() {
   col("/reconstruction/id", Elem::I32, A::Reconstruction, 4096, "token id",
       "vocabulary id of the token (the repeat prompt and the context it reconstructs)");
   for (size_t i = reconstruction_begin; i < c.size(); ++i) c[i].since_minor = 5;
+  // /key_channels (minor version 7): appended with each step, like /events.
+  const size_t key_channels_begin = c.size();
+  col("/key_channels/step", Elem::I32, A::KeyChannels, 4096, "step",
+      "step that pruned the channel (rows in step order)");
+  col("/key_channels/layer", Elem::I16, A::KeyChannels, 4096, "layer", "layer index");
+  col("/key_channels/kv_head", Elem::I16, A::KeyChannels, 4096, "kv head",
+      "key/value head index");
+  col("/key_channels/channel", Elem::I16, A::KeyChannels, 4096, "channel",
+      "key channel (0 .. head_dim - 1) the head's keys in a pruned tier no longer store; they "
+      "read 0 there");
+  for (size_t i = key_channels_begin; i < c.size(); ++i) c[i].since_minor = 7;
   // /attention
   c.push_back({"/attention/received/offset", Elem::I64, {A::Steps, A::Layers, A::KvHeads}, 0,
                {-1, 0, 0}, "row", "first row in token/mass of step s, head (l, k)",
@@ -370,6 +383,7 @@ const std::vector<GroupSpec>& group_catalogue() {
       {"/merges", "entries folded into another as they left (merging policies), one row each", 4},
       {"/rerotations", "cached keys re-rotated to another RoPE position, one row each", 4},
       {"/reconstruction", "tokens of the context-reconstruction steps (KVzip), one row each", 5},
+      {"/key_channels", "key channels a head stopped storing (ThinK), one row each", 7},
       {"/attention", "attention statistics, as the capture levels asked"},
       {"/attention/received", "attention mass each cached entry received per step (CSR)"},
       {"/attention/pooled", "block-pooled attention maps per layer and query head"},

@@ -17,31 +17,32 @@ enum class Elem : uint8_t { U8, I8, U16, I16, I32, I64, F16, F32, F64 };
 // Symbolic axis lengths. Growth axes follow the capture; fixed axes come from
 // /run attributes and the capture layout.
 enum class Axis : uint8_t {
-  Steps,         // S: forward steps (rows of /steps)
-  Events,        // E: decisions (rows of /events)
-  Tokens,        // T: tokens fed to the model (rows of /tokens)
-  TextBytes,     // bytes of all token pieces
-  Intervals,     // tier intervals (rows of /lifetimes/intervals)
-  ReceivedRows,  // N: (token, mass) pairs of /attention/received
-  QueryBlocks,   // ceil(T / pooled_block)
-  GateSamples,   // rows of /gates/<name>/samples
-  GenBytes,      // bytes of generated text
-  Layers,        // L
-  Heads,         // H: query heads
-  KvHeads,       // K: key/value heads
-  Tiers,         // R: memory tiers (/run tier_names)
-  HeadSlots1,    // L * K + 1
-  KeyBlocks,     // ceil(max_tokens / pooled_block)
-  DenseHeads,    // D: heads with dense rows
-  Two,           // 2
-  KeyTokens,     // max_tokens
-  TopK,          // k of /attention/topk
-  Stalls,        // X: reactive fetches (rows of /stalls)
-  Merges,        // Y: entries folded into others (rows of /merges)
-  Rerotations,   // Z: keys re-rotated to another RoPE position (rows of /rerotations)
+  Steps,           // S: forward steps (rows of /steps)
+  Events,          // E: decisions (rows of /events)
+  Tokens,          // T: tokens fed to the model (rows of /tokens)
+  TextBytes,       // bytes of all token pieces
+  Intervals,       // tier intervals (rows of /lifetimes/intervals)
+  ReceivedRows,    // N: (token, mass) pairs of /attention/received
+  QueryBlocks,     // ceil(T / pooled_block)
+  GateSamples,     // rows of /gates/<name>/samples
+  GenBytes,        // bytes of generated text
+  Layers,          // L
+  Heads,           // H: query heads
+  KvHeads,         // K: key/value heads
+  Tiers,           // R: memory tiers (/run tier_names)
+  HeadSlots1,      // L * K + 1
+  KeyBlocks,       // ceil(max_tokens / pooled_block)
+  DenseHeads,      // D: heads with dense rows
+  Two,             // 2
+  KeyTokens,       // max_tokens
+  TopK,            // k of /attention/topk
+  Stalls,          // X: reactive fetches (rows of /stalls)
+  Merges,          // Y: entries folded into others (rows of /merges)
+  Rerotations,     // Z: keys re-rotated to another RoPE position (rows of /rerotations)
   Reconstruction,  // C: tokens of context-reconstruction steps (rows of /reconstruction)
+  KeyChannels,     // P: key channels pruned per head (rows of /key_channels)
 };
-inline constexpr int kAxisCount = 23;
+inline constexpr int kAxisCount = 24;
 const char* axis_symbol(Axis axis);
 bool axis_grows(Axis axis);
 

@@ -14,8 +14,9 @@ namespace kvscope::trace {
 inline constexpr const char* kFormatName = "kvscope-trace";
 inline constexpr int kFormatVersion = 1;  // major: readers refuse other majors
 // Minor: additive changes only. 1: /run gate_names; 2: /series; 3: /stalls, /run tier_attended;
-// 4: /merges, /rerotations; 5: step kind 2 (context reconstruction), /reconstruction.
-inline constexpr int kFormatMinorVersion = 6;
+// 4: /merges, /rerotations; 5: step kind 2 (context reconstruction), /reconstruction;
+// 6: /generation/score; 7: /key_channels.
+inline constexpr int kFormatMinorVersion = 7;
 inline constexpr int kOldestReadableVersion = 1;
 
 // A tier index meaning "not in the cache" (from_tier of an admission, to_tier
@@ -229,6 +230,16 @@ struct RerotationRow {
   int32_t position = 0;  // the RoPE position the key now carries
 };
 
+// One key channel a head stopped storing (minor version 7; ThinK's query-driven
+// key channel pruning): from `step` on, the keys the head moves into a tier
+// with pruned channels keep every channel but these.
+struct KeyChannelRow {
+  int32_t step = 0;
+  int16_t layer = 0;
+  int16_t kv_head = 0;
+  int16_t channel = 0;  // 0 .. head_dim - 1
+};
+
 // One token a context-reconstruction step fed (minor version 5): not a
 // sequence token; fed at `position` and gone from the cache after the step.
 struct ReconstructionRow {
@@ -270,6 +281,7 @@ struct StepData {
   std::vector<StallRow> stalls;  // reactive fetches of the step, in the order they happened
   std::vector<MergeRow> merges;  // entries folded into others by the step, in order
   std::vector<RerotationRow> rerotations;         // keys re-rotated by the step, in order
+  std::vector<KeyChannelRow> key_channels;        // key channels pruned by the step, in order
   std::vector<ReconstructionRow> reconstruction;  // a reconstruction step's tokens, in order
   bool has_oracle = false;
   OracleRow oracle;

@@ -43,6 +43,7 @@ class Validator {
     has_stalls_ = opened_.minor_version >= 3;
     has_merges_ = opened_.minor_version >= 4;
     has_reconstruction_ = opened_.minor_version >= 5;
+    has_key_channels_ = opened_.minor_version >= 7;
     specs_ = datasets_for(layout_, R_, opened_.minor_version);
     check_complete_flag();
     measure_growth_axes();
@@ -62,6 +63,7 @@ class Validator {
   bool has_stalls_ = false;          // minor version 3 and later hold /stalls
   bool has_merges_ = false;          // minor version 4 and later hold /merges and /rerotations
   bool has_reconstruction_ = false;  // minor version 5: step kind 2 and /reconstruction
+  bool has_key_channels_ = false;    // minor version 7: /key_channels
   std::vector<DatasetSpec> specs_;
   AxisSizes sizes_;  // the sizes every dataset must have (complete) or reach (incomplete)
   std::map<std::string, AxisSizes> gate_sizes_;
@@ -232,6 +234,7 @@ class Validator {
     }
     if (has_reconstruction_)
       sizes_[Axis::Reconstruction] = committed_rows("/reconstruction/step", S);
+    if (has_key_channels_) sizes_[Axis::KeyChannels] = committed_rows("/key_channels/step", S);
     int64_t b = layout_.pooled_block;
     sizes_[Axis::QueryBlocks] = b > 0 ? (T + b - 1) / b : 0;
     for (const GateSpec& g : layout_.gates) {
@@ -467,6 +470,7 @@ class Validator {
     if (has_merges_) check_merges(S, T, L, K);
     if (has_merges_) check_rerotations(S, T, L, K);
     if (has_reconstruction_) check_reconstruction(S);
+    if (has_key_channels_) check_key_channels(S, L, K);
     int64_t reason = read_scalar<int64_t>("/generation/finish_reason");
     if (reason < 0 || reason > 5)
       add("/generation/finish_reason", "is " + std::to_string(reason) + " (expected 0..5)");
@@ -568,6 +572,17 @@ class Validator {
     check_int_column("/rerotations/token", Z, 0, T);
     check_int_column("/rerotations/position", Z, 0, T);
     check_step_order("/rerotations/step", Z);
+  }
+
+  // Pruned key channel rows name committed steps in order, heads and channels
+  // that exist.
+  void check_key_channels(int64_t S, int64_t L, int64_t K) {
+    const int64_t P = sizes_[Axis::KeyChannels];
+    check_int_column("/key_channels/step", P, 0, S);
+    check_int_column("/key_channels/layer", P, 0, L);
+    check_int_column("/key_channels/kv_head", P, 0, K);
+    check_int_column("/key_channels/channel", P, 0, run_.model.head_dim);
+    check_step_order("/key_channels/step", P);
   }
 
   // Reconstruction rows name committed steps of kind 2 in order, each such

@@ -165,6 +165,9 @@ struct TraceWriter::Impl {
   struct ReconstructionColumns {
     AppendColumn *step, *position, *id;
   } reconstruction_columns{};
+  struct KeyChannelColumns {
+    AppendColumn *step, *layer, *kv_head, *channel;
+  } key_channel_columns{};
 
   HeadTokenArray<int32_t> admit, evict;
   std::vector<HeadTokenArray<float>> gate_values;
@@ -514,6 +517,8 @@ struct TraceWriter::Impl {
                           &col("/rerotations/position")};
     reconstruction_columns = {&col("/reconstruction/step"), &col("/reconstruction/position"),
                               &col("/reconstruction/id")};
+    key_channel_columns = {&col("/key_channels/step"), &col("/key_channels/layer"),
+                           &col("/key_channels/kv_head"), &col("/key_channels/channel")};
     admit.init(take_dataset("/lifetimes/admit_step"), Elem::I32, L * K, -1);
     evict.init(take_dataset("/lifetimes/evict_step"), Elem::I32, L * K, -1);
     for (const SeriesSpec& sp : layout.series)
@@ -589,6 +594,7 @@ struct TraceWriter::Impl {
     append_stalls(sd.stalls, step);
     append_merges(sd.merges, step);
     append_rerotations(sd.rerotations, step);
+    append_key_channels(sd.key_channels, step);
     append_reconstruction(sd, step);
     if (layout.oracle) append_oracle(sd);
     if (!sd.generated_text.empty())
@@ -803,6 +809,21 @@ struct TraceWriter::Impl {
       rerotation_columns.kv_head->push1(r.kv_head);
       rerotation_columns.token->push1(r.token);
       rerotation_columns.position->push1(r.position);
+    }
+  }
+
+  // Pruned key channels are rows of the step like its events; /steps commits them.
+  void append_key_channels(const std::vector<KeyChannelRow>& rows, int32_t step) {
+    for (const KeyChannelRow& r : rows) {
+      check_step_row("/key_channels", "pruned key channel", r.step, step, r.layer, r.kv_head, 0);
+      if (r.channel < 0 || r.channel >= run.model.head_dim)
+        fail("/key_channels/channel",
+             "channel " + std::to_string(r.channel) +
+                 " (expected 0 .. head_dim - 1 = " + std::to_string(run.model.head_dim - 1) + ")");
+      key_channel_columns.step->push1(r.step);
+      key_channel_columns.layer->push1(r.layer);
+      key_channel_columns.kv_head->push1(r.kv_head);
+      key_channel_columns.channel->push1(r.channel);
     }
   }
 

@@ -244,3 +244,75 @@ TEST_CASE("the writer refuses re-rotations that name nothing the trace holds",
   refused({1, 0, 0, 0, 0}, "/rerotations/step");   // another step's row
   refused({2, 5, 0, 1, 0}, "/rerotations/layer");
 }
+
+namespace {
+
+// Step 1 prunes channels 0 and 3 of head (0, 1) and channel 2 of head (1, 0).
+std::vector<KeyChannelRow> pruned_at_step1() {
+  return {{1, 0, 1, 0}, {1, 0, 1, 3}, {1, 1, 0, 2}};
+}
+
+std::string write_key_channels(const std::string& path, const std::vector<KeyChannelRow>& rows) {
+  Merging m;
+  auto w = TraceWriter::create(path, m.run, m.layout, {});
+  for (int32_t s = 0; s < 3; ++s) {
+    StepData sd = Merging::step(s, {});
+    if (s == 1) sd.key_channels = rows;
+    w->append_step(sd);
+  }
+  w->close({});
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("pruned key channels round-trip, and minor version 6 traces read with none",
+          "[trace][key_channels]") {
+  const std::string path =
+      write_key_channels(test::temp_dir() + "/channels.kvtrace.h5", pruned_at_step1());
+  {
+    auto r = TraceReader::open(path);
+    REQUIRE(r->n_pruned_key_channels() == 3);
+    const std::vector<KeyChannelRow> got = r->pruned_key_channels();
+    for (size_t i = 0; i < got.size(); ++i) {
+      const KeyChannelRow want = pruned_at_step1()[i];
+      CHECK((got[i].step == want.step && got[i].layer == want.layer &&
+             got[i].kv_head == want.kv_head && got[i].channel == want.channel));
+    }
+  }
+  check_valid(path);
+  {
+    Edit e(path);
+    e.remove("/key_channels");
+    e.set_i64_attr("/", "minor_version", 6);
+  }
+  auto old = TraceReader::open(path);
+  CHECK(old->n_pruned_key_channels() == 0);
+  CHECK(old->pruned_key_channels().empty());
+  check_valid(path);
+}
+
+TEST_CASE("the validator and the writer check every pruned key channel row",
+          "[trace][key_channels]") {
+  const std::string dir = test::temp_dir();
+  const int64_t hd = Merging().run.model.head_dim;
+  SECTION("a channel beyond head_dim") {
+    const std::string p = write_key_channels(dir + "/p-channel.kvtrace.h5", pruned_at_step1());
+    Edit(p).write_i64("/key_channels/channel", 1, hd);
+    CHECK(has_violation(validate_trace(p), "/key_channels/channel",
+                        "1 value(s) outside [0, " + std::to_string(hd) +
+                            "); first at row 1 = " + std::to_string(hd)));
+  }
+  SECTION("a column deleted") {
+    const std::string p = write_key_channels(dir + "/p-gone.kvtrace.h5", pruned_at_step1());
+    Edit(p).remove("/key_channels/kv_head");
+    CHECK(has_violation(validate_trace(p), "/key_channels/kv_head", "dataset missing"));
+  }
+  SECTION("the writer refuses a channel the model does not have") {
+    CHECK_THROWS_WITH(
+        write_key_channels(dir + "/p-refused.kvtrace.h5", {{1, 0, 0, static_cast<int16_t>(hd)}}),
+        Catch::Contains("/key_channels/channel"));
+    CHECK_THROWS_WITH(write_key_channels(dir + "/p-refused2.kvtrace.h5", {{1, 0, 5, 0}}),
+                      Catch::Contains("/key_channels/layer"));
+  }
+}

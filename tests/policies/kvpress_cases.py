@@ -22,6 +22,7 @@ class Case:
     by_values: bool = False        # find kvpress's kept entries by their values (keys re-rotated)
     question: int = 0              # FinchPress: a delimiter before the prompt's last `question` tokens
     runner: Optional[Callable] = None  # (model, ids, press, KVScope's trace) -> (kept, scores)
+    channels: bool = False         # compare pruned key channel sets (the runner's), not kept tokens
     tie: Optional[Callable] = None  # (diffs, kvpress scores, Model) -> explained?
     why: str = "near-equal scores (within 1e-4 of the head's largest)"
 
@@ -300,6 +301,19 @@ def cases_for(model_name):
              lambda r, m: kvzip_press(m, chunk), sdpa=True, masks=True,
              runner=lambda *a: __import__("kvpress_check").kvzip_kept(*a), tie=global_ties,
              why="near-equal scores across heads (within 1e-4 of the largest)"),
+        # ThinK prunes key channels, not tokens: the sets compared are the
+        # channels each head dropped (trace /key_channels) and those kvpress
+        # zeroed.
+        Case("think", "ThinKPress(0.5)", lambda b, n: "think:ratio=0.5,window=32",
+             lambda r, m: P.ThinKPress(key_channel_compression_ratio=0.5, window_size=32),
+             channels=True, runner=lambda *a: __import__("kvpress_check").think_pruned(*a),
+             why="near-equal channel scores (within 1e-4 of the head's largest)"),
+        Case("snapkv_think", "ComposedPress([SnapKV, ThinK(0.5)])",
+             lambda b, n: "snapkv:budget=%d,window=8,kernel=5+think:ratio=0.5,window=32" % b,
+             lambda r, m: P.ComposedPress([P.SnapKVPress(compression_ratio=r, window_size=8, kernel_size=5),
+                                           P.ThinKPress(key_channel_compression_ratio=0.5, window_size=32)]),
+             channels=True, runner=lambda *a: __import__("kvpress_check").think_pruned(*a),
+             why="near-equal channel scores (within 1e-4 of the head's largest)"),
         Case("simlayerkv", "SimLayerKVPress",
              lambda b, n: "simlayerkv:threshold=%g,recent=%d,initial=4,last=1" % (lazy, recent),
              lambda r, m: P.SimLayerKVPress(lazy_threshold=lazy, n_recent=recent, n_initial=4, n_last=1)),

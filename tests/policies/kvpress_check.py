@@ -404,6 +404,34 @@ def kvzip_kept(model, ids, press, trace):
     return kept, scores
 
 
+def trace_pruned_channels(trace, L, K):
+    """The key channels each (layer, kv head) dropped: the trace's /key_channels."""
+    with h5py.File(trace, "r") as f:
+        layer, head, channel = (f["key_channels/" + c][:] for c in ("layer", "kv_head", "channel"))
+    pruned = [[set() for _ in range(K)] for _ in range(L)]
+    for l, h, c in zip(layer, head, channel):
+        pruned[l][h].add(int(c))
+    return pruned
+
+
+def think_pruned(model, ids, press, trace):
+    """The key channels ThinKPress zeroed per (layer, kv head): those where
+    every pressed prompt key is exactly 0 and the full cache's keys are not,
+    with its channel scores (recomputed as ThinKPress computes them)."""
+    x = torch.tensor(ids, dtype=torch.long).unsqueeze(0)
+    with torch.no_grad():
+        full = model(x, use_cache=True).past_key_values
+        with press(model):
+            pressed = model(x, use_cache=True).past_key_values
+    pruned, scores = [], {}
+    for l in range(len(model.model.layers)):
+        fk, pk = full.layers[l].keys[0], pressed.layers[l].keys[0]  # [K, T, hd]
+        zero = (pk == 0).all(1) & ~(fk == 0).all(1)  # [K, hd]
+        pruned.append([set(int(c) for c in zero[h].nonzero().flatten()) for h in range(fk.shape[0])])
+        scores[l] = fk.pow(2).mean(1)  # the key half of the score: ties show there first
+    return pruned, scores
+
+
 def near_ties(scores, diffs, tolerance=TIE_TOLERANCE):
     """The default tie rule (module docstring)."""
     for l, h, only_ours, only_theirs in diffs:
@@ -459,6 +487,8 @@ def run_case(model, case):
     if getattr(press, "absorbed", None):
         check_merges(press.absorbed, trace)
     L, K = len(ours), len(ours[0])
+    if case.channels:
+        ours = trace_pruned_channels(trace, L, K)
     same = sum(ours[l][h] == theirs[l][h] for l in range(L) for h in range(K))
     diffs = [(l, h, sorted(ours[l][h] - theirs[l][h]), sorted(theirs[l][h] - ours[l][h]))
              for l in range(L) for h in range(K) if ours[l][h] != theirs[l][h]]
@@ -494,8 +524,11 @@ def main():
             failures.append(case.name)
             continue
         why = case.why if diffs and explained else ""
-        print("%-22s %-18s kept %5.1f of %d per head: %d/%d (layer, head) kept sets identical%s" %
-              (case.name, case.press_name, mean_kept, n, same, total,
+        what = ("pruned %5.1f key channels per head" % mean_kept if case.channels else
+                "kept %5.1f of %d per head" % (mean_kept, n))
+        sets = "pruned channel sets" if case.channels else "kept sets"
+        print("%-22s %-18s %s: %d/%d (layer, head) %s identical%s" %
+              (case.name, case.press_name, what, same, total, sets,
                "" if not diffs else " (explained: %s)" % why if explained else " NOT EXPLAINED"))
         for d in diffs[:4]:
             print("    layer %d head %d: only KVScope %s, only kvpress %s" % d)

@@ -82,6 +82,7 @@ void PolicyRun::end_step() {
   stalls_ = driver_->take_stalls();
   merges_ = driver_->take_merges();
   rerotations_ = driver_->take_rerotations();
+  key_channels_ = driver_->take_key_channels();
 }
 
 void PolicyRun::on_attention(int64_t layer, int64_t kv_head, const float* probs, int64_t R,

@@ -73,6 +73,8 @@ class PolicyRun : public model::AttentionBackend, public cache::FullMatrixObserv
   const std::vector<trace::MergeRow>& last_merges() const { return merges_; }
   // Re-rotations of the last step (Decisions::rerotate).
   const std::vector<trace::RerotationRow>& last_rerotations() const { return rerotations_; }
+  // Key channels pruned by the last step (Decisions::prune_key_channels).
+  const std::vector<trace::KeyChannelRow>& last_key_channels() const { return key_channels_; }
   // All inputs of a layer concatenated over the steps so far.
   LayerInputs all_inputs(int64_t layer) const;
 
@@ -95,6 +97,7 @@ class PolicyRun : public model::AttentionBackend, public cache::FullMatrixObserv
   std::vector<trace::StallRow> stalls_;
   std::vector<trace::MergeRow> merges_;
   std::vector<trace::RerotationRow> rerotations_;
+  std::vector<trace::KeyChannelRow> key_channels_;
   int64_t L_ = 0, K_ = 0;
 
   void start(const model::ModelConfig& c, const std::string& name, int64_t max_tokens,

@@ -1,6 +1,7 @@
 // Figures and widgets rendered offscreen and checked at known pixels.
 #include <QImage>
 #include <QPainter>
+#include <QRegularExpression>
 #include <QSignalSpy>
 #include <catch2/catch.hpp>
 
@@ -694,4 +695,50 @@ TEST_CASE("timeline tooltip names a token's merges (CaM on stories260K)") {
   QStringList texts;
   for (const DrawnText& t : check_layout(*f, ExportOptions{1000, 600, 96}).texts) texts << t.text;
   CHECK(texts.filter("absorbed a merged value").size() == 1);
+}
+
+TEST_CASE("head budgets show the current head's pruned key channels (ThinK on stories260K)") {
+  test::qt_app(true);
+  auto reader = trace::TraceReader::open(capture_lily("think:ratio=0.5,window=4", 3));
+  REQUIRE(reader->n_pruned_key_channels() == 5 * 4 * 4);  // L x K heads, 4 of 8 channels each
+  TraceData data(*reader);
+  auto f = BudgetFigure::load(data, selection_for(*reader, 2, 2, reader->n_steps() - 1, -1));
+  REQUIRE(f->prunes_channels);
+  std::vector<int> want;
+  for (const trace::KeyChannelRow& c : reader->pruned_key_channels())
+    if (c.layer == 2 && c.kv_head == 1) want.push_back(c.channel);
+  std::sort(want.begin(), want.end());
+  CHECK(f->pruned_channels == want);
+  // The prefill (step 0) pruned them: the strip shows them from step 0 on.
+  CHECK(BudgetFigure::load(data, selection_for(*reader, 2, 2, 0, -1))->pruned_channels == want);
+  for (QSize size : {QSize(1000, 600), QSize(700, 450), QSize(1600, 1000)}) {
+    INFO(size.width() << "x" << size.height());
+    const QRectF area(0, 0, size.width(), size.height());
+    QStringList texts;
+    for (const DrawnText& t :
+         check_layout(*f, ExportOptions{size.width(), size.height(), 96}).texts)
+      texts << t.text;
+    // The longest wording that fits, never elided.
+    CHECK(texts
+              .filter(QRegularExpression("^(key channels of kv head 1: 4 of 8 pruned \\(dark\\)|4 "
+                                         "of 8 key channels pruned \\(dark\\)|4/8 key channels "
+                                         "pruned|4/8 pruned)$"))
+              .size() == 1);
+    const QRectF strip = f->channel_strip(area);
+    REQUIRE(area.contains(strip));
+    const QImage img = render(*f, size.width(), size.height());
+    // The cells: the bottom part of the strip, 8 of them; pruned ones dark.
+    const double y = strip.bottom() - 3, w = strip.width() / 8;
+    for (int c = 0; c < 8; ++c) {
+      const bool pruned = std::find(want.begin(), want.end(), c) != want.end();
+      const QRgb px = img.pixel(int(strip.left() + (c + 0.5) * w), int(y));
+      CHECK(near(px, pruned ? QColor(40, 40, 40) : QColor(205, 225, 240), 8));
+    }
+  }
+  // CSV: the pruned channels of the head at the step.
+  QString csv;
+  QTextStream out(&csv);
+  f->write_csv(out);
+  out.flush();
+  CHECK(csv.count(",pruned_key_channel,") == 4);
 }

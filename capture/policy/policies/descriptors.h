@@ -40,6 +40,7 @@ PolicyDescriptor non_causal_attention_descriptor();
 PolicyDescriptor compactor_descriptor();
 PolicyDescriptor criticalkv_descriptor();
 PolicyDescriptor simlayerkv_descriptor();
+PolicyDescriptor think_descriptor();
 PolicyDescriptor qfilter_descriptor();
 PolicyDescriptor critical_adakv_descriptor();
 PolicyDescriptor cap_descriptor();
