@@ -33,7 +33,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gates"))
 from quality import CHARS_PER_TOKEN, LICENSES, licence_text  # noqa: E402
 
-# name -> spec; {M} entries per head, {H} = M/2, {W} = M - 4, {F} = the share.
+# name -> spec; {M} entries per head, {H} = M/2, {W} = M - 4, {F} = the share,
+# {T} = 4M/3 (entries whose keys keep half their channels take 3/4 of the memory).
 # Policies whose memory is their own (a learned gate, a threshold) have no
 # placeholder: the table reports the entries they held.
 POLICIES = [
@@ -71,6 +72,7 @@ POLICIES = [
      "expected_attention_stats:gates=resources/gates/SmolLM2-135M-Instruct-query-stats.safetensors,budget={M}"),
     ("cap", "cap:budget={M}"),
     ("critical_adakv", "critical_adakv:scorer=snapkv,budget={M}"),
+    ("snapkv+think", "snapkv:budget={T},window=32+think:ratio=0.5"),
 ]
 NOTES = {
     "quest": "selects {M} entries per query at read time; holds all",
@@ -83,6 +85,8 @@ NOTES = {
     "finch": "prefill only: grows at decode; the question = the prompt's last 32 tokens",
     "kvzip": "prefill only (a reconstruction pass, no chat template): grows at decode",
     "cam": "decode only (the paper's per-step CaM): the first decode step cuts the prompt",
+    "snapkv+think": "SnapKV keeps 4/3 x the entries, ThinK halves their keys' channels: the same bytes; "
+                    "prefill only: grows at decode",
 }
 
 
@@ -182,7 +186,7 @@ def main():
             if (only and name not in only) or key in results or (name == "full" and share != shares[0]):
                 continue
             spec = (template.replace("{M}", str(M)).replace("{H}", str(M // 2)).replace("{W}", str(M - 4))
-                    .replace("{F}", str(share)))
+                    .replace("{F}", str(share)).replace("{T}", str(int(round(M * 4 / 3)))))
             t0 = time.time()
             try:
                 r = run_policy(args, spec, work)

@@ -17,6 +17,11 @@ struct StatsNeeds {
   // Largest weight over the step's queries and the group's heads (KVzip's
   // score; renormalised in reconstruction steps, policy::ReconstructionChunk).
   bool peak = false;
+  // KVzip+: the peak kept per query head ([H][M], head g at g = kv_head * R + r)
+  // and each query's weights divided by the norm of its normalised layer
+  // input ||h_i|| first.
+  bool peak_per_query_head = false;
+  bool peak_over_hidden_norm = false;
   bool any() const { return received || last_query || observation_window > 0 || peak; }
 };
 
@@ -28,7 +33,8 @@ struct LayerStats {
   // queries (summed over those queries, mean over the group's heads).
   std::vector<std::vector<float>> window;  // [K][M]
   int64_t window_queries = 0;              // queries summed into `window` so far
-  std::vector<std::vector<float>> peak;    // [K][M] when StatsNeeds::peak, else empty
+  // [K][M] when StatsNeeds::peak ([H][M] with peak_per_query_head), else empty
+  std::vector<std::vector<float>> peak;
 
   void resize(int64_t kv_heads, int64_t M) {
     max_tokens = M;

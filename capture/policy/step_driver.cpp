@@ -28,7 +28,8 @@ class HeadStatsSink {
  public:
   HeadStatsSink(const StatsNeeds& needs, LayerStats& st, int64_t h, int64_t R, int64_t n,
                 int64_t pos0, int64_t prompt_tokens, const std::vector<int64_t>& key_pos,
-                const std::vector<std::pair<int64_t, int64_t>>* softmax_keys = nullptr)
+                const std::vector<std::pair<int64_t, int64_t>>* softmax_keys = nullptr,
+                const std::vector<float>* row_scale = nullptr)
       : needs_(needs),
         st_(st),
         h_(h),
@@ -36,10 +37,12 @@ class HeadStatsSink {
         n_(n),
         pos0_(pos0),
         prompt_tokens_(prompt_tokens),
-        key_pos_(key_pos) {
+        key_pos_(key_pos),
+        row_scale_(row_scale) {
     if (needs.received) mass_.assign(key_pos.size(), 0.0f);
     if (needs.peak) {
-      for (int64_t pos : key_pos) st.peak[size_t(h)][size_t(pos)] = 0.0f;
+      for (int64_t g = 0; g < (needs.peak_per_query_head ? R : 1); ++g)
+        for (int64_t pos : key_pos) st.peak[size_t(peak_row(g))][size_t(pos)] = 0.0f;
       if (softmax_keys && !softmax_keys->empty()) {
         in_subset_.resize(key_pos.size());
         for (size_t j = 0; j < key_pos.size(); ++j) {
@@ -57,7 +60,7 @@ class HeadStatsSink {
   void block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) {
     const int64_t* kp = key_pos_.data() + k0;
     if (needs_.received) kernels::sum_rows_add(p, R_ * b, mk, mass_.data() + k0);
-    if (needs_.peak) peak_block(p, b, mk, k0);
+    if (needs_.peak) peak_block(p, b, mk, i0, k0);
     if (needs_.last_query && i0 <= n_ - 1 && n_ - 1 < i0 + b) {
       std::vector<float>& lq = st_.last_query[size_t(h_)];
       for (int64_t j = 0; j < mk; ++j) lq[size_t(kp[j])] = group_mean(p, b, mk, n_ - 1 - i0, j);
@@ -75,19 +78,20 @@ class HeadStatsSink {
   }
 
   // Per key the largest weight of any query of the block and head of the
-  // group; with a softmax subset each query's row is first divided by its
-  // mass on the subset (a block holds every key a query of it sees).
-  void peak_block(const float* p, int64_t b, int64_t mk, int64_t k0) {
-    std::vector<float>& peak = st_.peak[size_t(h_)];
+  // group (or per query head); with a softmax subset each query's row is
+  // first divided by its mass on the subset (a block holds every key a query
+  // of it sees), and by the query's row scale when given.
+  void peak_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) {
     const int64_t* kp = key_pos_.data() + k0;
     for (int64_t row = 0; row < R_ * b; ++row) {
+      std::vector<float>& peak = st_.peak[size_t(peak_row(row / b))];
       const float* w = p + row * mk;
-      float scale = 1.0f;
+      float scale = row_scale_ ? (*row_scale_)[size_t(i0 + row % b)] : 1.0f;
       if (!in_subset_.empty()) {
         double z = 0;
         for (int64_t j = 0; j < mk; ++j)
           if (in_subset_[size_t(k0 + j)]) z += w[j];
-        scale = z > 0 ? float(1.0 / z) : 0.0f;
+        scale = z > 0 ? float(scale / z) : 0.0f;
       }
       for (int64_t j = 0; j < mk; ++j) {
         float& x = peak[size_t(kp[j])];
@@ -105,6 +109,9 @@ class HeadStatsSink {
   }
 
  private:
+  // The peak row of query head r of the group: per kv head, or per query head.
+  int64_t peak_row(int64_t r) const { return needs_.peak_per_query_head ? h_ * R_ + r : h_; }
+
   // Weight of key j for query i of the block, averaged over the group's heads.
   float group_mean(const float* p, int64_t b, int64_t mk, int64_t i, int64_t j) const {
     float s = 0;
@@ -117,7 +124,8 @@ class HeadStatsSink {
   int64_t h_, R_, n_, pos0_, prompt_tokens_;
   const std::vector<int64_t>& key_pos_;
   std::vector<float> mass_;
-  std::vector<uint8_t> in_subset_;  // [m]: key j in the renormalisation subset
+  std::vector<uint8_t> in_subset_;       // [m]: key j in the renormalisation subset
+  const std::vector<float>* row_scale_;  // [n] per query of the step, or null
 };
 
 }  // namespace
@@ -142,7 +150,8 @@ StepDriver::StepDriver(const model::ModelConfig& config, const Options& options,
     for (LayerStats& s : stats_) {
       s.resize(K_, options.max_tokens);
       if (needs_.peak)
-        s.peak.assign(size_t(K_), std::vector<float>(size_t(options.max_tokens), 0.0f));
+        s.peak.assign(size_t(needs_.peak_per_query_head ? H_ : K_),
+                      std::vector<float>(size_t(options.max_tokens), 0.0f));
     }
 }
 
@@ -251,10 +260,15 @@ torch::Tensor StepDriver::attend_side(const model::AttentionInputs& in) {
   LayerStats& st = stats_[size_t(l)];
   torch::Tensor out = torch::empty({n, H_, hd_}, torch::kFloat32);
   std::vector<int64_t> key_pos;
+  std::vector<float> over_norm;  // KVzip+: 1 / ||h_i|| per query
+  if (needs_.peak_over_hidden_norm) {
+    torch::Tensor norm = in.hidden.to(torch::kFloat32).norm(2, -1).contiguous();
+    for (int64_t i = 0; i < n; ++i) over_norm.push_back(1.0f / norm[i].item<float>());
+  }
   for (int64_t h = 0; h < K_; ++h) {
     cache_.attended_positions(l, h, &key_pos);
     HeadStatsSink stats(needs_, st, h, R_, n, pos0_, options_.prompt_tokens, key_pos,
-                        &chunk.softmax_keys);
+                        &chunk.softmax_keys, over_norm.empty() ? nullptr : &over_norm);
     const kernels::BlockSink sink = [&](const float* p, int64_t b, int64_t mk, int64_t i0,
                                         int64_t k0) { stats.block(p, b, mk, i0, k0); };
     torch::Tensor q =

@@ -127,13 +127,14 @@ def global_ties(diffs, scores, model):
     return bool(a) and bool(b) and max(b) - min(a) <= 1e-4 * scale and max(a) - min(b) <= 1e-4 * scale
 
 
-def kvzip_press(model, chunk):
+def kvzip_press(model, chunk, plus=False):
     """kvpress's KVzipPress pruning L*K*(n - budget) entries in all (its
     compression_ratio counts entries of every layer and head together)."""
     n, L, K = len(model.ids), model.layers, model.kv_heads
     budget = max(1, n // 4)
     ratio = (L * K * (n - budget) + 0.5) / (L * K * n)
-    return kvpress.KVzipPress(compression_ratio=ratio, n_sink=4, chunk_size=chunk)
+    return kvpress.KVzipPress(compression_ratio=ratio, n_sink=4, chunk_size=chunk,
+                              kvzip_plus_normalization=plus)
 
 
 def ratio_of(n, keep):
@@ -294,6 +295,11 @@ def cases_for(model_name):
         # repeat, and its repeat prompt with the previous chunk's tail).
         Case("kvzip", "KVzipPress", lambda b, n: "kvzip:budget=%d,sinks=4" % b,
              lambda r, m: kvzip_press(m, 2048), sdpa=True, masks=True,
+             runner=lambda *a: __import__("kvpress_check").kvzip_kept(*a), tie=global_ties,
+             why="near-equal scores across heads (within 1e-4 of the largest)"),
+        Case("kvzip_plus", "KVzipPress(kvzip_plus_normalization=True)",
+             lambda b, n: "kvzip:budget=%d,sinks=4,plus=true,chunk=%d" % (b, chunk),
+             lambda r, m: kvzip_press(m, chunk, plus=True), sdpa=True, masks=True,
              runner=lambda *a: __import__("kvpress_check").kvzip_kept(*a), tie=global_ties,
              why="near-equal scores across heads (within 1e-4 of the largest)"),
         Case("kvzip_chunked", "KVzipPress(chunk_size=%d)" % chunk,

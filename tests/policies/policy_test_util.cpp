@@ -38,21 +38,22 @@ std::vector<int64_t> story_prompt_ids() {
 PolicyRun::PolicyRun(const model::Transformer& model, const std::string& spec, int64_t max_tokens,
                      int64_t prompt_tokens)
     : instance_(policy::make_policy(spec, {prompt_tokens, ""})) {
-  start(model.config(), instance_.descriptor->name, max_tokens, prompt_tokens);
+  start(model, instance_.descriptor->name, max_tokens, prompt_tokens);
 }
 
 PolicyRun::PolicyRun(const model::Transformer& model, std::unique_ptr<policy::Policy> policy,
                      const std::string& name, int64_t max_tokens, int64_t prompt_tokens) {
   instance_.policy = std::move(policy);
   instance_.name = name;
-  start(model.config(), name, max_tokens, prompt_tokens);
+  start(model, name, max_tokens, prompt_tokens);
 }
 
-void PolicyRun::start(const model::ModelConfig& c, const std::string& name, int64_t max_tokens,
-                      int64_t prompt_tokens) {
+void PolicyRun::start(const model::Transformer& model, const std::string& name,
+                      int64_t max_tokens, int64_t prompt_tokens) {
+  const model::ModelConfig& c = model.config();
   L_ = c.n_layers;
   K_ = c.n_kv_heads;
-  instance_.policy->setup({&c, max_tokens, prompt_tokens, 16});
+  instance_.policy->setup({&c, max_tokens, prompt_tokens, 16, &model.weights()});
   driver_ = std::make_unique<policy::StepDriver>(
       c, policy::StepDriver::Options{16, max_tokens, prompt_tokens}, *instance_.policy, name);
   driver_->set_observer(this);

@@ -100,7 +100,7 @@ class PolicyRun : public model::AttentionBackend, public cache::FullMatrixObserv
   std::vector<trace::KeyChannelRow> key_channels_;
   int64_t L_ = 0, K_ = 0;
 
-  void start(const model::ModelConfig& c, const std::string& name, int64_t max_tokens,
+  void start(const model::Transformer& model, const std::string& name, int64_t max_tokens,
              int64_t prompt_tokens);
 };
 

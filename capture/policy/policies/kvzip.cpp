@@ -12,12 +12,18 @@
 // chunk holds the context). The first `sinks` positions score above all;
 // the L*K*(T - budget) lowest scores over all layers and heads are evicted
 // (layerwise=true: K*(T - budget) per layer), so heads keep unequal budgets.
+// KVzip+ (plus=true, kvpress kvzip_plus_normalization): each weight is first
+// divided by ||h_i||, the norm of query i's normalised layer input, and
+// multiplied by ||v_j W_O^g||, what the entry's value writes into the
+// residual stream through query head g:
+//   s(l, h, j) = max over g of ||v_j W_O^g|| * max over i of p_lgi(j) / ||h_i||.
 // The engine runs the pass (Policy::reconstruction, StepDriver side steps);
 // the pass's own entries never stay. docs/policies/kvzip.md
 #include <algorithm>
 #include <vector>
 
 #include "capture/policy/policies/descriptors.h"
+#include "capture/policy/policies/output_projection.h"
 #include "capture/tokenizer/tokenizer.h"
 #include "core/common/input_error.h"
 
@@ -75,13 +81,25 @@ namespace {
 
 class KvzipPolicy : public Policy {
  public:
-  KvzipPolicy(int64_t budget, int64_t sinks, int64_t chunk, int64_t prefix, bool layerwise)
-      : budget_(budget), sinks_(sinks), chunk_(chunk), prefix_(prefix), layerwise_(layerwise) {}
+  KvzipPolicy(int64_t budget, int64_t sinks, int64_t chunk, int64_t prefix, bool layerwise,
+              bool plus)
+      : budget_(budget),
+        sinks_(sinks),
+        chunk_(chunk),
+        prefix_(prefix),
+        layerwise_(layerwise),
+        plus_(plus) {}
 
   std::vector<std::string> reason_names() const override {
     return {"new token", "lowest context-reconstruction attention"};
   }
   std::vector<trace::GateSpec> gates() const override {
+    if (plus_)
+      return {{"kvzip",
+               "KVzip+ score: the largest attention weight a context-reconstruction query of the "
+               "head's group put on the entry, over the query's ||h||, times ||v W_O|| of that "
+               "query head (sinks: above every score)",
+               "probability x ||v W_O|| / ||h||"}};
     return {{"kvzip",
              "KVzip score: the largest attention weight a context-reconstruction query of the "
              "head's group put on the entry (sinks: above every score)",
@@ -90,6 +108,7 @@ class KvzipPolicy : public Policy {
   cache::StatsNeeds stats_needs() const override {
     cache::StatsNeeds n;
     n.peak = true;
+    n.peak_per_query_head = n.peak_over_hidden_norm = plus_;
     return n;
   }
   std::string budget_kind() const override { return layerwise_ ? "layer" : "global"; }
@@ -100,7 +119,8 @@ class KvzipPolicy : public Policy {
   std::vector<PartKind> kinds() const override { return {PartKind::Eviction}; }
   std::string describe() const override {
     return "context reconstruction after the prefill (" + std::to_string(chunk_) +
-           "-token chunks), max attention per entry, " +
+           "-token chunks), max attention per entry" +
+           (plus_ ? " x ||v W_O|| / ||h|| (KVzip+)" : "") + ", " +
            (layerwise_ ? "K*budget per layer" : "L*K*budget over all layers and heads");
   }
 
@@ -141,6 +161,9 @@ class KvzipPolicy : public Policy {
     Policy::setup(s);
     T_ = s.prompt_tokens;
     scores_.assign(size_t(s.model->n_layers * s.model->n_kv_heads * T_), 0.0f);
+    if (plus_)
+      wo_ =
+          per_head_output_projections(s.weights, s.model->n_heads, s.model->head_dim, "kvzip:plus");
   }
 
   void after_attention(LayerContext& c) override {
@@ -148,9 +171,33 @@ class KvzipPolicy : public Policy {
     const auto& [start, end] = windows_.at(size_t(c.reconstruction));
     const int64_t K = c.cache.n_kv_heads();
     for (int64_t h = 0; h < K; ++h) {
-      const std::vector<float>& peak = c.stats.peak[size_t(h)];
       float* row = scores_.data() + (c.layer * K + h) * T_;
+      if (plus_) {
+        plus_scores(c, h, start, end, row);
+        continue;
+      }
+      const std::vector<float>& peak = c.stats.peak[size_t(h)];
       for (int64_t p = start; p < end; ++p) row[p] = peak[size_t(p)];
+    }
+  }
+
+  // KVzip+: max over the group's query heads g of ||v_p W_O^g|| x the peak of g
+  // (its weights already divided by ||h_i||).
+  void plus_scores(const LayerContext& c, int64_t h, int64_t start, int64_t end, float* row) const {
+    const int64_t R = c.cache.n_heads() / c.cache.n_kv_heads(), hd = c.cache.head_dim();
+    torch::Tensor values = torch::empty({end - start, hd}, torch::kFloat32);
+    std::vector<float> key(static_cast<size_t>(hd));
+    for (int64_t p = start; p < end; ++p)
+      c.cache.read_entry(c.layer, h, p, key.data(), values[p - start].data_ptr<float>());
+    const torch::Tensor wo = wo_[size_t(c.layer)].narrow(0, h * R, R);  // [R, hd, D]
+    const torch::Tensor norms = values.unsqueeze(0).matmul(wo).norm(2, -1).contiguous();  // [R, m]
+    const float* nv = norms.data_ptr<float>();
+    for (int64_t p = start; p < end; ++p) {
+      float best = 0;
+      for (int64_t r = 0; r < R; ++r)
+        best = std::max(
+            best, c.stats.peak[size_t(h * R + r)][size_t(p)] * nv[r * (end - start) + (p - start)]);
+      row[p] = best;
     }
   }
 
@@ -172,7 +219,8 @@ class KvzipPolicy : public Policy {
 
  private:
   int64_t budget_, sinks_, chunk_, prefix_;
-  bool layerwise_;
+  bool layerwise_, plus_;
+  std::vector<torch::Tensor> wo_;  // KVzip+: per layer W_O as [H, hd, D]
   int64_t T_ = 0;
   std::vector<float> scores_;                                 // [L][K][T]
   mutable std::vector<std::pair<int64_t, int64_t>> windows_;  // per chunk: the context it scores
@@ -200,11 +248,14 @@ PolicyDescriptor kvzip_descriptor() {
             0},
            {"layerwise", ParamType::Bool, "false",
             "each layer keeps K*budget (kvpress layerwise) instead of one ranking over all "
-            "layers"}},
+            "layers"},
+           {"plus", ParamType::Bool, "false",
+            "KVzip+ (kvpress kvzip_plus_normalization): weights over the query's ||h||, times "
+            "the value's ||v W_O||"}},
           [](const Params& p) -> std::unique_ptr<Policy> {
             return std::make_unique<KvzipPolicy>(p.get_int("budget"), p.get_int("sinks"),
                                                  p.get_int("chunk"), p.get_int("prefix"),
-                                                 p.get_bool("layerwise"));
+                                                 p.get_bool("layerwise"), p.get_bool("plus"));
           }};
 }
 
