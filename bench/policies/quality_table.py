@@ -73,6 +73,7 @@ POLICIES = [
     ("cap", "cap:budget={M}"),
     ("critical_adakv", "critical_adakv:scorer=snapkv,budget={M}"),
     ("snapkv+think", "snapkv:budget={T},window=32+think:ratio=0.5"),
+    ("kvzip+", "kvzip:budget={M},plus=true"),
 ]
 NOTES = {
     "quest": "selects {M} entries per query at read time; holds all",
@@ -85,6 +86,7 @@ NOTES = {
     "finch": "prefill only: grows at decode; the question = the prompt's last 32 tokens",
     "kvzip": "prefill only (a reconstruction pass, no chat template): grows at decode",
     "cam": "decode only (the paper's per-step CaM): the first decode step cuts the prompt",
+    "kvzip+": "prefill only (KVzip+: weights over ||h||, times ||v W_O||; no chat template): grows at decode",
     "snapkv+think": "SnapKV keeps 4/3 x the entries, ThinK halves their keys' channels: the same bytes; "
                     "prefill only: grows at decode",
 }

@@ -139,33 +139,42 @@ GenerationResult Generator::run(const std::vector<int32_t>& prompt, const Genera
   model_.announce_sequence_length(r.prefill_tokens);
   torch::Tensor logits;
   int32_t token = -1;
-  for (int64_t p = 0; p < r.prefill_tokens; p += o.prefill_chunk) {
-    const int64_t n = std::min(o.prefill_chunk, r.prefill_tokens - p);
+  // Side passes at `at`: each chunk one forward step at the positions from there.
+  auto run_side_passes = [&](int64_t at) {
+    for (const std::vector<int32_t>& side : o.side_passes) {
+      if (side.empty()) continue;
+      const int64_t context = model_.config().context_length;
+      if (at + int64_t(side.size()) > context)
+        throw InputError("", "side pass",
+                         "needs positions up to " + std::to_string(at + int64_t(side.size())) +
+                             "; the model's context holds " + std::to_string(context));
+      if (!backend_.set_side_pass(true))
+        throw std::logic_error("Generator: the attention backend cannot run side passes");
+      const torch::Tensor side_ids =
+          torch::tensor(std::vector<int64_t>(side.begin(), side.end()), torch::kInt64);
+      torch::Tensor side_logits = model_.forward(side_ids, at, backend_);
+      backend_.set_side_pass(false);
+      if (on_step) {
+        StepEvent ev{at, int64_t(side.size()), false, &side_logits, -1, false};
+        ev.side_ids = &side;
+        on_step(ev);
+      }
+    }
+  };
+  const int64_t side_at = o.side_passes_at > 0 && o.side_passes_at < r.prefill_tokens
+                              ? o.side_passes_at
+                              : r.prefill_tokens;
+  for (int64_t p = 0; p < r.prefill_tokens;) {
+    // A chunk never crosses the side passes' position.
+    const int64_t stop = p < side_at ? side_at : r.prefill_tokens;
+    const int64_t n = std::min(o.prefill_chunk, stop - p);
     logits = model_.forward(ids.narrow(0, p, n), p, backend_);
     // Observers see every forward pass: a capture records each chunk as a step.
     const bool last = p + n >= r.prefill_tokens;
     if (last) token = choose(logits);
     if (on_step) on_step({p, n, true, &logits, last ? token : -1, last && token_forced});
-  }
-  for (const std::vector<int32_t>& side : o.side_passes) {
-    if (side.empty()) continue;
-    const int64_t context = model_.config().context_length;
-    if (r.prefill_tokens + int64_t(side.size()) > context)
-      throw InputError("", "side pass",
-                       "needs positions up to " +
-                           std::to_string(r.prefill_tokens + int64_t(side.size())) +
-                           "; the model's context holds " + std::to_string(context));
-    if (!backend_.set_side_pass(true))
-      throw std::logic_error("Generator: the attention backend cannot run side passes");
-    const torch::Tensor side_ids =
-        torch::tensor(std::vector<int64_t>(side.begin(), side.end()), torch::kInt64);
-    torch::Tensor side_logits = model_.forward(side_ids, r.prefill_tokens, backend_);
-    backend_.set_side_pass(false);
-    if (on_step) {
-      StepEvent ev{r.prefill_tokens, int64_t(side.size()), false, &side_logits, -1, false};
-      ev.side_ids = &side;
-      on_step(ev);
-    }
+    p += n;
+    if (p == side_at) run_side_passes(side_at);
   }
   r.prefill_seconds = seconds_since(start);
 

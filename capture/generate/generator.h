@@ -35,6 +35,9 @@ struct GenerationOptions {
   // right after the prompt, through a backend in side-pass mode (it keeps none
   // of their entries); their logits are not used. Counted in prefill_seconds.
   std::vector<std::vector<int32_t>> side_passes;
+  // The prompt position the side passes run at (the prefill stops there and
+  // resumes after them); -1: after the whole prompt.
+  int64_t side_passes_at = -1;
 };
 
 struct GenerationResult {

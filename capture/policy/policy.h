@@ -171,6 +171,11 @@ class Policy {
       const std::vector<int32_t>& prompt, const tokenizer::Tokenizer* tokenizer) const {
     return {};
   }
+  // Where in the prompt the pass runs, after reconstruction(): the prefill
+  // stops there, the pass runs at the positions from there, and the rest of
+  // the prompt (a chat prompt's generation prompt, the question's place) is
+  // fed after it. -1: after the whole prompt.
+  virtual int64_t reconstruction_at() const { return -1; }
 
   virtual void admit(AdmitContext& c) {}
   virtual void select(SelectContext& c) {}

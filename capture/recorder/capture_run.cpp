@@ -111,7 +111,8 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
 
   policy::PolicyInstance pi = policy::make_policy(req.policy, {prompt_tokens, req.model_path});
   // A policy's context-reconstruction pass (KVzip) feeds its chunks at the
-  // positions after the prompt: the cache and the trace's key axis cover them.
+  // positions after the prompt (or after the context of a chat prompt,
+  // Policy::reconstruction_at): the cache and the trace's key axis cover them.
   std::vector<policy::ReconstructionChunk> reconstruction =
       pi.policy->reconstruction(req.prompt_ids, engine.tokenizer.get());
   int64_t max_tokens = run_tokens;
@@ -215,6 +216,7 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   generate::GenerationOptions g = req.generation;
   if (g.max_positions <= 0) g.max_positions = max_positions;
   g.side_passes = std::move(side_passes);
+  g.side_passes_at = pi.policy->reconstruction_at();
   // On an exception the writer's destructor flushes what was captured and
   // leaves complete = 0.
   result.generation = generator.run(req.prompt_ids, g, {}, on_step);

@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import copy
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -337,11 +338,16 @@ def kvpress_kept(model, ids, press, masks=False, decode=0, by_values=None, quest
 
 class _FixedTokenizer:
     """What KVzipPress asks of a tokenizer, answered with the ids KVScope fed
-    (the stories260K tokenizer is llama2.c's, which transformers cannot load)."""
-    chat_template = None
+    (the stories260K tokenizer is llama2.c's, which transformers cannot load).
+    With a template ("PREFIX%sSUFFIX"), a chat template whose rendering of a
+    user message puts the content between the table's PREFIX and SUFFIX."""
 
-    def __init__(self, table):
+    def __init__(self, table, template=None):
         self.table = table
+        self.chat_template = template
+
+    def apply_chat_template(self, messages, **kwargs):
+        return self.chat_template % messages[0]["content"]
 
     def encode(self, text, return_tensors=None, add_special_tokens=False):
         return torch.tensor([self.table[text]], dtype=torch.long).reshape(1, -1)
@@ -351,28 +357,47 @@ def kvzip_kept(model, ids, press, trace):
     """KVzipPress's kept positions after its reconstruction pass (it masks:
     masked_key_indices) and its scores [K, T] per layer. Its repeat prompts are
     tokenized as KVScope tokenized them: the trace's /reconstruction rows are,
-    per chunk, prompt + (the previous chunk's tail) + suffix + the chunk."""
+    per chunk, prompt + (the previous chunk's tail) + suffix + the chunk. A
+    chat prompt (policy_params prefix and question): kvpress gets the prompt
+    before its generation prompt as the context, the template's prefix and
+    suffix from a tokenizer with a chat template, and the generation prompt
+    counts as kept (kvpress compresses before the question is fed)."""
     import types
     import kvpress.presses.kvzip_press as kz
     from transformers import DynamicCache
     with h5py.File(trace, "r") as f:
         rstep, rid = f["reconstruction/step"][:], f["reconstruction/id"][:]
+        params = json.loads(f["run"].attrs["policy_params"])
+    prefix, question = int(params.get("prefix", 0)), int(params.get("question", 0))
     fed = [[int(t) for t in rid[rstep == s]] for s in sorted(set(rstep.tolist()))]
-    n, chunk = len(ids), press.chunk_size
-    pieces = [ids[s:s + chunk] for s in range(0, n, chunk)]
+    T, chunk = len(ids), press.chunk_size
+    n = T - question  # kvpress's context: the prompt before the question's place
+    pieces = [ids[s:min(n, s + chunk)] for s in range(prefix, n, chunk)]
     assert len(fed) == len(pieces), "KVScope fed %d chunks, kvpress makes %d" % (len(fed), len(pieces))
     heads = [f[:len(f) - len(p)] for f, p in zip(fed, pieces)]
     assert all(f[len(f) - len(p):] == p for f, p in zip(fed, pieces)), "a chunk does not end with its context"
     first = "\n\nRepeat the previous context exactly."
     nxt = "\n\nRepeat the part of the previous context exactly, starting with"
-    table = {"": [], "\n": [], first: heads[0]}
-    if len(heads) > 1:  # heads[1] = Q1 + tail + S, heads[0] = Q0 + S: find |S|
-        tail = pieces[0][-8:]
-        s = next(s for s in range(len(heads[0]) + 1)
-                 if heads[1][len(heads[1]) - s - len(tail):len(heads[1]) - s] == tail
-                 and heads[0][len(heads[0]) - s:] == heads[1][len(heads[1]) - s:])
-        table = {"": [], "\n": heads[0][len(heads[0]) - s:], first: heads[0][:len(heads[0]) - s],
-                 nxt: heads[1][:len(heads[1]) - s - len(tail)]}
+    template = None
+    if question:
+        suffix = ids[n:]
+        table = {"PREFIX": ids[:prefix], "SUFFIX": suffix, first: heads[0][:len(heads[0]) - len(suffix)]}
+        if len(heads) > 1:
+            tail = pieces[0][-8:]
+            table[nxt] = heads[1][:len(heads[1]) - len(suffix) - len(tail)]
+        template = "PREFIX%sSUFFIX"
+        budget = max(1, T // 4)
+        L, K = model.config.num_hidden_layers, model.config.num_key_value_heads
+        press.compression_ratio = (L * K * (n - budget) + 0.5) / (L * K * n)
+    else:
+        table = {"": [], "\n": [], first: heads[0]}
+        if len(heads) > 1:  # heads[1] = Q1 + tail + S, heads[0] = Q0 + S: find |S|
+            tail = pieces[0][-8:]
+            s = next(s for s in range(len(heads[0]) + 1)
+                     if heads[1][len(heads[1]) - s - len(tail):len(heads[1]) - s] == tail
+                     and heads[0][len(heads[0]) - s:] == heads[1][len(heads[1]) - s:])
+            table = {"": [], "\n": heads[0][len(heads[0]) - s:], first: heads[0][:len(heads[0]) - s],
+                     nxt: heads[1][:len(heads[1]) - s - len(tail)]}
     recorded = []
     original = press.compress_post
 
@@ -382,9 +407,9 @@ def kvzip_kept(model, ids, press, trace):
 
     press.compress_post = compress_post
     saved = kz.AutoTokenizer
-    kz.AutoTokenizer = types.SimpleNamespace(from_pretrained=lambda *a, **k: _FixedTokenizer(table))
+    kz.AutoTokenizer = types.SimpleNamespace(from_pretrained=lambda *a, **k: _FixedTokenizer(table, template))
     try:
-        x = torch.tensor(ids, dtype=torch.long).unsqueeze(0)
+        x = torch.tensor(ids[:n], dtype=torch.long).unsqueeze(0)
         with torch.no_grad(), press(model):
             model(input_ids=x, past_key_values=DynamicCache(config=model.config), use_cache=True)
     finally:
@@ -399,7 +424,7 @@ def kvzip_kept(model, ids, press, trace):
         gone = [set() for _ in range(K)]
         for h, s in zip(hh.tolist(), ss.tolist()):
             gone[h].add(int(s))
-        kept.append([set(range(n)) - gone[h] for h in range(K)])
+        kept.append([set(range(n)) - gone[h] | set(range(n, T)) for h in range(K)])
     scores = {l: recorded[0][l] for l in range(L)}
     return kept, scores
 

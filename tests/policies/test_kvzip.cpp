@@ -6,6 +6,7 @@
 // repeat), the kept sets, and that the pass leaves no entry of its own.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "capture/policy/policies/descriptors.h"
 #include "capture/tokenizer/tokenizer.h"
@@ -197,6 +198,50 @@ TEST_CASE("kvzip: bad parameters and prompts are refused with their range", "[po
   CHECK_THAT(message("kvzip+keydiff"), Catch::Contains("context-reconstruction"));
   policy::PolicyInstance pi = policy::make_policy("kvzip:prefix=10");
   CHECK_THROWS_AS(pi.policy->reconstruction({1, 2, 3}, nullptr), InputError);
+}
+
+TEST_CASE("kvzip: a chat prompt's template prefix is no context and its generation prompt waits",
+          "[policies][kvzip]") {
+  const char* env = std::getenv("KVSCOPE_MODELS_DIR");
+  const std::string gguf = std::string(env && *env ? env : source_dir() + "/models") +
+                           "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  auto tok = tokenizer::Tokenizer::load(gguf);
+  const std::string text =
+      tok->apply_chat_template({{"user", "Lily had a red ball. She kicked it."}});
+  const std::vector<int32_t> prompt = tok->encode(text, false);
+  const int64_t T = int64_t(prompt.size());
+  // kvpress's split: the template before the content, and after it.
+  const std::vector<int32_t> prefix = tok->encode(text.substr(0, text.find("Lily")), false);
+  const std::vector<int32_t> suffix = tok->encode("<|im_end|>\n<|im_start|>assistant\n", false);
+  REQUIRE(suffix.size() == 6u);
+  policy::PolicyInstance chat = policy::make_policy("kvzip:budget=4,chunk=4");
+  const std::vector<policy::ReconstructionChunk> plan =
+      chat.policy->reconstruction(prompt, tok.get());
+  const int64_t n = T - int64_t(suffix.size());
+  CHECK(chat.policy->reconstruction_at() == n);
+  REQUIRE(plan.size() == size_t((n - int64_t(prefix.size()) + 3) / 4));
+  // Each chunk: repeat prompt, the template's suffix, then its context from the prefix on.
+  const std::vector<int32_t>& first = plan[0].ids;
+  CHECK(std::equal(prompt.begin() + long(prefix.size()), prompt.begin() + long(prefix.size()) + 4,
+                   first.end() - 4));
+  CHECK(std::equal(suffix.begin(), suffix.end(), first.end() - 4 - long(suffix.size())));
+  CHECK(plan.back().softmax_keys.back().second == n);
+  const auto resolved = chat.policy->resolved_params();
+  CHECK(std::find(resolved.begin(), resolved.end(),
+                  std::pair<std::string, double>{"prefix", double(prefix.size())}) !=
+        resolved.end());
+  CHECK(std::find(resolved.begin(), resolved.end(),
+                  std::pair<std::string, double>{"question", 6.0}) != resolved.end());
+  // chat=false, or a prompt without the template: the plain prompts after the whole prompt.
+  policy::PolicyInstance plain = policy::make_policy("kvzip:budget=4,chunk=4,chat=false");
+  const std::vector<policy::ReconstructionChunk> p2 =
+      plain.policy->reconstruction(prompt, tok.get());
+  CHECK(plain.policy->reconstruction_at() == -1);
+  CHECK(p2.back().softmax_keys.back().second == T);
+  const std::vector<int32_t> bare = tok->encode("Lily had a red ball. She kicked it.", false);
+  policy::PolicyInstance unwrapped = policy::make_policy("kvzip:budget=4,chunk=4");
+  unwrapped.policy->reconstruction(bare, tok.get());
+  CHECK(unwrapped.policy->reconstruction_at() == -1);
 }
 
 }  // namespace kvscope::test

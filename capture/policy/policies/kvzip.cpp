@@ -38,6 +38,36 @@ constexpr const char* kNextPrompt =
 constexpr const char* kSuffix = "\n";  // kvpress's suffix for a model without a chat template
 constexpr int64_t kPreviousTail = 8;
 
+// kvpress's split of the chat template around a user message: the tokens
+// before its content (the prefix, never reconstructed) and after it (the
+// suffix S of the repeat prompts: the end of the turn and the assistant's
+// header). False when the tokenizer has no chat template (kvpress then uses
+// no prefix and S = "\n") or KVScope cannot render it.
+bool chat_template_split(const tokenizer::Tokenizer& tok, std::vector<int32_t>* prefix,
+                         std::vector<int32_t>* suffix) {
+  if (tok.chat_template().empty()) return false;
+  const std::string dummy = "dummy context", separator = "\n" + std::string(dummy.size(), '#');
+  std::string text;
+  try {
+    text = tok.apply_chat_template({{"user", dummy + separator}}, true);
+  } catch (const InputError&) {
+    return false;
+  }
+  const size_t at = text.find(dummy + separator);
+  if (at == std::string::npos) return false;
+  *prefix = tok.encode(text.substr(0, at), false);
+  *suffix = tok.encode(text.substr(at + dummy.size() + separator.size()), false);
+  return true;
+}
+
+bool starts_with(const std::vector<int32_t>& v, const std::vector<int32_t>& head) {
+  return v.size() >= head.size() && std::equal(head.begin(), head.end(), v.begin());
+}
+
+bool ends_with(const std::vector<int32_t>& v, const std::vector<int32_t>& tail) {
+  return v.size() >= tail.size() && std::equal(tail.rbegin(), tail.rend(), v.rbegin());
+}
+
 struct Scored {
   float score;
   int32_t layer, head, pos;
@@ -82,13 +112,21 @@ namespace {
 class KvzipPolicy : public Policy {
  public:
   KvzipPolicy(int64_t budget, int64_t sinks, int64_t chunk, int64_t prefix, bool layerwise,
-              bool plus)
+              bool plus, bool chat)
       : budget_(budget),
         sinks_(sinks),
         chunk_(chunk),
         prefix_(prefix),
         layerwise_(layerwise),
-        plus_(plus) {}
+        plus_(plus),
+        chat_(chat) {}
+
+  int64_t reconstruction_at() const override { return question_ > 0 ? T_full_ - question_ : -1; }
+  // The prefix and the question tail the pass used (the chat template's when
+  // the prompt was built with it).
+  std::vector<std::pair<std::string, double>> resolved_params() const override {
+    return {{"prefix", double(context_begin_)}, {"question", double(question_)}};
+  }
 
   std::vector<std::string> reason_names() const override {
     return {"new token", "lowest context-reconstruction attention"};
@@ -137,16 +175,36 @@ class KvzipPolicy : public Policy {
       throw InputError("--policy", "kvzip",
                        "the context-reconstruction prompt needs the model's tokenizer");
     const std::vector<int32_t> first = tokenizer->encode(kFirstPrompt, false),
-                               next = tokenizer->encode(kNextPrompt, false),
-                               suffix = tokenizer->encode(kSuffix, false);
+                               next = tokenizer->encode(kNextPrompt, false);
+    std::vector<int32_t> suffix = tokenizer->encode(kSuffix, false);
+    // A prompt built with the chat template (--chat): its template prefix is
+    // no context, its generation prompt (S) is the question's place, and S
+    // ends the repeat prompts (kvpress with a chat template).
+    std::vector<int32_t> template_prefix, template_suffix;
+    int64_t begin = prefix_, end_of_context = T;
+    if (chat_ && chat_template_split(*tokenizer, &template_prefix, &template_suffix) &&
+        starts_with(prompt, template_prefix) && ends_with(prompt, template_suffix) &&
+        int64_t(template_prefix.size() + template_suffix.size()) < T) {
+      begin = std::max<int64_t>(prefix_, int64_t(template_prefix.size()));
+      end_of_context = T - int64_t(template_suffix.size());
+      suffix = template_suffix;
+    }
+    if (begin >= end_of_context)
+      throw InputError("--policy", "kvzip:prefix",
+                       "'" + std::to_string(prefix_) +
+                           "' leaves no context between the chat "
+                           "template's prefix and its generation prompt");
+    context_begin_ = begin;
+    question_ = T - end_of_context;
+    T_full_ = T;
     std::vector<ReconstructionChunk> chunks;
-    for (int64_t start = prefix_; start < T; start += chunk_) {
-      const int64_t end = std::min(T, start + chunk_);
+    for (int64_t start = begin; start < end_of_context; start += chunk_) {
+      const int64_t end = std::min(end_of_context, start + chunk_);
       ReconstructionChunk c;
-      c.ids = start == prefix_ ? first : next;
-      if (start > prefix_)  // the previous chunk's last tokens
+      c.ids = start == begin ? first : next;
+      if (start > begin)  // the previous chunk's last tokens
         c.ids.insert(c.ids.end(),
-                     prompt.begin() + std::max({prefix_, start - kPreviousTail, start - chunk_}),
+                     prompt.begin() + std::max({begin, start - kPreviousTail, start - chunk_}),
                      prompt.begin() + start);
       c.ids.insert(c.ids.end(), suffix.begin(), suffix.end());
       c.ids.insert(c.ids.end(), prompt.begin() + start, prompt.begin() + end);
@@ -207,19 +265,29 @@ class KvzipPolicy : public Policy {
     // Sinks: above every score (kvpress: the largest score + 1).
     float top = 0;
     for (float s : scores_) top = std::max(top, s);
-    for (int64_t i = 0; i < L * K; ++i)
+    // The pass runs before a chat prompt's generation prompt is fed (kvpress
+    // compresses the context before the question): the selection is over the
+    // n positions fed so far, and the generation prompt joins after it.
+    const int64_t n = T_ - question_;
+    std::vector<float> fed(size_t(L * K * n));
+    for (int64_t i = 0; i < L * K; ++i) {
       for (int64_t p = 0; p < std::min(sinks_, T_); ++p) scores_[size_t(i * T_ + p)] = top + 1.0f;
+      std::copy_n(scores_.begin() + i * T_, n, fed.begin() + i * n);
+    }
     for (int64_t l = 0; l < L; ++l)
       for (int64_t h = 0; h < K; ++h)
-        for (int64_t p = 0; p < T_; ++p)
-          c.decide.gate(0, l, h, p, scores_[size_t((l * K + h) * T_ + p)], false);
-    for (const auto& e : kvzip_evictions(scores_, L, K, T_, budget_, layerwise_))
-      c.decide.evict(e[0], e[1], e[2], scores_[size_t((e[0] * K + e[1]) * T_ + e[2])], 1);
+        for (int64_t p = 0; p < n; ++p)
+          c.decide.gate(0, l, h, p, fed[size_t((l * K + h) * n + p)], false);
+    for (const auto& e : kvzip_evictions(fed, L, K, n, budget_, layerwise_))
+      c.decide.evict(e[0], e[1], e[2], fed[size_t((e[0] * K + e[1]) * n + e[2])], 1);
   }
 
  private:
   int64_t budget_, sinks_, chunk_, prefix_;
-  bool layerwise_, plus_;
+  bool layerwise_, plus_, chat_;
+  // Set by reconstruction(): where the context starts, the prompt's tokens
+  // after it (a chat prompt's generation prompt), the prompt's length.
+  mutable int64_t context_begin_ = 0, question_ = 0, T_full_ = 0;
   std::vector<torch::Tensor> wo_;  // KVzip+: per layer W_O as [H, hd, D]
   int64_t T_ = 0;
   std::vector<float> scores_;                                 // [L][K][T]
@@ -249,13 +317,16 @@ PolicyDescriptor kvzip_descriptor() {
            {"layerwise", ParamType::Bool, "false",
             "each layer keeps K*budget (kvpress layerwise) instead of one ranking over all "
             "layers"},
+           {"chat", ParamType::Bool, "true",
+            "a prompt built with the chat template (--chat): its template prefix is no context, "
+            "its generation prompt stays and ends the repeat prompts (kvpress's default)"},
            {"plus", ParamType::Bool, "false",
             "KVzip+ (kvpress kvzip_plus_normalization): weights over the query's ||h||, times "
             "the value's ||v W_O||"}},
           [](const Params& p) -> std::unique_ptr<Policy> {
-            return std::make_unique<KvzipPolicy>(p.get_int("budget"), p.get_int("sinks"),
-                                                 p.get_int("chunk"), p.get_int("prefix"),
-                                                 p.get_bool("layerwise"), p.get_bool("plus"));
+            return std::make_unique<KvzipPolicy>(
+                p.get_int("budget"), p.get_int("sinks"), p.get_int("chunk"), p.get_int("prefix"),
+                p.get_bool("layerwise"), p.get_bool("plus"), p.get_bool("chat"));
           }};
 }
 
