@@ -123,6 +123,8 @@ class RaggedKvCache {
   // as many as those tiers' key_channels, each < hd; allowed while the head
   // holds no entry in such a tier (the stored keys are read through them).
   void set_key_channels(int64_t layer, int64_t kv_head, std::vector<int32_t> channels);
+  // Key channels a tier stores per entry (head_dim unless it prunes them).
+  int64_t tier_key_channels(int64_t tier) const { return pools_[size_t(tier)]->key_dim(); }
   // Empty until set.
   const std::vector<int32_t>& key_channels(int64_t layer, int64_t kv_head) const {
     return head(layer, kv_head).key_channels;

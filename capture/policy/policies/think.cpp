@@ -69,8 +69,8 @@ class ThinkPolicy : public Policy {
     add_window_queries(c);
     if (!c.prompt_complete) return;
     pruned_[size_t(c.layer)] = true;
-    const int64_t hd = c.cache.head_dim();
-    const int64_t n_pruned = static_cast<int64_t>(double(hd) * o_.ratio);
+    // floor(ratio x head_dim): what the thin tier's rows leave out.
+    const int64_t n_pruned = c.cache.head_dim() - c.cache.tier_key_channels(kThinTier);
     if (n_pruned == 0 || queries_[size_t(c.layer)] == 0) return;  // kvpress: keys unchanged
     const torch::Tensor query_norm = group_query_norm(c);         // [K, hd]
     for (int64_t h = 0; h < c.cache.n_kv_heads(); ++h) prune_head(c, h, query_norm[h], n_pruned);
