@@ -62,14 +62,20 @@ int run_markdown() {
     const std::string name = doc.substr(doc.rfind('/') + 1);
     return "[" + name + "](" + name + ")";
   };
+  // A '|' in a summary (a norm, ||v||) would end the table cell.
+  auto cell = [](const std::string& text) {
+    std::string out;
+    for (char ch : text) out += ch == '|' ? std::string("\\|") : std::string(1, ch);
+    return out;
+  };
   std::cout << "| policy | what | page |\n| --- | --- | --- |\n";
   for (const policy::PolicyDescriptor& d : policy::builtin_policies())
-    std::cout << "| `" << d.name << "` | " << d.summary << " | " << page(d.doc) << " |\n";
+    std::cout << "| `" << d.name << "` | " << cell(d.summary) << " | " << page(d.doc) << " |\n";
   std::cout
       << "\nWrappers reshape the scored eviction part before them "
          "(`snapkv:budget=0.25+pyramid`):\n\n| wrapper | what | page |\n| --- | --- | --- |\n";
   for (const policy::WrapperDescriptor& d : policy::builtin_wrappers())
-    std::cout << "| `" << d.name << "` | " << d.summary << " | " << page(d.doc) << " |\n";
+    std::cout << "| `" << d.name << "` | " << cell(d.summary) << " | " << page(d.doc) << " |\n";
   return kExitOk;
 }
 

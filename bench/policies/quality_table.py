@@ -86,7 +86,7 @@ NOTES = {
     "finch": "prefill only: grows at decode; the question = the prompt's last 32 tokens",
     "kvzip": "prefill only (a reconstruction pass, no chat template): grows at decode",
     "cam": "decode only (the paper's per-step CaM): the first decode step cuts the prompt",
-    "kvzip+": "prefill only (KVzip+: weights over ||h||, times ||v W_O||; no chat template): grows at decode",
+    "kvzip+": "prefill only (KVzip+: weights over the norm of h, times the norm of v W_O; no chat template): grows at decode",
     "snapkv+think": "SnapKV keeps 4/3 x the entries, ThinK halves their keys' channels: the same bytes; "
                     "prefill only: grows at decode",
 }
