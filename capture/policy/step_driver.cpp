@@ -262,8 +262,8 @@ torch::Tensor StepDriver::attend_side(const model::AttentionInputs& in) {
   std::vector<int64_t> key_pos;
   std::vector<float> over_norm;  // KVzip+: 1 / ||h_i|| per query
   if (needs_.peak_over_hidden_norm) {
-    torch::Tensor norm = in.hidden.to(torch::kFloat32).norm(2, -1).contiguous();
-    for (int64_t i = 0; i < n; ++i) over_norm.push_back(1.0f / norm[i].item<float>());
+    const torch::Tensor inv = in.hidden.to(torch::kFloat32).norm(2, -1).reciprocal().contiguous();
+    over_norm.assign(inv.data_ptr<float>(), inv.data_ptr<float>() + n);
   }
   for (int64_t h = 0; h < K_; ++h) {
     cache_.attended_positions(l, h, &key_pos);
