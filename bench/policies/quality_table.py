@@ -74,6 +74,7 @@ POLICIES = [
     ("critical_adakv", "critical_adakv:scorer=snapkv,budget={M}"),
     ("snapkv+think", "snapkv:budget={T},window=32+think:ratio=0.5"),
     ("kvzip+", "kvzip:budget={M},plus=true"),
+    ("kvcompose", "kvcompose:budget={M}"),
 ]
 NOTES = {
     "quest": "selects {M} entries per query at read time; holds all",
@@ -87,6 +88,7 @@ NOTES = {
     "kvzip": "prefill only (a reconstruction pass, no chat template): grows at decode",
     "cam": "decode only (the paper's per-step CaM): the first decode step cuts the prompt",
     "kvzip+": "prefill only (KVzip+: weights over the norm of h, times the norm of v W_O; no chat template): grows at decode",
+    "kvcompose": "prefill only (the prompt read a second time; one count per layer): grows at decode",
     "snapkv+think": "SnapKV keeps 4/3 x the entries, ThinK halves their keys' channels: the same bytes; "
                     "prefill only: grows at decode",
 }

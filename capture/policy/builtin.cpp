@@ -29,7 +29,7 @@ const std::vector<PolicyDescriptor>& builtin_policies() {
       non_causal_attention_descriptor(), compactor_descriptor(), criticalkv_descriptor(),
       simlayerkv_descriptor(), qfilter_descriptor(), critical_adakv_descriptor(),
       cap_descriptor(), expected_attention_stats_descriptor(), dms_descriptor(), finch_descriptor(),
-      kvzip_descriptor(), cam_descriptor(), think_descriptor(),
+      kvzip_descriptor(), kvcompose_descriptor(), cam_descriptor(), think_descriptor(),
   };
   return all;
 }

@@ -137,6 +137,16 @@ def kvzip_press(model, chunk, plus=False):
                               kvzip_plus_normalization=plus)
 
 
+def kvcompose_press(model, structured=True):
+    """kvpress's KVComposePress keeping L*K*budget entries in all: its ratio
+    counts the L*n composite slots (structured) or the L*K*n per-head slots,
+    and (L*K*budget + 0.5) / (L*K*n) kept gives exactly L*budget and L*K*budget."""
+    n, L, K = len(model.ids), model.layers, model.kv_heads
+    budget = max(1, n // 4)
+    ratio = (L * K * (n - budget) - 0.5) / (L * K * n)
+    return kvpress.KVComposePress(compression_ratio=ratio, structured=structured)
+
+
 def ratio_of(n, keep):
     from kvpress_check import ratio_for
     return ratio_for(n, keep)
@@ -307,6 +317,15 @@ def cases_for(model_name):
              lambda r, m: kvzip_press(m, chunk), sdpa=True, masks=True,
              runner=lambda *a: __import__("kvpress_check").kvzip_kept(*a), tie=global_ties,
              why="near-equal scores across heads (within 1e-4 of the largest)"),
+        # KVCompose: the prompt read a second time; composite tokens (one
+        # count per layer) and the unstructured variant (one count per head).
+        Case("kvcompose", "KVComposePress", lambda b, n: "kvcompose:budget=%d" % b,
+             lambda r, m: kvcompose_press(m),
+             runner=lambda *a: __import__("kvpress_check").kvcompose_kept(*a)),
+        Case("kvcompose_unstructured", "KVComposePress(structured=False)",
+             lambda b, n: "kvcompose:budget=%d,structured=false" % b,
+             lambda r, m: kvcompose_press(m, structured=False),
+             runner=lambda *a: __import__("kvpress_check").kvcompose_kept(*a)),
         # ThinK prunes key channels, not tokens: the sets compared are the
         # channels each head dropped (trace /key_channels) and those kvpress
         # zeroed.

@@ -429,6 +429,31 @@ def kvzip_kept(model, ids, press, trace):
     return kept, scores
 
 
+def kvcompose_kept(model, ids, press, trace):
+    """KVComposePress's kept positions per (layer, kv head): the masks it
+    builds after its second reading of the context (its structured variant
+    then stacks the kept rows, which loses their positions), and its scores
+    [K, T] per layer after the mean across heads."""
+    from transformers import DynamicCache
+    got = {}
+    original = press.compress_cache
+
+    def compress_cache(m):
+        got["kept"] = [[set(int(p) for p in mask.nonzero().flatten()) for mask in row]
+                       for row in press.important_mask_per_kv_head]
+        got["scores"] = press.scores.detach().double().clone()
+        original(m)
+
+    press.compress_cache = compress_cache
+    try:
+        x = torch.tensor(ids, dtype=torch.long).unsqueeze(0)
+        with torch.no_grad(), press(model):
+            model(input_ids=x, past_key_values=DynamicCache(config=model.config), use_cache=True)
+    finally:
+        del press.compress_cache
+    return got["kept"], {l: got["scores"][l] for l in range(got["scores"].shape[0])}
+
+
 def trace_pruned_channels(trace, L, K):
     """The key channels each (layer, kv head) dropped: the trace's /key_channels."""
     with h5py.File(trace, "r") as f:

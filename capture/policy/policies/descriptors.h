@@ -55,6 +55,13 @@ PolicyDescriptor kvzip_descriptor();
 std::vector<std::array<int32_t, 3>> kvzip_evictions(const std::vector<float>& scores, int64_t L,
                                                     int64_t K, int64_t T, int64_t budget,
                                                     bool layerwise);
+PolicyDescriptor kvcompose_descriptor();
+// KVCompose's counts (kvcompose.cpp), for the unit test: scores [L][K][T]
+// (after the mean across heads); entries each (layer, kv head) keeps, [L*K].
+// Ties between slots: the lower layer (head), then the better rank.
+std::vector<int64_t> kvcompose_counts(const std::vector<float>& scores, int64_t L, int64_t K,
+                                      int64_t T, int64_t budget, bool structured, bool head_max,
+                                      int64_t floor);
 
 // Per-head scorers the policies above are built from (capture/policy/scorer.h).
 struct ScorerDescriptor;
