@@ -98,6 +98,29 @@ def duo_press(path, sinks, recent):
     return press
 
 
+def lukv_curve(name, layers, kv_heads):
+    """A budget curve (kvpress's [99, layers, kv heads] .npy of prune ratios)
+    of seeded ratios that differ by head, written once per model; kvpress
+    downloads the official ones, which exist for Llama-3.1-8B only."""
+    import os
+    import tempfile
+    import numpy as np
+    path = os.path.join(tempfile.gettempdir(), "kvscope-lukv-%s.npy" % name)
+    rng = np.random.default_rng(13)
+    base = np.linspace(0.01, 0.99, 99)[:, None, None]
+    spread = rng.uniform(-0.2, 0.2, size=(1, layers, kv_heads))
+    np.save(path, np.clip(base + spread, 0.0, 0.97).astype(np.float64))
+    return path
+
+
+def lukv_press(ratio, path, scorer):
+    """kvpress's LUKVPress around a scorer, on KVScope's curve."""
+    import numpy as np
+    press = kvpress.LUKVPress(press=scorer, compression_ratio=ratio, sink=4, window=1)
+    press._budget_curves = np.load(path)
+    return press
+
+
 def ea_stats_press(ratio, name):
     """kvpress's ExpectedAttentionStatsPress with KVScope's calibrated query
     statistics (kvpress would download its own from the Hugging Face hub)."""
@@ -165,6 +188,7 @@ def cases_for(model_name):
     dms_window, dms_threshold = (16, -0.92) if model_name == "stories260K" else (64, -0.835)
     filters = "stories260K" if model_name == "stories260K" else "SmolLM2-135M-Instruct"
     duo = duo_pattern(model_name, layers, 4 if model_name == "stories260K" else 3)
+    curve = lukv_curve(model_name, layers, 4 if model_name == "stories260K" else 3)
     # Entries each layer keeps (PerLayerCompressionPress): 1/8 to 1/2 of the prompt.
     per_layer_keep = lambda n: [max(1, n * (1 + l % 4) // 8) for l in range(layers)]  # noqa: E731
     cases = [
@@ -326,6 +350,10 @@ def cases_for(model_name):
              lambda b, n: "kvcompose:budget=%d,structured=false" % b,
              lambda r, m: kvcompose_press(m, structured=False),
              runner=lambda *a: __import__("kvpress_check").kvcompose_kept(*a)),
+        # LU-KV: per-head budgets from a seeded curve given to both.
+        Case("lukv", "LUKVPress(KeyDiffPress) (KVScope's curve)",
+             lambda b, n: "lukv:scorer=keydiff,curve=%s,budget=%d,keep_first=4,keep_last=1" % (curve, b),
+             lambda r, m: lukv_press(r, curve, P.KeyDiffPress()), sdpa=True, masks=True),
         # ThinK prunes key channels, not tokens: the sets compared are the
         # channels each head dropped (trace /key_channels) and those kvpress
         # zeroed.

@@ -56,6 +56,12 @@ std::vector<std::array<int32_t, 3>> kvzip_evictions(const std::vector<float>& sc
                                                     int64_t K, int64_t T, int64_t budget,
                                                     bool layerwise);
 PolicyDescriptor kvcompose_descriptor();
+PolicyDescriptor lukv_descriptor();
+// LU-KV (lukv.cpp), for the unit test: the curve row for a compression ratio
+// (round(100 ratio) - 1 in [0, 98], half to even), and the entries each of a
+// layer's heads keeps of T from its prune ratios.
+int64_t lukv_curve_row(double ratio);
+std::vector<int64_t> lukv_head_counts(const std::vector<double>& prune, int64_t T);
 // KVCompose's counts (kvcompose.cpp), for the unit test: scores [L][K][T]
 // (after the mean across heads); entries each (layer, kv head) keeps, [L*K].
 // Ties between slots: the lower layer (head), then the better rank.
