@@ -73,9 +73,10 @@ TEST_CASE("policy and wrapper names are unique and every policy builds with its 
   for (const policy::PolicyDescriptor& d : policy::builtin_policies()) {
     bool needs_file = false;
     for (const policy::ParamSpec& p : d.params)
-      needs_file |= p.type == policy::ParamType::String && p.default_value.empty() &&
-                    (p.name == "gates" || p.name == "file" || p.name == "pattern");
-    if (needs_file) continue;  // learned and scripted policies need their file
+      needs_file |=
+          p.type == policy::ParamType::String && p.default_value.empty() &&
+          (p.name == "gates" || p.name == "file" || p.name == "pattern" || p.name == "curve");
+    if (needs_file) continue;  // learned, scripted and LU-KV policies need their file
     INFO(d.name);
     CHECK_NOTHROW(policy::make_policy(d.name));
   }
