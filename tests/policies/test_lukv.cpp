@@ -138,6 +138,12 @@ TEST_CASE("lukv: each head keeps the curve's count of its best entries on storie
   }
   // The counts differ across heads (the point of LU-KV).
   CHECK(run.held(0, 0).size() != run.held(L - 1, K - 1).size());
+  // A budget of the whole prompt compresses nothing.
+  PolicyRun all(*model, "lukv:scorer=keydiff,curve=" + path + ",budget=" + std::to_string(T), T + 1,
+                T);
+  all.feed(*model, prompt, 0);
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t h = 0; h < K; ++h) CHECK(int64_t(all.held(l, h).size()) == T);
 }
 
 TEST_CASE("lukv: a missing or misshapen curve is refused with what was expected",

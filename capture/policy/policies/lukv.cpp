@@ -110,6 +110,7 @@ class LukvPolicy : public Policy {
     scorer_->observe(c);
     if (!c.prefill || !scorer_->compresses(c)) return;
     const int64_t T = c.tokens_fed();
+    if (budget_ >= T) return;  // no compression (kvpress: compression_ratio <= 0)
     const std::vector<int64_t> n = lukv_head_counts(
         std::vector<double>(prune_.begin() + c.layer * K_, prune_.begin() + (c.layer + 1) * K_), T);
     for (int64_t h = 0; h < K_; ++h) evict_head(c, h, n[size_t(h)]);
