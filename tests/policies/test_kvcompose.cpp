@@ -154,24 +154,16 @@ TEST_CASE("kvcompose: scores from the real second reading, kept sets and freed e
 }
 
 TEST_CASE("kvcompose: bad parameters are refused with what is expected", "[policies][kvcompose]") {
-  auto message = [](const std::string& spec) {
-    try {
-      policy::make_policy(spec);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  CHECK_THAT(message("kvcompose:budget=0"),
+  CHECK_THAT(policy_error("kvcompose:budget=0"),
              Catch::Contains("kvcompose:budget") && Catch::Contains("[1, "));
-  CHECK_THAT(message("kvcompose:floor=-1"),
+  CHECK_THAT(policy_error("kvcompose:floor=-1"),
              Catch::Contains("kvcompose:floor") && Catch::Contains("[0, "));
-  CHECK_THAT(message("kvcompose:task=sum"),
+  CHECK_THAT(policy_error("kvcompose:task=sum"),
              Catch::Contains("kvcompose:task") && Catch::Contains("'max' or 'mean'"));
-  CHECK_THAT(message("kvcompose:head=min"), Catch::Contains("kvcompose:head"));
-  CHECK_THAT(message("kvcompose:task=mean,group=max"), Catch::Contains("kvcompose:group"));
-  CHECK_THAT(message("kvcompose+keydiff"), Catch::Contains("reconstruction"));
-  CHECK(message("kvcompose:task=mean,head=max,v_norm=true,floor=4").empty());
+  CHECK_THAT(policy_error("kvcompose:head=min"), Catch::Contains("kvcompose:head"));
+  CHECK_THAT(policy_error("kvcompose:task=mean,group=max"), Catch::Contains("kvcompose:group"));
+  CHECK_THAT(policy_error("kvcompose+keydiff"), Catch::Contains("reconstruction"));
+  CHECK(policy_error("kvcompose:task=mean,head=max,v_norm=true,floor=4").empty());
 }
 
 }  // namespace kvscope::test

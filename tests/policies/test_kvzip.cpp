@@ -183,19 +183,14 @@ TEST_CASE("kvzip: scores from the real reconstruction pass, kept sets and freed 
 }
 
 TEST_CASE("kvzip: bad parameters and prompts are refused with their range", "[policies][kvzip]") {
-  auto message = [](const std::string& spec) {
-    try {
-      policy::make_policy(spec);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  CHECK_THAT(message("kvzip:chunk=0"), Catch::Contains("kvzip:chunk") && Catch::Contains("[1, "));
-  CHECK_THAT(message("kvzip:budget=0"), Catch::Contains("kvzip:budget") && Catch::Contains("[1, "));
-  CHECK_THAT(message("kvzip:sinks=-1"), Catch::Contains("kvzip:sinks") && Catch::Contains("[0, "));
-  CHECK_THAT(message("kvzip:prefix=-2"), Catch::Contains("kvzip:prefix"));
-  CHECK_THAT(message("kvzip+keydiff"), Catch::Contains("context-reconstruction"));
+  CHECK_THAT(policy_error("kvzip:chunk=0"),
+             Catch::Contains("kvzip:chunk") && Catch::Contains("[1, "));
+  CHECK_THAT(policy_error("kvzip:budget=0"),
+             Catch::Contains("kvzip:budget") && Catch::Contains("[1, "));
+  CHECK_THAT(policy_error("kvzip:sinks=-1"),
+             Catch::Contains("kvzip:sinks") && Catch::Contains("[0, "));
+  CHECK_THAT(policy_error("kvzip:prefix=-2"), Catch::Contains("kvzip:prefix"));
+  CHECK_THAT(policy_error("kvzip+keydiff"), Catch::Contains("context-reconstruction"));
   policy::PolicyInstance pi = policy::make_policy("kvzip:prefix=10");
   CHECK_THROWS_AS(pi.policy->reconstruction({1, 2, 3}, nullptr), InputError);
 }
