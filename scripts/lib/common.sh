@@ -15,7 +15,10 @@ KVSCOPE_SHARED_DIR="${KVSCOPE_SHARED_DIR:-$(cd "$KVSCOPE_ROOT/.." && pwd)/shared
 KVSCOPE_CACHE_DIR="${KVSCOPE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvscope}"
 export KVSCOPE_SHARED_DIR
 
-log() { printf '\033[1m[kvscope]\033[0m %s\n' "$*" >&2; }
+# Seconds since the outermost script started (./scripts/test runs the others):
+# each log line carries it, so a slow CI run shows which stage took the time.
+export KVSCOPE_T0="${KVSCOPE_T0:-$(date +%s)}"
+log() { printf '\033[1m[kvscope +%ss]\033[0m %s\n' "$(($(date +%s) - KVSCOPE_T0))" "$*" >&2; }
 die() { printf '\033[1;31m[kvscope] error:\033[0m %s\n' "$*" >&2; exit 1; }
 
 as_root() {
@@ -28,3 +31,9 @@ export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
 # Paths relative to the checkout: clones and worktrees at other paths (CI's
 # fresh clone included) hit the same cache entries.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$KVSCOPE_ROOT}"
+# The sanitizer tree compiles with -g1, and with debug info ccache hashes the
+# working directory unless told not to: every clone at a new path (CI's
+# included) then rebuilt build-sanitize/ from nothing. The cost: a cached
+# object's DW_AT_comp_dir may name another clone's build folder; the file
+# names in ASan's stack traces are relative (CCACHE_BASEDIR) and still right.
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"

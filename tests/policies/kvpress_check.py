@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -567,6 +568,7 @@ def main():
           (importlib.metadata.version("kvpress"), a.model, model.layers, model.kv_heads, len(model.ids)))
     failures, rows = [], []
     for case in cases:
+        started = time.monotonic()
         try:
             spec, n, mean_kept, same, total, diffs, explained = run_case(model, case)
         except Exception as e:  # one press's failure must not hide the others
@@ -577,9 +579,10 @@ def main():
         what = ("pruned %5.1f key channels per head" % mean_kept if case.channels else
                 "kept %5.1f of %d per head" % (mean_kept, n))
         sets = "pruned channel sets" if case.channels else "kept sets"
-        print("%-22s %-18s %s: %d/%d (layer, head) %s identical%s" %
+        print("%-22s %-18s %s: %d/%d (layer, head) %s identical%s [%.1f s]" %
               (case.name, case.press_name, what, same, total, sets,
-               "" if not diffs else " (explained: %s)" % why if explained else " NOT EXPLAINED"))
+               "" if not diffs else " (explained: %s)" % why if explained else " NOT EXPLAINED",
+               time.monotonic() - started))
         for d in diffs[:4]:
             print("    layer %d head %d: only KVScope %s, only kvpress %s" % d)
         rows.append((case.name, case.press_name, same, total, len(diffs), explained, why))
