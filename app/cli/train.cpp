@@ -148,7 +148,8 @@ int run_train(TrainCli& c) {
   else if (c.o.kind == gates::GateKind::SfcGru)
     std::fprintf(stderr, "train: wrote %s (+ .json .csv .log) in %.1f s\n", c.o.output.c_str(),
                  r.wall_seconds);
-  else if (c.o.kind == gates::GateKind::QFilter || c.o.kind == gates::GateKind::QueryStats)
+  else if (c.o.kind == gates::GateKind::QFilter || c.o.kind == gates::GateKind::QueryStats ||
+           c.o.kind == gates::GateKind::Kvzap)
     std::fprintf(stderr, "train: wrote %s (+ .json) in %.1f s\n", c.o.output.c_str(),
                  r.wall_seconds);
   else
@@ -167,7 +168,8 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--policy", c->policy,
                   "wgkv | attention-gate | retention | retention-global | kvpop (--scorer "
                   "mlp|mlstm; --retrofit) | streaming-plus | sfc (--traces) | qfilter (calibration: "
-                  "--steps windows of --seq-len tokens of --data) | query-stats (calibration, likewise)")
+                  "--steps windows of --seq-len tokens of --data) | query-stats (calibration, likewise) | "
+                  "kvzap (KVzip+ scores of --data, ridge fit)")
       ->required();
   generate::add_model_options(sub, &o.model);
   // sfc reads the model's path from its traces.

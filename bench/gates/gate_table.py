@@ -31,6 +31,10 @@ def main():
         elif m["policy"] == "query-stats":
             held = f"queries per kv head: {t['queries_per_kv_head']}"
             shape = f"{t['windows']} x {t['seq_len']} (calibration)"
+        elif m["policy"] == "kvzap":  # ridge fit, closed form
+            r2 = t["heldout_r2"]
+            held = f"R² of log KVzip+ per layer: mean {fmt(sum(r2) / len(r2))} ({fmt(min(r2))}–{fmt(max(r2))})"
+            shape = f"{t['windows']} x {t['seq_len']} (ridge fit)"
         elif m["policy"] == "sfc-gru":  # trained from traces: tokens sampled per trace and step
             held = (f"AUROC now {fmt(h['now']['auroc'])}, horizon {fmt(h['horizon']['auroc'])}; "
                     f"onsets forecast {fmt(h['onsets_forecast_lead'])}") if h else "-"

@@ -40,6 +40,8 @@ const char* gate_kind_name(GateKind k) {
       return "qfilter";
     case GateKind::QueryStats:
       return "query-stats";
+    case GateKind::Kvzap:
+      return "kvzap";
   }
   return "?";
 }
@@ -49,12 +51,12 @@ GateKind parse_gate_kind(const std::string& name, const std::string& file,
   for (GateKind k :
        {GateKind::WriteGate, GateKind::AttentionGate, GateKind::Retention,
         GateKind::RetentionGlobal, GateKind::KvpopMlp, GateKind::KvpopMlstm, GateKind::SfcGru,
-        GateKind::QFilter, GateKind::QueryStats})
+        GateKind::QFilter, GateKind::QueryStats, GateKind::Kvzap})
     if (name == gate_kind_name(k)) return k;
   throw InputError(file, field,
                    "'" + name +
                        "' is not a gate kind (wgkv, attention-gate, retention, retention-global, "
-                       "kvpop-mlp, kvpop-mlstm, sfc-gru, qfilter, query-stats)");
+                       "kvpop-mlp, kvpop-mlstm, sfc-gru, qfilter, query-stats, kvzap)");
 }
 
 double GateSet::hyper(const std::string& key) const {
@@ -115,6 +117,9 @@ json default_hyperparameters(GateKind kind, const GateShape& s) {
       return json::object();  // calibrated, nothing to choose
     case GateKind::QueryStats:
       return {{"sinks", 4}};  // first queries of each window left out (kvpress n_sink)
+    case GateKind::Kvzap:
+      // kvpress kvzap/train.py's linear surrogate: scikit-learn's Ridge() (alpha 1).
+      return {{"ridge", 1.0}};
   }
   return json::object();
 }
@@ -152,6 +157,7 @@ constexpr HyperRange kHyperRanges[] = {
     {"focal_gamma", 0, 10, false},
     {"lead", 0, 1 << 20, true},
     {"latency_weight", 0, 1e3, false},
+    {"ridge", 0, 1e9, false},
 };
 
 void check_hyperparameter_ranges(const json& h, const std::string& field) {
@@ -280,6 +286,10 @@ std::map<std::string, std::vector<int64_t>> expected_parameters(GateKind kind, c
         out[p + "query_mean"] = {s.n_heads, hd};
         out[p + "query_cov"] = {s.n_heads, hd, hd};
         break;
+      case GateKind::Kvzap:
+        out[p + "kvzap.weight"] = {K, s.hidden_size};
+        out[p + "kvzap.bias"] = {K};
+        break;
     }
   }
   if (kind == GateKind::SfcGru) {
@@ -397,6 +407,7 @@ GateSet init_gates(GateKind kind, const json& hyper, const GateShape& shape, uin
         break;
       case GateKind::QFilter:  // calibrated (query_calibration.cpp), never initialised to train
       case GateKind::QueryStats:
+      case GateKind::Kvzap:  // fitted in closed form (kvzap_calibration.cpp)
         t.zero_();
         break;
     }

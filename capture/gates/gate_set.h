@@ -75,10 +75,11 @@ enum class GateKind {
   SfcGru,
   QFilter,
   QueryStats,
+  Kvzap,
 };
 
 // "wgkv", "attention-gate", "retention", "retention-global", "kvpop-mlp", "kvpop-mlstm",
-// "sfc-gru", "qfilter", "query-stats".
+// "sfc-gru", "qfilter", "query-stats", "kvzap".
 const char* gate_kind_name(GateKind k);
 // Throws InputError(file, field, ...) for an unknown name.
 GateKind parse_gate_kind(const std::string& name, const std::string& file,

@@ -121,7 +121,9 @@ torch::Tensor GatedDenseBackend::attend(const model::AttentionInputs& in) {
         throw std::logic_error("GatedDenseBackend: SFC forecasters train from traces");
       case GateKind::QFilter:  // calibrated (query_calibration.cpp), never through attention
       case GateKind::QueryStats:
-        throw std::logic_error("GatedDenseBackend: query filters and statistics are calibrated");
+      case GateKind::Kvzap:
+        throw std::logic_error(
+            "GatedDenseBackend: query filters, statistics and KVzap are calibrated");
       case GateKind::Retention:
       case GateKind::RetentionGlobal: {
         torch::Tensor lb = retention_log_beta(g, l, in.hidden);

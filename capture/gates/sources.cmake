@@ -18,4 +18,5 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/sfc_training.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sfc_trainer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/query_calibration.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/kvzap_calibration.cpp
 )

@@ -279,7 +279,8 @@ std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w,
       throw std::logic_error("trainer: SFC forecasters train from traces (sfc_training.h)");
     case GateKind::QFilter:
     case GateKind::QueryStats:
-      throw std::logic_error("trainer: query filters and statistics are calibrated");
+    case GateKind::Kvzap:
+      throw std::logic_error("trainer: query filters, statistics and KVzap are calibrated");
     case GateKind::Retention:
     case GateKind::RetentionGlobal: {
       torch::Tensor logp_s = torch::log_softmax(m.logits(hidden_s), -1);
@@ -912,6 +913,7 @@ TrainResult train_gates(const TrainOptions& options) {
   if (options.kind == GateKind::SfcGru) return train_sfc(options);
   if (options.kind == GateKind::QFilter || options.kind == GateKind::QueryStats)
     return calibrate_queries(options);
+  if (options.kind == GateKind::Kvzap) return calibrate_kvzap(options);
   return Trainer(options).run();
 }
 

@@ -127,6 +127,10 @@ TrainResult train_sfc(const TrainOptions& options);
 // qfilter and query-stats: calibration from the model's queries on the text
 // (--data, --steps windows of --seq-len tokens; query_calibration.cpp).
 TrainResult calibrate_queries(const TrainOptions& options);
+// kvzap: KVzip+ scores of the text read back after a repeat prompt, and the
+// per-layer ridge regression from hidden states to their logs
+// (kvzap_calibration.cpp).
+TrainResult calibrate_kvzap(const TrainOptions& options);
 
 // What a gate file says about a model: `name` as the loader names it, the
 // file's name and the sha256 of `hashed_file` (what policies hash to find

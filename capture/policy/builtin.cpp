@@ -30,7 +30,7 @@ const std::vector<PolicyDescriptor>& builtin_policies() {
       simlayerkv_descriptor(), qfilter_descriptor(), critical_adakv_descriptor(),
       cap_descriptor(), expected_attention_stats_descriptor(), dms_descriptor(), finch_descriptor(),
       kvzip_descriptor(), kvcompose_descriptor(), cam_descriptor(), think_descriptor(),
-      lukv_descriptor(),
+      lukv_descriptor(), kvzap_descriptor(),
   };
   return all;
 }
@@ -39,7 +39,7 @@ const std::vector<ScorerDescriptor>& builtin_scorers() {
   static const std::vector<ScorerDescriptor> all = {
       snapkv_scorer(), tova_scorer(),  knorm_scorer(), expected_attention_scorer(),
       random_scorer(), observed_attention_scorer(), keydiff_scorer(),
-      lagkv_scorer(),  cur_scorer(),   leverage_scorer(), cap_scorer()};
+      lagkv_scorer(),  cur_scorer(),   leverage_scorer(), cap_scorer(), kvzap_scorer()};
   return all;
 }
 

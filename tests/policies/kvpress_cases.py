@@ -74,6 +74,27 @@ def qfilter_press(ratio, model, name):
     return press
 
 
+def kvzap_press(ratio, model, name):
+    """kvpress's KVzapPress (linear) with KVScope's fitted surrogate as its
+    kvzap_model (kvpress would download NVIDIA's from the Hugging Face hub,
+    which has none for these models)."""
+    import os
+    from safetensors.torch import load_file
+    from kvpress.presses.kvzap_press import KVzapConfig, KVzapModel
+    here = os.path.dirname(os.path.abspath(__file__))
+    t = load_file(os.path.join(here, "..", "..", "resources", "gates", name + "-kvzap.safetensors"))
+    layers = len(t) // 2
+    k, d = t["layers.0.kvzap.weight"].shape
+    surrogate = KVzapModel(KVzapConfig(input_dim=d, output_dim=k, n_modules=layers, hidden_dim=None))
+    for l in range(layers):
+        surrogate.layers[l].weight.data = t["layers.%d.kvzap.weight" % l].clone()
+        surrogate.layers[l].bias.data = t["layers.%d.kvzap.bias" % l].clone()
+    press = kvpress.KVzapPress(compression_ratio=ratio, model_type="linear")
+    press.kvzap_model = surrogate.eval()
+    press.post_init_from_model = lambda model: None
+    return press
+
+
 def duo_pattern(name, layers, kv_heads):
     """A head-pattern file (the official full_attention_heads.tsv format) of
     distinct seeded gates, written once per model."""
@@ -243,6 +264,8 @@ def cases_for(model_name):
              lambda r, m: P.ChunkPress(P.KeyDiffPress(compression_ratio=r), chunk_length=32), sdpa=True),
         Case("qfilter", "QFilterPress (KVScope's filters)", lambda b, n: "qfilter:budget=%d" % b,
              lambda r, m: qfilter_press(r, m, filters)),
+        Case("kvzap", "KVzapPress(linear, KVScope's surrogate)", lambda b, n: "kvzap:budget=%d" % b,
+             lambda r, m: kvzap_press(r, m, filters)),
         Case("merge", "MergingPress(KnormPress)", lambda b, n: "knorm:budget=%d+merge" % b,
              lambda r, m: P.MergingPress(press=P.KnormPress(compression_ratio=r)),
              tie=knorm_tie, why="swaps of equal-norm keys"),

@@ -57,6 +57,7 @@ std::vector<std::array<int32_t, 3>> kvzip_evictions(const std::vector<float>& sc
                                                     bool layerwise);
 PolicyDescriptor kvcompose_descriptor();
 PolicyDescriptor lukv_descriptor();
+PolicyDescriptor kvzap_descriptor();
 // LU-KV (lukv.cpp), for the unit test: the curve row for a compression ratio
 // (round(100 ratio) - 1 in [0, 98], half to even), and the entries each of a
 // layer's heads keeps of T from its prune ratios.
@@ -82,6 +83,7 @@ ScorerDescriptor lagkv_scorer();
 ScorerDescriptor cur_scorer();
 ScorerDescriptor leverage_scorer();
 ScorerDescriptor cap_scorer();
+ScorerDescriptor kvzap_scorer();
 
 // PyramidKV's per-layer budgets (mean `budget` per head, window included).
 std::vector<int64_t> pyramid_budgets(int64_t layers, int64_t budget, int64_t window, double beta);

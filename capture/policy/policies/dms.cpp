@@ -88,8 +88,8 @@ class DmsPolicy : public Policy {
 PolicyDescriptor dms_descriptor() {
   std::vector<ParamSpec> params = {
       {"scorer", ParamType::String, "keydiff",
-       "per-token scorer, applied to each step's new tokens: knorm, keydiff, random or "
-       "observed_attention"},
+       "per-token scorer, applied to each step's new tokens: knorm, keydiff, random, "
+       "observed_attention or kvzap"},
       {"threshold", ParamType::Float, "0",
        "a token leaving the window is evicted when its score is below this", -1e30, 1e30},
       {"sliding_window", ParamType::Int, "128",
@@ -111,7 +111,7 @@ PolicyDescriptor dms_descriptor() {
               throw InputError("--policy", "dms:scorer",
                                "'" + p.get_string("scorer") +
                                    "' cannot score a step's new tokens on their own: knorm, "
-                                   "keydiff, random or observed_attention expected");
+                                   "keydiff, random, observed_attention or kvzap expected");
             return std::make_unique<DmsPolicy>(std::move(scorer), p.get_float("threshold"),
                                                p.get_int("sliding_window"), p.get_bool("decode"));
           }};
