@@ -149,7 +149,7 @@ int run_train(TrainCli& c) {
     std::fprintf(stderr, "train: wrote %s (+ .json .csv .log) in %.1f s\n", c.o.output.c_str(),
                  r.wall_seconds);
   else if (c.o.kind == gates::GateKind::QFilter || c.o.kind == gates::GateKind::QueryStats ||
-           c.o.kind == gates::GateKind::Kvzap)
+           c.o.kind == gates::GateKind::Kvzap || c.o.kind == gates::GateKind::FastKvzip)
     std::fprintf(stderr, "train: wrote %s (+ .json) in %.1f s\n", c.o.output.c_str(),
                  r.wall_seconds);
   else
@@ -169,7 +169,8 @@ Command add_train_command(CLI::App& app) {
                   "wgkv | attention-gate | retention | retention-global | kvpop (--scorer "
                   "mlp|mlstm; --retrofit) | streaming-plus | sfc (--traces) | qfilter (calibration: "
                   "--steps windows of --seq-len tokens of --data) | query-stats (calibration, likewise) | "
-                  "kvzap (KVzip+ scores of --data, ridge fit)")
+                  "kvzap (KVzip+ scores of --data, ridge fit) | fastkvzip (KVzip scores of --data, "
+                  "gates by BCE)")
       ->required();
   generate::add_model_options(sub, &o.model);
   // sfc reads the model's path from its traces.

@@ -35,6 +35,11 @@ def main():
             r2 = t["heldout_r2"]
             held = f"R² of log KVzip+ per layer: mean {fmt(sum(r2) / len(r2))} ({fmt(min(r2))}–{fmt(max(r2))})"
             shape = f"{t['windows']} x {t['seq_len']} (ridge fit)"
+        elif m["policy"] == "fastkvzip":  # BCE against KVzip scores
+            acc = t["heldout_accuracy"]
+            held = (f"BCE per head {fmt(sum(t['heldout_bce']) / len(t['heldout_bce']))}, "
+                    f"accuracy {fmt(sum(acc) / len(acc))} ({fmt(min(acc))}–{fmt(max(acc))})")
+            shape = f"{t['windows']} x {t['seq_len']} ({int(m['hyperparameters']['iters'])} steps)"
         elif m["policy"] == "sfc-gru":  # trained from traces: tokens sampled per trace and step
             held = (f"AUROC now {fmt(h['now']['auroc'])}, horizon {fmt(h['horizon']['auroc'])}; "
                     f"onsets forecast {fmt(h['onsets_forecast_lead'])}") if h else "-"

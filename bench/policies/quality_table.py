@@ -75,6 +75,9 @@ POLICIES = [
     ("snapkv+think", "snapkv:budget={T},window=32+think:ratio=0.5"),
     ("kvzip+", "kvzip:budget={M},plus=true"),
     ("kvcompose", "kvcompose:budget={M}"),
+    ("kvzap", "kvzap:gates=resources/gates/SmolLM2-135M-Instruct-kvzap.safetensors,budget={M}"),
+    ("fastkvzip", "fastkvzip:gates=resources/gates/SmolLM2-135M-Instruct-fastkvzip.safetensors,budget={M}"),
+    ("kvzap_no_window", "kvzap:gates=resources/gates/SmolLM2-135M-Instruct-kvzap.safetensors,budget={M},sinks=0,window=0"),
 ]
 NOTES = {
     "quest": "selects {M} entries per query at read time; holds all",
@@ -89,6 +92,8 @@ NOTES = {
     "cam": "decode only (the paper's per-step CaM): the first decode step cuts the prompt",
     "kvzip+": "prefill only (KVzip+: weights over the norm of h, times the norm of v W_O; no chat template): grows at decode",
     "kvcompose": "prefill only (the prompt read a second time; one count per layer): grows at decode",
+    "fastkvzip": "prefill only (trained gates, no second pass; one ranking over all heads): grows at decode",
+    "kvzap_no_window": "no sinks and no recent window (kvpress's KVzapPress alone), compressing at every step",
     "snapkv+think": "SnapKV keeps 4/3 x the entries, ThinK halves their keys' channels: the same bytes; "
                     "prefill only: grows at decode",
 }

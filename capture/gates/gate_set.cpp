@@ -22,26 +22,17 @@ using nlohmann::json;
 
 const char* gate_kind_name(GateKind k) {
   switch (k) {
-    case GateKind::WriteGate:
-      return "wgkv";
-    case GateKind::AttentionGate:
-      return "attention-gate";
-    case GateKind::Retention:
-      return "retention";
-    case GateKind::RetentionGlobal:
-      return "retention-global";
-    case GateKind::KvpopMlp:
-      return "kvpop-mlp";
-    case GateKind::KvpopMlstm:
-      return "kvpop-mlstm";
-    case GateKind::SfcGru:
-      return "sfc-gru";
-    case GateKind::QFilter:
-      return "qfilter";
-    case GateKind::QueryStats:
-      return "query-stats";
-    case GateKind::Kvzap:
-      return "kvzap";
+    case GateKind::WriteGate: return "wgkv";
+    case GateKind::AttentionGate: return "attention-gate";
+    case GateKind::Retention: return "retention";
+    case GateKind::RetentionGlobal: return "retention-global";
+    case GateKind::KvpopMlp: return "kvpop-mlp";
+    case GateKind::KvpopMlstm: return "kvpop-mlstm";
+    case GateKind::SfcGru: return "sfc-gru";
+    case GateKind::QFilter: return "qfilter";
+    case GateKind::QueryStats: return "query-stats";
+    case GateKind::Kvzap: return "kvzap";
+    case GateKind::FastKvzip: return "fastkvzip";
   }
   return "?";
 }
@@ -51,12 +42,12 @@ GateKind parse_gate_kind(const std::string& name, const std::string& file,
   for (GateKind k :
        {GateKind::WriteGate, GateKind::AttentionGate, GateKind::Retention,
         GateKind::RetentionGlobal, GateKind::KvpopMlp, GateKind::KvpopMlstm, GateKind::SfcGru,
-        GateKind::QFilter, GateKind::QueryStats, GateKind::Kvzap})
+        GateKind::QFilter, GateKind::QueryStats, GateKind::Kvzap, GateKind::FastKvzip})
     if (name == gate_kind_name(k)) return k;
   throw InputError(file, field,
                    "'" + name +
                        "' is not a gate kind (wgkv, attention-gate, retention, retention-global, "
-                       "kvpop-mlp, kvpop-mlstm, sfc-gru, qfilter, query-stats, kvzap)");
+                       "kvpop-mlp, kvpop-mlstm, sfc-gru, qfilter, query-stats, kvzap, fastkvzip)");
 }
 
 double GateSet::hyper(const std::string& key) const {
@@ -113,13 +104,16 @@ json default_hyperparameters(GateKind kind, const GateShape& s) {
       return {{"hidden", 8},        {"latent", 8},         {"horizon", 32},
               {"ewma", 0.8},        {"tau_quantile", 0.9}, {"alpha", 6.0},
               {"focal_gamma", 2.0}, {"lead", 2},           {"latency_weight", 1.0}};
-    case GateKind::QFilter:
-      return json::object();  // calibrated, nothing to choose
+    case GateKind::QFilter: return json::object();  // calibrated, nothing to choose
     case GateKind::QueryStats:
       return {{"sinks", 4}};  // first queries of each window left out (kvpress n_sink)
     case GateKind::Kvzap:
       // kvpress kvzap/train.py's linear surrogate: scikit-learn's Ridge() (alpha 1).
       return {{"ridge", 1.0}};
+    case GateKind::FastKvzip:
+      // The official trainer's (optim.py): a 16-dim gate with 16 learned sink
+      // keys, SGD (momentum 0.9) at 0.2 for 5000 steps of 1000 tokens.
+      return {{"dim", 16}, {"base_keys", 16}, {"iters", 5000}, {"batch", 1000}, {"sgd_lr", 0.2}};
   }
   return json::object();
 }
@@ -158,6 +152,11 @@ constexpr HyperRange kHyperRanges[] = {
     {"lead", 0, 1 << 20, true},
     {"latency_weight", 0, 1e3, false},
     {"ridge", 0, 1e9, false},
+    {"dim", 1, 4096, true},
+    {"base_keys", 0, 4096, true},
+    {"iters", 1, 1e8, true},
+    {"batch", 1, 1e8, true},
+    {"sgd_lr", 1e-9, 1e3, false},
 };
 
 void check_hyperparameter_ranges(const json& h, const std::string& field) {
@@ -279,9 +278,7 @@ std::map<std::string, std::vector<int64_t>> expected_parameters(GateKind kind, c
         out[p + "sfc.b_hh"] = {K, 3 * G};
         break;
       }
-      case GateKind::QFilter:
-        out[p + "qfilter"] = {K, hd};
-        break;
+      case GateKind::QFilter: out[p + "qfilter"] = {K, hd}; break;
       case GateKind::QueryStats:
         out[p + "query_mean"] = {s.n_heads, hd};
         out[p + "query_cov"] = {s.n_heads, hd, hd};
@@ -290,6 +287,19 @@ std::map<std::string, std::vector<int64_t>> expected_parameters(GateKind kind, c
         out[p + "kvzap.weight"] = {K, s.hidden_size};
         out[p + "kvzap.bias"] = {K};
         break;
+      case GateKind::FastKvzip: {
+        const int64_t dim = h.at("dim").get<int64_t>(), base = h.at("base_keys").get<int64_t>();
+        const int64_t G = s.n_heads / K;
+        const std::string f = p + "fastkvzip.";
+        out[f + "q_proj.weight"] = {K * G * dim, s.hidden_size};
+        out[f + "q_proj.bias"] = {K * G * dim};
+        out[f + "k_proj.weight"] = {K * dim, s.hidden_size};
+        out[f + "q_norm.weight"] = {dim};
+        out[f + "k_norm.weight"] = {dim};
+        out[f + "b"] = {K, 1, G};
+        if (base > 0) out[f + "k_base"] = {K, 1, base, dim};
+        break;
+      }
     }
   }
   if (kind == GateKind::SfcGru) {
@@ -399,15 +409,12 @@ GateSet init_gates(GateKind kind, const json& hyper, const GateShape& shape, uin
           t.normal_(0.0, 0.02);
         break;
       case GateKind::KvpopMlp:
-      case GateKind::KvpopMlstm:
-        init_kvpop_param(name, t, shape);
-        break;
-      case GateKind::SfcGru:
-        init_sfc_param(name, t, shape);
-        break;
+      case GateKind::KvpopMlstm: init_kvpop_param(name, t, shape); break;
+      case GateKind::SfcGru: init_sfc_param(name, t, shape); break;
       case GateKind::QFilter:  // calibrated (query_calibration.cpp), never initialised to train
       case GateKind::QueryStats:
-      case GateKind::Kvzap:  // fitted in closed form (kvzap_calibration.cpp)
+      case GateKind::Kvzap:      // fitted in closed form (kvzap_calibration.cpp)
+      case GateKind::FastKvzip:  // initialised by its trainer (fastkvzip_training.cpp)
         t.zero_();
         break;
     }

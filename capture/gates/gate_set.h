@@ -76,10 +76,11 @@ enum class GateKind {
   QFilter,
   QueryStats,
   Kvzap,
+  FastKvzip,
 };
 
 // "wgkv", "attention-gate", "retention", "retention-global", "kvpop-mlp", "kvpop-mlstm",
-// "sfc-gru", "qfilter", "query-stats", "kvzap".
+// "sfc-gru", "qfilter", "query-stats", "kvzap", "fastkvzip".
 const char* gate_kind_name(GateKind k);
 // Throws InputError(file, field, ...) for an unknown name.
 GateKind parse_gate_kind(const std::string& name, const std::string& file,

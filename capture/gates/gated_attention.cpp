@@ -122,6 +122,7 @@ torch::Tensor GatedDenseBackend::attend(const model::AttentionInputs& in) {
       case GateKind::QFilter:  // calibrated (query_calibration.cpp), never through attention
       case GateKind::QueryStats:
       case GateKind::Kvzap:
+      case GateKind::FastKvzip:
         throw std::logic_error(
             "GatedDenseBackend: query filters, statistics and KVzap are calibrated");
       case GateKind::Retention:

@@ -17,7 +17,6 @@
 #include <torch/torch.h>
 
 #include <chrono>
-#include <fstream>
 #include <string>
 
 #include "capture/gates/trainer.h"
@@ -78,10 +77,11 @@ nlohmann::json qfilters(const QueryRecorder& rec, const model::ModelConfig& c, G
   nlohmann::json explained = nlohmann::json::array();
   for (int64_t l = 0; l < c.n_layers; ++l) {
     auto [values, vectors] = torch::linalg_eigh(rec.gram[size_t(l)]);  // ascending
-    torch::Tensor u = vectors.select(2, c.head_dim - 1);                // [K, hd]
+    torch::Tensor u = vectors.select(2, c.head_dim - 1);               // [K, hd]
     torch::Tensor sign = (u * rec.sum[size_t(l)]).sum(1).sign();
     sign = torch::where(sign == 0, torch::ones_like(sign), sign);
-    set.params["layers." + std::to_string(l) + ".qfilter"] = (u * sign.unsqueeze(1)).to(torch::kFloat32);
+    set.params["layers." + std::to_string(l) + ".qfilter"] =
+        (u * sign.unsqueeze(1)).to(torch::kFloat32);
     const torch::Tensor share = (values.select(1, c.head_dim - 1) / values.sum(1)).contiguous();
     explained.push_back(
         std::vector<double>(share.data_ptr<double>(), share.data_ptr<double>() + share.numel()));
@@ -95,7 +95,8 @@ void query_stats(const policy::QueryMoments& m, const model::ModelConfig& c, Gat
     const std::string p = "layers." + std::to_string(l) + ".";
     set.params[p + "query_mean"] = m.mean(l).to(torch::kFloat32);
     // QueryMoments' covariance is the biased one; kvpress's statistics divide by N - 1.
-    set.params[p + "query_cov"] = (m.covariance(l) * (n / std::max(1.0, n - 1))).to(torch::kFloat32);
+    set.params[p + "query_cov"] =
+        (m.covariance(l) * (n / std::max(1.0, n - 1))).to(torch::kFloat32);
   }
 }
 
@@ -124,9 +125,9 @@ TrainResult calibrate_queries(const TrainOptions& o) {
   for (int64_t w = 0; w < o.steps; ++w, ++windows) {
     // Consecutive windows through the training part, wrapping around.
     const int64_t start = span == 0 ? 0 : (w * o.seq_len) % (span + 1);
-    torch::Tensor ids = torch::from_blob(const_cast<int32_t*>(data.ids.data()) + start, {o.seq_len},
-                                         torch::kInt32)
-                            .to(torch::kInt64);
+    torch::Tensor ids =
+        torch::from_blob(const_cast<int32_t*>(data.ids.data()) + start, {o.seq_len}, torch::kInt32)
+            .to(torch::kInt64);
     rec.reset();
     engine.model->forward(ids, 0, rec, false);
   }
@@ -137,31 +138,15 @@ TrainResult calibrate_queries(const TrainOptions& o) {
     query_stats(moments, c, set);
   else
     explained = qfilters(rec, c, set);
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  nlohmann::json meta = set.meta;
-  meta["base_model"] = model_json(c, c.name, o.model.model, o.model.model);
-  meta["training"] = {{"method", stats ? "calibration: mean and unbiased covariance of the "
-                                         "pre-RoPE queries"
-                                       : "calibration: top eigenvector of the post-RoPE queries' "
-                                         "Gram matrix"},
-                      {"data", data.describe},
-                      {"windows", windows},
-                      {"seq_len", o.seq_len},
-                      {"queries_per_kv_head", rec.queries},
-                      {"seed", o.seed},
-                      {"command", o.command_line},
-                      {"wall_seconds", wall},
-                      {"explained_share", explained}};
-  if (stats) meta["training"].erase("explained_share");
-  set.meta = meta;
-  save_gates(set, o.output);
-  std::ofstream js(sidecar_path(o.output, ".json"));
-  js << meta.dump(2) << "\n";
-  TrainResult r;
-  r.summary = meta["training"];
-  r.wall_seconds = wall;
-  return r;
+  nlohmann::json training = {
+      {"method", stats ? "calibration: mean and unbiased covariance of the pre-RoPE queries"
+                       : "calibration: top eigenvector of the post-RoPE queries' Gram matrix"},
+      {"data", data.describe},
+      {"windows", windows},
+      {"seq_len", o.seq_len},
+      {"queries_per_kv_head", rec.queries}};
+  if (!stats) training["explained_share"] = explained;
+  return save_fitted_gates(std::move(set), c, o, training, t0);
 }
 
 }  // namespace kvscope::gates

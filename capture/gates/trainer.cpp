@@ -30,6 +30,23 @@ std::string sidecar_path(const std::string& output, const std::string& ext) {
   return base + ext;
 }
 
+TrainResult save_fitted_gates(GateSet set, const model::ModelConfig& c, const TrainOptions& o,
+                              json training, std::chrono::steady_clock::time_point t0) {
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  training["seed"] = o.seed;
+  training["command"] = o.command_line;
+  training["wall_seconds"] = wall;
+  set.meta["base_model"] = model_json(c, c.name, o.model.model, o.model.model);
+  set.meta["training"] = training;
+  save_gates(set, o.output);
+  std::ofstream js(sidecar_path(o.output, ".json"));
+  js << set.meta.dump(2) << "\n";
+  TrainResult r;
+  r.summary = training;
+  r.wall_seconds = wall;
+  return r;
+}
+
 void apply_table3_defaults(TrainOptions& o, const std::set<std::string>& given) {
   if (o.base == TrainOptions::Base::Frozen) return;
   auto set = [&](const char* option, auto& field, auto value) {
@@ -273,14 +290,15 @@ std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w,
       break;
     }
     case GateKind::KvpopMlp:
-    case GateKind::KvpopMlstm:
-      break;  // kvpop_objective
+    case GateKind::KvpopMlstm: break;  // kvpop_objective
     case GateKind::SfcGru:
       throw std::logic_error("trainer: SFC forecasters train from traces (sfc_training.h)");
     case GateKind::QFilter:
     case GateKind::QueryStats:
     case GateKind::Kvzap:
-      throw std::logic_error("trainer: query filters, statistics and KVzap are calibrated");
+    case GateKind::FastKvzip:
+      throw std::logic_error(
+          "trainer: query filters, statistics, KVzap and Fast KVzip fit to recorded targets");
     case GateKind::Retention:
     case GateKind::RetentionGlobal: {
       torch::Tensor logp_s = torch::log_softmax(m.logits(hidden_s), -1);
@@ -914,6 +932,7 @@ TrainResult train_gates(const TrainOptions& options) {
   if (options.kind == GateKind::QFilter || options.kind == GateKind::QueryStats)
     return calibrate_queries(options);
   if (options.kind == GateKind::Kvzap) return calibrate_kvzap(options);
+  if (options.kind == GateKind::FastKvzip) return train_fastkvzip(options);
   return Trainer(options).run();
 }
 

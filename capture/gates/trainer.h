@@ -27,6 +27,7 @@
 // gate file to <output> with <output minus .safetensors>.json beside it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -131,6 +132,9 @@ TrainResult calibrate_queries(const TrainOptions& options);
 // per-layer ridge regression from hidden states to their logs
 // (kvzap_calibration.cpp).
 TrainResult calibrate_kvzap(const TrainOptions& options);
+// fastkvzip: KVzip scores of the text read back after a repeat prompt, and
+// the Fast KVzip gates trained on them by BCE (fastkvzip_training.cpp).
+TrainResult train_fastkvzip(const TrainOptions& options);
 
 // What a gate file says about a model: `name` as the loader names it, the
 // file's name and the sha256 of `hashed_file` (what policies hash to find
@@ -141,5 +145,12 @@ nlohmann::json model_json(const model::ModelConfig& c, const std::string& name,
 // Paths written beside the gate file (or, for StreamingPlus, the model):
 // `output` minus .safetensors or .bin, plus `ext`.
 std::string sidecar_path(const std::string& output, const std::string& ext);
+
+// The end of a fit outside the trainer's loop (the calibrations, Fast KVzip):
+// the set's metadata gains base_model and `training` (plus the seed, the
+// command line and the wall seconds since t0); writes the gate file and its
+// .json sidecar.
+TrainResult save_fitted_gates(GateSet set, const model::ModelConfig& c, const TrainOptions& o,
+                              nlohmann::json training, std::chrono::steady_clock::time_point t0);
 
 }  // namespace kvscope::gates

@@ -30,7 +30,7 @@ const std::vector<PolicyDescriptor>& builtin_policies() {
       simlayerkv_descriptor(), qfilter_descriptor(), critical_adakv_descriptor(),
       cap_descriptor(), expected_attention_stats_descriptor(), dms_descriptor(), finch_descriptor(),
       kvzip_descriptor(), kvcompose_descriptor(), cam_descriptor(), think_descriptor(),
-      lukv_descriptor(), kvzap_descriptor(),
+      lukv_descriptor(), kvzap_descriptor(), fastkvzip_descriptor(),
   };
   return all;
 }

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "capture/policy/registry.h"
+#include "capture/policy/step_driver.h"
 #include "tests/support/paths.h"
 
 namespace kvscope::test {
@@ -87,6 +89,42 @@ double mean(const std::vector<double>& v, size_t from, size_t to) {
   double s = 0;
   for (size_t i = from; i < to; ++i) s += v[i];
   return s / double(to - from);
+}
+
+std::string write_story_text(const std::string& name, int repeats) {
+  const std::string path = temp_dir() + "/" + name;
+  std::ofstream file(path);
+  for (int i = 0; i < repeats; ++i)
+    file << "Once upon a time there was a little dog named Max. Max liked to run in "
+            "the park with his friend Sue. One day they found a big red ball under a "
+            "tree and played until the sun went down. Then they went home and slept. "
+            "The next morning the sky was blue and the birds were singing.\n";
+  return path;
+}
+
+Prefilled prefill_policy(const model::ModelConfig& c, const std::string& spec, int64_t n,
+                         uint64_t seed) {
+  const int64_t max_tokens = n + 16;
+  policy::PolicyInstance pi = policy::make_policy(spec);
+  pi.policy->setup({&c, max_tokens, n, 16});
+  policy::StepDriver driver(c, policy::StepDriver::Options{16, max_tokens, n}, *pi.policy, "test");
+  torch::InferenceMode guard;
+  Prefilled out;
+  driver.begin_step(0, n);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    model::AttentionInputs in = gate_inputs(c, l, 0, n, seed);
+    out.hidden.push_back(in.hidden.clone());
+    driver.attend(in);
+  }
+  driver.end_step();
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    out.held.emplace_back();
+    for (int64_t h = 0; h < c.n_kv_heads; ++h) {
+      const auto& pos = driver.cache().positions(l, h, 0);
+      out.held.back().emplace_back(pos.begin(), pos.end());
+    }
+  }
+  return out;
 }
 
 }  // namespace kvscope::test

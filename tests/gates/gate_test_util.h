@@ -38,5 +38,18 @@ std::string gate_fixture(const std::string& name);  // tests/fixtures/gates/<nam
 std::vector<double> csv_column(const std::string& csv, const std::string& col);
 // Mean of v[from, to).
 double mean(const std::vector<double>& v, size_t from, size_t to);
+// Writes `repeats` copies of a short children's story to temp_dir()/name and
+// returns the path (training text for the calibrations).
+std::string write_story_text(const std::string& name, int repeats);
+
+// One prefill step of n tokens of gate_inputs (seeded) through the policy
+// `spec` on shape c: each layer's hidden rows [n, D] and, per (layer, kv
+// head), the positions the cache holds afterwards.
+struct Prefilled {
+  std::vector<torch::Tensor> hidden;
+  std::vector<std::vector<std::vector<int32_t>>> held;
+};
+Prefilled prefill_policy(const model::ModelConfig& c, const std::string& spec, int64_t n,
+                         uint64_t seed);
 
 }  // namespace kvscope::test

@@ -1,14 +1,10 @@
 // KVzap: the fitted surrogate against KVzip+ targets recomputed here from one
 // dense forward pass and a ridge regression solved another way, the policy's
 // kept sets against W h + b, and bad surrogate files.
-#include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "capture/gates/trainer.h"
 #include "capture/generate/dense_kv_cache.h"
-#include "capture/policy/registry.h"
-#include "capture/policy/step_driver.h"
 #include "capture/tokenizer/tokenizer.h"
 #include "core/common/input_error.h"
 #include "tests/gates/gate_test_util.h"
@@ -72,14 +68,7 @@ torch::Tensor kvzip_plus_targets(const InputRecorder::Recorded& r, const torch::
 }
 
 gates::TrainOptions kvzap_options(const std::string& out) {
-  const std::string text = temp_dir() + "/kvzap-text.txt";
-  std::ofstream file(text);
-  for (int i = 0; i < 3; ++i)
-    file << "Once upon a time there was a little dog named Max. Max liked to run in "
-            "the park with his friend Sue. One day they found a big red ball under a "
-            "tree and played until the sun went down. Then they went home and slept. "
-            "The next morning the sky was blue and the birds were singing.\n";
-  file.close();
+  const std::string text = write_story_text("kvzap-text.txt", 3);
   gates::TrainOptions o;
   o.kind = GateKind::Kvzap;
   o.model.model = stories_model_path();
@@ -146,38 +135,47 @@ TEST_CASE("kvzap: the surrogate is the ridge fit of h to the log KVzip+ scores o
   }
 }
 
-TEST_CASE("kvzap: the policy keeps each head's entries of highest W h + b", "[gates][kvzap]") {
+namespace {
+
+// The kvzap policy with a random surrogate (seeded) after one prefill of n
+// tokens: per (layer, kv head) what it holds and what it should hold, the
+// `budget - window` best of W h + b before the window and the window.
+void check_kvzap_keeps_best(uint64_t seed, int64_t window) {
   const model::ModelConfig c = stories_shape();
-  const gates::GateShape shape = gates::GateShape::of(c);
-  gates::GateSet set = gates::init_gates(GateKind::Kvzap, nlohmann::json::object(), shape, 0);
-  randomize(set, 7);
-  const std::string file = save_temp(set, "kvzap-random.safetensors");
-  const int64_t n = 40, budget = 12, max_tokens = 64;
-  policy::PolicyInstance pi =
-      policy::make_policy("kvzap:budget=" + std::to_string(budget) + ",gates=" + file);
-  pi.policy->setup({&c, max_tokens, n, 16});
-  policy::StepDriver driver(c, policy::StepDriver::Options{16, max_tokens, n}, *pi.policy, "test");
-  torch::InferenceMode guard;
-  driver.begin_step(0, n);
-  std::vector<torch::Tensor> hidden;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    model::AttentionInputs in = gate_inputs(c, l, 0, n, 3);
-    hidden.push_back(in.hidden.clone());
-    driver.attend(in);
-  }
-  driver.end_step();
+  gates::GateSet set =
+      gates::init_gates(GateKind::Kvzap, nlohmann::json::object(), gates::GateShape::of(c), 0);
+  randomize(set, seed);
+  const std::string file = save_temp(set, "kvzap-" + std::to_string(seed) + ".safetensors");
+  const int64_t n = 40, budget = 12;
+  const Prefilled run =
+      prefill_policy(c,
+                     "kvzap:budget=" + std::to_string(budget) +
+                         ",sinks=0,window=" + std::to_string(window) + ",gates=" + file,
+                     n, seed);
   for (int64_t l = 0; l < c.n_layers; ++l)
     for (int64_t h = 0; h < c.n_kv_heads; ++h) {
       INFO("layer " << l << ", kv head " << h);
       const std::string p = "layers." + std::to_string(l) + ".kvzap.";
       const torch::Tensor s =
-          hidden[size_t(l)].matmul(set.param(p + "weight")[h]) + set.param(p + "bias")[h];
-      const torch::Tensor top = std::get<1>(s.topk(budget));
+          (run.hidden[size_t(l)].matmul(set.param(p + "weight")[h]) + set.param(p + "bias")[h])
+              .narrow(0, 0, n - window);
+      const torch::Tensor top = std::get<1>(s.topk(budget - window));
       std::set<int64_t> want;
-      for (int64_t i = 0; i < budget; ++i) want.insert(top[i].item<int64_t>());
-      const auto& held = driver.cache().positions(l, h, 0);
+      for (int64_t i = 0; i < budget - window; ++i) want.insert(top[i].item<int64_t>());
+      for (int64_t i = n - window; i < n; ++i) want.insert(i);
+      const auto& held = run.held[size_t(l)][size_t(h)];
       CHECK(std::set<int64_t>(held.begin(), held.end()) == want);
     }
+}
+
+}  // namespace
+
+TEST_CASE("kvzap: the policy keeps each head's entries of highest W h + b", "[gates][kvzap]") {
+  check_kvzap_keeps_best(7, 0);
+}
+
+TEST_CASE("kvzap: the newest `window` entries stay, the rest by W h + b", "[gates][kvzap]") {
+  check_kvzap_keeps_best(9, 5);
 }
 
 TEST_CASE("kvzap: another kind of gate file is refused, naming the kind", "[gates][kvzap]") {

@@ -35,14 +35,7 @@ class QueryRecorder : public model::AttentionBackend {
 };
 
 gates::TrainOptions qfilter_options(const std::string& out) {
-  const std::string text = temp_dir() + "/qfilter-text.txt";
-  std::ofstream file(text);
-  for (int i = 0; i < 3; ++i)
-    file << "Once upon a time there was a little dog named Max. Max liked to run in "
-                         "the park with his friend Sue. One day they found a big red ball under a "
-                         "tree and played until the sun went down. Then they went home and slept. "
-                         "The next morning the sky was blue and the birds were singing.\n";
-  file.close();
+  const std::string text = write_story_text("qfilter-text.txt", 3);
   gates::TrainOptions o;
   o.kind = GateKind::QFilter;
   o.model.model = stories_model_path();
@@ -141,8 +134,8 @@ TEST_CASE("qfilter: the policy keeps the keys of largest projection on the filte
   randomize(set, 5);
   const std::string file = save_temp(set, "qfilter-random.safetensors");
   const int64_t n = 40, budget = 12, max_tokens = 64;
-  policy::PolicyInstance pi = policy::make_policy("qfilter:budget=" + std::to_string(budget) +
-                                                  ",gates=" + file);
+  policy::PolicyInstance pi =
+      policy::make_policy("qfilter:budget=" + std::to_string(budget) + ",gates=" + file);
   pi.policy->setup({&c, max_tokens, n, 16});
   policy::StepDriver driver(c, policy::StepDriver::Options{16, max_tokens, n}, *pi.policy, "test");
   torch::InferenceMode guard;
@@ -177,7 +170,8 @@ TEST_CASE("qfilter: another kind of gate file, or filters of another model, are 
   const std::string wgkv = source_dir() + "/resources/gates/stories260K-wgkv.safetensors";
   CHECK(run_command(run + wgkv, &out) == 2);
   CHECK(out.find("kind qfilter") != std::string::npos);
-  const std::string smol = source_dir() + "/resources/gates/SmolLM2-135M-Instruct-qfilter.safetensors";
+  const std::string smol =
+      source_dir() + "/resources/gates/SmolLM2-135M-Instruct-qfilter.safetensors";
   CHECK(run_command(run + smol, &out) == 2);
   CHECK(out.find("layers.0.qfilter") != std::string::npos);
 }

@@ -69,7 +69,8 @@ gates::TrainOptions stories_options(GateKind kind, const std::string& out, int64
     case GateKind::SfcGru:  // trains from traces: not one of these objectives
     case GateKind::QFilter:  // calibrated: not one of these objectives
     case GateKind::QueryStats:
-    case GateKind::Kvzap:  // fitted in closed form: test_kvzap.cpp
+    case GateKind::Kvzap:      // fitted in closed form: test_kvzap.cpp
+    case GateKind::FastKvzip:  // fitted to recorded targets: test_kvzap.cpp
       break;
   }
   return o;

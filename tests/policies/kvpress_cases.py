@@ -95,6 +95,40 @@ def kvzap_press(ratio, model, name):
     return press
 
 
+def fastkvzip_press(model, name):
+    """kvpress's FastKVzipPress with KVScope's trained gates as its modules
+    (kvpress would download the authors' from the Hugging Face hub, which has
+    none for these models), pruning L*K*(n - budget) entries in all."""
+    import os
+    from safetensors.torch import load_file
+    import torch
+    from kvpress.presses.fastkvzip_press import FastKVzipGate
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "..", "..", "resources", "gates", name + "-fastkvzip.safetensors")
+    t = load_file(path)
+    n, L, K = len(model.ids), model.layers, model.kv_heads
+    q_rows, d = t["layers.0.fastkvzip.q_proj.weight"].shape
+    dim = t["layers.0.fastkvzip.q_norm.weight"].shape[0]
+    base = t["layers.0.fastkvzip.k_base"].shape[2]
+    gates = []
+    for l in range(L):
+        prefix = "layers.%d.fastkvzip." % l
+        gate = FastKVzipGate(l, d, K, q_rows // (K * dim), torch.float32, output_dim=dim, sink=base)
+        gate.load_state_dict({k[len(prefix):]: v for k, v in t.items() if k.startswith(prefix)})
+        gates.append(gate.eval())
+    budget = max(1, n // 4)
+    press = kvpress.FastKVzipPress(compression_ratio=(L * K * (n - budget) + 0.5) / (L * K * n), n_sink=4)
+    press.gates = gates
+    return press
+
+
+def fastkvzip_kept(model, ids, press, trace):
+    """kvpress's kept sets (masked entries) and its gate scores per layer."""
+    from kvpress_check import kvpress_kept
+    kept, _ = kvpress_kept(model, ids, press, masks=True)
+    return kept, {l: press.score_val[l][0].double() for l in range(press.score_val.shape[0])}
+
+
 def duo_pattern(name, layers, kv_heads):
     """A head-pattern file (the official full_attention_heads.tsv format) of
     distinct seeded gates, written once per model."""
@@ -264,7 +298,7 @@ def cases_for(model_name):
              lambda r, m: P.ChunkPress(P.KeyDiffPress(compression_ratio=r), chunk_length=32), sdpa=True),
         Case("qfilter", "QFilterPress (KVScope's filters)", lambda b, n: "qfilter:budget=%d" % b,
              lambda r, m: qfilter_press(r, m, filters)),
-        Case("kvzap", "KVzapPress(linear, KVScope's surrogate)", lambda b, n: "kvzap:budget=%d" % b,
+        Case("kvzap", "KVzapPress(linear, KVScope's surrogate)", lambda b, n: "kvzap:budget=%d,sinks=0,window=0" % b,
              lambda r, m: kvzap_press(r, m, filters)),
         Case("merge", "MergingPress(KnormPress)", lambda b, n: "knorm:budget=%d+merge" % b,
              lambda r, m: P.MergingPress(press=P.KnormPress(compression_ratio=r)),
@@ -363,6 +397,11 @@ def cases_for(model_name):
              lambda b, n: "kvzip:budget=%d,sinks=4,chunk=%d" % (b, chunk),
              lambda r, m: kvzip_press(m, chunk), sdpa=True, masks=True,
              runner=lambda *a: __import__("kvpress_check").kvzip_kept(*a), tie=global_ties,
+             why="near-equal scores across heads (within 1e-4 of the largest)"),
+        # Fast KVzip: trained gates in place of the reconstruction pass.
+        Case("fastkvzip", "FastKVzipPress (KVScope's gates)", lambda b, n: "fastkvzip:budget=%d" % b,
+             lambda r, m: fastkvzip_press(m, filters), sdpa=True, masks=True,
+             runner=fastkvzip_kept, tie=global_ties,
              why="near-equal scores across heads (within 1e-4 of the largest)"),
         # KVCompose: the prompt read a second time; composite tokens (one
         # count per layer) and the unstructured variant (one count per head).

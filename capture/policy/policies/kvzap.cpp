@@ -22,7 +22,10 @@ namespace {
 
 class KvzapScorer : public HeadScorer {
  public:
-  KvzapScorer(std::string path, std::string field) : path_(std::move(path)), field_(field) {}
+  // sinks, window: the first and the newest entries of each head, never
+  // evicted (both 0 as a wrapper's scorer, where the wrapper protects).
+  KvzapScorer(std::string path, std::string field, int64_t sinks, int64_t window)
+      : path_(std::move(path)), field_(std::move(field)), sinks_(sinks), window_(window) {}
 
   void setup(const PolicySetup& s) override {
     if (path_.empty())
@@ -48,6 +51,7 @@ class KvzapScorer : public HeadScorer {
            "(higher = kept)";
   }
   bool log_scores() const override { return true; }
+  Protection protection() const override { return {sinks_, window_}; }
   Subsets subsets() const override { return Subsets::Entry; }
 
   void observe(LayerContext& c) override {
@@ -66,12 +70,13 @@ class KvzapScorer : public HeadScorer {
 
  private:
   std::string path_, field_;
+  int64_t sinks_, window_;
   std::vector<torch::Tensor> weight_, bias_;  // per layer [D, K], [K]
   HeadScores pred_;
 };
 
-std::unique_ptr<HeadScorer> make_kvzap(const Params& p) {
-  return std::make_unique<KvzapScorer>(p.get_string("gates"), "kvzap:gates");
+std::unique_ptr<HeadScorer> make_kvzap(const Params& p, int64_t sinks, int64_t window) {
+  return std::make_unique<KvzapScorer>(p.get_string("gates"), "kvzap:gates", sinks, window);
 }
 
 const ParamSpec kGatesParam{"gates", ParamType::String, "",
@@ -81,7 +86,7 @@ const ParamSpec kGatesParam{"gates", ParamType::String, "",
 }  // namespace
 
 ScorerDescriptor kvzap_scorer() {
-  return {"kvzap", {kGatesParam}, make_kvzap};
+  return {"kvzap", {kGatesParam}, [](const Params& p) { return make_kvzap(p, 0, 0); }};
 }
 
 PolicyDescriptor kvzap_descriptor() {
@@ -94,12 +99,21 @@ PolicyDescriptor kvzap_descriptor() {
       "docs/policies/kvzap.md",
       {kGatesParam,
        {"budget", ParamType::Int, "256", "entries kept per head"},
-       {"decode", ParamType::Bool, "false",
-        "also compress at every decode step (kvpress ScorerPress: the prefill only)"}},
+       {"sinks", ParamType::Int, "4",
+        "first positions never evicted (KVScope's choice, as KVzip's n_sink: the surrogate cannot "
+        "tell the attention sink at layer 0)",
+        0},
+       {"window", ParamType::Int, "128",
+        "newest entries per head never evicted (the paper's sliding window; 0: kvpress "
+        "KVzapPress alone)",
+        0},
+       {"decode", ParamType::Bool, "true",
+        "also compress at every decode step (false: the prefill only, kvpress ScorerPress)"}},
       [](const Params& p) -> std::unique_ptr<Policy> {
         if (p.get_int("budget") < 1) throw InputError("--policy", "kvzap:budget", "must be >= 1");
         return std::make_unique<ScoredPolicy>(
-            make_kvzap(p), std::vector<int64_t>{p.get_int("budget")}, p.get_bool("decode"),
+            make_kvzap(p, p.get_int("sinks"), p.get_int("window")),
+            std::vector<int64_t>{p.get_int("budget")}, p.get_bool("decode"),
             "lowest predicted log KVzip+ score");
       }};
   d.gate_kinds = {"kvzap"};

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "capture/policy/policies/descriptors.h"
+#include "capture/policy/policies/kvzip_selection.h"
 #include "capture/policy/policies/output_projection.h"
 #include "capture/tokenizer/tokenizer.h"
 #include "core/common/input_error.h"
@@ -105,6 +106,16 @@ std::vector<std::array<int32_t, 3>> kvzip_evictions(const std::vector<float>& sc
   else
     collect(0, L, L * K * (T - budget));
   return out;
+}
+
+void record_and_evict_lowest(Decisions& decide, const std::vector<float>& scores, int64_t L,
+                             int64_t K, int64_t T, int64_t budget, bool layerwise) {
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t h = 0; h < K; ++h)
+      for (int64_t p = 0; p < T; ++p)
+        decide.gate(0, l, h, p, scores[size_t((l * K + h) * T + p)], false);
+  for (const auto& e : kvzip_evictions(scores, L, K, T, budget, layerwise))
+    decide.evict(e[0], e[1], e[2], scores[size_t((e[0] * K + e[1]) * T + e[2])], 1);
 }
 
 namespace {
@@ -274,12 +285,7 @@ class KvzipPolicy : public Policy {
       for (int64_t p = 0; p < std::min(sinks_, T_); ++p) scores_[size_t(i * T_ + p)] = top + 1.0f;
       std::copy_n(scores_.begin() + i * T_, n, fed.begin() + i * n);
     }
-    for (int64_t l = 0; l < L; ++l)
-      for (int64_t h = 0; h < K; ++h)
-        for (int64_t p = 0; p < n; ++p)
-          c.decide.gate(0, l, h, p, fed[size_t((l * K + h) * n + p)], false);
-    for (const auto& e : kvzip_evictions(fed, L, K, n, budget_, layerwise_))
-      c.decide.evict(e[0], e[1], e[2], fed[size_t((e[0] * K + e[1]) * n + e[2])], 1);
+    record_and_evict_lowest(c.decide, fed, L, K, n, budget_, layerwise_);
   }
 
  private:

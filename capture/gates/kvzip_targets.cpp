@@ -1,0 +1,74 @@
+// KVzip and KVzip+ scores of a read-back as training targets (kvzip_targets.h).
+#include "capture/gates/kvzip_targets.h"
+
+#include <limits>
+
+#include "capture/policy/policies/output_projection.h"
+
+namespace kvscope::gates {
+
+KvzipTargets::KvzipTargets(const model::ModelConfig& c, const model::ModelWeights& w,
+                           int64_t window, int64_t repeat, bool plus)
+    : dense_(c, 2 * window + repeat, torch::kCPU, torch::kFloat32),
+      T_(window),
+      P_(repeat),
+      plus_(plus) {
+  if (plus_) wo_ = policy::per_head_output_projections(&w, c.n_heads, c.head_dim, "kvzap");
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    xtx.push_back(torch::zeros({c.hidden_size + 1, c.hidden_size + 1}, torch::kFloat64));
+    xty.push_back(torch::zeros({c.hidden_size + 1, c.n_kv_heads}, torch::kFloat64));
+  }
+}
+
+torch::Tensor KvzipTargets::attend(const model::AttentionInputs& in) {
+  const int64_t N = 2 * T_ + P_;
+  if (in.pos0 != 0 || in.q.size(0) != N)
+    throw std::logic_error("KvzipTargets: one step feeds the whole window + repeat + window");
+  torch::Tensor x = in.hidden.to(torch::kFloat32).narrow(0, 0, T_);  // [T, D]
+  torch::Tensor y = targets(in);                                     // [T, K]
+  torch::Tensor x1 = torch::cat({x, torch::ones({T_, 1})}, 1).to(torch::kFloat64);
+  const size_t l = size_t(in.layer);
+  xtx[l] += x1.t().mm(x1);
+  xty[l] += x1.t().mm(y.to(torch::kFloat64));
+  if (keep_samples) {
+    xs.push_back(x.clone());
+    ys.push_back(y);
+  }
+  return dense_.attend(in);
+}
+
+torch::Tensor KvzipTargets::targets(const model::AttentionInputs& in) const {
+  const int64_t N = 2 * T_ + P_, H = in.q.size(1), K = in.k.size(1), R = H / K;
+  torch::Tensor q = in.q.to(torch::kFloat32).narrow(0, T_ + P_, T_).permute({1, 0, 2});  // [H,T,hd]
+  torch::Tensor k =
+      in.k.to(torch::kFloat32).repeat_interleave(R, 1).permute({1, 2, 0});  // [H,hd,N]
+  torch::Tensor logits = q.bmm(k) * in.scale;                               // [H,T,N]
+  // Query i (at T + P + i) sees keys j <= T + P + i, within the model's window.
+  torch::Tensor qpos = torch::arange(T_ + P_, N).unsqueeze(1), kpos = torch::arange(N).unsqueeze(0);
+  torch::Tensor hidden = kpos > qpos;
+  if (in.sliding_window > 0) hidden = hidden | (kpos <= qpos - in.sliding_window);
+  logits.masked_fill_(hidden.unsqueeze(0), -std::numeric_limits<float>::infinity());
+  torch::Tensor p = torch::softmax(logits, -1).narrow(2, 0, T_);  // [H, T queries, T keys]
+  if (!plus_) return p.amax(1).view({K, R, T_}).amax(1).t().contiguous();
+  torch::Tensor h_norm = in.hidden.to(torch::kFloat32).narrow(0, T_ + P_, T_).norm(2, -1);
+  torch::Tensor peak = (p / h_norm.view({1, T_, 1})).amax(1);  // [H, T keys]
+  torch::Tensor v = in.v.to(torch::kFloat32).narrow(0, 0, T_).repeat_interleave(R, 1);
+  torch::Tensor wov = v.permute({1, 0, 2}).bmm(wo_[size_t(in.layer)]).norm(2, -1);  // [H, T]
+  torch::Tensor s = (peak * wov).view({K, R, T_}).amax(1);                          // [K, T]
+  return s.log().t().contiguous();
+}
+
+int64_t kvzip_window_start(int64_t w, int64_t window, int64_t begin, int64_t end) {
+  const int64_t span = end - begin - window;
+  return begin + (span <= 0 ? 0 : (w * window) % (span + 1));
+}
+
+torch::Tensor kvzip_read_back(const std::vector<int32_t>& ids, int64_t start, int64_t window,
+                              const std::vector<int32_t>& repeat) {
+  std::vector<int64_t> out(ids.begin() + start, ids.begin() + start + window);
+  out.insert(out.end(), repeat.begin(), repeat.end());
+  out.insert(out.end(), ids.begin() + start, ids.begin() + start + window);
+  return torch::tensor(out, torch::kInt64);
+}
+
+}  // namespace kvscope::gates
