@@ -32,23 +32,6 @@ double lr_factor(int64_t i, int64_t n) {
   return 1.0;
 }
 
-// Every (h, y) of the windows fed so far, per layer: [N, D] and [N, K].
-void stack_samples(const KvzipTargets& rec, int64_t layers, std::vector<torch::Tensor>* x,
-                   std::vector<torch::Tensor>* y) {
-  const int64_t windows = int64_t(rec.xs.size()) / layers;
-  x->clear();
-  y->clear();
-  for (int64_t l = 0; l < layers; ++l) {
-    std::vector<torch::Tensor> xl, yl;
-    for (int64_t w = 0; w < windows; ++w) {
-      xl.push_back(rec.xs[size_t(w * layers + l)]);
-      yl.push_back(rec.ys[size_t(w * layers + l)]);
-    }
-    x->push_back(torch::cat(xl));
-    y->push_back(torch::cat(yl));
-  }
-}
-
 // Fresh gate parameters: nn.Linear's default initialisation (seeded), norms 1,
 // b and the sink keys 0, as the official module starts.
 std::vector<FastKvzipLayer> init_layers(const model::ModelConfig& c, int64_t dim, int64_t base) {
@@ -90,16 +73,8 @@ std::pair<torch::Tensor, double> loss_and_accuracy(const torch::Tensor& pred,
 
 TrainResult train_fastkvzip(const TrainOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  generate::Engine engine = generate::open_engine(o.model);
-  if (!engine.tokenizer)
-    throw InputError("--tokenizer", "",
-                     "fastkvzip needs the model's tokenizer for its repeat prompt");
-  const model::ModelConfig& c = engine.model->config();
-  DataOptions d = o.data;
-  d.window = o.seq_len;
-  d.seed = o.seed;
-  const TokenData data = load_training_data(engine, d);
-  const std::vector<int32_t> repeat = engine.tokenizer->encode(kKvzipRepeatPrompt, false);
+  ReadBackSource src = open_read_back(o, "fastkvzip");
+  const model::ModelConfig& c = src.engine.model->config();
   const nlohmann::json hyper =
       resolve_hyperparameters(o.kind, GateShape::of(c), o.hyper_given, "--gate");
   const int64_t dim = hyper.at("dim").get<int64_t>(), base = hyper.at("base_keys").get<int64_t>();
@@ -110,25 +85,13 @@ TrainResult train_fastkvzip(const TrainOptions& o) {
   // The targets: --steps windows of training text, max(1, steps/8) held out.
   std::vector<torch::Tensor> x, y, x_held, y_held;
   {
-    torch::NoGradGuard no_grad;
-    KvzipTargets rec(c, engine.model->weights(), o.seq_len, int64_t(repeat.size()), false);
+    KvzipTargets rec(c, src.engine.model->weights(), o.seq_len, int64_t(src.repeat.size()), false);
     rec.keep_samples = true;
-    for (int64_t w = 0; w < o.steps; ++w) {
-      rec.reset();
-      engine.model->forward(
-          kvzip_read_back(data.ids, kvzip_window_start(w, o.seq_len, 0, data.train_end), o.seq_len,
-                          repeat),
-          0, rec, false);
-    }
+    feed_read_backs(src, rec, o.seq_len, o.steps, false);
     stack_samples(rec, L, &x, &y);
     rec.xs.clear();
     rec.ys.clear();
-    for (int64_t w = 0; w < std::max<int64_t>(1, o.steps / 8); ++w) {
-      rec.reset();
-      const int64_t start =
-          kvzip_window_start(w, o.seq_len, data.train_end, int64_t(data.ids.size()));
-      engine.model->forward(kvzip_read_back(data.ids, start, o.seq_len, repeat), 0, rec, false);
-    }
+    feed_read_backs(src, rec, o.seq_len, std::max<int64_t>(1, o.steps / 8), true);
     stack_samples(rec, L, &x_held, &y_held);
   }
 
@@ -182,11 +145,11 @@ TrainResult train_fastkvzip(const TrainOptions& o) {
       {{"method",
         "BCE of the gate's score against the KVzip score of the text read back after a repeat "
         "prompt; SGD (momentum 0.9) with the official schedule"},
-       {"data", data.describe},
+       {"data", src.data.describe},
        {"windows", o.steps},
        {"seq_len", o.seq_len},
        {"samples", n},
-       {"repeat_prompt_tokens", repeat.size()},
+       {"repeat_prompt_tokens", src.repeat.size()},
        {"first_train_bce_per_layer", first_loss},
        {"final_train_bce_per_layer", last_loss},
        {"heldout_bce", held_bce},

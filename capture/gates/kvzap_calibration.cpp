@@ -41,28 +41,14 @@ std::pair<torch::Tensor, torch::Tensor> ridge(const torch::Tensor& xtx, const to
 
 TrainResult calibrate_kvzap(const TrainOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  generate::Engine engine = generate::open_engine(o.model);
-  if (!engine.tokenizer)
-    throw InputError("--tokenizer", "", "kvzap needs the model's tokenizer for its repeat prompt");
-  const model::ModelConfig& c = engine.model->config();
-  DataOptions d = o.data;
-  d.window = o.seq_len;
-  d.seed = o.seed;
-  const TokenData data = load_training_data(engine, d);
-  const std::vector<int32_t> repeat = engine.tokenizer->encode(kKvzipRepeatPrompt, false);
+  ReadBackSource src = open_read_back(o, "kvzap");
+  const model::ModelConfig& c = src.engine.model->config();
   const nlohmann::json hyper =
       resolve_hyperparameters(o.kind, GateShape::of(c), o.hyper_given, "--gate");
   const double alpha = hyper.at("ridge").get<double>();
 
-  KvzipTargets rec(c, engine.model->weights(), o.seq_len, int64_t(repeat.size()), true);
-  torch::NoGradGuard no_grad;
-  for (int64_t w = 0; w < o.steps; ++w) {
-    rec.reset();
-    engine.model->forward(
-        kvzip_read_back(data.ids, kvzip_window_start(w, o.seq_len, 0, data.train_end), o.seq_len,
-                        repeat),
-        0, rec, false);
-  }
+  KvzipTargets rec(c, src.engine.model->weights(), o.seq_len, int64_t(src.repeat.size()), true);
+  feed_read_backs(src, rec, o.seq_len, o.steps, false);
   GateSet set = init_gates(o.kind, hyper, GateShape::of(c), 0);
   std::vector<std::pair<torch::Tensor, torch::Tensor>> fit;
   for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -74,24 +60,14 @@ TrainResult calibrate_kvzap(const TrainOptions& o) {
   // Held-out R^2 per layer: windows from the held-out tail of the text.
   const int64_t held_windows = std::max<int64_t>(1, o.steps / 8);
   rec.keep_samples = true;
-  for (int64_t w = 0; w < held_windows; ++w) {
-    rec.reset();
-    engine.model->forward(
-        kvzip_read_back(data.ids,
-                        kvzip_window_start(w, o.seq_len, data.train_end, int64_t(data.ids.size())),
-                        o.seq_len, repeat),
-        0, rec, false);
-  }
+  feed_read_backs(src, rec, o.seq_len, held_windows, true);
+  std::vector<torch::Tensor> xs, ys;
+  stack_samples(rec, c.n_layers, &xs, &ys);
   std::vector<double> r2;
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    std::vector<torch::Tensor> xl, yl;
-    for (int64_t w = 0; w < held_windows; ++w) {
-      xl.push_back(rec.xs[size_t(w * c.n_layers + l)]);
-      yl.push_back(rec.ys[size_t(w * c.n_layers + l)]);
-    }
-    torch::Tensor x = torch::cat(xl), y = torch::cat(yl).to(torch::kFloat64);
-    torch::Tensor pred =
-        (x.mm(fit[size_t(l)].first.t()) + fit[size_t(l)].second).to(torch::kFloat64);
+    const torch::Tensor y = ys[size_t(l)].to(torch::kFloat64);
+    const torch::Tensor pred =
+        (xs[size_t(l)].mm(fit[size_t(l)].first.t()) + fit[size_t(l)].second).to(torch::kFloat64);
     const double sse = (y - pred).square().sum().item<double>();
     const double sst = (y - y.mean(0, true)).square().sum().item<double>();
     r2.push_back(sst > 0 ? 1.0 - sse / sst : 0.0);
@@ -102,10 +78,10 @@ TrainResult calibrate_kvzap(const TrainOptions& o) {
       {{"method",
         "calibration: ridge regression (unpenalised intercept) from each layer's normalised "
         "input to the log KVzip+ score of the text read back after a repeat prompt"},
-       {"data", data.describe},
+       {"data", src.data.describe},
        {"windows", o.steps},
        {"seq_len", o.seq_len},
-       {"repeat_prompt_tokens", repeat.size()},
+       {"repeat_prompt_tokens", src.repeat.size()},
        {"heldout_windows", held_windows},
        {"heldout_r2", r2}},
       t0);

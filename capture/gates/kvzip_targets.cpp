@@ -3,7 +3,10 @@
 
 #include <limits>
 
+#include "capture/gates/trainer.h"
 #include "capture/policy/policies/output_projection.h"
+#include "capture/tokenizer/tokenizer.h"
+#include "core/common/input_error.h"
 
 namespace kvscope::gates {
 
@@ -69,6 +72,48 @@ torch::Tensor kvzip_read_back(const std::vector<int32_t>& ids, int64_t start, in
   out.insert(out.end(), repeat.begin(), repeat.end());
   out.insert(out.end(), ids.begin() + start, ids.begin() + start + window);
   return torch::tensor(out, torch::kInt64);
+}
+
+ReadBackSource open_read_back(const TrainOptions& o, const std::string& policy) {
+  ReadBackSource s{generate::open_engine(o.model), {}, {}};
+  if (!s.engine.tokenizer)
+    throw InputError("--tokenizer", "",
+                     policy + " needs the model's tokenizer for its repeat prompt");
+  DataOptions d = o.data;
+  d.window = o.seq_len;
+  d.seed = o.seed;
+  s.data = load_training_data(s.engine, d);
+  s.repeat = s.engine.tokenizer->encode(kKvzipRepeatPrompt, false);
+  return s;
+}
+
+void feed_read_backs(ReadBackSource& s, KvzipTargets& rec, int64_t window, int64_t windows,
+                     bool held_out) {
+  torch::NoGradGuard no_grad;
+  const int64_t begin = held_out ? s.data.train_end : 0;
+  const int64_t end = held_out ? int64_t(s.data.ids.size()) : s.data.train_end;
+  for (int64_t w = 0; w < windows; ++w) {
+    rec.reset();
+    s.engine.model->forward(
+        kvzip_read_back(s.data.ids, kvzip_window_start(w, window, begin, end), window, s.repeat), 0,
+        rec, false);
+  }
+}
+
+void stack_samples(const KvzipTargets& rec, int64_t layers, std::vector<torch::Tensor>* x,
+                   std::vector<torch::Tensor>* y) {
+  const int64_t windows = int64_t(rec.xs.size()) / layers;
+  x->clear();
+  y->clear();
+  for (int64_t l = 0; l < layers; ++l) {
+    std::vector<torch::Tensor> xl, yl;
+    for (int64_t w = 0; w < windows; ++w) {
+      xl.push_back(rec.xs[size_t(w * layers + l)]);
+      yl.push_back(rec.ys[size_t(w * layers + l)]);
+    }
+    x->push_back(torch::cat(xl));
+    y->push_back(torch::cat(yl));
+  }
 }
 
 }  // namespace kvscope::gates

@@ -13,9 +13,12 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "capture/gates/train_data.h"
 #include "capture/generate/dense_kv_cache.h"
+#include "capture/generate/engine.h"
 #include "capture/model/model_weights.h"
 
 namespace kvscope::gates {
@@ -51,6 +54,25 @@ class KvzipTargets : public model::AttentionBackend {
   int64_t T_, P_;
   bool plus_;
 };
+
+struct TrainOptions;
+
+// What the read-back fits (kvzap, fastkvzip) start from: the model, the text
+// (--data, windows of --seq-len) and the repeat prompt's tokens. Throws
+// InputError when the model has no tokenizer (`policy` names the fit).
+struct ReadBackSource {
+  generate::Engine engine;
+  TokenData data;
+  std::vector<int32_t> repeat;
+};
+ReadBackSource open_read_back(const TrainOptions& o, const std::string& policy);
+// Feeds `windows` read-backs of `window` tokens through `rec`: consecutive
+// windows of the training part, or of the held-out tail.
+void feed_read_backs(ReadBackSource& s, KvzipTargets& rec, int64_t window, int64_t windows,
+                     bool held_out);
+// rec's kept samples stacked per layer: [N, D] and [N, K] over its windows.
+void stack_samples(const KvzipTargets& rec, int64_t layers, std::vector<torch::Tensor>* x,
+                   std::vector<torch::Tensor>* y);
 
 // Window w's start among [begin, end): consecutive windows, wrapping around.
 int64_t kvzip_window_start(int64_t w, int64_t window, int64_t begin, int64_t end);
