@@ -163,14 +163,17 @@ Command add_train_command(CLI::App& app) {
   auto c = std::make_shared<TrainCli>();
   gates::TrainOptions& o = c->o;
   CLI::App* sub = app.add_subcommand(
-      "train", "Train learned KV-cache gates (WG-KV, Attention-Gate, TrimKV/DBTrimKV, KVpop, SFC)");
+      "train",
+      "Train learned KV-cache gates (WG-KV, Attention-Gate, TrimKV/DBTrimKV, KVpop, SFC, DMS)");
   c->sub = sub;
-  sub->add_option("--policy", c->policy,
-                  "wgkv | attention-gate | retention | retention-global | kvpop (--scorer "
-                  "mlp|mlstm; --retrofit) | streaming-plus | sfc (--traces) | qfilter (calibration: "
-                  "--steps windows of --seq-len tokens of --data) | query-stats (calibration, likewise) | "
-                  "kvzap (KVzip+ scores of --data, ridge fit) | fastkvzip (KVzip scores of --data, "
-                  "gates by BCE)")
+  sub->add_option(
+         "--policy", c->policy,
+         "wgkv | attention-gate | retention | retention-global | kvpop (--scorer "
+         "mlp|mlstm; --retrofit) | streaming-plus | sfc (--traces) | qfilter (calibration: "
+         "--steps windows of --seq-len tokens of --data) | query-stats (calibration, likewise) | "
+         "kvzap (KVzip+ scores of --data, ridge fit) | fastkvzip (KVzip scores of --data, "
+         "gates by BCE) | dms (DMS eviction decisions: distillation + compression "
+         "target)")
       ->required();
   generate::add_model_options(sub, &o.model);
   // sfc reads the model's path from its traces.

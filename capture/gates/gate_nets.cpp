@@ -76,4 +76,9 @@ torch::Tensor retention_log_beta(const GateSet& g, int64_t layer, const torch::T
   return torch::log_sigmoid(s).t();  // [K, n]
 }
 
+torch::Tensor dms_decision_logits(const GateSet& g, int64_t layer, const torch::Tensor& hidden) {
+  const torch::Tensor& w = g.param(lp(layer) + "dms.weight");  // [K, D]
+  return torch::matmul(w, hidden.to(torch::kFloat32).t()) * g.hyper("scale") - g.hyper("offset");
+}
+
 }  // namespace kvscope::gates

@@ -32,4 +32,13 @@ torch::Tensor attention_gate_scores(const GateSet& g, int64_t layer, const torch
 //                      by every layer and head: seed 002 §4.1)
 torch::Tensor retention_log_beta(const GateSet& g, int64_t layer, const torch::Tensor& hidden);
 
+// DMS eviction-decision logits (Łańcucki et al. 2025; NVIDIA's adapter form,
+// Model-Optimizer experimental/dms: a separate projection, the base frozen):
+//   z = scale * W_l h - offset                                      [K, n]
+// h = the layer's normalised input [n, D]. The decision is made one token
+// late: z of token t decides whether token t - 1 is evicted once it leaves
+// the window (dms_attn_train_mode shifts the logits by one), at inference by
+// z > 0. W starts at zero, so every token starts kept (z = -offset).
+torch::Tensor dms_decision_logits(const GateSet& g, int64_t layer, const torch::Tensor& hidden);
+
 }  // namespace kvscope::gates

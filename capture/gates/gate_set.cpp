@@ -33,21 +33,23 @@ const char* gate_kind_name(GateKind k) {
     case GateKind::QueryStats: return "query-stats";
     case GateKind::Kvzap: return "kvzap";
     case GateKind::FastKvzip: return "fastkvzip";
+    case GateKind::Dms: return "dms";
   }
   return "?";
 }
 
 GateKind parse_gate_kind(const std::string& name, const std::string& file,
                          const std::string& field) {
-  for (GateKind k :
-       {GateKind::WriteGate, GateKind::AttentionGate, GateKind::Retention,
-        GateKind::RetentionGlobal, GateKind::KvpopMlp, GateKind::KvpopMlstm, GateKind::SfcGru,
-        GateKind::QFilter, GateKind::QueryStats, GateKind::Kvzap, GateKind::FastKvzip})
+  for (GateKind k : {GateKind::WriteGate, GateKind::AttentionGate, GateKind::Retention,
+                     GateKind::RetentionGlobal, GateKind::KvpopMlp, GateKind::KvpopMlstm,
+                     GateKind::SfcGru, GateKind::QFilter, GateKind::QueryStats, GateKind::Kvzap,
+                     GateKind::FastKvzip, GateKind::Dms})
     if (name == gate_kind_name(k)) return k;
   throw InputError(file, field,
                    "'" + name +
                        "' is not a gate kind (wgkv, attention-gate, retention, retention-global, "
-                       "kvpop-mlp, kvpop-mlstm, sfc-gru, qfilter, query-stats, kvzap, fastkvzip)");
+                       "kvpop-mlp, kvpop-mlstm, sfc-gru, qfilter, query-stats, kvzap, fastkvzip, "
+                       "dms)");
 }
 
 double GateSet::hyper(const std::string& key) const {
@@ -114,6 +116,13 @@ json default_hyperparameters(GateKind kind, const GateShape& s) {
       // The official trainer's (optim.py): a 16-dim gate with 16 learned sink
       // keys, SGD (momentum 0.9) at 0.2 for 5000 steps of 1000 tokens.
       return {{"dim", 16}, {"base_keys", 16}, {"iters", 5000}, {"batch", 1000}, {"sgd_lr", 0.2}};
+    case GateKind::Dms:
+      // NVIDIA's DMS adapter recipe (Model-Optimizer experimental/dms, Qwen3ConfigDMS):
+      // decision logits scale 100, offset 5, Gumbel-sigmoid temperature 0.1,
+      // the compression ratio ramped linearly from 1 to the target over the
+      // run. The window (512 there, for 32K contexts) is scaled to ours.
+      return {{"window", 256},     {"tau", 0.1},       {"scale", 100.0}, {"offset", 5.0},
+              {"initial_cr", 1.0}, {"target_cr", 4.0}, {"ramp", 1.0}};
   }
   return json::object();
 }
@@ -157,6 +166,11 @@ constexpr HyperRange kHyperRanges[] = {
     {"iters", 1, 1e8, true},
     {"batch", 1, 1e8, true},
     {"sgd_lr", 1e-9, 1e3, false},
+    {"scale", 1e-6, 1e6, false},
+    {"offset", -1e3, 1e3, false},
+    {"initial_cr", 1, 1e3, false},
+    {"target_cr", 1, 1e3, false},
+    {"ramp", 1e-3, 1, false},
 };
 
 void check_hyperparameter_ranges(const json& h, const std::string& field) {
@@ -283,6 +297,7 @@ std::map<std::string, std::vector<int64_t>> expected_parameters(GateKind kind, c
         out[p + "query_mean"] = {s.n_heads, hd};
         out[p + "query_cov"] = {s.n_heads, hd, hd};
         break;
+      case GateKind::Dms: out[p + "dms.weight"] = {K, s.hidden_size}; break;
       case GateKind::Kvzap:
         out[p + "kvzap.weight"] = {K, s.hidden_size};
         out[p + "kvzap.bias"] = {K};
@@ -415,6 +430,7 @@ GateSet init_gates(GateKind kind, const json& hyper, const GateShape& shape, uin
       case GateKind::QueryStats:
       case GateKind::Kvzap:      // fitted in closed form (kvzap_calibration.cpp)
       case GateKind::FastKvzip:  // initialised by its trainer (fastkvzip_training.cpp)
+      case GateKind::Dms:  // zero, as the DMS adapter recipe (zero_out_proj_alpha): logit -offset
         t.zero_();
         break;
     }

@@ -77,10 +77,11 @@ enum class GateKind {
   QueryStats,
   Kvzap,
   FastKvzip,
+  Dms,
 };
 
 // "wgkv", "attention-gate", "retention", "retention-global", "kvpop-mlp", "kvpop-mlstm",
-// "sfc-gru", "qfilter", "query-stats", "kvzap", "fastkvzip".
+// "sfc-gru", "qfilter", "query-stats", "kvzap", "fastkvzip", "dms".
 const char* gate_kind_name(GateKind k);
 // Throws InputError(file, field, ...) for an unknown name.
 GateKind parse_gate_kind(const std::string& name, const std::string& file,

@@ -1,5 +1,6 @@
 #include "capture/gates/gated_attention.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <limits>
@@ -73,6 +74,29 @@ torch::Tensor attention_gate_mask(const torch::Tensor& flags) {
                       flags.unsqueeze(1).expand({K, n, n}));
 }
 
+torch::Tensor dms_shift(const torch::Tensor& z) {
+  const int64_t n = z.size(1);
+  return torch::cat({z.narrow(1, 1, n - 1), torch::zeros({z.size(0), 1}, z.options())}, 1);
+}
+
+torch::Tensor dms_log_bias(const torch::Tensor& log_keep, int64_t window) {
+  const int64_t n = log_keep.size(1);
+  torch::Tensor near = (distance(n) <= double(window)).unsqueeze(0);  // [1, n, n]
+  return torch::where(near, torch::zeros({1}, log_keep.scalar_type()), log_keep.unsqueeze(1));
+}
+
+namespace {
+
+// Logistic noise log u - log(1 - u): the difference of two Gumbel(0, 1)
+// draws, which the official trainer adds (a - b).
+torch::Tensor logistic_noise(at::IntArrayRef shape, uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  torch::Tensor u = at::rand(shape, gen, torch::kFloat32).clamp(1e-6, 1 - 1e-6);
+  return torch::log(u) - torch::log1p(-u);
+}
+
+}  // namespace
+
 void GatedDenseBackend::begin_step(int64_t pos0, int64_t n) {
   if (pos0 != 0)
     throw std::logic_error("GatedDenseBackend: one step over the whole window at position 0");
@@ -125,6 +149,27 @@ torch::Tensor GatedDenseBackend::attend(const model::AttentionInputs& in) {
       case GateKind::FastKvzip:
         throw std::logic_error(
             "GatedDenseBackend: query filters, statistics and KVzap are calibrated");
+      case GateKind::Dms: {
+        torch::Tensor z = dms_decision_logits(g, l, in.hidden);  // [K, n]
+        const int64_t w = int64_t(g.hyper("window"));
+        if (mode_ == Mode::Soft) {
+          torch::Tensor zs =
+              (z + logistic_noise(z.sizes(), noise_seed * 1000003ULL + uint64_t(l))) /
+              g.hyper("tau");
+          torch::Tensor alpha = torch::sigmoid(zs);
+          gate[size_t(l)] = alpha;
+          flags[size_t(l)] = (alpha > 0.5).to(alpha.scalar_type()) - alpha.detach() + alpha;
+          bias = dms_log_bias(torch::log_sigmoid(-dms_shift(zs)), w);
+        } else {
+          gate[size_t(l)] = torch::sigmoid(z);
+          flags[size_t(l)] = (z > 0).to(torch::kFloat32);
+          const int64_t n = z.size(1);
+          torch::Tensor gone =
+              (distance(n) > double(w)).unsqueeze(0) & (dms_shift(z) > 0).unsqueeze(1);
+          bias = torch::where(gone, torch::full({1}, -kInf), torch::zeros({1}));
+        }
+        break;
+      }
       case GateKind::Retention:
       case GateKind::RetentionGlobal: {
         torch::Tensor lb = retention_log_beta(g, l, in.hidden);

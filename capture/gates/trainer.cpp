@@ -149,6 +149,15 @@ class Trainer {
     const double t = (double(step) - warm) / std::max(1.0, double(o_.steps) - warm);
     return o_.lr_min + (o_.lr - o_.lr_min) * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, t)));
   }
+  // dms: the share of decisions to close at `step`, 1 - 1/cr with the ratio
+  // ramped linearly from initial_cr to target_cr over the first `ramp` of
+  // the run (the official dms_schedule); the final share when step < 0.
+  double dms_target(int64_t step) const {
+    const double c0 = gates_.hyper("initial_cr"), c1 = gates_.hyper("target_cr");
+    const double ramp = std::max(1.0, gates_.hyper("ramp") * double(o_.steps));
+    const double progress = step < 0 ? 1.0 : std::min(1.0, double(step) / ramp);
+    return 1.0 - 1.0 / (c0 + (c1 - c0) * progress);
+  }
   // The rate the CSV records: the gates', or the base's when only it trains.
   double csv_lr(int64_t step) const { return trains_gates() ? lr_at(step) : o_.base_lr; }
   bool trains_base() const { return o_.base != Base::Frozen; }
@@ -191,6 +200,10 @@ class Trainer {
   GateSet gates_;
   std::unique_ptr<torch::optim::AdamW> opt_;
   double budget_ = 0;
+  // dms: the step whose compression target applies (-1: held-out, the final
+  // target) and the seed of the window's Gumbel noise.
+  int64_t step_ = -1;
+  uint64_t noise_seed_ = 0;
   std::ofstream log_, csv_;
   // Retrofit, StreamingPlus: the fine-tuned copy of the base and its tensors
   // (name order of model::weight_tensors); the optimiser's groups.
@@ -250,6 +263,7 @@ std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w,
   if (o_.base == Base::StreamingPlus) return streaming_objective(x, logits_t);
   if (is_kvpop(gates_.kind)) return kvpop_objective(x, logits_t, w[0].item<int64_t>());
   GatedDenseBackend gated(&gates_, mode);
+  gated.noise_seed = noise_seed_;
   torch::Tensor hidden_s = m.forward_hidden(x, 0, gated);
   Numbers n;
   torch::Tensor loss;
@@ -287,6 +301,28 @@ std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w,
       n.gate_mean = torch::stack(gated.gate).mean().item<double>();
       n.keep = keep.item<double>();
       n.cache = n.keep;
+      break;
+    }
+    case GateKind::Dms: {
+      // The official distillation_loss: sum p_s (log p_s - log p_t), i.e.
+      // KL(student || teacher), plus clamp(target - closed, min 0) with the
+      // straight-through share of closing decisions.
+      torch::Tensor logp_s = torch::log_softmax(m.logits(hidden_s), -1);
+      torch::Tensor kl = (logp_s.exp() * (logp_s - logp_t)).sum(-1).mean();
+      torch::Tensor decisions = torch::stack(gated.flags);  // [L, K, n]
+      torch::Tensor closed = decisions.mean();
+      torch::Tensor comp = torch::relu(dms_target(step_) - closed);
+      loss = kl + comp;
+      n.kl = kl.item<double>();
+      n.reg = comp.item<double>();
+      n.gate_mean = torch::stack(gated.gate).mean().item<double>();
+      n.keep = 1.0 - closed.item<double>();
+      // The cache at the window's end: key j is gone when j < L - 1 - w and
+      // the decision at j + 1 closed it.
+      const int64_t older = std::max<int64_t>(0, L - 1 - int64_t(gates_.hyper("window")));
+      const double gone =
+          older > 0 ? decisions.detach().narrow(2, 1, older).sum(2).mean().item<double>() : 0.0;
+      n.cache = (double(L) - gone) / double(L);
       break;
     }
     case GateKind::KvpopMlp:
@@ -419,6 +455,7 @@ void divide_numbers(Numbers& sum, int64_t count) {
 
 Numbers Trainer::evaluate() {
   torch::NoGradGuard no_grad;
+  step_ = -1;
   const int64_t E = std::max<int64_t>(1, o_.eval_windows);
   const int64_t span = int64_t(data_.ids.size()) - data_.train_end - o_.seq_len - 1;
   Numbers sum;
@@ -457,6 +494,11 @@ json Trainer::objective_json() const {
                               "sparse student) on the teacher's top logits + L_score"
                             : "scorer-only (base frozen)"}};
   }
+  if (gates_.kind == GateKind::Dms)
+    return {{"loss",
+             "KL(student || teacher) of the next-token distributions + max(0, 1 - 1/cr - share "
+             "of closing decisions) (DMS; cr ramped from initial_cr to target_cr)"},
+            {"target_cr", gates_.hyper("target_cr")}};
   return {{"lambda", o_.lambda}, {"alpha", o_.alpha},           {"beta", o_.beta},
           {"budget", budget_},   {"cap_weight", o_.cap_weight}, {"ce_weight", o_.ce_weight}};
 }
@@ -583,6 +625,8 @@ json Trainer::gate_meta(int64_t steps_done, double wall, const Numbers& last,
   // A retrofit scorer belongs to the fine-tuned model it was trained with.
   meta["base_model"] = trains_base() ? model_written_ : original;
   json fp = fingerprint();
+  const bool hard = gates_.kind == GateKind::WriteGate || gates_.kind == GateKind::AttentionGate ||
+                    gates_.kind == GateKind::Dms;
   meta["training"] = {
       {"data", data_.describe},
       {"steps", steps_done},
@@ -599,8 +643,7 @@ json Trainer::gate_meta(int64_t steps_done, double wall, const Numbers& last,
       {"wall_seconds", wall},
       {"last_step", numbers_json(last)},
       {"heldout", numbers_json(eval)},
-      {"heldout_mode", gates_.kind == GateKind::WriteGate || gates_.kind == GateKind::AttentionGate
-                           ? "hard (inference-time decisions)"
+      {"heldout_mode", hard                             ? "hard (inference-time decisions)"
                        : o_.base == Base::StreamingPlus ? "hard (the sinks + window pattern)"
                        : is_kvpop(gates_.kind) ? "hard (the sparse top-k attention inference uses)"
                                                : "soft (retention-gated attention)"}};
@@ -797,6 +840,11 @@ void Trainer::prepare() {
   gates_ = init_gates(o_.kind, hyper, shape, o_.seed);
   gates_.source = o_.output;
   budget_ = o_.budget > 0 ? o_.budget : double(o_.seq_len) / 4.0;
+  if (o_.kind == GateKind::Dms && o_.seq_len < int64_t(gates_.hyper("window")) + 2)
+    throw InputError("", "--seq-len",
+                     std::to_string(o_.seq_len) + " tokens leave no key outside the DMS window " +
+                         std::to_string(int64_t(gates_.hyper("window"))) +
+                         " (expected at least window + 2; set --gate window=N)");
 }
 
 // The .log and .csv (a resumed run keeps the curve up to its checkpoint) and
@@ -847,7 +895,9 @@ Numbers Trainer::train_step(int64_t step, double* lr) {
   *lr = set_learning_rates(step);
   opt_->zero_grad();
   Numbers sum;
+  step_ = step;
   for (int64_t b = 0; b < o_.batch; ++b) {
+    noise_seed_ = o_.seed * 7919ULL + uint64_t(step) * 131ULL + uint64_t(b);
     auto [loss, n] = objective(window(train_start(step, b)), GatedDenseBackend::Mode::Soft);
     (loss / double(o_.batch)).backward();
     add_numbers(sum, n);

@@ -13,6 +13,10 @@
 //                     kvpop_training.h); KL(teacher || sparse student) on
 //                     the teacher's top-256 logits is reported (the scorer
 //                     cannot move it: the top-k mask is hard)
+//   dms               KL(student || teacher) of the next-token distributions +
+//                     max(0, 1 - 1/cr(step) - mean(decisions)), Gumbel-sigmoid
+//                     decisions with a straight-through share, cr ramped
+//                     linearly (DMS; NVIDIA's adapter recipe, docs/policies/dms_learned.md)
 //   sfc-gru           from full-cache traces, not text: the asymmetric focal
 //                     BCE on both outputs + the promotion-latency term
 //                     (seed 004; train_sfc, sfc_trainer.cpp)

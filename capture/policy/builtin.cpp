@@ -16,21 +16,50 @@ namespace kvscope::policy {
 
 const std::vector<PolicyDescriptor>& builtin_policies() {
   static const std::vector<PolicyDescriptor> all = {
-      full_descriptor(),      window_descriptor(),         streaming_llm_descriptor(),
-      h2o_descriptor(),       tova_descriptor(),           snapkv_descriptor(),
-      pyramidkv_descriptor(), knorm_descriptor(),          expected_attention_descriptor(),
-      adakv_descriptor(),     duo_attention_descriptor(),  quest_descriptor(),
-      wgkv_descriptor(),      attention_gate_descriptor(), trimkv_descriptor(),
-      dbtrimkv_descriptor(),  kvpop_descriptor(),          sfc_descriptor(),
+      full_descriptor(),
+      window_descriptor(),
+      streaming_llm_descriptor(),
+      h2o_descriptor(),
+      tova_descriptor(),
+      snapkv_descriptor(),
+      pyramidkv_descriptor(),
+      knorm_descriptor(),
+      expected_attention_descriptor(),
+      adakv_descriptor(),
+      duo_attention_descriptor(),
+      quest_descriptor(),
+      wgkv_descriptor(),
+      attention_gate_descriptor(),
+      trimkv_descriptor(),
+      dbtrimkv_descriptor(),
+      kvpop_descriptor(),
+      sfc_descriptor(),
       scripted_descriptor(),
       // The kvpress catalogue.
-      random_descriptor(), observed_attention_descriptor(), keydiff_descriptor(),
-      lagkv_descriptor(), cur_descriptor(), leverage_descriptor(),
-      non_causal_attention_descriptor(), compactor_descriptor(), criticalkv_descriptor(),
-      simlayerkv_descriptor(), qfilter_descriptor(), critical_adakv_descriptor(),
-      cap_descriptor(), expected_attention_stats_descriptor(), dms_descriptor(), finch_descriptor(),
-      kvzip_descriptor(), kvcompose_descriptor(), cam_descriptor(), think_descriptor(),
-      lukv_descriptor(), kvzap_descriptor(), fastkvzip_descriptor(),
+      random_descriptor(),
+      observed_attention_descriptor(),
+      keydiff_descriptor(),
+      lagkv_descriptor(),
+      cur_descriptor(),
+      leverage_descriptor(),
+      non_causal_attention_descriptor(),
+      compactor_descriptor(),
+      criticalkv_descriptor(),
+      simlayerkv_descriptor(),
+      qfilter_descriptor(),
+      critical_adakv_descriptor(),
+      cap_descriptor(),
+      expected_attention_stats_descriptor(),
+      dms_descriptor(),
+      finch_descriptor(),
+      kvzip_descriptor(),
+      kvcompose_descriptor(),
+      cam_descriptor(),
+      think_descriptor(),
+      lukv_descriptor(),
+      kvzap_descriptor(),
+      fastkvzip_descriptor(),
+      dms_learned_descriptor(),
   };
   return all;
 }
@@ -108,7 +137,7 @@ void resolve_gates(const PolicyDescriptor& d, std::map<std::string, std::string>
                      "required: no gates= given and no shipped gate of kind " + d.gate_kinds[0] +
                          " was trained for " + context.model_file + " (sha256 " +
                          sha.substr(0, 12) + "...); train one with `kvscope train --policy " +
-                         d.name + "` (docs/training.md)");
+                         d.gate_kinds[0] + "` (docs/training.md)");
   (*values)["gates"] = found;
   notes->push_back(d.name + ": no gates= given; using " + found +
                    " (shipped, trained for this model: sha256 " + sha.substr(0, 12) + "...)");

@@ -52,6 +52,7 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/policies/lukv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/kvzap.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/fastkvzip.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/dms_learned.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/cam.cpp
 )
 # Learned policies given no gates= look here for the gate shipped for the model.

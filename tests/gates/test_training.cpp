@@ -66,6 +66,10 @@ gates::TrainOptions stories_options(GateKind kind, const std::string& out, int64
       o.lr = 1e-2;
       o.hyper_given = {{"sinks", 4}, {"window", 8}, {"topk", 20}};
       break;
+    case GateKind::Dms:  // half the decisions closed by the end, 8 queries past each token
+      o.hyper_given = {{"window", 8}, {"target_cr", 2.0}};
+      o.lr = 1e-3;
+      break;
     case GateKind::SfcGru:  // trains from traces: not one of these objectives
     case GateKind::QFilter:  // calibrated: not one of these objectives
     case GateKind::QueryStats:
@@ -91,6 +95,28 @@ TEST_CASE("every objective's loss falls on stories260K", "[gates][train]") {
     // The gate file loads for the model it was trained for.
     CHECK(std::filesystem::exists(gates::sidecar_path(out, ".json")));
   }
+}
+
+TEST_CASE(
+    "dms training: every decision starts open, the closed share reaches the target by the end, "
+    "and the held-out cache shrinks with it",
+    "[gates][train]") {
+  const std::string out = test::temp_dir() + "/dms.safetensors";
+  gates::TrainResult r = gates::train_gates(stories_options(GateKind::Dms, out, 60));
+  const std::string csv = gates::sidecar_path(out, ".csv");
+  std::vector<double> keep = test::csv_column(csv, "keep");
+  REQUIRE(keep.size() == 60);
+  // W = 0 at the start: z = -5 for every token, only the noise can close one.
+  CHECK(keep[0] > 0.97);
+  // The target ramps to 1 - 1/2 = 0.5 closed; the held-out run uses the
+  // hard decisions z > 0.
+  const nlohmann::json& heldout = r.summary.at("heldout");
+  CHECK(heldout.at("keep").get<double>() < 0.65);
+  CHECK(heldout.at("keep").get<double>() > 0.3);
+  // Keys past the window of 8 leave: the cache at the window's end is below
+  // what the open decisions alone would hold.
+  CHECK(heldout.at("cache_fraction").get<double>() < 0.75);
+  CHECK(std::isfinite(heldout.at("kl").get<double>()));
 }
 
 TEST_CASE("training is deterministic for a seed, and resuming equals not stopping",
@@ -220,7 +246,9 @@ TEST_CASE(
       {"stories260K-retention.safetensors", "trimkv:budget=32,gates=", "retention",
        "\"budget_kind\": \"head\""},
       {"stories260K-retention-global.safetensors", "dbtrimkv:budget=32,gates=", "retention",
-       "\"budget_kind\": \"global\""}};
+       "\"budget_kind\": \"global\""},
+      {"stories260K-dms.safetensors", "dms_learned:gates=", "dms_decision",
+       "\"budget_kind\": \"none\""}};
   for (const Case& k : cases) {
     INFO(k.file);
     REQUIRE(std::filesystem::exists(res + k.file));
