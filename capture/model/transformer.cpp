@@ -150,9 +150,11 @@ torch::Tensor Transformer::mlp_block(const torch::Tensor& h, int64_t layer) cons
 }
 
 torch::Tensor Transformer::run_layers(const torch::Tensor& tokens, int64_t pos0,
-                                      AttentionBackend& backend) {
+                                      AttentionBackend& backend,
+                                      std::vector<torch::Tensor>* attention_out) {
   const int64_t n = tokens.size(0);
   torch::Tensor x = embed(tokens, pos0);
+  if (attention_out) x = x.detach().requires_grad_(true);
   if (pos0 == 0 && !announced_) rope_len_ = 0;
   announced_ = false;
   rope_len_ = std::max(rope_len_, pos0 + n);
@@ -162,7 +164,13 @@ torch::Tensor Transformer::run_layers(const torch::Tensor& tokens, int64_t pos0,
   backend.begin_step(pos0, n);
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
-    x = x + attention_block(norm(x, w.attn_norm, w.attn_norm_bias), l, pos0, cos, sin, backend);
+    torch::Tensor a =
+        attention_block(norm(x, w.attn_norm, w.attn_norm_bias), l, pos0, cos, sin, backend);
+    if (attention_out) {
+      a.retain_grad();
+      attention_out->push_back(a);
+    }
+    x = x + a;
     x = x + mlp_block(norm(x, w.ffn_norm, w.ffn_norm_bias), l);
   }
   return x;
@@ -174,6 +182,14 @@ torch::Tensor Transformer::forward_hidden(const torch::Tensor& tokens, int64_t p
   torch::Tensor hidden = norm(x, weights_.final_norm, weights_.final_norm_bias);
   backend.end_step();
   return hidden;
+}
+
+torch::Tensor Transformer::forward_residual(const torch::Tensor& tokens, int64_t pos0,
+                                            AttentionBackend& backend,
+                                            std::vector<torch::Tensor>* attention_out) {
+  torch::Tensor x = run_layers(tokens, pos0, backend, attention_out);
+  backend.end_step();
+  return x;
 }
 
 torch::Tensor Transformer::logits(const torch::Tensor& hidden) const {

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "capture/model/attention_backend.h"
 #include "capture/model/model_config.h"
@@ -44,6 +45,15 @@ class Transformer {
                                AttentionBackend& backend);
   torch::Tensor logits(const torch::Tensor& hidden) const;  // [n, D] -> float32 [n, V]
 
+  // For gradient attribution (KVgrad): the residual stream after the last
+  // layer, before the final norm [n, D], from an embedding that requires grad
+  // (the weights need none); each layer's projected attention output (what it
+  // adds to the residual stream) is appended to `attention_out` with its
+  // gradient retained. Call with grad mode on, outside inference mode.
+  torch::Tensor forward_residual(const torch::Tensor& tokens, int64_t pos0,
+                                 AttentionBackend& backend,
+                                 std::vector<torch::Tensor>* attention_out);
+
   // Dynamic NTK RoPE uses frequencies of the longest sequence seen so far
   // (as transformers does). A caller that prefills in chunks announces the
   // full prompt length first so every chunk uses the same frequencies.
@@ -54,7 +64,8 @@ class Transformer {
   }
 
  private:
-  torch::Tensor run_layers(const torch::Tensor& tokens, int64_t pos0, AttentionBackend& backend);
+  torch::Tensor run_layers(const torch::Tensor& tokens, int64_t pos0, AttentionBackend& backend,
+                           std::vector<torch::Tensor>* attention_out = nullptr);
   torch::Tensor embed(const torch::Tensor& tokens, int64_t pos0) const;
   torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;
   torch::Tensor attention_block(const torch::Tensor& x, int64_t layer, int64_t pos0,

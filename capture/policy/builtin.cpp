@@ -60,6 +60,7 @@ const std::vector<PolicyDescriptor>& builtin_policies() {
       kvzap_descriptor(),
       fastkvzip_descriptor(),
       dms_learned_descriptor(),
+      kvgrad_descriptor(),
   };
   return all;
 }

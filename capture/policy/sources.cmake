@@ -53,6 +53,8 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/policies/kvzap.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/fastkvzip.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/dms_learned.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/kvgrad.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/kvgrad_attribution.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/cam.cpp
 )
 # Learned policies given no gates= look here for the gate shipped for the model.

@@ -215,6 +215,15 @@ def kvzip_press(model, chunk, plus=False):
                               kvzip_plus_normalization=plus)
 
 
+def kvgrad_press(model, chunk):
+    """kvpress's KVgradPress (KVzip's pass replayed with autograd) pruning
+    L*K*(n - budget) entries in all, as kvzip_press."""
+    n, L, K = len(model.ids), model.layers, model.kv_heads
+    budget = max(1, n // 4)
+    ratio = (L * K * (n - budget) + 0.5) / (L * K * n)
+    return kvpress.KVgradPress(compression_ratio=ratio, n_sink=4, chunk_size=chunk)
+
+
 def kvcompose_press(model, structured=True):
     """kvpress's KVComposePress keeping L*K*budget entries in all: its ratio
     counts the L*n composite slots (structured) or the L*K*n per-head slots,
@@ -396,6 +405,17 @@ def cases_for(model_name):
         Case("kvzip_chunked", "KVzipPress(chunk_size=%d)" % chunk,
              lambda b, n: "kvzip:budget=%d,sinks=4,chunk=%d" % (b, chunk),
              lambda r, m: kvzip_press(m, chunk), sdpa=True, masks=True,
+             runner=lambda *a: __import__("kvpress_check").kvzip_kept(*a), tie=global_ties,
+             why="near-equal scores across heads (within 1e-4 of the largest)"),
+        # KVgrad: the reconstruction pass replayed with autograd; its default
+        # 512-token chunks.
+        Case("kvgrad", "KVgradPress", lambda b, n: "kvgrad:budget=%d,sinks=4" % b,
+             lambda r, m: kvgrad_press(m, 512), sdpa=True, masks=True,
+             runner=lambda *a: __import__("kvpress_check").kvzip_kept(*a), tie=global_ties,
+             why="near-equal scores across heads (within 1e-4 of the largest)"),
+        Case("kvgrad_chunked", "KVgradPress(chunk_size=%d)" % chunk,
+             lambda b, n: "kvgrad:budget=%d,sinks=4,chunk=%d" % (b, chunk),
+             lambda r, m: kvgrad_press(m, chunk), sdpa=True, masks=True,
              runner=lambda *a: __import__("kvpress_check").kvzip_kept(*a), tie=global_ties,
              why="near-equal scores across heads (within 1e-4 of the largest)"),
         # Fast KVzip: trained gates in place of the reconstruction pass.

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "capture/policy/policies/descriptors.h"
+#include "capture/policy/policies/kvgrad_attribution.h"
 #include "capture/policy/policies/kvzip_selection.h"
 #include "capture/policy/policies/output_projection.h"
 #include "capture/tokenizer/tokenizer.h"
@@ -122,15 +123,16 @@ namespace {
 
 class KvzipPolicy : public Policy {
  public:
-  KvzipPolicy(int64_t budget, int64_t sinks, int64_t chunk, int64_t prefix, bool layerwise,
-              bool plus, bool chat)
-      : budget_(budget),
-        sinks_(sinks),
-        chunk_(chunk),
-        prefix_(prefix),
-        layerwise_(layerwise),
-        plus_(plus),
-        chat_(chat) {}
+  explicit KvzipPolicy(KvzipOptions o)
+      : name_(o.name),
+        budget_(o.budget),
+        sinks_(o.sinks),
+        chunk_(o.chunk),
+        prefix_(o.prefix),
+        layerwise_(o.layerwise),
+        plus_(o.plus),
+        chat_(o.chat),
+        grad_(o.grad) {}
 
   int64_t reconstruction_at() const override { return question_ > 0 ? T_full_ - question_ : -1; }
   // The prefix and the question tail the pass used (the chat template's when
@@ -140,9 +142,16 @@ class KvzipPolicy : public Policy {
   }
 
   std::vector<std::string> reason_names() const override {
-    return {"new token", "lowest context-reconstruction attention"};
+    return {"new token", grad_ ? "lowest context-reconstruction attribution"
+                               : "lowest context-reconstruction attention"};
   }
   std::vector<trace::GateSpec> gates() const override {
+    if (grad_)
+      return {{"kvgrad",
+               "KVgrad score: the largest attention weight x ||v W_O|| x ||d Phi / d a|| over the "
+               "context-reconstruction queries and the group's query heads, Phi the squared norm "
+               "of the last residual stream (sinks: above every score)",
+               "probability x ||v W_O|| x gradient norm"}};
     if (plus_)
       return {{"kvzip",
                "KVzip+ score: the largest attention weight a context-reconstruction query of the "
@@ -156,6 +165,7 @@ class KvzipPolicy : public Policy {
   }
   cache::StatsNeeds stats_needs() const override {
     cache::StatsNeeds n;
+    if (grad_) return n;  // the attribution recomputes its weights
     n.peak = true;
     n.peak_per_query_head = n.peak_over_hidden_norm = plus_;
     return n;
@@ -168,7 +178,8 @@ class KvzipPolicy : public Policy {
   std::vector<PartKind> kinds() const override { return {PartKind::Eviction}; }
   std::string describe() const override {
     return "context reconstruction after the prefill (" + std::to_string(chunk_) +
-           "-token chunks), max attention per entry" +
+           "-token chunks), max " +
+           (grad_ ? "attention x ||v W_O|| x gradient norm (KVgrad)" : "attention") + " per entry" +
            (plus_ ? " x ||v W_O|| / ||h|| (KVzip+)" : "") + ", " +
            (layerwise_ ? "K*budget per layer" : "L*K*budget over all layers and heads");
   }
@@ -178,12 +189,12 @@ class KvzipPolicy : public Policy {
       const std::vector<int32_t>& prompt, const tokenizer::Tokenizer* tokenizer) const override {
     const int64_t T = int64_t(prompt.size());
     if (prefix_ >= T)
-      throw InputError("--policy", "kvzip:prefix",
+      throw InputError("--policy", name_ + ":prefix",
                        "'" + std::to_string(prefix_) + "' is outside [0, " + std::to_string(T - 1) +
                            "] (the prompt has " + std::to_string(T) +
                            " tokens and the context after the prefix cannot be empty)");
     if (!tokenizer)
-      throw InputError("--policy", "kvzip",
+      throw InputError("--policy", name_,
                        "the context-reconstruction prompt needs the model's tokenizer");
     const std::vector<int32_t> first = tokenizer->encode(kFirstPrompt, false),
                                next = tokenizer->encode(kNextPrompt, false);
@@ -201,7 +212,7 @@ class KvzipPolicy : public Policy {
       suffix = template_suffix;
     }
     if (begin >= end_of_context)
-      throw InputError("--policy", "kvzip:prefix",
+      throw InputError("--policy", name_ + ":prefix",
                        "'" + std::to_string(prefix_) +
                            "' leaves no context between the chat "
                            "template's prefix and its generation prompt");
@@ -220,6 +231,7 @@ class KvzipPolicy : public Policy {
       c.ids.insert(c.ids.end(), suffix.begin(), suffix.end());
       c.ids.insert(c.ids.end(), prompt.begin() + start, prompt.begin() + end);
       c.softmax_keys = {{0, std::min(sinks_, start)}, {start, end}};
+      chunk_ids_.push_back(c.ids);
       chunks.push_back(std::move(c));
       windows_.push_back({start, end});
     }
@@ -230,14 +242,21 @@ class KvzipPolicy : public Policy {
     Policy::setup(s);
     T_ = s.prompt_tokens;
     scores_.assign(size_t(s.model->n_layers * s.model->n_kv_heads * T_), 0.0f);
-    if (plus_)
-      wo_ =
-          per_head_output_projections(s.weights, s.model->n_heads, s.model->head_dim, "kvzip:plus");
+    if (plus_ || grad_)
+      wo_ = per_head_output_projections(s.weights, s.model->n_heads, s.model->head_dim,
+                                        grad_ ? name_ : name_ + ":plus");
   }
 
   void after_attention(LayerContext& c) override {
     if (c.reconstruction < 0) return;
     const auto& [start, end] = windows_.at(size_t(c.reconstruction));
+    if (grad_) {  // every layer's scores from one replay with autograd, at layer 0
+      if (c.layer == 0)
+        kvgrad_chunk_scores(*setup_.model, *setup_.weights, c.cache,
+                            {chunk_ids_.at(size_t(c.reconstruction)), c.pos0, sinks_, start, end},
+                            wo_, T_, scores_.data());
+      return;
+    }
     const int64_t K = c.cache.n_kv_heads();
     for (int64_t h = 0; h < K; ++h) {
       float* row = scores_.data() + (c.layer * K + h) * T_;
@@ -289,8 +308,9 @@ class KvzipPolicy : public Policy {
   }
 
  private:
+  std::string name_;
   int64_t budget_, sinks_, chunk_, prefix_;
-  bool layerwise_, plus_, chat_;
+  bool layerwise_, plus_, chat_, grad_;
   // Set by reconstruction(): where the context starts, the prompt's tokens
   // after it (a chat prompt's generation prompt), the prompt's length.
   mutable int64_t context_begin_ = 0, question_ = 0, T_full_ = 0;
@@ -298,9 +318,14 @@ class KvzipPolicy : public Policy {
   int64_t T_ = 0;
   std::vector<float> scores_;                                 // [L][K][T]
   mutable std::vector<std::pair<int64_t, int64_t>> windows_;  // per chunk: the context it scores
+  mutable std::vector<std::vector<int32_t>> chunk_ids_;       // per chunk: the ids it feeds
 };
 
 }  // namespace
+
+std::unique_ptr<Policy> make_kvzip_policy(const KvzipOptions& options) {
+  return std::make_unique<KvzipPolicy>(options);
+}
 
 PolicyDescriptor kvzip_descriptor() {
   return {"kvzip",
@@ -330,9 +355,15 @@ PolicyDescriptor kvzip_descriptor() {
             "KVzip+ (kvpress kvzip_plus_normalization): weights over the query's ||h||, times "
             "the value's ||v W_O||"}},
           [](const Params& p) -> std::unique_ptr<Policy> {
-            return std::make_unique<KvzipPolicy>(
-                p.get_int("budget"), p.get_int("sinks"), p.get_int("chunk"), p.get_int("prefix"),
-                p.get_bool("layerwise"), p.get_bool("plus"), p.get_bool("chat"));
+            KvzipOptions o;
+            o.budget = p.get_int("budget");
+            o.sinks = p.get_int("sinks");
+            o.chunk = p.get_int("chunk");
+            o.prefix = p.get_int("prefix");
+            o.layerwise = p.get_bool("layerwise");
+            o.plus = p.get_bool("plus");
+            o.chat = p.get_bool("chat");
+            return make_kvzip_policy(o);
           }};
 }
 

@@ -2,9 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "capture/policy/decisions.h"
+#include "capture/policy/policy.h"
 
 namespace kvscope::policy {
 
@@ -13,5 +16,15 @@ namespace kvscope::policy {
 // lowest over all layers and heads, or K*(T - budget) per layer.
 void record_and_evict_lowest(Decisions& decide, const std::vector<float>& scores, int64_t L,
                              int64_t K, int64_t T, int64_t budget, bool layerwise);
+
+// KVzip's policy, also behind KVgrad (kvgrad.cpp): the same reconstruction
+// pass, scored by gradient attribution instead of attention alone.
+struct KvzipOptions {
+  std::string name = "kvzip";  // names the policy in messages
+  int64_t budget = 256, sinks = 4, chunk = 2048, prefix = 0;
+  bool layerwise = false, plus = false, chat = true;
+  bool grad = false;  // KVgrad: kvgrad_chunk_scores instead of the attention peak
+};
+std::unique_ptr<Policy> make_kvzip_policy(const KvzipOptions& options);
 
 }  // namespace kvscope::policy
