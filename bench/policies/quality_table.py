@@ -79,7 +79,6 @@ POLICIES = [
     ("fastkvzip", "fastkvzip:gates=resources/gates/SmolLM2-135M-Instruct-fastkvzip.safetensors,budget={M}"),
     ("kvzap_no_window", "kvzap:gates=resources/gates/SmolLM2-135M-Instruct-kvzap.safetensors,budget={M},sinks=0,window=0"),
     ("kvgrad", "kvgrad:budget={M}"),
-    ("dms_learned", "dms_learned:gates=resources/gates/SmolLM2-135M-Instruct-dms.safetensors"),
 ]
 NOTES = {
     "quest": "selects {M} entries per query at read time; holds all",
@@ -96,7 +95,6 @@ NOTES = {
     "kvcompose": "prefill only (the prompt read a second time; one count per layer): grows at decode",
     "fastkvzip": "prefill only (trained gates, no second pass; one ranking over all heads): grows at decode",
     "kvgrad": "prefill only (KVzip's pass replayed with autograd, 512-token chunks; no chat template): grows at decode",
-    "dms_learned": "its own memory (the shipped gate: trained for ratio 4 with a 64-token window)",
     "kvzap_no_window": "no sinks and no recent window (kvpress's KVzapPress alone), compressing at every step",
     "snapkv+think": "SnapKV keeps 4/3 x the entries, ThinK halves their keys' channels: the same bytes; "
                     "prefill only: grows at decode",
