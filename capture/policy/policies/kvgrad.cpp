@@ -24,29 +24,9 @@ PolicyDescriptor kvgrad_descriptor() {
           "replayed with autograd); evict the lowest over all heads",
           "KVgrad (openreview cg1wTCJjjk; kvpress KVgradPress)",
           "docs/policies/kvgrad.md",
-          {{"budget", ParamType::Int, "256",
-            "entries kept per (layer, kv head) on average: L*K*budget in all (a fraction of the "
-            "prompt: budget=0.25)",
-            1},
-           {"sinks", ParamType::Int, "4", "first positions never evicted (kvpress n_sink)", 0},
-           {"chunk", ParamType::Int, "512",
-            "context tokens reconstructed per replay (kvpress KVgradPress chunk_size)", 1},
-           {"prefix", ParamType::Int, "0",
-            "tokens at the prompt's start that are not context; never reconstructed, scored 0", 0},
-           {"layerwise", ParamType::Bool, "false",
-            "each layer keeps K*budget instead of one ranking over all layers"},
-           {"chat", ParamType::Bool, "true",
-            "a prompt built with the chat template (--chat): its template prefix is no context, "
-            "its generation prompt stays and ends the repeat prompts"}},
+          kvzip_params("512"),  // kvpress KVgradPress's chunk_size
           [](const Params& p) -> std::unique_ptr<Policy> {
-            KvzipOptions o;
-            o.name = "kvgrad";
-            o.budget = p.get_int("budget");
-            o.sinks = p.get_int("sinks");
-            o.chunk = p.get_int("chunk");
-            o.prefix = p.get_int("prefix");
-            o.layerwise = p.get_bool("layerwise");
-            o.chat = p.get_bool("chat");
+            KvzipOptions o = kvzip_options(p, "kvgrad");
             o.grad = true;
             return make_kvzip_policy(o);
           }};

@@ -327,42 +327,53 @@ std::unique_ptr<Policy> make_kvzip_policy(const KvzipOptions& options) {
   return std::make_unique<KvzipPolicy>(options);
 }
 
+std::vector<ParamSpec> kvzip_params(const std::string& chunk_default) {
+  return {{"budget", ParamType::Int, "256",
+           "entries kept per (layer, kv head) on average: L*K*budget in all (a fraction of the "
+           "prompt: budget=0.25)",
+           1},
+          {"sinks", ParamType::Int, "4", "first positions never evicted (kvpress n_sink)", 0},
+          {"chunk", ParamType::Int, chunk_default,
+           "context tokens reconstructed per forward step (kvpress chunk_size)", 1},
+          {"prefix", ParamType::Int, "0",
+           "tokens at the prompt's start that are not context (kvpress: the chat template's "
+           "prefix); never reconstructed, scored 0",
+           0},
+          {"layerwise", ParamType::Bool, "false",
+           "each layer keeps K*budget (kvpress layerwise) instead of one ranking over all "
+           "layers"},
+          {"chat", ParamType::Bool, "true",
+           "a prompt built with the chat template (--chat): its template prefix is no context, "
+           "its generation prompt stays and ends the repeat prompts (kvpress's default)"}};
+}
+
+KvzipOptions kvzip_options(const Params& p, const std::string& name) {
+  KvzipOptions o;
+  o.name = name;
+  o.budget = p.get_int("budget");
+  o.sinks = p.get_int("sinks");
+  o.chunk = p.get_int("chunk");
+  o.prefix = p.get_int("prefix");
+  o.layerwise = p.get_bool("layerwise");
+  o.chat = p.get_bool("chat");
+  return o;
+}
+
 PolicyDescriptor kvzip_descriptor() {
+  std::vector<ParamSpec> params = kvzip_params("2048");
+  params.push_back({"plus", ParamType::Bool, "false",
+                    "KVzip+ (kvpress kvzip_plus_normalization): weights over the query's ||h||, "
+                    "times the value's ||v W_O||"});
   return {"kvzip",
           "score each context entry by the attention it gets while the model repeats the "
           "context (a second forward pass after the prefill); evict the lowest over all heads",
           "Kim et al., KVzip: Query-Agnostic KV Cache Compression with Context Reconstruction, "
           "2025 (kvpress KVzipPress)",
           "docs/policies/kvzip.md",
-          {{"budget", ParamType::Int, "256",
-            "entries kept per (layer, kv head) on average: L*K*budget in all (a fraction of the "
-            "prompt: budget=0.25)",
-            1},
-           {"sinks", ParamType::Int, "4", "first positions never evicted (kvpress n_sink)", 0},
-           {"chunk", ParamType::Int, "2048",
-            "context tokens reconstructed per forward step (kvpress chunk_size)", 1},
-           {"prefix", ParamType::Int, "0",
-            "tokens at the prompt's start that are not context (kvpress: the chat template's "
-            "prefix); never reconstructed, scored 0",
-            0},
-           {"layerwise", ParamType::Bool, "false",
-            "each layer keeps K*budget (kvpress layerwise) instead of one ranking over all "
-            "layers"},
-           {"chat", ParamType::Bool, "true",
-            "a prompt built with the chat template (--chat): its template prefix is no context, "
-            "its generation prompt stays and ends the repeat prompts (kvpress's default)"},
-           {"plus", ParamType::Bool, "false",
-            "KVzip+ (kvpress kvzip_plus_normalization): weights over the query's ||h||, times "
-            "the value's ||v W_O||"}},
+          params,
           [](const Params& p) -> std::unique_ptr<Policy> {
-            KvzipOptions o;
-            o.budget = p.get_int("budget");
-            o.sinks = p.get_int("sinks");
-            o.chunk = p.get_int("chunk");
-            o.prefix = p.get_int("prefix");
-            o.layerwise = p.get_bool("layerwise");
+            KvzipOptions o = kvzip_options(p, "kvzip");
             o.plus = p.get_bool("plus");
-            o.chat = p.get_bool("chat");
             return make_kvzip_policy(o);
           }};
 }

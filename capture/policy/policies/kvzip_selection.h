@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "capture/policy/decisions.h"
+#include "capture/policy/params.h"
 #include "capture/policy/policy.h"
 
 namespace kvscope::policy {
@@ -26,5 +27,9 @@ struct KvzipOptions {
   bool grad = false;  // KVgrad: kvgrad_chunk_scores instead of the attention peak
 };
 std::unique_ptr<Policy> make_kvzip_policy(const KvzipOptions& options);
+// The parameters both take (budget, sinks, chunk, prefix, layerwise, chat),
+// and the options they give.
+std::vector<ParamSpec> kvzip_params(const std::string& chunk_default);
+KvzipOptions kvzip_options(const Params& p, const std::string& name);
 
 }  // namespace kvscope::policy
