@@ -149,7 +149,8 @@ int run_train(TrainCli& c) {
     std::fprintf(stderr, "train: wrote %s (+ .json .csv .log) in %.1f s\n", c.o.output.c_str(),
                  r.wall_seconds);
   else if (c.o.kind == gates::GateKind::QFilter || c.o.kind == gates::GateKind::QueryStats ||
-           c.o.kind == gates::GateKind::Kvzap || c.o.kind == gates::GateKind::FastKvzip)
+           c.o.kind == gates::GateKind::Kvzap || c.o.kind == gates::GateKind::FastKvzip ||
+           c.o.kind == gates::GateKind::RestoreKv)
     std::fprintf(stderr, "train: wrote %s (+ .json) in %.1f s\n", c.o.output.c_str(),
                  r.wall_seconds);
   else
@@ -164,7 +165,8 @@ Command add_train_command(CLI::App& app) {
   gates::TrainOptions& o = c->o;
   CLI::App* sub = app.add_subcommand(
       "train",
-      "Train learned KV-cache gates (WG-KV, Attention-Gate, TrimKV/DBTrimKV, KVpop, SFC, DMS)");
+      "Train learned KV-cache gates (WG-KV, Attention-Gate, TrimKV/DBTrimKV, KVpop, SFC, DMS, "
+      "RestoreKV)");
   c->sub = sub;
   sub->add_option(
          "--policy", c->policy,
@@ -173,7 +175,8 @@ Command add_train_command(CLI::App& app) {
          "--steps windows of --seq-len tokens of --data) | query-stats (calibration, likewise) | "
          "kvzap (KVzip+ scores of --data, ridge fit) | fastkvzip (KVzip scores of --data, "
          "gates by BCE) | dms (DMS eviction decisions: distillation + compression "
-         "target)")
+         "target) | restorekv (restore tokens + LoRA: self-distillation under KVzip's "
+         "eviction)")
       ->required();
   generate::add_model_options(sub, &o.model);
   // sfc reads the model's path from its traces.

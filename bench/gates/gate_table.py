@@ -40,6 +40,10 @@ def main():
             held = (f"BCE per head {fmt(sum(t['heldout_bce']) / len(t['heldout_bce']))}, "
                     f"accuracy {fmt(sum(acc) / len(acc))} ({fmt(min(acc))}–{fmt(max(acc))})")
             shape = f"{t['windows']} x {t['seq_len']} ({int(m['hyperparameters']['iters'])} steps)"
+        elif m["policy"] == "restorekv":  # self-distillation, against KVzip at the same budget
+            held = (f"KL {fmt(t['heldout_kl_restorekv'])} vs KVzip alone "
+                    f"{fmt(t['heldout_kl_kvzip_same_budget'])} at {t['budget_per_head']} entries per head")
+            shape = f"{t['steps']} x {t['seq_len']}"
         elif m["policy"] == "sfc-gru":  # trained from traces: tokens sampled per trace and step
             held = (f"AUROC now {fmt(h['now']['auroc'])}, horizon {fmt(h['horizon']['auroc'])}; "
                     f"onsets forecast {fmt(h['onsets_forecast_lead'])}") if h else "-"

@@ -79,6 +79,8 @@ POLICIES = [
     ("fastkvzip", "fastkvzip:gates=resources/gates/SmolLM2-135M-Instruct-fastkvzip.safetensors,budget={M}"),
     ("kvzap_no_window", "kvzap:gates=resources/gates/SmolLM2-135M-Instruct-kvzap.safetensors,budget={M},sinks=0,window=0"),
     ("kvgrad", "kvgrad:budget={M}"),
+    ("dms_learned", "dms_learned:gates=resources/gates/SmolLM2-135M-Instruct-dms.safetensors"),
+    ("restorekv", "restorekv:gates=resources/gates/SmolLM2-135M-Instruct-restorekv.safetensors,budget={M}"),
 ]
 NOTES = {
     "quest": "selects {M} entries per query at read time; holds all",
@@ -95,6 +97,8 @@ NOTES = {
     "kvcompose": "prefill only (the prompt read a second time; one count per layer): grows at decode",
     "fastkvzip": "prefill only (trained gates, no second pass; one ranking over all heads): grows at decode",
     "kvgrad": "prefill only (KVzip's pass replayed with autograd, 512-token chunks; no chat template): grows at decode",
+    "dms_learned": "its own memory (the shipped decisions, window 64): the same row at both budgets",
+    "restorekv": "prefill only (KVzip + 8 restore tokens in the same budget; no chat template): grows at decode",
     "kvzap_no_window": "no sinks and no recent window (kvpress's KVzapPress alone), compressing at every step",
     "snapkv+think": "SnapKV keeps 4/3 x the entries, ThinK halves their keys' channels: the same bytes; "
                     "prefill only: grows at decode",

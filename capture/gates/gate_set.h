@@ -51,6 +51,13 @@
 //   ExpectedAttentionStatsPress), H query heads, per layer l:
 //     layers.{l}.query_mean   [H, hd]       (pre-RoPE queries, the first `sinks` of
 //     layers.{l}.query_cov    [H, hd, hd]    each window left out; unbiased covariance)
+//   restorekv (RestoreKV, arXiv 2608.01247; docs/policies/restorekv.md), n restore
+//   tokens, LoRA rank r, I = the MLP's intermediate size, per layer l and
+//   projection m in q, k, v, o, gate, up, down (in -> out):
+//     restore_embeddings          [n, D]
+//     layers.{l}.lora.{m}.a       [r, in]
+//     layers.{l}.lora.{m}.b       [out, r]   (q: H*hd, k, v: K*hd, o: D <- H*hd,
+//                                             gate, up: I, down: D <- I)
 #pragma once
 
 #include <torch/types.h>
@@ -78,10 +85,12 @@ enum class GateKind {
   Kvzap,
   FastKvzip,
   Dms,
+  RestoreKv,
 };
 
 // "wgkv", "attention-gate", "retention", "retention-global", "kvpop-mlp", "kvpop-mlstm",
-// "sfc-gru", "qfilter", "query-stats", "kvzap", "fastkvzip", "dms".
+// "sfc-gru", "qfilter", "query-stats", "kvzap", "fastkvzip", "dms",
+// "restorekv".
 const char* gate_kind_name(GateKind k);
 // Throws InputError(file, field, ...) for an unknown name.
 GateKind parse_gate_kind(const std::string& name, const std::string& file,
@@ -90,9 +99,10 @@ GateKind parse_gate_kind(const std::string& name, const std::string& file,
 // What the gate networks need to know about the model.
 struct GateShape {
   int64_t n_layers = 0, n_kv_heads = 0, head_dim = 0, hidden_size = 0;
-  int64_t n_heads = 0;  // query heads (query-stats)
+  int64_t n_heads = 0;   // query heads (query-stats)
+  int64_t ffn_size = 0;  // the MLP's intermediate size (restorekv's LoRA)
   static GateShape of(const model::ModelConfig& c) {
-    return {c.n_layers, c.n_kv_heads, c.head_dim, c.hidden_size, c.n_heads};
+    return {c.n_layers, c.n_kv_heads, c.head_dim, c.hidden_size, c.n_heads, c.intermediate_size};
   }
 };
 
@@ -115,6 +125,14 @@ struct GateSet {
 nlohmann::json default_hyperparameters(GateKind kind, const GateShape& shape);
 nlohmann::json resolve_hyperparameters(GateKind kind, const GateShape& shape,
                                        const nlohmann::json& given, const std::string& field);
+
+// RestoreKV's LoRA targets in the order the fused weights stack them:
+// q, k, v (wqkv), o, gate, up (w_up), down, each with its in and out size.
+struct LoraProjection {
+  const char* name;
+  int64_t in, out;
+};
+std::vector<LoraProjection> restorekv_projections(const GateShape& shape);
 
 // name -> shape of every parameter of a gate set of this kind for this model.
 std::map<std::string, std::vector<int64_t>> expected_parameters(GateKind kind,

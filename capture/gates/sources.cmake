@@ -22,4 +22,6 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/kvzip_targets.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fastkvzip_gate.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fastkvzip_training.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/restorekv_model.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/restorekv_training.cpp
 )

@@ -983,6 +983,7 @@ TrainResult train_gates(const TrainOptions& options) {
     return calibrate_queries(options);
   if (options.kind == GateKind::Kvzap) return calibrate_kvzap(options);
   if (options.kind == GateKind::FastKvzip) return train_fastkvzip(options);
+  if (options.kind == GateKind::RestoreKv) return train_restorekv(options);
   return Trainer(options).run();
 }
 

@@ -17,6 +17,9 @@
 //                     max(0, 1 - 1/cr(step) - mean(decisions)), Gumbel-sigmoid
 //                     decisions with a straight-through share, cr ramped
 //                     linearly (DMS; NVIDIA's adapter recipe, docs/policies/dms_learned.md)
+//   restorekv         KL(teacher || student) of the continuation's next-token
+//                     distributions, the student reading KVzip's kept entries and the
+//                     restore tokens' (restorekv_training.cpp)
 //   sfc-gru           from full-cache traces, not text: the asymmetric focal
 //                     BCE on both outputs + the promotion-latency term
 //                     (seed 004; train_sfc, sfc_trainer.cpp)
@@ -139,6 +142,9 @@ TrainResult calibrate_kvzap(const TrainOptions& options);
 // fastkvzip: KVzip scores of the text read back after a repeat prompt, and
 // the Fast KVzip gates trained on them by BCE (fastkvzip_training.cpp).
 TrainResult train_fastkvzip(const TrainOptions& options);
+// restorekv: restore tokens and LoRA adapters by self-distillation from the
+// full-cache model under KVzip's eviction (restorekv_training.cpp).
+TrainResult train_restorekv(const TrainOptions& options);
 
 // What a gate file says about a model: `name` as the loader names it, the
 // file's name and the sha256 of `hashed_file` (what policies hash to find

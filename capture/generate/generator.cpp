@@ -164,15 +164,30 @@ GenerationResult Generator::run(const std::vector<int32_t>& prompt, const Genera
   const int64_t side_at = o.side_passes_at > 0 && o.side_passes_at < r.prefill_tokens
                               ? o.side_passes_at
                               : r.prefill_tokens;
+  const int64_t ins_end = o.inserted_model ? o.inserted_at + o.inserted : -1;
+  if (o.inserted_model) {
+    if (o.inserted <= 0 || o.inserted_at < 0 || ins_end > r.prefill_tokens)
+      throw std::logic_error("Generator: inserted tokens outside the prompt");
+    o.inserted_model->announce_sequence_length(r.prefill_tokens);
+  }
   for (int64_t p = 0; p < r.prefill_tokens;) {
-    // A chunk never crosses the side passes' position.
-    const int64_t stop = p < side_at ? side_at : r.prefill_tokens;
-    const int64_t n = std::min(o.prefill_chunk, stop - p);
-    logits = model_.forward(ids.narrow(0, p, n), p, backend_);
+    // A chunk never crosses the side passes' position nor the inserted tokens' bounds.
+    int64_t stop = r.prefill_tokens;
+    for (int64_t b : {side_at, o.inserted_model ? o.inserted_at : int64_t(-1), ins_end})
+      if (b > p) stop = std::min(stop, b);
+    const bool inserted = o.inserted_model && p == o.inserted_at;
+    const int64_t n = inserted ? o.inserted : std::min(o.prefill_chunk, stop - p);
+    torch::Tensor step_logits =
+        (inserted ? *o.inserted_model : model_).forward(ids.narrow(0, p, n), p, backend_);
+    if (!inserted) logits = step_logits;
     // Observers see every forward pass: a capture records each chunk as a step.
     const bool last = p + n >= r.prefill_tokens;
     if (last) token = choose(logits);
-    if (on_step) on_step({p, n, true, &logits, last ? token : -1, last && token_forced});
+    if (on_step) {
+      StepEvent ev{p, n, true, &step_logits, last ? token : -1, last && token_forced};
+      ev.inserted = inserted;
+      on_step(ev);
+    }
     p += n;
     if (p == side_at) run_side_passes(side_at);
   }

@@ -38,6 +38,13 @@ struct GenerationOptions {
   // The prompt position the side passes run at (the prefill stops there and
   // resumes after them); -1: after the whole prompt.
   int64_t side_passes_at = -1;
+  // Inserted tokens (a policy's, policy::Policy::inserted_tokens: RestoreKV's
+  // restore tokens): prompt positions [inserted_at, inserted_at + inserted)
+  // hold them and are fed as one step through `inserted_model` instead of the
+  // run's model, right after the side passes. Their logits predict nothing:
+  // when they end the prompt, the first token comes from the step before.
+  model::Transformer* inserted_model = nullptr;
+  int64_t inserted_at = -1, inserted = 0;
 };
 
 struct GenerationResult {
@@ -67,6 +74,7 @@ struct StepEvent {
   // A side-pass step (GenerationOptions::side_passes): `ids` are its tokens,
   // none of the sequence's; prefill is false and token -1.
   const std::vector<int32_t>* side_ids = nullptr;
+  bool inserted = false;  // the step of the inserted tokens (GenerationOptions::inserted)
 };
 
 using TextCallback = std::function<void(const std::string&)>;

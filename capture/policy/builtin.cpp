@@ -61,6 +61,7 @@ const std::vector<PolicyDescriptor>& builtin_policies() {
       fastkvzip_descriptor(),
       dms_learned_descriptor(),
       kvgrad_descriptor(),
+      restorekv_descriptor(),
   };
   return all;
 }

@@ -30,6 +30,9 @@
 namespace kvscope::tokenizer {
 class Tokenizer;
 }
+namespace kvscope::model {
+class Transformer;
+}
 
 namespace kvscope::policy {
 
@@ -176,6 +179,19 @@ class Policy {
   // the prompt (a chat prompt's generation prompt, the question's place) is
   // fed after it. -1: after the whole prompt.
   virtual int64_t reconstruction_at() const { return -1; }
+
+  // Tokens the policy inserts into the sequence right after its
+  // reconstruction pass (RestoreKV's restore tokens): called once, before
+  // reconstruction() and setup(); returns how many (0: none). They are fed
+  // at reconstruction_at() (else after the prompt) through inserted_model()
+  // and stay in the cache like the sequence's own; the tokens after them
+  // move on by that many positions, and setup() sees them in prompt_tokens.
+  virtual int64_t inserted_tokens(const model::ModelConfig& model) const { return 0; }
+  // After setup(): the model that feeds them (the run's own with the
+  // policy's adapters on); their ids are the run model's vocab_size + i,
+  // named inserted_names()[i] in the trace.
+  virtual model::Transformer* inserted_model() { return nullptr; }
+  virtual std::vector<std::string> inserted_names() const { return {}; }
 
   virtual void admit(AdmitContext& c) {}
   virtual void select(SelectContext& c) {}

@@ -55,6 +55,7 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/policies/dms_learned.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/kvgrad.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/kvgrad_attribution.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/restorekv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/cam.cpp
 )
 # Learned policies given no gates= look here for the gate shipped for the model.

@@ -58,6 +58,23 @@ trace::RunInfo run_info(const generate::Engine& engine, const policy::PolicyInst
   return run;
 }
 
+// The request with `n` inserted tokens (ids first_id..) at prompt position
+// `at`: the spans after it move on by n.
+CaptureRequest with_inserted_tokens(const CaptureRequest& req, int64_t at, int64_t n,
+                                    int32_t first_id) {
+  CaptureRequest r = req;
+  if (n <= 0) return r;
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < n; ++i) ids.push_back(first_id + int32_t(i));
+  r.prompt_ids.insert(r.prompt_ids.begin() + at, ids.begin(), ids.end());
+  for (auto* spans : {&r.needle_spans, &r.question_spans})
+    for (auto& [b, e] : *spans) {
+      if (b >= at) b += n;
+      if (e > at) e += n;
+    }
+  return r;
+}
+
 void mark_roles(trace::StepData* sd, const CaptureRequest& req) {
   for (trace::TokenRecord& t : sd->tokens) {
     if (t.role != trace::TokenRole::Prompt) continue;
@@ -96,9 +113,21 @@ void set_task(const tasks::TaskPrompt& task, CaptureRequest* r) {
   r->question_spans = task.question_spans;
 }
 
-CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
+CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& request) {
   torch::InferenceMode inference;
   const model::ModelConfig& config = engine.model->config();
+  policy::PolicyInstance pi =
+      policy::make_policy(request.policy, {int64_t(request.prompt_ids.size()), request.model_path});
+  // Tokens the policy inserts (RestoreKV's restore tokens) become prompt
+  // tokens after its reconstruction pass: the positions after them move on.
+  const int64_t inserted = pi.policy->inserted_tokens(config);
+  std::vector<policy::ReconstructionChunk> reconstruction =
+      pi.policy->reconstruction(request.prompt_ids, engine.tokenizer.get());
+  const int64_t inserted_at = pi.policy->reconstruction_at() >= 0
+                                  ? pi.policy->reconstruction_at()
+                                  : int64_t(request.prompt_ids.size());
+  const CaptureRequest req =
+      with_inserted_tokens(request, inserted_at, inserted, int32_t(config.vocab_size));
   const int64_t prompt_tokens = static_cast<int64_t>(req.prompt_ids.size());
   const int64_t forced_tokens = static_cast<int64_t>(req.generation.forced_tokens.size());
   const int64_t run_tokens = prompt_tokens + forced_tokens + req.generation.max_new_tokens;
@@ -109,12 +138,9 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
     generate::check_prompt_fits(prompt_tokens + forced_tokens, max_positions,
                                 "prompt + forced tokens");
 
-  policy::PolicyInstance pi = policy::make_policy(req.policy, {prompt_tokens, req.model_path});
   // A policy's context-reconstruction pass (KVzip) feeds its chunks at the
   // positions after the prompt (or after the context of a chat prompt,
   // Policy::reconstruction_at): the cache and the trace's key axis cover them.
-  std::vector<policy::ReconstructionChunk> reconstruction =
-      pi.policy->reconstruction(req.prompt_ids, engine.tokenizer.get());
   int64_t max_tokens = run_tokens;
   for (const policy::ReconstructionChunk& chunk : reconstruction) {
     const int64_t end = prompt_tokens + int64_t(chunk.ids.size());
@@ -140,6 +166,8 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   const cache::RaggedKvCache& cache = driver.cache();
 
   Recorder recorder(driver, engine.tokenizer.get(), levels, req.prompt_text);
+  if (inserted > 0)
+    recorder.set_inserted_tokens(int32_t(config.vocab_size), pi.policy->inserted_names());
   std::unique_ptr<OracleShadow> oracle;
   if (req.oracle) {
     recorder.set_track_attended(true);
@@ -151,7 +179,8 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   std::unique_ptr<trace::TraceWriter> writer;
   if (!levels.none) {
     if (req.output.empty()) throw InputError("", "-o", "an output trace path is required");
-    const trace::RunInfo run = run_info(engine, pi, req, levels);
+    trace::RunInfo run = run_info(engine, pi, req, levels);
+    run.model.vocab_size += inserted;  // the inserted tokens' ids follow the vocabulary
     const trace::CaptureLayout layout =
         capture_layout(levels, *pi.policy, max_tokens, req.oracle, req.oracle_recall_k);
     check_fits_in_memory(
@@ -189,7 +218,7 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
     const bool feeds_forced = !ev.prefill && ev.pos0 < prompt_tokens + forced_tokens;
     const int32_t sampled = ev.forced ? -1 : ev.token;
     trace::StepData sd;
-    if (oracle) {
+    if (oracle && !ev.inserted) {  // the full-cache reference has no inserted tokens
       recorder.pause();
       torch::Tensor t = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64);
       trace::OracleRow row = oracle->step(t, ev.pos0, *ev.logits);
@@ -217,6 +246,14 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& req) {
   if (g.max_positions <= 0) g.max_positions = max_positions;
   g.side_passes = std::move(side_passes);
   g.side_passes_at = pi.policy->reconstruction_at();
+  if (inserted > 0) {
+    g.side_passes_at = inserted_at;
+    g.inserted_model = pi.policy->inserted_model();
+    g.inserted_at = inserted_at;
+    g.inserted = inserted;
+    if (!g.inserted_model)
+      throw std::logic_error("run_capture: the policy inserts tokens but has no model for them");
+  }
   // On an exception the writer's destructor flushes what was captured and
   // leaves complete = 0.
   result.generation = generator.run(req.prompt_ids, g, {}, on_step);

@@ -229,6 +229,12 @@ trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& 
     t.id = ids[i];
     t.position = static_cast<int32_t>(pos0 + int64_t(i));
     t.step = static_cast<int32_t>(driver_.step());
+    if (is_inserted(ids[i])) {
+      t.text = inserted_names_[size_t(ids[i] - inserted_first_)];
+      t.role = trace::TokenRole::Template;
+      sd.tokens.push_back(std::move(t));
+      continue;
+    }
     t.text = tokenizer_ ? tokenizer_->token_bytes(ids[i]) : std::string();
     if (prefill) {
       t.role = role_of(ids[i]);
@@ -275,7 +281,8 @@ trace::StepData Recorder::finish_step(int64_t pos0, const std::vector<int32_t>& 
   }
   // The prompt primes the stream decoder (a SentencePiece decode strips its
   // first space: the first generated token alone would lose its own).
-  if (decoder_ && (prefill || forced)) decoder_->prime(ids);
+  if (decoder_ && (prefill || forced) && !(ids.size() > 0 && is_inserted(ids[0])))
+    decoder_->prime(ids);
   if (decoder_ && sampled >= 0 && !tokenizer_->is_special(sampled))
     sd.generated_text = decoder_->push(sampled);
   last_ = std::chrono::steady_clock::now();

@@ -36,6 +36,13 @@ class Recorder : public cache::AttentionObserver {
   // step just run (for the oracle's lost mass): a bitmap over positions.
   const std::vector<uint8_t>& attended(int64_t layer, int64_t kv_head) const;
   void set_track_attended(bool on) { track_attended_ = on; }
+  // Ids first_id + i are a policy's inserted tokens (RestoreKV's restore
+  // tokens), no vocabulary entries: recorded as `names[i]`, role template,
+  // never mapped into the prompt text nor decoded.
+  void set_inserted_tokens(int32_t first_id, std::vector<std::string> names) {
+    inserted_first_ = first_id;
+    inserted_names_ = std::move(names);
+  }
 
   // Builds the step's record. `ids` are the tokens the step fed (positions
   // pos0..), `sampled` the token sampled from its logits (-1: none, or the
@@ -67,7 +74,14 @@ class Recorder : public cache::AttentionObserver {
   void dense_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0);
   void topk_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0);
 
+  bool is_inserted(int32_t id) const {
+    return inserted_first_ >= 0 && id >= inserted_first_ &&
+           id - inserted_first_ < int32_t(inserted_names_.size());
+  }
+
   policy::StepDriver& driver_;
+  int32_t inserted_first_ = -1;
+  std::vector<std::string> inserted_names_;
   const tokenizer::Tokenizer* tokenizer_;
   CaptureLevels levels_;
   std::string prompt_text_;

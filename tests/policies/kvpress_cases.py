@@ -224,6 +224,101 @@ def kvgrad_press(model, chunk):
     return kvpress.KVgradPress(compression_ratio=ratio, n_sink=4, chunk_size=chunk)
 
 
+def restorekv_press(model, name):
+    """kvpress's RestoreKVPress with KVScope's trained restore tokens and LoRA
+    adapters (kvpress would download the released ones, which exist for 8B
+    models only): the adapters go into the transformers model as a PEFT
+    adapter of the same rank and alpha, on the same seven projections, and
+    are removed after the case. Its ratio: KVzip's L*K*(n - budget) pruned,
+    to which RestoreKV adds n_restore / context itself."""
+    import json
+    import os
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "..", "..", "resources", "gates", name + "-restorekv.safetensors")
+    t = load_file(path)
+    with safe_open(path, "pt") as f:
+        hyper = json.loads(f.metadata()["kvscope.gates"])["hyperparameters"]
+    n, L, K = len(model.ids), model.layers, model.kv_heads
+    budget = max(1, n // 4)
+    press = kvpress.RestoreKVPress(compression_ratio=(L * K * (n - budget) + 0.5) / (L * K * n),
+                                   n_sink=4, chunk_size=2048)
+    names = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
+             "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj",
+             "down": "mlp.down_proj"}
+
+    def post_init(m):
+        from peft import LoraConfig
+        if "restorekv" not in getattr(m, "peft_config", {}):
+            m.add_adapter(LoraConfig(r=int(hyper["rank"]), lora_alpha=float(hyper["alpha"]),
+                                     lora_dropout=0.0, bias="none",
+                                     target_modules=[v.split(".")[1] for v in names.values()]),
+                          adapter_name="restorekv")
+        for l, layer in enumerate(m.model.layers):
+            for short, attr in names.items():
+                mod = layer.get_submodule(attr)
+                mod.lora_A["restorekv"].weight.data.copy_(t["layers.%d.lora.%s.a" % (l, short)])
+                mod.lora_B["restorekv"].weight.data.copy_(t["layers.%d.lora.%s.b" % (l, short)])
+        m.disable_adapters()
+        press.restore_embeddings = t["restore_embeddings"].to(m.device, dtype=m.dtype)
+        press.restore_model_name = "kvscope"
+
+    press.post_init_from_model = post_init
+    press.kvscope_model = model  # restorekv_kept captures once more with --oracle
+    return press
+
+
+def restorekv_kept(model, ids, press, trace):
+    """KVzip's kept sets (kvzip_kept) under RestoreKVPress, and the restore
+    pass itself: the next-token KL(full || compressed) of the first decode
+    step, which reads the restore entries, from kvpress's cache (its restore
+    pass through the PEFT adapter, its masks) against KVScope's --oracle KL of
+    the same step. The adapter is removed from the shared model afterwards."""
+    import h5py
+    import torch
+    import kvpress_check
+    with h5py.File(trace, "r") as f:
+        spec = f["run"].attrs["policy"]
+        spec = spec.decode() if isinstance(spec, bytes) else str(spec)
+    wrapper = press.kvscope_model
+    fed, _, oracle_trace = wrapper.capture("restorekv-oracle", spec, 1, ["--oracle"])
+    with h5py.File(oracle_trace, "r") as f:
+        kinds, kl = f["steps/kind"][:], f["oracle/kl"][:]
+    ours = float(kl[list(kinds).index(1)])  # the first decode step
+    first = fed[len(ids)]  # the token it fed
+    theirs = []
+
+    def after(m, cache, n):
+        restore = press.num_restore_tokens
+        pos = n + restore
+        rest = ids[n:] + [first]  # a chat prompt's generation prompt, then the token
+        x = torch.tensor([rest], dtype=torch.long)
+        p = torch.arange(pos, pos + len(rest)).unsqueeze(0)
+        lp = m(input_ids=x, past_key_values=cache, position_ids=p).logits[0, -1].double().log_softmax(-1)
+        from transformers import DynamicCache
+        full = DynamicCache(config=m.config)
+        masks = [l.self_attn.masked_key_indices for l in m.model.layers]
+        for l in m.model.layers:
+            l.self_attn.masked_key_indices = None
+        m(input_ids=torch.tensor([ids[:n]]), past_key_values=full)
+        lf = m(input_ids=x, past_key_values=full, position_ids=p).logits[0, -1].double().log_softmax(-1)
+        for l, mask in zip(m.model.layers, masks):
+            l.self_attn.masked_key_indices = mask
+        theirs.append(float((lf.exp() * (lf - lp)).sum()))
+
+    try:
+        kept, scores = kvpress_check.kvzip_kept(model, ids, press, trace, after=after)
+    finally:
+        if "restorekv" in getattr(model, "peft_config", {}):
+            model.delete_adapter("restorekv")
+    print("    restore pass: first decode step KL(full || compressed) kvpress %.6f, KVScope %.6f"
+          % (theirs[0], ours))
+    assert abs(theirs[0] - ours) <= 1e-3 * max(abs(ours), 1e-3), \
+        "the restore pass differs: KL %.6f (kvpress) vs %.6f (KVScope)" % (theirs[0], ours)
+    return kept, scores
+
+
 def kvcompose_press(model, structured=True):
     """kvpress's KVComposePress keeping L*K*budget entries in all: its ratio
     counts the L*n composite slots (structured) or the L*K*n per-head slots,
@@ -406,6 +501,12 @@ def cases_for(model_name):
              lambda b, n: "kvzip:budget=%d,sinks=4,chunk=%d" % (b, chunk),
              lambda r, m: kvzip_press(m, chunk), sdpa=True, masks=True,
              runner=lambda *a: __import__("kvpress_check").kvzip_kept(*a), tie=global_ties,
+             why="near-equal scores across heads (within 1e-4 of the largest)"),
+        # RestoreKV: KVzip's pass, the restore tokens through the LoRA
+        # adapters (KVScope's shipped ones), KVzip's eviction n_restore more.
+        Case("restorekv", "RestoreKVPress", lambda b, n: "restorekv:budget=%d,sinks=4" % b,
+             lambda r, m: restorekv_press(m, filters), sdpa=True, masks=True,
+             runner=restorekv_kept, tie=global_ties,
              why="near-equal scores across heads (within 1e-4 of the largest)"),
         # KVgrad: the reconstruction pass replayed with autograd; its default
         # 512-token chunks.

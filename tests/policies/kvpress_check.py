@@ -90,19 +90,28 @@ class Model:
             self._float64 = copy.deepcopy(self.eager).double()
         return self._float64
 
-    def capture(self, label, spec, decode=0):
+    def capture(self, label, spec, decode=0, extra=()):
         """KVScope's prompt ids, kept sets [layer][head] after the prefill and
         `decode` decode steps, and the trace; with decode > 0 the ids are the
         prompt's followed by the `decode` tokens those steps fed."""
         trace = os.path.join(self.work, "%s-%s.kvtrace.h5" % (self.name, label))
         r = subprocess.run([self.exe, "capture", *self.args, "--max-new", str(decode + 1), "--ignore-eos",
                             "--prefill-chunk", "100000", "--capture", "events", "--policy", spec,
-                            "-q", "-o", trace], capture_output=True, text=True)
+                            *extra, "-q", "-o", trace], capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError("kvscope capture --policy %s failed:\n%s" % (spec, r.stderr))
         with h5py.File(trace, "r") as f:
             ids = f["tokens/id"][:]
-            prompt = int((f["tokens/role"][:] != 1).sum())
+            # A policy's inserted tokens (RestoreKV's restore tokens: ids past
+            # the model's vocabulary) are left out; positions map back to the
+            # prompt's.
+            inserted = ids >= self.eager.config.vocab_size if hasattr(self, "eager") else ids < 0
+            position = {}
+            for p, gone in enumerate(inserted):
+                if not gone:
+                    position[p] = len(position)
+            ids = ids[~inserted]
+            prompt = int((f["tokens/role"][:][~inserted] != 1).sum())
             L, K = int(f["run"].attrs["n_layers"]), int(f["run"].attrs["n_kv_heads"])
             kind, step = f["events/kind"][:], f["events/step"][:]
             # Steps before the first decode step: the prefill and a policy's
@@ -113,10 +122,12 @@ class Model:
         for k, s, l, h, t in zip(kind, step, layer, head, token):
             if s >= first_decode + decode:
                 continue
+            if int(t) not in position:
+                continue
             if k == 0:
-                kept[l][h].add(int(t))
+                kept[l][h].add(position[int(t)])
             elif k == 3:
-                kept[l][h].discard(int(t))
+                kept[l][h].discard(position[int(t)])
         if decode:
             assert len(ids) >= prompt + decode, "the capture stopped before %d decode steps" % decode
         return [int(i) for i in ids[:prompt + decode]], kept, trace
@@ -354,7 +365,7 @@ class _FixedTokenizer:
         return torch.tensor([self.table[text]], dtype=torch.long).reshape(1, -1)
 
 
-def kvzip_kept(model, ids, press, trace):
+def kvzip_kept(model, ids, press, trace, after=None):
     """KVzipPress's kept positions after its reconstruction pass (it masks:
     masked_key_indices) and its scores [K, T] per layer. Its repeat prompts are
     tokenized as KVScope tokenized them: the trace's /reconstruction rows are,
@@ -362,7 +373,9 @@ def kvzip_kept(model, ids, press, trace):
     chat prompt (policy_params prefix and question): kvpress gets the prompt
     before its generation prompt as the context, the template's prefix and
     suffix from a tokenizer with a chat template, and the generation prompt
-    counts as kept (kvpress compresses before the question is fed)."""
+    counts as kept (kvpress compresses before the question is fed). `after`
+    (model, cache, context length) runs on the compressed cache while the
+    masks are still in place."""
     import types
     import kvpress.presses.kvzip_press as kz
     from transformers import DynamicCache
@@ -411,11 +424,15 @@ def kvzip_kept(model, ids, press, trace):
     kz.AutoTokenizer = types.SimpleNamespace(from_pretrained=lambda *a, **k: _FixedTokenizer(table, template))
     try:
         x = torch.tensor(ids[:n], dtype=torch.long).unsqueeze(0)
+        cache = DynamicCache(config=model.config)
         with torch.no_grad(), press(model):
-            model(input_ids=x, past_key_values=DynamicCache(config=model.config), use_cache=True)
+            model(input_ids=x, past_key_values=cache, use_cache=True)
     finally:
         kz.AutoTokenizer = saved
         del press.compress_post
+    if after:
+        with torch.no_grad():
+            after(model, cache, n)
     L, K = len(model.model.layers), model.config.num_key_value_heads
     kept = []
     for l in range(L):

@@ -61,6 +61,7 @@ PolicyDescriptor kvzap_descriptor();
 PolicyDescriptor fastkvzip_descriptor();
 PolicyDescriptor dms_learned_descriptor();
 PolicyDescriptor kvgrad_descriptor();
+PolicyDescriptor restorekv_descriptor();
 // LU-KV (lukv.cpp), for the unit test: the curve row for a compression ratio
 // (round(100 ratio) - 1 in [0, 98], half to even), and the entries each of a
 // layer's heads keeps of T from its prune ratios.

@@ -132,7 +132,8 @@ class KvzipPolicy : public Policy {
         layerwise_(o.layerwise),
         plus_(o.plus),
         chat_(o.chat),
-        grad_(o.grad) {}
+        grad_(o.grad),
+        restore_(o.restore) {}
 
   int64_t reconstruction_at() const override { return question_ > 0 ? T_full_ - question_ : -1; }
   // The prefix and the question tail the pass used (the chat template's when
@@ -290,27 +291,30 @@ class KvzipPolicy : public Policy {
   }
 
   void end_step(StepContext& c) override {
-    if (c.reconstruction < 0 || c.reconstruction != c.reconstruction_chunks - 1) return;
+    // The pass runs before a chat prompt's generation prompt is fed (kvpress
+    // compresses the context before the question): the selection is over the
+    // n context positions fed before it, and the generation prompt joins after it.
+    const int64_t n = T_full_ - question_;
+    const bool pass_ends = c.reconstruction >= 0 && c.reconstruction == c.reconstruction_chunks - 1;
+    const bool restore_ends = c.reconstruction < 0 && c.pos0 == n && c.n == restore_;
+    if (restore_ > 0 ? !restore_ends : !pass_ends) return;
     const int64_t L = c.cache.n_layers(), K = c.cache.n_kv_heads();
     // Sinks: above every score (kvpress: the largest score + 1).
     float top = 0;
     for (float s : scores_) top = std::max(top, s);
-    // The pass runs before a chat prompt's generation prompt is fed (kvpress
-    // compresses the context before the question): the selection is over the
-    // n positions fed so far, and the generation prompt joins after it.
-    const int64_t n = T_ - question_;
     std::vector<float> fed(size_t(L * K * n));
     for (int64_t i = 0; i < L * K; ++i) {
       for (int64_t p = 0; p < std::min(sinks_, T_); ++p) scores_[size_t(i * T_ + p)] = top + 1.0f;
       std::copy_n(scores_.begin() + i * T_, n, fed.begin() + i * n);
     }
-    record_and_evict_lowest(c.decide, fed, L, K, n, budget_, layerwise_);
+    record_and_evict_lowest(c.decide, fed, L, K, n, budget_ - restore_, layerwise_);
   }
 
  private:
   std::string name_;
   int64_t budget_, sinks_, chunk_, prefix_;
   bool layerwise_, plus_, chat_, grad_;
+  int64_t restore_;
   // Set by reconstruction(): where the context starts, the prompt's tokens
   // after it (a chat prompt's generation prompt), the prompt's length.
   mutable int64_t context_begin_ = 0, question_ = 0, T_full_ = 0;

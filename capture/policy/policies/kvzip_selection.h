@@ -25,6 +25,11 @@ struct KvzipOptions {
   int64_t budget = 256, sinks = 4, chunk = 2048, prefix = 0;
   bool layerwise = false, plus = false, chat = true;
   bool grad = false;  // KVgrad: kvgrad_chunk_scores instead of the attention peak
+  // RestoreKV (restorekv.cpp): tokens inserted right after the pass. The
+  // eviction waits for the end of their step and keeps `restore` fewer
+  // context entries per (layer, kv head) on average (kvpress's budget match:
+  // compression_ratio + n / context), the inserted entries never evicted.
+  int64_t restore = 0;
 };
 std::unique_ptr<Policy> make_kvzip_policy(const KvzipOptions& options);
 // The parameters both take (budget, sinks, chunk, prefix, layerwise, chat),
