@@ -20,6 +20,7 @@
 #include <set>
 
 #include "app/cli/command.h"
+#include "capture/gates/duo_attention_training.h"
 #include "capture/gates/trainer.h"
 #include "capture/generate/engine_cli.h"
 #include "core/common/cli_checks.h"
@@ -127,7 +128,20 @@ nlohmann::json parse_gate_values(const std::vector<std::string>& items) {
   return out;
 }
 
+// DuoAttention's pattern is a directory, not a gate file: its own trainer.
+int run_train_duo(TrainCli& c) {
+  c.o.command_line = own_command_line();
+  c.o.hyper_given = parse_gate_values(c.gate_values);
+  gates::TrainResult r = gates::train_duo_attention(c.o);
+  std::fprintf(stderr,
+               "train: wrote the pattern directory %s (full_attention_heads.tsv, config.json) in "
+               "%.1f s\n",
+               c.o.output.c_str(), r.wall_seconds);
+  return kExitOk;
+}
+
 int run_train(TrainCli& c) {
+  if (c.policy == "duo-attention") return run_train_duo(c);
   // StreamingLLM+'s -o is the model (an HF model's is a directory): the
   // trainer checks it.
   if (c.o.evaluate.empty() && c.policy != "streaming-plus") check_output_path(c.o.output, "-o");
@@ -135,7 +149,13 @@ int run_train(TrainCli& c) {
   resolve_sfc_options(c);
   resolve_base_setting(c);
   resolve_kvpop_options(c);
-  c.o.kind = gates::parse_gate_kind(c.policy, "", "--policy");
+  try {
+    c.o.kind = gates::parse_gate_kind(c.policy, "", "--policy");
+  } catch (const InputError& e) {  // the gate kinds, and the one trainer that writes no gates
+    throw InputError("", "--policy",
+                     std::string(e.what()).substr(std::string("--policy: ").size()) +
+                         "; or duo-attention (a head pattern)");
+  }
   c.o.hyper_given = parse_gate_values(c.gate_values);
   gates::TrainResult r = gates::train_gates(c.o);
   if (!c.o.evaluate.empty()) {
@@ -166,7 +186,7 @@ Command add_train_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "train",
       "Train learned KV-cache gates (WG-KV, Attention-Gate, TrimKV/DBTrimKV, KVpop, SFC, DMS, "
-      "RestoreKV)");
+      "RestoreKV, DuoAttention)");
   c->sub = sub;
   sub->add_option(
          "--policy", c->policy,
@@ -176,7 +196,8 @@ Command add_train_command(CLI::App& app) {
          "kvzap (KVzip+ scores of --data, ridge fit) | fastkvzip (KVzip scores of --data, "
          "gates by BCE) | dms (DMS eviction decisions: distillation + compression "
          "target) | restorekv (restore tokens + LoRA: self-distillation under KVzip's "
-         "eviction)")
+         "eviction) | duo-attention (head pattern: full/streaming mix on passkey samples; -o "
+         "is a directory)")
       ->required();
   generate::add_model_options(sub, &o.model);
   // sfc reads the model's path from its traces.
@@ -235,7 +256,8 @@ Command add_train_command(CLI::App& app) {
       "--gate", c->gate_values,
       "gate hyperparameter key=value (wgkv: window, tau, expand; attention-gate: heads, "
       "head_dim, tau, gamma; retention*: hidden, bias_init, activation; sfc: hidden, latent, "
-      "horizon, ewma, tau_quantile, alpha, focal_gamma, lead, latency_weight)");
+      "horizon, ewma, tau_quantile, alpha, focal_gamma, lead, latency_weight; duo-attention: "
+      "sinks, recent, passkeys, words, reg)");
   sub->add_option("--lambda", o.lambda, "wgkv: weight of the sparsity loss mean(g + g(1-g))")
       ->check(finite_range(0, 1e6))
       ->capture_default_str();
@@ -311,7 +333,8 @@ Command add_train_command(CLI::App& app) {
                   "stop after N steps as if interrupted (to test --resume)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
   sub->add_flag("-q,--quiet", o.quiet, "no progress lines on stderr (the .log still gets them)");
-  sub->add_option("-o,--output", o.output, "gate file to write (.safetensors)");
+  sub->add_option("-o,--output", o.output,
+                  "gate file to write (.safetensors; duo-attention: a pattern directory)");
   sub->add_option(
       "--evaluate", o.evaluate,
       "print the held-out numbers of this gate file as JSON instead of training (kvpop: "

@@ -55,10 +55,32 @@ def main():
         print(f"| `{os.path.basename(st)}` | {m['policy']} | {m['base_model']['name']} | "
               f"{shape} | {t['wall_seconds']:.0f} s | {held} | "
               f"{os.path.getsize(st) / 1024:.0f} KiB |")
+    for cfg in duo_patterns(d):
+        print(duo_row(cfg))
     print()
     for js in sorted(glob.glob(os.path.join(d, "*.json"))):
         m = json.load(open(js))
         print(f"- `{os.path.basename(js)[:-5]}`: `{m['training']['command']}`")
+    for cfg in duo_patterns(d):
+        m = json.load(open(cfg))
+        print(f"- `{os.path.basename(os.path.dirname(cfg))}/`: `{m['training']['command']}`")
+
+
+def duo_patterns(d):
+    """DuoAttention's head patterns: directories with config.json and full_attention_heads.tsv."""
+    return [c for c in sorted(glob.glob(os.path.join(d, "*", "config.json")))
+            if os.path.exists(os.path.join(os.path.dirname(c), "full_attention_heads.tsv"))]
+
+
+def duo_row(cfg):
+    m = json.load(open(cfg))
+    t = m["training"]
+    tsv = os.path.join(os.path.dirname(cfg), "full_attention_heads.tsv")
+    held = (f"distill {fmt(t['heldout_distill_sparsity_0.5'])} at sparsity 0.5 vs "
+            f"{fmt(t['heldout_distill_sparsity_0.5_reversed'])} with the ranking reversed")
+    return (f"| `{os.path.basename(os.path.dirname(cfg))}/` | duo-attention | {m['base_model']['name']} | "
+            f"{t['steps']} x {t['seq_len']} | {t['wall_seconds']:.0f} s | {held} | "
+            f"{os.path.getsize(tsv) / 1024:.0f} KiB |")
 
 
 if __name__ == "__main__":

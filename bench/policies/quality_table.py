@@ -34,7 +34,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from quality import CHARS_PER_TOKEN, LICENSES, licence_text  # noqa: E402
 
 # name -> spec; {M} entries per head, {H} = M/2, {W} = M - 4, {F} = the share,
-# {T} = 4M/3 (entries whose keys keep half their channels take 3/4 of the memory).
+# {T} = 4M/3 (entries whose keys keep half their channels take 3/4 of the memory),
+# {D} = the share of DuoAttention's heads that stream so that the mean head
+# holds M: streaming heads hold sinks + recent (S, from the pattern's
+# config.json), the others all of the full cache's mean E entries, so
+# D = 1 - (M - S) / (E - S) (E from the `full` row).
 # Policies whose memory is their own (a learned gate, a threshold) have no
 # placeholder: the table reports the entries they held.
 POLICIES = [
@@ -81,6 +85,11 @@ POLICIES = [
     ("kvgrad", "kvgrad:budget={M}"),
     ("dms_learned", "dms_learned:gates=resources/gates/SmolLM2-135M-Instruct-dms.safetensors"),
     ("restorekv", "restorekv:gates=resources/gates/SmolLM2-135M-Instruct-restorekv.safetensors,budget={M}"),
+    ("snapkv+merge", "snapkv:budget={M}+merge"),
+    ("trimkv", "trimkv:gates=resources/gates/SmolLM2-135M-Instruct-retention.safetensors,budget={M}"),
+    ("attention_gate", "attention_gate:gates=resources/gates/SmolLM2-135M-Instruct-attention-gate.safetensors"),
+    ("duo_attention", "duo_attention:pattern=resources/gates/SmolLM2-135M-Instruct-duo-attention,sparsity={D}"),
+    ("dms_kvzap", "dms:scorer=kvzap,gates=resources/gates/SmolLM2-135M-Instruct-kvzap.safetensors,threshold=-4"),
 ]
 NOTES = {
     "quest": "selects {M} entries per query at read time; holds all",
@@ -99,13 +108,21 @@ NOTES = {
     "kvgrad": "prefill only (KVzip's pass replayed with autograd, 512-token chunks; no chat template): grows at decode",
     "dms_learned": "its own memory (the shipped decisions, window 64): the same row at both budgets",
     "restorekv": "prefill only (KVzip + 8 restore tokens in the same budget; no chat template): grows at decode",
+    "snapkv+merge": "SnapKV; every entry it evicts merges its value into the kept entry with the most similar key (kvpress MergingPress)",
+    "attention_gate": "its own memory (the shipped gate, trained toward keeping 25 % with the model frozen, keeps 84 %): the same row at both budgets",
+    "duo_attention": "the shipped pattern: its lowest-gate heads stream (sinks 16 + recent 112), as many as make the mean head hold M; the rest keep all",
+    "dms_kvzap": "its own memory (KVzap's threshold -4 on its surrogate's scores): the same row at both budgets",
     "kvzap_no_window": "no sinks and no recent window (kvpress's KVzapPress alone), compressing at every step",
     "snapkv+think": "SnapKV keeps 4/3 x the entries, ThinK halves their keys' channels: the same bytes; "
                     "prefill only: grows at decode",
 }
 
+# Capture options a policy needs: Attention-Gate's flags come from the whole
+# prompt at once (one prefill step).
+EXTRA_ARGS = {"attention_gate": ["--prefill-chunk", "4096"]}
 
-def capture(args, spec, out, new, prompt=None, task=None, oracle=False):
+
+def capture(args, spec, out, new, prompt=None, task=None, oracle=False, extra=()):
     source, pf = [], None
     if task:
         source = ["--task", task]
@@ -115,7 +132,7 @@ def capture(args, spec, out, new, prompt=None, task=None, oracle=False):
             pf = f.name
         source = ["--prompt-file", pf]
     cmd = [args.kvscope, "capture", "--model", args.model, *source, "--max-new", str(new), "--greedy",
-           "--capture", "events", "-q", "--threads", str(args.threads), "--policy", spec, "-o", out]
+           "--capture", "events", "-q", "--threads", str(args.threads), "--policy", spec, "-o", out, *extra]
     if oracle:
         cmd += ["--oracle", "--oracle-k", "16"]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -136,19 +153,33 @@ def capture(args, spec, out, new, prompt=None, task=None, oracle=False):
     return res
 
 
-def run_policy(args, spec, work):
+def run_policy(args, spec, work, extra=()):
     trace = os.path.join(work, "t.kvtrace.h5")
     chars = int(args.context * CHARS_PER_TOKEN)
     kl = [capture(args, spec, trace, args.new, prompt=licence_text(LICENSES[i % len(LICENSES)])[:chars],
-                  oracle=True) for i in range(args.samples)]
+                  oracle=True, extra=extra) for i in range(args.samples)]
     depths = [0.1 + 0.8 * j / max(1, args.depths - 1) for j in range(args.depths)]
-    pk = [capture(args, spec, trace, 12, task=f"needle:tokens={args.context},depth={d:.2f},seed={j + 1}")
+    pk = [capture(args, spec, trace, 12, task=f"needle:tokens={args.context},depth={d:.2f},seed={j + 1}",
+                  extra=extra)
           for j, d in enumerate(depths)]
     return {"spec": spec, "kl": float(np.mean([r["kl"] for r in kl])),
             "recall": float(np.mean([r["recall"] for r in kl])),
             "entries": float(np.mean([r["entries"] for r in kl])),
             "passkey": sum(r["success"] for r in pk), "depths": len(pk),
             "passkey_by_depth": [bool(r["success"]) for r in pk]}
+
+
+def duo_sparsity(template, M, results, context):
+    """{D}: the streaming share that makes DuoAttention's mean head hold M."""
+    if "{D}" not in template:
+        return ""
+    pattern = template.split("pattern=")[1].split(",")[0]
+    with open(os.path.join(pattern, "config.json")) as f:
+        cfg = json.load(f)
+    S = cfg["sink_size"] + cfg["recent_size"]
+    full = next((r for k, r in results.items() if k.endswith("/full")), None)
+    E = full["entries"] if full else context
+    return f"{min(1.0, max(0.0, 1 - (M - S) / (E - S))):.3f}"
 
 
 def markdown(results, shares):
@@ -201,18 +232,19 @@ def main():
             if (only and name not in only) or key in results or (name == "full" and share != shares[0]):
                 continue
             spec = (template.replace("{M}", str(M)).replace("{H}", str(M // 2)).replace("{W}", str(M - 4))
-                    .replace("{F}", str(share)).replace("{T}", str(int(round(M * 4 / 3)))))
+                    .replace("{F}", str(share)).replace("{T}", str(int(round(M * 4 / 3))))
+                    .replace("{D}", duo_sparsity(template, M, results, args.context)))
             t0 = time.time()
             try:
-                r = run_policy(args, spec, work)
+                r = run_policy(args, spec, work, EXTRA_ARGS.get(name, ()))
             except RuntimeError as e:
                 print(f"{key}: FAILED {e}", file=sys.stderr, flush=True)
                 continue
             r["seconds"] = time.time() - t0
             results[key] = r
-            if name == "full":
-                for s in shares[1:]:
-                    results[f"{s}/full"] = r
+            if "{" not in template:  # its own memory: one run stands for every share
+                for s in shares:
+                    results[f"{s}/{name}"] = r
             with open(args.out + ".tmp", "w") as f:
                 json.dump(results, f, indent=1)
             os.replace(args.out + ".tmp", args.out)

@@ -27,6 +27,7 @@
 #include "capture/gates/trainer.h"
 #include "capture/model/transformer.h"
 #include "capture/policy/policies/descriptors.h"
+#include "capture/policy/policies/kvzip_selection.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::gates {
@@ -38,14 +39,11 @@ std::vector<torch::Tensor> kvzip_keep(const std::vector<torch::Tensor>& scores, 
                                       int64_t budget) {
   const int64_t L = int64_t(scores.size()), C = scores[0].size(0), K = scores[0].size(1);
   std::vector<float> flat(size_t(L * K * C));
-  float top = 0;
   for (int64_t l = 0; l < L; ++l) {
     torch::Tensor t = scores[size_t(l)].t().contiguous();  // [K, C]
     std::copy_n(t.data_ptr<float>(), K * C, flat.begin() + l * K * C);
   }
-  for (float s : flat) top = std::max(top, s);
-  for (int64_t i = 0; i < L * K; ++i)
-    for (int64_t p = 0; p < std::min(sinks, C); ++p) flat[size_t(i * C + p)] = top + 1.0f;
+  policy::lift_sinks(flat, L * K, C, sinks);
   std::vector<torch::Tensor> keep;
   for (int64_t l = 0; l < L; ++l) keep.push_back(torch::ones({K, C}, torch::kBool));
   for (const auto& e : policy::kvzip_evictions(flat, L, K, C, budget, false))

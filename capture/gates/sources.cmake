@@ -24,4 +24,5 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/fastkvzip_training.cpp
   ${CMAKE_CURRENT_LIST_DIR}/restorekv_model.cpp
   ${CMAKE_CURRENT_LIST_DIR}/restorekv_training.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/duo_attention_training.cpp
 )

@@ -245,9 +245,10 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& reques
   generate::GenerationOptions g = req.generation;
   if (g.max_positions <= 0) g.max_positions = max_positions;
   g.side_passes = std::move(side_passes);
-  g.side_passes_at = pi.policy->reconstruction_at();
+  // Inserted tokens sit where the reconstruction would start: the side
+  // passes run after them.
+  g.side_passes_at = inserted > 0 ? inserted_at : pi.policy->reconstruction_at();
   if (inserted > 0) {
-    g.side_passes_at = inserted_at;
     g.inserted_model = pi.policy->inserted_model();
     g.inserted_at = inserted_at;
     g.inserted = inserted;

@@ -412,7 +412,9 @@ const std::vector<AttributeSpec>& attribute_catalogue() {
       {"/run", "n_heads", "int64", "H, query heads per layer"},
       {"/run", "n_kv_heads", "int64", "K, key/value heads per layer"},
       {"/run", "head_dim", "int64", "head dimension"},
-      {"/run", "vocab_size", "int64", "vocabulary size"},
+      {"/run", "vocab_size", "int64",
+       "vocabulary size, plus the ids of a policy's inserted tokens (RestoreKV's restore "
+       "tokens: vocab_size - n .. vocab_size - 1)"},
       {"/run", "context_length", "int64", "trained context length"},
       {"/run", "max_tokens", "int64", "M, capacity of the token axis (prompt + max new)"},
       {"/run", "policy", "string", "policy spec as given, e.g. h2o:heavy=32,recent=32"},

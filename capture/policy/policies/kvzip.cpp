@@ -109,6 +109,13 @@ std::vector<std::array<int32_t, 3>> kvzip_evictions(const std::vector<float>& sc
   return out;
 }
 
+void lift_sinks(std::vector<float>& scores, int64_t groups, int64_t T, int64_t sinks) {
+  float top = 0;
+  for (float s : scores) top = std::max(top, s);
+  for (int64_t i = 0; i < groups; ++i)
+    for (int64_t p = 0; p < std::min(sinks, T); ++p) scores[size_t(i * T + p)] = top + 1.0f;
+}
+
 void record_and_evict_lowest(Decisions& decide, const std::vector<float>& scores, int64_t L,
                              int64_t K, int64_t T, int64_t budget, bool layerwise) {
   for (int64_t l = 0; l < L; ++l)
@@ -299,14 +306,10 @@ class KvzipPolicy : public Policy {
     const bool restore_ends = c.reconstruction < 0 && c.pos0 == n && c.n == restore_;
     if (restore_ > 0 ? !restore_ends : !pass_ends) return;
     const int64_t L = c.cache.n_layers(), K = c.cache.n_kv_heads();
-    // Sinks: above every score (kvpress: the largest score + 1).
-    float top = 0;
-    for (float s : scores_) top = std::max(top, s);
+    lift_sinks(scores_, L * K, T_, sinks_);
     std::vector<float> fed(size_t(L * K * n));
-    for (int64_t i = 0; i < L * K; ++i) {
-      for (int64_t p = 0; p < std::min(sinks_, T_); ++p) scores_[size_t(i * T_ + p)] = top + 1.0f;
+    for (int64_t i = 0; i < L * K; ++i)
       std::copy_n(scores_.begin() + i * T_, n, fed.begin() + i * n);
-    }
     record_and_evict_lowest(c.decide, fed, L, K, n, budget_ - restore_, layerwise_);
   }
 

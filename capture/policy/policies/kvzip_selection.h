@@ -18,6 +18,12 @@ namespace kvscope::policy {
 void record_and_evict_lowest(Decisions& decide, const std::vector<float>& scores, int64_t L,
                              int64_t K, int64_t T, int64_t budget, bool layerwise);
 
+// Puts the first `sinks` positions of each of the `groups` rows of T scores
+// ([groups][T]) above every score of the buffer (kvpress: the largest score
+// + 1), so the selection never picks them. The policy and RestoreKV's
+// trainer (restorekv_training.cpp) share it.
+void lift_sinks(std::vector<float>& scores, int64_t groups, int64_t T, int64_t sinks);
+
 // KVzip's policy, also behind KVgrad (kvgrad.cpp): the same reconstruction
 // pass, scored by gradient attribution instead of attention alone.
 struct KvzipOptions {
