@@ -268,6 +268,9 @@ TEST_CASE(
       {"stories260K-retention-global.safetensors", "dbtrimkv:budget=32,gates=", "retention",
        "\"budget_kind\": \"global\""},
       {"stories260K-dms.safetensors", "dms_learned:gates=", "dms_decision",
+       "\"budget_kind\": \"none\""},
+      // A DuoAttention pattern directory: no gate, the policy's spec names it.
+      {"stories260K-duo-attention", "duo_attention:pattern=", "stories260K-duo-attention",
        "\"budget_kind\": \"none\""}};
   for (const Case& k : cases) {
     INFO(k.file);
@@ -303,10 +306,17 @@ TEST_CASE("the shipped SmolLM2 gate files fit SmolLM2 and drive a capture",
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"wgkv:gates=" + res + "SmolLM2-135M-Instruct-wgkv.safetensors", "write_gate"},
       {"dbtrimkv:budget=16,gates=" + res + "SmolLM2-135M-Instruct-retention-global.safetensors",
-       "retention"}};
+       "retention"},
+      {"trimkv:budget=16,gates=" + res + "SmolLM2-135M-Instruct-retention.safetensors",
+       "retention"},
+      {"attention_gate:gates=" + res + "SmolLM2-135M-Instruct-attention-gate.safetensors",
+       "keep_probability"},
+      {"duo_attention:sparsity=0.75,pattern=" + res + "SmolLM2-135M-Instruct-duo-attention",
+       "SmolLM2-135M-Instruct-duo-attention"}};
+  int n = 0;
   for (const auto& [policy, gate] : cases) {
     INFO(policy);
-    const std::string trace = dir + "/smollm2-" + gate + ".kvtrace.h5";
+    const std::string trace = dir + "/smollm2-" + std::to_string(n++) + ".kvtrace.h5";
     std::string out;
     REQUIRE(
         test::run_command(exe + " capture --model " + model +
