@@ -154,7 +154,8 @@ void write_whole(const fs::path& path, const std::string& text) {
   {
     std::ofstream out(tmp);
     out << text;
-    if (!out) throw InputError(path.string(), "", "cannot be written");
+    out.flush();  // a full disk shows here, before the rename
+    if (!out) throw InputError(path.string(), "", "cannot be written (disk full?)");
   }
   fs::rename(tmp, path);
 }
