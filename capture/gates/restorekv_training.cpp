@@ -105,12 +105,6 @@ torch::Tensor kl(const torch::Tensor& teacher_logp, const torch::Tensor& student
   return (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1).mean();
 }
 
-double lr_factor(int64_t i, int64_t n, double warmup) {
-  const double w = std::max(1.0, warmup * double(n));
-  if (double(i) < w) return double(i + 1) / w;
-  return 0.5 * (1.0 + std::cos(M_PI * (double(i) - w) / std::max(1.0, double(n) - w)));
-}
-
 }  // namespace
 
 TrainResult train_restorekv(const TrainOptions& o) {
@@ -163,8 +157,7 @@ TrainResult train_restorekv(const TrainOptions& o) {
     adam.zero_grad();
     loss.backward();
     for (auto& g : adam.param_groups())
-      static_cast<torch::optim::AdamWOptions&>(g.options())
-          .lr(o.lr * lr_factor(i, o.steps, o.warmup));
+      static_cast<torch::optim::AdamWOptions&>(g.options()).lr(warmup_cosine_lr(o, i));
     adam.step();
     curve.push_back(loss.item<double>());
     if (!o.quiet && (i % 10 == 0 || i + 1 == o.steps))

@@ -160,10 +160,7 @@ json SfcTrainer::describe(const std::vector<SfcSequence>& data,
 }
 
 double SfcTrainer::lr_at(int64_t step) const {
-  const double warm = std::max(1.0, o_.warmup * double(o_.steps));
-  if (double(step) < warm) return o_.lr * double(step + 1) / warm;
-  const double t = (double(step) - warm) / std::max(1.0, double(o_.steps) - warm);
-  return o_.lr_min + (o_.lr - o_.lr_min) * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, t)));
+  return warmup_cosine_lr(o_, step);
 }
 
 // `count` of [0, n) without replacement, ascending (seeded).

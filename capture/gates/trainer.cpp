@@ -47,6 +47,15 @@ TrainResult save_fitted_gates(GateSet set, const model::ModelConfig& c, const Tr
   return r;
 }
 
+double warmup_cosine_lr(const TrainOptions& o, int64_t step) {
+  const double share =
+      o.warmup_steps >= 0 ? double(std::min(o.warmup_steps, o.steps)) : o.warmup * double(o.steps);
+  const double warm = std::max(1.0, share);
+  if (double(step) < warm) return o.lr * double(step + 1) / warm;
+  const double t = (double(step) - warm) / std::max(1.0, double(o.steps) - warm);
+  return o.lr_min + (o.lr - o.lr_min) * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, t)));
+}
+
 void apply_table3_defaults(TrainOptions& o, const std::set<std::string>& given) {
   if (o.base == TrainOptions::Base::Frozen) return;
   auto set = [&](const char* option, auto& field, auto value) {
@@ -140,15 +149,7 @@ class Trainer {
                         uint64_t(b) * 1000000007ULL);
     return int64_t(rng() % uint64_t(data_.train_end - o_.seq_len - 1 + 1));
   }
-  // The gates' learning rate: linear warmup, then cosine down to lr_min.
-  double lr_at(int64_t step) const {
-    const double share = o_.warmup_steps >= 0 ? double(std::min(o_.warmup_steps, o_.steps))
-                                              : o_.warmup * double(o_.steps);
-    const double warm = std::max(1.0, share);
-    if (double(step) < warm) return o_.lr * double(step + 1) / warm;
-    const double t = (double(step) - warm) / std::max(1.0, double(o_.steps) - warm);
-    return o_.lr_min + (o_.lr - o_.lr_min) * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, t)));
-  }
+  double lr_at(int64_t step) const { return warmup_cosine_lr(o_, step); }
   // dms: the share of decisions to close at `step`, 1 - 1/cr with the ratio
   // ramped linearly from initial_cr to target_cr over the first `ramp` of
   // the run (the official dms_schedule); the final share when step < 0.

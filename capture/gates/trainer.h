@@ -126,6 +126,11 @@ struct TrainResult {
 // constant 8e-5 is base_lr's default. No change for a frozen base.
 void apply_table3_defaults(TrainOptions& o, const std::set<std::string>& given);
 
+// The gates' learning rate at `step` of o.steps, shared by every trainer with
+// this schedule: linear warm-up over o.warmup_steps (or, when negative, the
+// share o.warmup of the steps), then cosine down to o.lr_min.
+double warmup_cosine_lr(const TrainOptions& o, int64_t step);
+
 // Throws InputError for bad options, data or a checkpoint that belongs to
 // another run.
 TrainResult train_gates(const TrainOptions& options);
