@@ -15,8 +15,29 @@ find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
 # toml11 (header-only): sweep plans (app/cli/sweep_plan.cpp).
 find_package(toml11 3.7 REQUIRED)
-find_package(PkgConfig REQUIRED)
-pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# PCRE2 (8-bit): the tokenizers' pre-split regexes (capture/tokenizer).
+# pkg-config when it knows libpcre2-8; otherwise (a machine with no
+# pkg-config or no libpcre2-8.pc, e.g. a GPU box built against the prefix of
+# bench/gpu/make-sysroot.sh) find_path/find_library over CMAKE_PREFIX_PATH or
+# PCRE2_ROOT. Both give the one target capture/ links, PkgConfig::PCRE2.
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
+endif()
+if(TARGET PkgConfig::PCRE2)
+  message(STATUS "PCRE2 ${PCRE2_VERSION} (pkg-config): ${PCRE2_LINK_LIBRARIES}")
+else()
+  find_path(PCRE2_INCLUDE_DIR pcre2.h HINTS ${PCRE2_ROOT} $ENV{PCRE2_ROOT} PATH_SUFFIXES include)
+  find_library(PCRE2_LIBRARY pcre2-8 HINTS ${PCRE2_ROOT} $ENV{PCRE2_ROOT} PATH_SUFFIXES lib)
+  if(NOT PCRE2_INCLUDE_DIR OR NOT PCRE2_LIBRARY)
+    message(FATAL_ERROR "PCRE2 (libpcre2-8) not found: install libpcre2-dev, or pass "
+                        "-DPCRE2_ROOT=<prefix> (or -DPCRE2_INCLUDE_DIR and -DPCRE2_LIBRARY)")
+  endif()
+  add_library(PkgConfig::PCRE2 UNKNOWN IMPORTED)
+  set_target_properties(PkgConfig::PCRE2 PROPERTIES
+    IMPORTED_LOCATION "${PCRE2_LIBRARY}" INTERFACE_INCLUDE_DIRECTORIES "${PCRE2_INCLUDE_DIR}")
+  message(STATUS "PCRE2 (no pkg-config): ${PCRE2_LIBRARY}")
+endif()
 # ICU (uc): Unicode normalization and character classes for the tokenizers.
 find_package(ICU REQUIRED COMPONENTS uc)
 
@@ -73,6 +94,11 @@ add_library(kvscope_torch INTERFACE)
 target_link_libraries(kvscope_torch INTERFACE ${TORCH_LIBRARIES})
 separate_arguments(_kvscope_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 target_compile_options(kvscope_torch INTERFACE ${_kvscope_torch_flags})
+# LibTorch's headers need C++20 from torch 2.10 on, but only recent
+# TorchConfigs put cxx_std_20 on their torch target: say it here too.
+if(Torch_VERSION VERSION_GREATER_EQUAL 2.10)
+  target_compile_features(kvscope_torch INTERFACE cxx_std_20)
+endif()
 message(STATUS "LibTorch ${Torch_VERSION}: ${TORCH_INSTALL_PREFIX}")
 # One LibTorch per process: every c10/torch library LibTorch's config hands
 # us must lie in its own install. A build against pip's torch on a machine

@@ -47,14 +47,6 @@ void draw_progress(const recorder::CaptureProgress& p) {
 }
 
 int run_capture_cli(const CaptureCliOptions& o) {
-  // The ragged cache and the recorder hold their pages in host memory; the
-  // CUDA kernels over device pages (kernels/cuda) are not wired in yet.
-  if (generate::parse_device(o.model.device).is_cuda())
-    throw InputError("", "--device",
-                     "\"" + o.model.device +
-                         "\": kvscope capture runs the ragged cache on the CPU in this build (the "
-                         "CUDA attention kernels of kernels/cuda are tested on their own, not yet "
-                         "wired into the capture); use --device cpu");
   generate::Engine engine = generate::open_engine(o.model);
   if (!engine.tokenizer)
     throw InputError(o.model.model, "--tokenizer", "no tokenizer: " + engine.tokenizer_source);

@@ -56,6 +56,11 @@ int main(int argc, char** argv) {
   } catch (const kvscope::InputError& e) {
     std::cerr << "kvscope: error: " << e.what() << "\n";
     return kExitBadInput;
+  } catch (const c10::OutOfMemoryError& e) {
+    // LibTorch's message says what was asked and what the device holds.
+    std::cerr << "kvscope: error: out of device memory: " << e.what_without_backtrace()
+              << " (a shorter --prefill-chunk, fp16/bf16 weights or a shorter run need less)\n";
+    return kExitFailure;
   } catch (const c10::Error& e) {
     // LibTorch's own message, without the C++ backtrace it appends.
     std::cerr << "kvscope: error: " << e.what_without_backtrace() << "\n";

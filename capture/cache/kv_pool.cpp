@@ -37,7 +37,13 @@ void KvPool::grow(int64_t capacity) {
   torch::Tensor next = torch::empty({capacity, page_bytes()}, torch::kUInt8);
   if (storage_.defined()) next.narrow(0, 0, capacity_).copy_(storage_);
   storage_ = next;
+  if (mirrored()) {  // the twin grows on the device: its synced pages stay valid
+    torch::Tensor twin = torch::empty({capacity, page_bytes()}, mirror_.options());
+    twin.narrow(0, 0, capacity_).copy_(mirror_);
+    mirror_ = twin;
+  }
   owner_.resize(static_cast<size_t>(capacity), -1);
+  dirty_.resize(static_cast<size_t>(capacity), 0);
   for (int64_t p = capacity - 1; p >= capacity_; --p) free_.push_back(static_cast<int32_t>(p));
   capacity_ = capacity;
 }
@@ -81,12 +87,53 @@ void KvPool::shrink_if_sparse(const Relocate& relocate) {
   capacity_ = target;
   free_.clear();
   for (int64_t p = capacity_ - 1; p >= in_use_; --p) free_.push_back(static_cast<int32_t>(p));
+  if (mirrored()) {  // pages moved: the smaller twin is filled again at the next sync
+    mirror_ = torch::empty({capacity_, page_bytes()}, mirror_.options());
+    dirty_.assign(static_cast<size_t>(capacity_), 0);
+    dirty_list_.clear();
+    for (int32_t p = 0; p < int32_t(in_use_); ++p) touch(p);
+  }
+}
+
+void KvPool::touch(int32_t page) {
+  if (!mirrored() || dirty_[size_t(page)]) return;
+  dirty_[size_t(page)] = 1;
+  dirty_list_.push_back(page);
+}
+
+void KvPool::mirror_to(torch::Device device) {
+  if (format_ != RowFormat::F32 || key_dim_ != head_dim_)
+    throw std::logic_error("KvPool: only pools of whole float32 rows are mirrored to a device");
+  mirror_ =
+      torch::empty({capacity_, page_bytes()}, torch::TensorOptions(torch::kUInt8).device(device));
+  dirty_.assign(static_cast<size_t>(capacity_), 0);
+  dirty_list_.clear();
+  for (int32_t p = 0; p < int32_t(capacity_); ++p)
+    if (owner_[size_t(p)] >= 0) touch(p);
+}
+
+void KvPool::sync_mirror() {
+  if (!mirrored() || dirty_list_.empty()) return;
+  const std::vector<int64_t> list(dirty_list_.begin(), dirty_list_.end());
+  const torch::Tensor pages = torch::tensor(list, torch::kInt64);
+  const torch::Tensor rows = storage_.index_select(0, pages);
+  mirror_.index_copy_(0, pages.to(mirror_.device()), rows.to(mirror_.device()));
+  for (int32_t p : dirty_list_) dirty_[size_t(p)] = 0;
+  dirty_list_.clear();
+}
+
+const float* KvPool::mirror_rows(int32_t page, int kv) const {
+  return reinterpret_cast<const float*>(mirror_.data_ptr<uint8_t>() + int64_t(page) * page_bytes() +
+                                        row_offset(kv, 0));
+}
+
+int64_t KvPool::row_offset(int kv, int64_t r) const {
+  return kv == 0 ? r * row_bytes(0) : page_rows_ * row_bytes(0) + r * row_bytes(1);
 }
 
 float* KvPool::row(int32_t page, int kv, int64_t r) {
-  const int64_t offset = kv == 0 ? r * row_bytes(0) : page_rows_ * row_bytes(0) + r * row_bytes(1);
   return reinterpret_cast<float*>(storage_.data_ptr<uint8_t>() + int64_t(page) * page_bytes() +
-                                  offset);
+                                  row_offset(kv, r));
 }
 
 const float* KvPool::row(int32_t page, int kv, int64_t r) const {
@@ -102,6 +149,7 @@ float* KvPool::params(int32_t page, int kv, int64_t r) {
 }
 
 void KvPool::write_row(int32_t page, int64_t r, const float* k, const float* v) {
+  touch(page);
   if (format_ == RowFormat::F32) {
     std::memcpy(row(page, 0, r), k, size_t(key_dim_) * 4);
     std::memcpy(row(page, 1, r), v, size_t(head_dim_) * 4);
@@ -123,6 +171,7 @@ void KvPool::read_row(int32_t page, int64_t r, float* k, float* v) const {
 }
 
 void KvPool::copy_row(int32_t from_page, int64_t from_r, int32_t to_page, int64_t to_r) {
+  touch(to_page);
   for (int kv = 0; kv < 2; ++kv)
     std::memcpy(row(to_page, kv, to_r), row(from_page, kv, from_r), size_t(row_bytes(kv)));
 }

@@ -56,9 +56,25 @@ class KvPool {
   int64_t bytes_in_use() const { return in_use_ * page_bytes(); }
   int64_t bytes_reserved() const { return capacity_ * page_bytes(); }
 
+  // Device mirror (--device cuda). The host pages stay the cache's truth:
+  // policies, the recorder and the host kernels read them. A mirrored pool
+  // keeps a twin tensor on `device` with the same page numbers; pages written
+  // since the last sync_mirror() (write_row, copy_row, compaction) are copied
+  // there before the device kernels read them, so an eviction costs no copy
+  // and a step uploads only the pages it changed.
+  void mirror_to(torch::Device device);
+  bool mirrored() const { return mirror_.defined(); }
+  void sync_mirror();
+  // Device address of a page's key rows (kv 0) or value rows (kv 1): page_rows
+  // rows of row_stride floats (F32 pools only).
+  const float* mirror_rows(int32_t page, int kv) const;
+  int64_t pages_to_sync() const { return int64_t(dirty_list_.size()); }
+
  private:
   void grow(int64_t capacity);
   int64_t row_bytes(int kv) const;
+  int64_t row_offset(int kv, int64_t r) const;
+  void touch(int32_t page);  // marks a page for the next sync_mirror
 
   int64_t head_dim_, key_dim_, page_rows_;
   RowFormat format_;
@@ -68,6 +84,9 @@ class KvPool {
   torch::Tensor storage_;  // uint8 [capacity, page_bytes]: key rows, then value rows
   std::vector<int32_t> free_;
   std::vector<int64_t> owner_;  // per page, -1 when free
+  torch::Tensor mirror_;        // uint8 [capacity, page_bytes] on the device, or undefined
+  std::vector<uint8_t> dirty_;  // per page: written since the last sync
+  std::vector<int32_t> dirty_list_;
 };
 
 }  // namespace kvscope::cache

@@ -289,6 +289,22 @@ void RaggedKvCache::compact() {
         [this](int64_t owner, int32_t from, int32_t to) { relocate_page(owner, from, to); });
 }
 
+void RaggedKvCache::mirror_to(torch::Device device) {
+  for (size_t t = 0; t < tiers_.size(); ++t)
+    if (tiers_[t].attended && pools_[t]->format() == RowFormat::F32 && !narrow(t))
+      pools_[t]->mirror_to(device);
+}
+
+int RaggedKvCache::device_tier() const {
+  int tier = -1;
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (!tiers_[t].attended) continue;
+    if (tier >= 0 || !pools_[t]->mirrored()) return -1;
+    tier = static_cast<int>(t);
+  }
+  return tier;
+}
+
 // ---- sizes ------------------------------------------------------------------------
 
 std::vector<int32_t> RaggedKvCache::occupancy() const {

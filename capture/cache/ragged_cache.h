@@ -48,6 +48,19 @@ class AttentionObserver {
   virtual void on_attention_block(const float* p, int64_t b, int64_t mk, int64_t i0,
                                   int64_t k0) = 0;
   virtual void on_attention_end() = 0;
+  // Whether the observer needs the weights themselves for `layer`; when it
+  // does not, a layer attended on the device (--device cuda) gives it only
+  // each key's mass between begin and end: the weights summed over the step's
+  // queries and the group's query heads ([m], key_pos order).
+  virtual bool needs_weights(int64_t layer) const { return wants_probs(layer); }
+  virtual void on_attention_mass(const float* mass) {}
+  // Block size of the pooled maps the observer keeps for `layer` (0: none).
+  // A device layer hands it each head's pooled weights between begin and end:
+  // sum / max [R, q_blocks, n_blocks], per query head of the group, query
+  // block (the one holding q_pos0, then on) and key block of positions.
+  virtual int64_t pooled_block(int64_t layer) const { return 0; }
+  virtual void on_attention_pooled(const float* sum, const float* max, int64_t q_blocks,
+                                   int64_t n_blocks) {}
 };
 
 // An observer that wants each head's whole matrix (tests, small tools):
@@ -131,6 +144,21 @@ class RaggedKvCache {
   }
   // Returns sparse pools' free pages to the system (between steps).
   void compact();
+
+  // ---- device mirror (--device cuda; capture/cache/device_attention.h) ----
+  // Mirrors the pools of the attended tiers to `device` where their rows are
+  // whole float32 rows (KvPool::mirror_to); the host pages stay the truth.
+  void mirror_to(torch::Device device);
+  // The tier the device kernels read: the one attended tier, when it is
+  // mirrored; -1 when attention stays on the host (several attended tiers,
+  // INT4 or pruned keys).
+  int device_tier() const;
+  KvPool& pool(int64_t tier) { return *pools_[size_t(tier)]; }
+  // Pages of a head's tier, in slot order (slot s in page s / page_rows).
+  const std::vector<int32_t>& pages(int64_t layer, int64_t kv_head, int64_t tier) const {
+    return head(layer, kv_head).tiers[size_t(tier)].pages;
+  }
+  int64_t page_rows() const { return page_rows_; }
 
   std::vector<int32_t> occupancy() const;   // [L, K, tiers]
   std::vector<int64_t> tier_bytes() const;  // bytes in use per tier

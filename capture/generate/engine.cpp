@@ -26,7 +26,21 @@ torch::Device parse_device(const std::string& device) {
               "\" requested but no CUDA device is available (this machine has no usable "
               "GPU, or this LibTorch is built without CUDA: Debian's libtorch is CPU-only); use "
               "--device cpu");
-    return torch::Device(device);
+    const int64_t count = int64_t(torch::cuda::device_count());
+    int64_t index = 0;
+    if (device.size() > 5) {
+      const std::string digits = device.substr(5);
+      if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos ||
+          digits.size() > 4)
+        throw InputError("", "--device", "\"" + device + "\" (expected cuda or cuda:N)");
+      index = std::stoll(digits);
+    }
+    if (index >= count)
+      throw InputError("", "--device",
+                       "\"" + device + "\" requested but this machine has " +
+                           std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") +
+                           " (cuda:0 .. cuda:" + std::to_string(count - 1) + ")");
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
   }
   throw InputError("", "--device", "\"" + device + "\" (expected cpu or cuda)");
 }

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "capture/cache/device_attention.h"
+
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -128,6 +130,16 @@ class HeadStatsSink {
   const std::vector<float>* row_scale_;  // [n] per query of the step, or null
 };
 
+// The step's inputs as host tensors (policies and the host kernels read them
+// through data pointers); `in` itself when it is on the host already.
+model::AttentionInputs on_host(const model::AttentionInputs& in) {
+  if (!in.q.defined() || in.q.device().is_cpu()) return in;
+  model::AttentionInputs h = in;
+  for (torch::Tensor* t : {&h.hidden, &h.q, &h.k_pre_rope, &h.k, &h.v})
+    if (t->defined()) *t = t->to(torch::kCPU);
+  return h;
+}
+
 }  // namespace
 
 StepDriver::StepDriver(const model::ModelConfig& config, const Options& options, Policy& policy,
@@ -153,6 +165,12 @@ StepDriver::StepDriver(const model::ModelConfig& config, const Options& options,
         s.peak.assign(size_t(needs_.peak_per_query_head ? H_ : K_),
                       std::vector<float>(size_t(options.max_tokens), 0.0f));
     }
+}
+
+void StepDriver::use_device(torch::Device device) {
+  if (!device.is_cuda() || !cache::device_attention_compiled()) return;
+  cache_.mirror_to(device);
+  device_tier_ = cache_.device_tier();
 }
 
 bool StepDriver::set_side_pass(bool on) {
@@ -213,6 +231,7 @@ torch::Tensor StepDriver::attend_heads(const model::AttentionInputs& in,
   StatsNeeds needs = needs_;
   needs.peak = false;
   const bool want_probs = needs.any() || observe;
+  ++host_layers_;
   LayerStats& st = stats_[size_t(l)];
   torch::Tensor out = torch::empty({n, H_, hd_}, torch::kFloat32);
   for (int64_t h = 0; h < K_; ++h) {
@@ -242,6 +261,58 @@ torch::Tensor StepDriver::attend_heads(const model::AttentionInputs& in,
     if (observe) observer_->on_attention_end();
   }
   return out;
+}
+
+bool StepDriver::device_attention_fits(int64_t layer,
+                                       const std::vector<torch::Tensor>& masks) const {
+  if (device_tier_ < 0) return false;
+  for (const torch::Tensor& m : masks)
+    if (m.defined()) return false;
+  return !observer_ || !observer_->wants_probs(layer) || !observer_->needs_weights(layer);
+}
+
+// The layer on the device kernels: the same statistics as HeadStatsSink
+// gathers from the weights, from each row's received weight.
+torch::Tensor StepDriver::attend_on_device(const model::AttentionInputs& in,
+                                           const torch::Tensor& q_device) {
+  const int64_t l = in.layer, n = in.q.size(0);
+  const bool observe = observer_ && observer_->wants_probs(l);
+  cache::DeviceStatsWanted want;
+  want.received = needs_.received || observe;
+  want.last_query = needs_.last_query;
+  if (observe) want.pooled_block = observer_->pooled_block(l);
+  if (needs_.observation_window > 0) {
+    const int64_t w0 = options_.prompt_tokens - needs_.observation_window;
+    want.window_begin = std::clamp<int64_t>(w0 - pos0_, 0, n);
+    want.window_end = std::clamp<int64_t>(options_.prompt_tokens - pos0_, 0, n);
+  }
+  cache::DeviceLayerAttention r = cache::attend_layer_on_device(
+      cache_, l, device_tier_, q_device, pos0_, in.scale, in.sliding_window, want);
+  LayerStats& st = stats_[size_t(l)];
+  const bool window = want.window_end > want.window_begin;
+  const float per_query = 1.0f / float(R_ * n), per_head = 1.0f / float(R_);
+  for (int64_t h = 0; h < K_; ++h) {
+    const int64_t b = r.row_begin[size_t(h)], e = r.row_begin[size_t(h + 1)];
+    for (int64_t j = b; j < e; ++j) {
+      const size_t pos = size_t(r.key_pos[size_t(j)]);
+      if (needs_.received) st.received[size_t(h)][pos] = r.received[size_t(j)] * per_query;
+      if (needs_.last_query) st.last_query[size_t(h)][pos] = r.last_query[size_t(j)] * per_head;
+      if (window) st.window[size_t(h)][pos] += r.window[size_t(j)] * per_head;
+    }
+    if (observe) {
+      observer_->on_attention_begin(l, h, R_, n, e - b, r.key_pos.data() + b, pos0_);
+      observer_->on_attention_mass(r.received.data() + b);
+      if (want.pooled_block > 0) {
+        const size_t head = size_t(h * R_ * r.q_blocks * r.n_blocks);
+        observer_->on_attention_pooled(r.pooled_sum.data() + head, r.pooled_max.data() + head,
+                                       r.q_blocks, r.n_blocks);
+      }
+      observer_->on_attention_end();
+    }
+  }
+  if (window) st.window_queries += want.window_end - want.window_begin;
+  ++device_layers_;
+  return r.out;
 }
 
 // A reconstruction step's layer: its tokens are written for its own queries
@@ -288,8 +359,10 @@ torch::Tensor StepDriver::attend_side(const model::AttentionInputs& in) {
   return out.to(in.q.scalar_type());
 }
 
-torch::Tensor StepDriver::attend(const model::AttentionInputs& in) {
-  if (side_) return attend_side(in);
+torch::Tensor StepDriver::attend(const model::AttentionInputs& in_any) {
+  const model::AttentionInputs in = on_host(in_any);
+  const torch::Device device = in_any.q.device();
+  if (side_) return attend_side(in).to(device);
   const int64_t l = in.layer, n = in.q.size(0);
   const bool prefill = pos0_ < options_.prompt_tokens;
   const bool prompt_complete = pos0_ + n >= options_.prompt_tokens;
@@ -325,7 +398,9 @@ torch::Tensor StepDriver::attend(const model::AttentionInputs& in) {
   }
 
   // 4. Attention.
-  torch::Tensor out = attend_heads(in, candidates, masks);
+  torch::Tensor out = device.is_cuda() && device_attention_fits(l, masks)
+                          ? attend_on_device(in, in_any.q)
+                          : attend_heads(in, candidates, masks);
 
   // 5. Rejected entries leave once the step's queries have read them.
   for (int64_t h = 0; h < K_; ++h)
@@ -342,7 +417,7 @@ torch::Tensor StepDriver::attend(const model::AttentionInputs& in) {
     policy_.after_attention(lc);
   }
   check_limits(lc);
-  return out.to(in.q.scalar_type());
+  return out.to(device, in.q.scalar_type());
 }
 
 void StepDriver::check_limits(const LayerContext& c) const {

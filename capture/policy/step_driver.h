@@ -35,6 +35,17 @@ class StepDriver : public model::AttentionBackend {
              const std::string& name);
 
   void set_observer(cache::AttentionObserver* observer) { observer_ = observer; }
+  // --device cuda: the model's tensors arrive on `device`. The cache's
+  // attended pages are mirrored there and layers are attended by the CUDA
+  // kernels (capture/cache/device_attention.h) unless a step needs the
+  // weights themselves (a selection mask, an observer that wants them, a
+  // reconstruction pass) or the policy's tiers cannot be read there; those
+  // layers run the host kernels over the host pages, which stay the truth.
+  // Policies always see host tensors.
+  void use_device(torch::Device device);
+  // Layers attended by the device kernels and by the host kernels so far.
+  int64_t device_layers() const { return device_layers_; }
+  int64_t host_layers() const { return host_layers_; }
   // The policy's context-reconstruction pass (Policy::reconstruction): side
   // steps feed these chunks in order; options.max_tokens must cover the
   // positions they use.
@@ -75,6 +86,8 @@ class StepDriver : public model::AttentionBackend {
   torch::Tensor attend_heads(const model::AttentionInputs& in,
                              const std::vector<std::vector<int64_t>>& key_pos_by_head,
                              std::vector<torch::Tensor>& masks);
+  bool device_attention_fits(int64_t layer, const std::vector<torch::Tensor>& masks) const;
+  torch::Tensor attend_on_device(const model::AttentionInputs& in, const torch::Tensor& q_device);
   void check_limits(const LayerContext& c) const;
   torch::Tensor attend_side(const model::AttentionInputs& in);
 
@@ -89,6 +102,8 @@ class StepDriver : public model::AttentionBackend {
   int64_t step_ = -1, pos0_ = 0, n_ = 0;
   double policy_seconds_ = 0;
   std::vector<ReconstructionChunk> plan_;
+  int device_tier_ = -1;  // the tier the device kernels read, -1: host attention only
+  int64_t device_layers_ = 0, host_layers_ = 0;
   bool side_ = false;        // the steps being fed are reconstruction steps
   int64_t side_index_ = -1;  // chunk of the current (or last) reconstruction step
 };

@@ -160,6 +160,7 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& reques
   policy::StepDriver::Options options{req.page_rows, max_tokens, prompt_tokens};
   pi.policy->setup({&config, max_tokens, prompt_tokens, req.page_rows, &engine.model->weights()});
   policy::StepDriver driver(config, options, *pi.policy, pi.name);
+  driver.use_device(engine.device);
   std::vector<std::vector<int32_t>> side_passes;
   for (const policy::ReconstructionChunk& chunk : reconstruction) side_passes.push_back(chunk.ids);
   driver.set_reconstruction(std::move(reconstruction));
@@ -259,6 +260,11 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& reques
   // leaves complete = 0.
   result.generation = generator.run(req.prompt_ids, g, {}, on_step);
   result.policy_seconds = driver.policy_seconds();
+  if (engine.device.is_cuda())
+    result.notes.push_back(
+        "attention on " + engine.device.str() + ": " + std::to_string(driver.device_layers()) +
+        " layer steps by the CUDA kernels, " + std::to_string(driver.host_layers()) +
+        " by the host kernels (selection masks, weight-level capture, several attended tiers)");
   result.decode_policy_seconds =
       decode_policy_start < 0 ? 0 : driver.policy_seconds() - decode_policy_start;
   if (!req.expected_answers.empty()) {

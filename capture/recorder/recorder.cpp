@@ -61,6 +61,15 @@ void Recorder::on_attention_block(const float* p, int64_t b, int64_t mk, int64_t
   if (levels_.topk > 0) topk_block(p, b, mk, i0, k0);
 }
 
+bool Recorder::needs_weights(int64_t) const {
+  return !levels_.dense.empty() || levels_.topk > 0;
+}
+
+void Recorder::on_attention_mass(const float* mass) {
+  if (!levels_.received) return;
+  for (size_t j = 0; j < received_row_.mass.size(); ++j) received_row_.mass[j] += mass[j];
+}
+
 void Recorder::on_attention_end() {
   if (!levels_.received) return;
   const float norm = 1.0f / float(R_ * cur_.n);
@@ -140,6 +149,49 @@ std::vector<KeyRun> key_runs(const int64_t* key_pos, int64_t m, int64_t B) {
 
 }  // namespace
 
+// The open pooled block (current layer, query block qb); the first kv head
+// of a step counts the causal pairs of its queries qpos0 .. last_qpos with
+// each key block (once per layer, not per head).
+Recorder::PooledBlock& Recorder::pooled_block_for(int64_t qb, int64_t qpos0, int64_t last_qpos) {
+  const int64_t B = levels_.pooled_block;
+  PooledBlock& blk = open_blocks_[{cur_.layer, qb}];
+  if (blk.sum.empty()) {
+    blk.sum.assign(size_t(H_ * KB_), 0.0f);
+    blk.max.assign(size_t(H_ * KB_), 0.0f);
+    blk.pairs.assign(size_t(KB_), 0.0);
+  }
+  if (cur_.kv_head == 0)
+    for (int64_t qpos = qpos0; qpos <= last_qpos; ++qpos)
+      for (int64_t kb = 0; kb <= qb && kb < KB_; ++kb)
+        blk.pairs[size_t(kb)] += double(std::clamp<int64_t>(qpos - kb * B + 1, 0, B));
+  return blk;
+}
+
+// A device layer's pooled weights of the current head (sum / max
+// [R, q_blocks, n_blocks], the kernels' layout): added as pool() adds the
+// weights' own.
+void Recorder::on_attention_pooled(const float* sum, const float* max, int64_t q_blocks,
+                                   int64_t n_blocks) {
+  const int64_t B = levels_.pooled_block, last = cur_.q_pos0 + cur_.n - 1;
+  const int64_t nb = std::min(n_blocks, KB_);
+  for (int64_t qi = 0; qi < q_blocks; ++qi) {
+    const int64_t qb = cur_.q_pos0 / B + qi;
+    const int64_t first_q = std::max(cur_.q_pos0, qb * B), last_q = std::min(last, qb * B + B - 1);
+    if (first_q > last_q) continue;
+    PooledBlock& blk = pooled_block_for(qb, first_q, last_q);
+    for (int64_t r = 0; r < R_; ++r) {
+      const float* s = sum + (r * q_blocks + qi) * n_blocks;
+      const float* x = max + (r * q_blocks + qi) * n_blocks;
+      float* dst_sum = blk.sum.data() + (cur_.kv_head * R_ + r) * KB_;
+      float* dst_max = blk.max.data() + (cur_.kv_head * R_ + r) * KB_;
+      for (int64_t kb = 0; kb < nb; ++kb) {
+        dst_sum[kb] += s[kb];
+        dst_max[kb] = std::max(dst_max[kb], x[kb]);
+      }
+    }
+  }
+}
+
 void Recorder::pool(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) {
   const int64_t B = levels_.pooled_block, kv_head = cur_.kv_head;
   const std::vector<KeyRun> runs = key_runs(cur_.key_pos + k0, mk, B);
@@ -150,16 +202,7 @@ void Recorder::pool(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k
     const int64_t qpos0 = cur_.q_pos0 + i0 + g0, qb = qpos0 / B;
     const int64_t g1 = std::min(b, g0 + (qb + 1) * B - qpos0),
                   last_qpos = cur_.q_pos0 + i0 + g1 - 1;
-    PooledBlock& blk = open_blocks_[{cur_.layer, qb}];
-    if (blk.sum.empty()) {
-      blk.sum.assign(size_t(H_ * KB_), 0.0f);
-      blk.max.assign(size_t(H_ * KB_), 0.0f);
-      blk.pairs.assign(size_t(KB_), 0.0);
-    }
-    if (kv_head == 0)  // causal pairs of these queries with each key block, counted once
-      for (int64_t qpos = qpos0; qpos <= last_qpos; ++qpos)
-        for (int64_t kb = 0; kb <= qb && kb < KB_; ++kb)
-          blk.pairs[size_t(kb)] += double(std::clamp<int64_t>(qpos - kb * B + 1, 0, B));
+    PooledBlock& blk = pooled_block_for(qb, qpos0, last_qpos);
     for (int64_t r = 0; r < R_; ++r) {
       std::fill(col_sum.begin(), col_sum.end(), 0.0f);
       std::fill(col_max.begin(), col_max.end(), 0.0f);

@@ -31,6 +31,13 @@ class Recorder : public cache::AttentionObserver {
                           const int64_t* key_pos, int64_t q_pos0) override;
   void on_attention_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) override;
   void on_attention_end() override;
+  // Received mass, pooled maps and the attended set need no weights (device
+  // layers give them directly); dense rows and top-k do.
+  bool needs_weights(int64_t layer) const override;
+  void on_attention_mass(const float* mass) override;
+  int64_t pooled_block(int64_t) const override { return levels_.pooled_block; }
+  void on_attention_pooled(const float* sum, const float* max, int64_t q_blocks,
+                           int64_t n_blocks) override;
 
   // Keys the policy's queries could read at `layer`, kv head `kv_head`, in the
   // step just run (for the oracle's lost mass): a bitmap over positions.
@@ -71,6 +78,7 @@ class Recorder : public cache::AttentionObserver {
   };
   trace::TokenRole role_of(int32_t id) const;
   void pool(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0);
+  PooledBlock& pooled_block_for(int64_t qb, int64_t qpos0, int64_t last_qpos);
   void dense_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0);
   void topk_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0);
 

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# On a GPU machine: builds kvscope (bench/gpu/build-capture.sh), checks that
+# `kvscope capture --device cuda` writes the trace `--device cpu` writes
+# (tests/capture/trace_parity.py: tokens, steps and events equal, received mass
+# within tolerance) on stories260K and on a Llama-3.1-8B-shaped model with
+# random weights, then benchmarks that model at 8K and 32K tokens of context
+# (--capture none / events / received+pooled) against PyTorch's own model forward
+# (transformers, SDPA, bf16) in the same run.
+#   bash bench/gpu/run-capture.sh OUT_DIR [contexts...]   (default 8192 32768)
+# Writes OUT_DIR/env.txt, log.txt, parity.jsonl, bench.jsonl, sdpa.jsonl.
+# Needs .gpu/ carried (bench/gpu/make-sysroot.sh: the sysroot and stories260K).
+set -uo pipefail
+out=${1:?usage: run-capture.sh OUT_DIR [contexts...]}
+shift
+contexts=("$@")
+[ $# -eq 0 ] && contexts=(8192 32768)
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+log() { echo "[run-capture $(date +%T)] $*" | tee -a "$out/log.txt" >&2; }
+py=${KVSCOPE_PYTHON:-$(command -v python3)}
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  g++ --version | head -1
+  lscpu | grep -E 'Model name|^CPU\(s\)'
+} >"$out/env.txt" 2>&1
+
+b=/tmp/kvbuild
+log "build"
+if ! bash bench/gpu/build-capture.sh "$b" >"$out/build.txt" 2>&1; then
+  tail -60 "$out/build.txt" | tee -a "$out/log.txt"
+  log "build failed"; exit 1
+fi
+source "$b/kvscope-env.sh"
+kv=$b/app/kvscope
+t=/tmp/kvcap && mkdir -p "$t"
+
+# 1. Parity on stories260K: one policy per path (device kernels with each
+#    statistic; masks, INT4 tiers and the oracle on the host path).
+S=.gpu/models
+log "parity: stories260K"
+"$py" tests/capture/cuda_capture_parity.py "$kv" "$S" "$t/stories" --jsonl "$out/parity.jsonl" >>"$out/log.txt" 2>&1 \
+  || log "stories260K parity: failures (log.txt)"
+
+# 2. The 8B-shaped model: parity at 1K tokens (fp32 both sides), then the benchmark.
+m=/tmp/llama8b-4l
+log "model: $m"
+"$py" bench/gpu/make_llama8b_shaped.py "$m" --layers 4 >>"$out/log.txt" 2>&1 || { log "model failed"; exit 1; }
+for spec in full h2o:heavy=256,recent=256; do
+  name=${spec%%:*}
+  for d in cpu cuda; do
+    timeout 240 "$kv" capture --model "$m" --task needle:tokens=1024 --policy "$spec" --max-new 16 --ignore-eos \
+      --device $d --dtype fp32 --capture received+pooled:64 -o "$t/l-$name.$d.kvtrace.h5" >"$t/l-$name.$d.txt" 2>&1 \
+      || log "capture 8B-shaped $spec $d failed: $(tail -3 "$t/l-$name.$d.txt")"
+  done
+  echo "{\"model\": \"llama8b-shaped-4l\", \"policy\": \"$spec\", \"result\": $("$py" tests/capture/trace_parity.py "$t/l-$name.cpu.kvtrace.h5" "$t/l-$name.cuda.kvtrace.h5" --mass-atol 1e-4 2>&1 | tail -1)}" >>"$out/parity.jsonl"
+done
+
+log "bench"
+for ctx in "${contexts[@]}"; do
+  for run in "full none" "full events" "full received+pooled:64" "h2o:heavy=1024,recent=1024 events"; do
+    set -- $run
+    # Peak device memory: nvidia-smi sampled every 0.1 s, minus the idle reading.
+    idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+    (while sleep 0.1; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; done) >"$t/mem.txt" 2>/dev/null &
+    sampler=$!
+    t0=$(date +%s.%N)
+    timeout 200 "$kv" capture --model "$m" --task "needle:tokens=$ctx" --policy "$1" \
+      --max-new 32 --ignore-eos --prefill-chunk 2048 --device cuda --dtype bf16 --capture "$2" \
+      -o "$t/bench.kvtrace.h5" >"$t/bench.txt" 2>&1
+    rc=$?
+    echo "$t0 $(date +%s.%N)" | awk '{printf "%.2f s\n", $2 - $1}' >"$t/time.txt"
+    kill $sampler 2>/dev/null; wait $sampler 2>/dev/null
+    peak=$(( $(sort -n "$t/mem.txt" | tail -1) - idle ))
+    line=$(grep '^capture:' "$t/bench.txt" | tail -1)
+    "$py" - "$ctx" "$1" "$2" "$rc" "$line" "$(cat "$t/time.txt" 2>/dev/null | tail -1)" "$peak" >>"$out/bench.jsonl" <<'PY'
+import json, re, sys
+ctx, policy, level, rc, line, tm, peak = sys.argv[1:]
+g = lambda p: (float(re.search(p, line).group(1)) if re.search(p, line) else None)
+print(json.dumps({"context": int(ctx), "policy": policy, "capture": level, "rc": int(rc),
+                  "prefill_tok_s": g(r"prefill ([0-9.]+) tokens/s"), "decode_tok_s": g(r"decode ([0-9.]+) tokens/s"),
+                  "peak_kv": (re.search(r"peak ([0-9.]+ [KMG]iB)", line) or [None, None])[1],
+                  "wall": tm, "peak_device_mib_sampled": int(peak), "line": line}))
+PY
+    log "$ctx $run: rc $rc ${line:0:200}"
+    [ $rc -eq 0 ] || tail -5 "$t/bench.txt" >>"$out/log.txt"
+  done
+  timeout 120 "$py" bench/gpu/sdpa_model_anchor.py "$m" --context "$ctx" --decode 32 >>"$out/sdpa.jsonl" 2>>"$out/log.txt" \
+    || log "sdpa anchor $ctx failed"
+done
+log "done"
