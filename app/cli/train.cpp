@@ -141,6 +141,13 @@ int run_train_duo(TrainCli& c) {
 }
 
 int run_train(TrainCli& c) {
+  // The gates, their data and the optimiser live in host memory: a model on
+  // the GPU would meet them in the first product. Said before the model loads.
+  if (c.o.model.device != "cpu")
+    throw InputError("", "--device",
+                     "\"" + c.o.model.device +
+                         "\": kvscope train runs on the CPU in this build (kvscope capture runs "
+                         "on cuda); use --device cpu");
   if (c.policy == "duo-attention") return run_train_duo(c);
   // StreamingLLM+'s -o is the model (an HF model's is a directory): the
   // trainer checks it.

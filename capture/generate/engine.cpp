@@ -40,7 +40,9 @@ torch::Device parse_device(const std::string& device) {
                        "\"" + device + "\" requested but this machine has " +
                            std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") +
                            " (cuda:0 .. cuda:" + std::to_string(count - 1) + ")");
-    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+    // "cuda" stays the current device (the trace's /run device says "cuda").
+    return device.size() > 5 ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index))
+                             : torch::Device(torch::kCUDA);
   }
   throw InputError("", "--device", "\"" + device + "\" (expected cpu or cuda)");
 }
