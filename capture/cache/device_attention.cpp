@@ -121,6 +121,20 @@ torch::Tensor sorted_rows(const DeviceLayerAttention& r, torch::Device device) {
   return torch::tensor(order, torch::kInt64).to(device);
 }
 
+// Runs a pooled pass into sum / max [heads, q_blocks, n_blocks] on the
+// device (`pass(sum, max)`) and keeps both in `result`.
+template <class Pass>
+void take_pooled(DeviceLayerAttention* result, int64_t heads, int64_t q_blocks, int64_t n_blocks,
+                 const torch::TensorOptions& f32, const Pass& pass) {
+  torch::Tensor sum = torch::empty({heads * q_blocks * n_blocks}, f32);
+  torch::Tensor max = torch::empty({heads * q_blocks * n_blocks}, f32);
+  pass(sum.data_ptr<float>(), max.data_ptr<float>());
+  result->q_blocks = q_blocks;
+  result->n_blocks = n_blocks;
+  result->pooled_sum = to_host(sum);
+  result->pooled_max = to_host(max);
+}
+
 }  // namespace
 
 DeviceLayerAttention attend_layer_on_device(RaggedKvCache& cache, int64_t layer, int tier,
@@ -153,15 +167,12 @@ DeviceLayerAttention attend_layer_on_device(RaggedKvCache& cache, int64_t layer,
     result.out = out.reshape({1, H, hd});
     if (wanted.pooled_block > 0) {
       const int64_t B = wanted.pooled_block, nb = (pos0 + n + B - 1) / B;
-      torch::Tensor sum = torch::empty({K * R * nb}, f32), mx = torch::empty({K * R * nb}, f32);
       const torch::Tensor order = sorted_rows(result, q.device());
-      check(kc::pool_by_position(probs.data_ptr<float>(), R, t.heads, order.data_ptr<int64_t>(), B,
-                                 nb, sum.data_ptr<float>(), mx.data_ptr<float>(), nullptr),
-            "pool_by_position");
-      result.q_blocks = 1;
-      result.n_blocks = nb;
-      result.pooled_sum = to_host(sum);
-      result.pooled_max = to_host(mx);
+      take_pooled(&result, K * R, 1, nb, f32, [&](float* sum, float* max) {
+        check(kc::pool_by_position(probs.data_ptr<float>(), R, t.heads, order.data_ptr<int64_t>(),
+                                   B, nb, sum, max, nullptr),
+              "pool_by_position");
+      });
     }
     if (any) {
       std::vector<float> m = to_host(mass);
@@ -189,17 +200,13 @@ DeviceLayerAttention attend_layer_on_device(RaggedKvCache& cache, int64_t layer,
     if (wanted.pooled_block > 0) {
       const int64_t B = wanted.pooled_block, nb = (pos0 + n + B - 1) / B,
                     qb = kc::prefill_query_blocks(n, pos0, B);
-      torch::Tensor sum = torch::empty({K * R * qb * nb}, f32),
-                    mx = torch::empty({K * R * qb * nb}, f32);
       const torch::Tensor order = sorted_rows(result, q.device());
-      check(kc::prefill_pooled(qd.data_ptr<float>(), R, n, pos0, t.heads, order.data_ptr<int64_t>(),
-                               s, window, lse.data_ptr<float>(), B, nb, sum.data_ptr<float>(),
-                               mx.data_ptr<float>(), nullptr),
+      take_pooled(&result, K * R, qb, nb, f32, [&](float* sum, float* max) {
+        check(
+            kc::prefill_pooled(qd.data_ptr<float>(), R, n, pos0, t.heads, order.data_ptr<int64_t>(),
+                               s, window, lse.data_ptr<float>(), B, nb, sum, max, nullptr),
             "prefill_pooled");
-      result.q_blocks = qb;
-      result.n_blocks = nb;
-      result.pooled_sum = to_host(sum);
-      result.pooled_max = to_host(mx);
+      });
     }
   }
   result.out = result.out.contiguous();

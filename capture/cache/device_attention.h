@@ -2,9 +2,10 @@
 // kernels/cuda read the ragged cache's mirrored pages (KvPool::mirror_to) in
 // place, through per-head page tables built from the cache's host metadata,
 // and only the statistics a step asks for come back to the host: per held row
-// the weight it received, never the [n, rows] weights. The weights themselves
-// (pooled maps, dense rows, top-k, selection masks) stay on the host path
-// (RaggedKvCache::attend_head), which the step driver takes for such layers.
+// the weight it received, per block the pooled weights, never the [n, rows]
+// weights. What needs the weights themselves (dense rows, top-k, selection
+// masks) stays on the host path (RaggedKvCache::attend_head), which the step
+// driver takes for such layers.
 #pragma once
 
 #include <torch/types.h>
