@@ -8,7 +8,10 @@
 # (transformers, SDPA, bf16) in the same run.
 #   bash bench/gpu/run-capture.sh OUT_DIR [contexts...]   (default 8192 32768)
 # Writes OUT_DIR/env.txt, log.txt, parity.jsonl, bench.jsonl, sdpa.jsonl.
-# Needs .gpu/ carried (bench/gpu/make-sysroot.sh: the sysroot and stories260K).
+# Needs .gpu/ carried (bench/gpu/make-sysroot.sh: the sysroot and stories260K),
+# and a working tree under the device tool's 64 MiB: move the SmolLM2 gate
+# files of resources/gates/ aside for the call (none of this reads them).
+# OUT_DIR/kvscope is the binary built there, for a later call to carry.
 set -uo pipefail
 out=${1:?usage: run-capture.sh OUT_DIR [contexts...]}
 shift
@@ -34,6 +37,7 @@ if ! bash bench/gpu/build-capture.sh "$b" >"$out/build.txt" 2>&1; then
 fi
 source "$b/kvscope-env.sh"
 kv=$b/app/kvscope
+cp "$kv" "$out/kvscope"
 t=/tmp/kvcap && mkdir -p "$t"
 
 # 1. Parity on stories260K: one policy per path (device kernels with each
