@@ -47,6 +47,24 @@ log "parity: stories260K"
 "$py" tests/capture/cuda_capture_parity.py "$kv" "$S" "$t/stories" --jsonl "$out/parity.jsonl" >>"$out/log.txt" 2>&1 \
   || log "stories260K parity: failures (log.txt)"
 
+# 1b. SmolLM2-135M-Instruct, when KVSCOPE_SMOLLM2 names its GGUF on this
+#     machine. The 98 MB file is over what one device call carries: split it
+#     here (split -b 50M) and carry the halves in two calls on the same warm
+#     machine, joining them there with cat.
+if [ -n "${KVSCOPE_SMOLLM2:-}" ] && [ -f "$KVSCOPE_SMOLLM2" ]; then
+  log "parity: SmolLM2"
+  for spec in full h2o:heavy=64,recent=64 tova:budget=128 snapkv:budget=128,window=16; do
+    name=${spec%%:*}
+    for d in cpu cuda; do
+      timeout 120 "$kv" capture --model "$KVSCOPE_SMOLLM2" --task needle:tokens=512 --policy "$spec" \
+        --max-new 24 --ignore-eos --device $d --capture received+pooled:16 \
+        -o "$t/m-$name.$d.kvtrace.h5" >"$t/m-$name.$d.txt" 2>&1 \
+        || log "capture SmolLM2 $spec $d failed: $(tail -3 "$t/m-$name.$d.txt")"
+    done
+    echo "{\"model\": \"SmolLM2-135M-Instruct\", \"policy\": \"$spec\", \"result\": $("$py" tests/capture/trace_parity.py "$t/m-$name.cpu.kvtrace.h5" "$t/m-$name.cuda.kvtrace.h5" 2>&1 | tail -1)}" >>"$out/parity.jsonl"
+  done
+fi
+
 # 2. The 8B-shaped model: parity at 1K tokens (fp32 both sides), then the benchmark.
 m=/tmp/llama8b-4l
 log "model: $m"
