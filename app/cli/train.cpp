@@ -5,6 +5,9 @@
 //   [--lr X] [--gate key=value ...] -o forecaster.safetensors
 //   learns the Salience Forecasting Cache's forecaster from full-cache traces
 //   (capture/gates/sfc_trainer.cpp, docs/policies/sfc.md "Training").
+// kvscope train --policy lukv --model M --data PATH --seq-len T --steps N
+//   [--gate scorer=NAME,...] -o curve.npy
+//   profiles LU-KV's budget curve (capture/gates/lukv_profiling.h).
 // Learns a seed paper's gates for a frozen model (capture/gates/trainer.h,
 // docs/training.md). Writes the gate file, its .json metadata, the .log and
 // the .csv loss curve, and a .ckpt to --resume from. KVpop's fine-tuning
@@ -21,6 +24,7 @@
 
 #include "app/cli/command.h"
 #include "capture/gates/duo_attention_training.h"
+#include "capture/gates/lukv_profiling.h"
 #include "capture/gates/trainer.h"
 #include "capture/generate/engine_cli.h"
 #include "core/common/cli_checks.h"
@@ -140,6 +144,17 @@ int run_train_duo(TrainCli& c) {
   return kExitOk;
 }
 
+// LU-KV's budget curve is a .npy, not a gate file: its own profile.
+int run_train_lukv(TrainCli& c) {
+  check_output_path(c.o.output, "-o");
+  c.o.command_line = own_command_line();
+  c.o.hyper_given = parse_gate_values(c.gate_values);
+  gates::TrainResult r = gates::profile_lukv(c.o);
+  std::fprintf(stderr, "train: wrote the budget curve %s (+ .json) in %.1f s\n", c.o.output.c_str(),
+               r.wall_seconds);
+  return kExitOk;
+}
+
 int run_train(TrainCli& c) {
   // The gates, their data and the optimiser live in host memory: a model on
   // the GPU would meet them in the first product. Said before the model loads.
@@ -149,6 +164,7 @@ int run_train(TrainCli& c) {
                          "\": kvscope train runs on the CPU in this build (kvscope capture runs "
                          "on cuda); use --device cpu");
   if (c.policy == "duo-attention") return run_train_duo(c);
+  if (c.policy == "lukv") return run_train_lukv(c);
   // StreamingLLM+'s -o is the model (an HF model's is a directory): the
   // trainer checks it.
   if (c.o.evaluate.empty() && c.policy != "streaming-plus") check_output_path(c.o.output, "-o");
@@ -161,7 +177,7 @@ int run_train(TrainCli& c) {
   } catch (const InputError& e) {  // the gate kinds, and the one trainer that writes no gates
     throw InputError("", "--policy",
                      std::string(e.what()).substr(std::string("--policy: ").size()) +
-                         "; or duo-attention (a head pattern)");
+                         "; or duo-attention (a head pattern) or lukv (a budget curve)");
   }
   c.o.hyper_given = parse_gate_values(c.gate_values);
   gates::TrainResult r = gates::train_gates(c.o);
@@ -204,7 +220,8 @@ Command add_train_command(CLI::App& app) {
          "gates by BCE) | dms (DMS eviction decisions: distillation + compression "
          "target) | restorekv (restore tokens + LoRA: self-distillation under KVzip's "
          "eviction) | duo-attention (head pattern: full/streaming mix on passkey samples; -o "
-         "is a directory)")
+         "is a directory) | lukv (LU-KV budget curve: --steps windows of --seq-len context "
+         "tokens, the scorer's order against the future's attention; -o is a .npy)")
       ->required();
   generate::add_model_options(sub, &o.model);
   // sfc reads the model's path from its traces.
@@ -264,7 +281,8 @@ Command add_train_command(CLI::App& app) {
       "gate hyperparameter key=value (wgkv: window, tau, expand; attention-gate: heads, "
       "head_dim, tau, gamma; retention*: hidden, bias_init, activation; sfc: hidden, latent, "
       "horizon, ewma, tau_quantile, alpha, focal_gamma, lead, latency_weight; duo-attention: "
-      "sinks, recent, passkeys, words, reg)");
+      "sinks, recent, passkeys, words, reg; lukv: scorer and its parameters, keep_first, "
+      "keep_last, future)");
   sub->add_option("--lambda", o.lambda, "wgkv: weight of the sparsity loss mean(g + g(1-g))")
       ->check(finite_range(0, 1e6))
       ->capture_default_str();

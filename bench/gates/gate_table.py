@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Markdown table of the gate files in a directory (resources/gates/README.md):
+"""Markdown table of the gate files (and LU-KV curves) in a directory (resources/gates/README.md):
 each file's policy, model, steps x seq-len, wall time, held-out numbers and
 size, read from the gate file's JSON metadata sidecar.
 
@@ -24,7 +24,14 @@ def main():
         t = m["training"]
         st = js[:-5] + ".safetensors"
         h = t.get("heldout", {})
-        if m["policy"] == "qfilter":  # calibrated, not trained
+        if m["policy"] == "lukv":  # a budget curve (.npy) from a profile, not a gate file
+            st = js[:-5] + ".npy"
+            held = "; ".join(
+                f"oracle importance kept at {100 * r['compression_ratio']:g} %: "
+                f"{fmt(r['oracle_share_kept_by_curve'])} vs uniform {fmt(r['oracle_share_kept_uniform'])}"
+                for r in h if r["compression_ratio"] in (0.5, 0.875))
+            shape = f"{t['samples']} x {t['context_tokens']} + {t['future_tokens']} (profile, {t['scorer']})"
+        elif m["policy"] == "qfilter":  # calibrated, not trained
             share = [x for layer in t["explained_share"] for x in layer]
             held = f"query energy along the filter: mean {fmt(sum(share) / len(share))}"
             shape = f"{t['windows']} x {t['seq_len']} (calibration)"

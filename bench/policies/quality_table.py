@@ -90,6 +90,7 @@ POLICIES = [
     ("attention_gate", "attention_gate:gates=resources/gates/SmolLM2-135M-Instruct-attention-gate.safetensors"),
     ("duo_attention", "duo_attention:pattern=resources/gates/SmolLM2-135M-Instruct-duo-attention,sparsity={D}"),
     ("dms_kvzap", "dms:scorer=kvzap,gates=resources/gates/SmolLM2-135M-Instruct-kvzap.safetensors,threshold=-4"),
+    ("lukv", "lukv:scorer=snapkv,curve=resources/gates/SmolLM2-135M-Instruct-lukv-snapkv.npy,budget={M}"),
 ]
 NOTES = {
     "quest": "selects {M} entries per query at read time; holds all",
@@ -113,6 +114,8 @@ NOTES = {
     "duo_attention": "the shipped pattern: its lowest-gate heads stream (sinks 16 + recent 112), as many as make the mean head hold M; the rest keep all",
     "dms_kvzap": "its own memory (KVzap's threshold -4 on its surrogate's scores): the same row at both budgets",
     "kvzap_no_window": "no sinks and no recent window (kvpress's KVzapPress alone), compressing at every step",
+    "lukv": "SnapKV's scores, per-(layer, kv head) budgets from the shipped curve (`kvscope train "
+            "--policy lukv`); prefill only: grows at decode",
     "snapkv+think": "SnapKV keeps 4/3 x the entries, ThinK halves their keys' channels: the same bytes; "
                     "prefill only: grows at decode",
 }

@@ -17,6 +17,7 @@
 #include "capture/gates/gated_attention.h"
 #include "capture/gates/kvzip_targets.h"
 #include "capture/model/transformer.h"
+#include "core/common/atomic_file.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::gates {
@@ -146,18 +147,6 @@ std::string pattern_tsv(const torch::Tensor& alpha) {
     out << "\n";
   }
   return out.str();
-}
-
-// Writes `text` to path via a temporary file, so a reader never sees half.
-void write_whole(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text;
-    out.flush();  // a full disk shows here, before the rename
-    if (!out) throw InputError(path.string(), "", "cannot be written (disk full?)");
-  }
-  fs::rename(tmp, path);
 }
 
 void check_output_dir(const std::string& dir) {
@@ -363,8 +352,10 @@ TrainResult train_duo_attention(const TrainOptions& o) {
                  {"base_model", model_json(c, c.name, o.model.model, o.model.model)},
                  {"training", training}};
   fs::create_directories(o.output);
-  write_whole(fs::path(o.output) / "full_attention_heads.tsv", pattern_tsv(alpha));
-  write_whole(fs::path(o.output) / "config.json", config.dump(2) + "\n");
+  write_file_atomically((fs::path(o.output) / "full_attention_heads.tsv").string(),
+                        pattern_tsv(alpha), "the head pattern");
+  write_file_atomically((fs::path(o.output) / "config.json").string(), config.dump(2) + "\n",
+                        "the pattern's config");
   TrainResult r;
   r.summary = training;
   r.wall_seconds = wall;

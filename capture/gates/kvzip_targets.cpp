@@ -40,18 +40,24 @@ torch::Tensor KvzipTargets::attend(const model::AttentionInputs& in) {
   return dense_.attend(in);
 }
 
-torch::Tensor KvzipTargets::targets(const model::AttentionInputs& in) const {
-  const int64_t N = 2 * T_ + P_, H = in.q.size(1), K = in.k.size(1), R = H / K;
-  torch::Tensor q = in.q.to(torch::kFloat32).narrow(0, T_ + P_, T_).permute({1, 0, 2});  // [H,T,hd]
+torch::Tensor step_probabilities(const model::AttentionInputs& in, int64_t q0, int64_t nq) {
+  const int64_t N = in.q.size(0), H = in.q.size(1), K = in.k.size(1), R = H / K;
+  torch::Tensor q = in.q.to(torch::kFloat32).narrow(0, q0, nq).permute({1, 0, 2});  // [H,nq,hd]
   torch::Tensor k =
       in.k.to(torch::kFloat32).repeat_interleave(R, 1).permute({1, 2, 0});  // [H,hd,N]
-  torch::Tensor logits = q.bmm(k) * in.scale;                               // [H,T,N]
-  // Query i (at T + P + i) sees keys j <= T + P + i, within the model's window.
-  torch::Tensor qpos = torch::arange(T_ + P_, N).unsqueeze(1), kpos = torch::arange(N).unsqueeze(0);
+  torch::Tensor logits = q.bmm(k) * in.scale;                               // [H,nq,N]
+  // Query i (at q0 + i) sees keys j <= q0 + i, within the model's window.
+  torch::Tensor qpos = torch::arange(q0, q0 + nq).unsqueeze(1),
+                kpos = torch::arange(N).unsqueeze(0);
   torch::Tensor hidden = kpos > qpos;
   if (in.sliding_window > 0) hidden = hidden | (kpos <= qpos - in.sliding_window);
   logits.masked_fill_(hidden.unsqueeze(0), -std::numeric_limits<float>::infinity());
-  torch::Tensor p = torch::softmax(logits, -1).narrow(2, 0, T_);  // [H, T queries, T keys]
+  return torch::softmax(logits, -1);
+}
+
+torch::Tensor KvzipTargets::targets(const model::AttentionInputs& in) const {
+  const int64_t K = in.k.size(1), R = in.q.size(1) / K;
+  torch::Tensor p = step_probabilities(in, T_ + P_, T_).narrow(2, 0, T_);  // [H, T q, T keys]
   if (!plus_) return p.amax(1).view({K, R, T_}).amax(1).t().contiguous();
   torch::Tensor h_norm = in.hidden.to(torch::kFloat32).narrow(0, T_ + P_, T_).norm(2, -1);
   torch::Tensor peak = (p / h_norm.view({1, T_, 1})).amax(1);  // [H, T keys]

@@ -55,6 +55,12 @@ class KvzipTargets : public model::AttentionBackend {
   bool plus_;
 };
 
+// Causal attention probabilities of the step's queries [q0, q0 + nq) over
+// every key of the step (the step starts at position 0), within the model's
+// sliding window: [H, nq, N] float32. Shared by the read-back targets and the
+// LU-KV profile's future utility (lukv_profiling.cpp).
+torch::Tensor step_probabilities(const model::AttentionInputs& in, int64_t q0, int64_t nq);
+
 struct TrainOptions;
 
 // What the read-back fits (kvzap, fastkvzip) start from: the model, the text

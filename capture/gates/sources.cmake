@@ -20,6 +20,7 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/query_calibration.cpp
   ${CMAKE_CURRENT_LIST_DIR}/kvzap_calibration.cpp
   ${CMAKE_CURRENT_LIST_DIR}/kvzip_targets.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/lukv_profiling.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fastkvzip_gate.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fastkvzip_training.cpp
   ${CMAKE_CURRENT_LIST_DIR}/restorekv_model.cpp

@@ -22,7 +22,7 @@ using nlohmann::json;
 
 std::string sidecar_path(const std::string& output, const std::string& ext) {
   std::string base = output;
-  for (const std::string st : {".safetensors", ".bin"})
+  for (const std::string st : {".safetensors", ".bin", ".npy"})
     if (base.size() > st.size() && base.compare(base.size() - st.size(), st.size(), st) == 0) {
       base.resize(base.size() - st.size());
       break;

@@ -18,33 +18,34 @@ namespace fs = std::filesystem;
 
 torch::Device parse_device(const std::string& device) {
   if (device == "cpu") return torch::kCPU;
-  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
-    if (!torch::cuda::is_available())
-      throw InputError(
-          "", "--device",
-          "\"" + device +
-              "\" requested but no CUDA device is available (this machine has no usable "
-              "GPU, or this LibTorch is built without CUDA: Debian's libtorch is CPU-only); use "
-              "--device cpu");
-    const int64_t count = int64_t(torch::cuda::device_count());
-    int64_t index = 0;
-    if (device.size() > 5) {
-      const std::string digits = device.substr(5);
-      if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos ||
-          digits.size() > 4)
-        throw InputError("", "--device", "\"" + device + "\" (expected cuda or cuda:N)");
-      index = std::stoll(digits);
-    }
-    if (index >= count)
+  if (device != "cuda" && device.rfind("cuda:", 0) != 0)
+    throw InputError("", "--device", "\"" + device + "\" (expected cpu, cuda or cuda:N)");
+  // The spelling first, so "cuda:" or "cuda:x" is refused on any machine.
+  const bool indexed = device != "cuda";
+  int64_t index = 0;
+  if (indexed) {
+    const std::string digits = device.substr(5);
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos ||
+        digits.size() > 4)
       throw InputError("", "--device",
-                       "\"" + device + "\" requested but this machine has " +
-                           std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") +
-                           " (cuda:0 .. cuda:" + std::to_string(count - 1) + ")");
-    // "cuda" stays the current device (the trace's /run device says "cuda").
-    return device.size() > 5 ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index))
-                             : torch::Device(torch::kCUDA);
+                       "\"" + device + "\" (expected cuda or cuda:N, N a device number)");
+    index = std::stoll(digits);
   }
-  throw InputError("", "--device", "\"" + device + "\" (expected cpu or cuda)");
+  if (!torch::cuda::is_available())
+    throw InputError("", "--device",
+                     "\"" + device +
+                         "\" requested but no CUDA device is available (this machine has no "
+                         "usable GPU, or this LibTorch is built without CUDA: Debian's libtorch "
+                         "is CPU-only); use --device cpu");
+  const int64_t count = int64_t(torch::cuda::device_count());
+  if (index >= count)
+    throw InputError("", "--device",
+                     "\"" + device + "\" requested but this machine has " + std::to_string(count) +
+                         " CUDA device" + (count == 1 ? "" : "s") +
+                         " (cuda:0 .. cuda:" + std::to_string(count - 1) + ")");
+  // "cuda" stays the current device (the trace's /run device says "cuda").
+  return indexed ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index))
+                 : torch::Device(torch::kCUDA);
 }
 
 const char* dtype_name(torch::ScalarType t) {

@@ -30,9 +30,8 @@ inline void add_model_options(CLI::App* app, ModelOptions* o) {
   app->add_option("--tokenizer", o->tokenizer,
                   "tokenizer.json, llama2.c tokenizer.bin or .gguf (default: the model's own)")
       ->check(CLI::ExistingFile);
-  app->add_option("--device", o->device, "cpu or cuda")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
+  // parse_device checks it (cuda:N against the machine's devices).
+  app->add_option("--device", o->device, "cpu, cuda or cuda:N")->capture_default_str();
   app->add_option("--dtype", o->dtype, "fp32, bf16 or fp16")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();

@@ -4,7 +4,9 @@
 #include <fstream>
 #include <limits>
 #include <regex>
+#include <stdexcept>
 
+#include "core/common/atomic_file.h"
 #include "core/common/input_error.h"
 
 namespace kvscope {
@@ -107,6 +109,34 @@ NpyArray read_npy(const std::string& path) {
     }
   }
   return out;
+}
+
+void write_npy_float32(const std::string& path, const std::vector<int64_t>& shape,
+                       const std::vector<float>& data) {
+  int64_t count = 1;
+  std::string dims;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    count *= shape[i];
+    dims += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  if (shape.size() == 1) dims += ",";  // Python's one-element tuple: "(99,)"
+  if (count != int64_t(data.size()))
+    throw std::logic_error("write_npy_float32: the shape does not match the data");
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+  // Magic (6) + version (2) + length (2) + header + '\n', padded to 64 bytes.
+  const size_t total = (10 + header.size() + 1 + 63) / 64 * 64;
+  header.append(total - 10 - header.size() - 1, ' ');
+  header += '\n';
+  std::string file("\x93NUMPY\x01\x00", 8);
+  file += char(header.size() & 0xff);
+  file += char(header.size() >> 8);
+  file += header;
+  for (float v : data) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    for (int b = 0; b < 4; ++b) file += char((bits >> (8 * b)) & 0xff);
+  }
+  write_file_atomically(path, file, "the .npy array");
 }
 
 }  // namespace kvscope

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "core/common/atomic_file.h"
+
 namespace kvscope::parquet {
 
 namespace {
@@ -243,13 +245,7 @@ void write_table(const std::string& path, const std::vector<Column>& columns,
   file += meta;
   put_le(file, meta.size(), 4);
   file += "PAR1";
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(file.data(), std::streamsize(file.size()));
-    if (!out) throw std::runtime_error(tmp + ": cannot write the Parquet file");
-  }
-  std::filesystem::rename(tmp, path);
+  write_file_atomically(path, file, "the Parquet file");
 }
 
 }  // namespace kvscope::parquet

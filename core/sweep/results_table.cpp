@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/common/atomic_file.h"
 #include "core/common/input_error.h"
 #include "core/common/parquet_writer.h"
 
@@ -205,16 +206,9 @@ std::vector<ResultRow> read_results_csv(const std::string& path) {
 }
 
 void write_results_csv(const std::string& path, const std::vector<ResultRow>& rows) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(tmp, "", "cannot write the results table");
-    out << csv_header() << "\n";
-    for (const ResultRow& r : rows) out << csv_row(r) << "\n";
-    out.flush();
-    if (!out) throw InputError(tmp, "", "write failed (disk full?)");
-  }
-  std::filesystem::rename(tmp, path);
+  std::string text = csv_header() + "\n";
+  for (const ResultRow& r : rows) text += csv_row(r) + "\n";
+  write_file_atomically(path, text, "the results table");
 }
 
 void write_results_parquet(const std::string& path, const std::vector<ResultRow>& rows) {

@@ -187,7 +187,8 @@ PolicyDescriptor lukv_descriptor() {
             if (curve.empty())
               throw InputError("--policy", "lukv:curve",
                                "a budget curve file is required (.npy, [99, layers, kv heads]; "
-                               "docs/policies/lukv.md says how to make one)");
+                               "`kvscope train --policy lukv` profiles one; resources/gates "
+                               "ships SnapKV's for stories260K and SmolLM2)");
             return std::make_unique<LukvPolicy>(
                 make_named_scorer("lukv", p), p.get_int("budget"), curve,
                 Protection{p.get_int("keep_first"), p.get_int("keep_last")});
