@@ -22,7 +22,13 @@ struct StatsNeeds {
   // input ||h_i|| first.
   bool peak_per_query_head = false;
   bool peak_over_hidden_norm = false;
-  bool any() const { return received || last_query || observation_window > 0 || peak; }
+  // The received mass kept per query head too: the mean over the step's
+  // queries of each head's weight ([H][M]; KVCompose with task=mean, group=max;
+  // reconstruction steps only, as peak).
+  bool received_per_query_head = false;
+  bool any() const {
+    return received || last_query || observation_window > 0 || peak || received_per_query_head;
+  }
 };
 
 struct LayerStats {
@@ -35,6 +41,8 @@ struct LayerStats {
   int64_t window_queries = 0;              // queries summed into `window` so far
   // [K][M] when StatsNeeds::peak ([H][M] with peak_per_query_head), else empty
   std::vector<std::vector<float>> peak;
+  // [H][M] when StatsNeeds::received_per_query_head (head g at kv_head * R + r), else empty
+  std::vector<std::vector<float>> received_by_query_head;
 
   void resize(int64_t kv_heads, int64_t M) {
     max_tokens = M;

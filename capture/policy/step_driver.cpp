@@ -42,6 +42,7 @@ class HeadStatsSink {
         key_pos_(key_pos),
         row_scale_(row_scale) {
     if (needs.received) mass_.assign(key_pos.size(), 0.0f);
+    if (needs.received_per_query_head) head_mass_.assign(size_t(R) * key_pos.size(), 0.0f);
     if (needs.peak) {
       for (int64_t g = 0; g < (needs.peak_per_query_head ? R : 1); ++g)
         for (int64_t pos : key_pos) st.peak[size_t(peak_row(g))][size_t(pos)] = 0.0f;
@@ -62,6 +63,10 @@ class HeadStatsSink {
   void block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) {
     const int64_t* kp = key_pos_.data() + k0;
     if (needs_.received) kernels::sum_rows_add(p, R_ * b, mk, mass_.data() + k0);
+    if (needs_.received_per_query_head)  // rows r * b .. r * b + b - 1 are query head r's
+      for (int64_t r = 0; r < R_; ++r)
+        kernels::sum_rows_add(p + r * b * mk, b, mk,
+                              head_mass_.data() + size_t(r) * key_pos_.size() + size_t(k0));
     if (needs_.peak) peak_block(p, b, mk, i0, k0);
     if (needs_.last_query && i0 <= n_ - 1 && n_ - 1 < i0 + b) {
       std::vector<float>& lq = st_.last_query[size_t(h_)];
@@ -102,12 +107,20 @@ class HeadStatsSink {
     }
   }
 
-  // Received mass: the mean over the step's queries and the group's heads.
+  // Received mass: the mean over the step's queries and the group's heads
+  // (and per query head, the mean over the step's queries).
   void finish() {
-    if (!needs_.received) return;
-    std::vector<float>& rec = st_.received[size_t(h_)];
-    const float norm = 1.0f / float(R_ * n_);
-    for (size_t j = 0; j < key_pos_.size(); ++j) rec[size_t(key_pos_[j])] = mass_[j] * norm;
+    if (needs_.received) {
+      std::vector<float>& rec = st_.received[size_t(h_)];
+      const float norm = 1.0f / float(R_ * n_);
+      for (size_t j = 0; j < key_pos_.size(); ++j) rec[size_t(key_pos_[j])] = mass_[j] * norm;
+    }
+    if (needs_.received_per_query_head)
+      for (int64_t r = 0; r < R_; ++r) {
+        std::vector<float>& rec = st_.received_by_query_head[size_t(h_ * R_ + r)];
+        const float* mass = head_mass_.data() + size_t(r) * key_pos_.size();
+        for (size_t j = 0; j < key_pos_.size(); ++j) rec[size_t(key_pos_[j])] = mass[j] / float(n_);
+      }
   }
 
  private:
@@ -126,6 +139,7 @@ class HeadStatsSink {
   int64_t h_, R_, n_, pos0_, prompt_tokens_;
   const std::vector<int64_t>& key_pos_;
   std::vector<float> mass_;
+  std::vector<float> head_mass_;         // [R][m] with received_per_query_head
   std::vector<uint8_t> in_subset_;       // [m]: key j in the renormalisation subset
   const std::vector<float>* row_scale_;  // [n] per query of the step, or null
 };
@@ -164,6 +178,9 @@ StepDriver::StepDriver(const model::ModelConfig& config, const Options& options,
       if (needs_.peak)
         s.peak.assign(size_t(needs_.peak_per_query_head ? H_ : K_),
                       std::vector<float>(size_t(options.max_tokens), 0.0f));
+      if (needs_.received_per_query_head)
+        s.received_by_query_head.assign(size_t(H_),
+                                        std::vector<float>(size_t(options.max_tokens), 0.0f));
     }
 }
 
@@ -227,9 +244,10 @@ torch::Tensor StepDriver::attend_heads(const model::AttentionInputs& in,
                                        std::vector<torch::Tensor>& masks) {
   const int64_t l = in.layer, n = in.q.size(0);
   const bool observe = observer_ && observer_->wants_probs(l);
-  // `peak` is for reconstruction steps only (attend_side).
+  // `peak` and the per-query-head mass are for reconstruction steps only
+  // (attend_side).
   StatsNeeds needs = needs_;
-  needs.peak = false;
+  needs.peak = needs.received_per_query_head = false;
   const bool want_probs = needs.any() || observe;
   ++host_layers_;
   LayerStats& st = stats_[size_t(l)];

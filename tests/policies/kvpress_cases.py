@@ -319,14 +319,14 @@ def restorekv_kept(model, ids, press, trace):
     return kept, scores
 
 
-def kvcompose_press(model, structured=True):
+def kvcompose_press(model, structured=True, **aggregation):
     """kvpress's KVComposePress keeping L*K*budget entries in all: its ratio
     counts the L*n composite slots (structured) or the L*K*n per-head slots,
     and (L*K*budget + 0.5) / (L*K*n) kept gives exactly L*budget and L*K*budget."""
     n, L, K = len(model.ids), model.layers, model.kv_heads
     budget = max(1, n // 4)
     ratio = (L * K * (n - budget) - 0.5) / (L * K * n)
-    return kvpress.KVComposePress(compression_ratio=ratio, structured=structured)
+    return kvpress.KVComposePress(compression_ratio=ratio, structured=structured, **aggregation)
 
 
 def ratio_of(n, keep):
@@ -532,6 +532,10 @@ def cases_for(model_name):
         Case("kvcompose_unstructured", "KVComposePress(structured=False)",
              lambda b, n: "kvcompose:budget=%d,structured=false" % b,
              lambda r, m: kvcompose_press(m, structured=False),
+             runner=lambda *a: __import__("kvpress_check").kvcompose_kept(*a)),
+        Case("kvcompose_mean_max", "KVComposePress(agg_task='mean', agg_group='max')",
+             lambda b, n: "kvcompose:budget=%d,task=mean,group=max" % b,
+             lambda r, m: kvcompose_press(m, agg_task="mean", agg_group="max"),
              runner=lambda *a: __import__("kvpress_check").kvcompose_kept(*a)),
         # LU-KV: per-head budgets from a seeded curve given to both.
         Case("lukv", "LUKVPress(KeyDiffPress) (KVScope's curve)",

@@ -59,15 +59,18 @@ TEST_CASE("kvcompose: composite slots set one count per layer, layer 0 takes the
 TEST_CASE("kvcompose: scores from the real second reading, kept sets and freed entries",
           "[policies][kvcompose]") {
   const bool structured = GENERATE(true, false);
-  INFO("structured " << structured);
+  // task=max, group=mean (the default) or task=mean, group=max (per query head means).
+  const bool mean_then_max = GENERATE(false, true);
+  INFO("structured " << structured << ", task=mean,group=max " << mean_then_max);
   std::unique_ptr<model::Transformer> model = load_stories();
   const model::ModelConfig& c = model->config();
   const std::vector<int64_t> prompt = story_prompt_ids();
   const std::vector<int32_t> prompt32(prompt.begin(), prompt.end());
   const int64_t T = int64_t(prompt.size()), R = c.n_heads / c.n_kv_heads, L = c.n_layers,
                 K = c.n_kv_heads, budget = T / 4;
-  const std::string spec =
-      "kvcompose:budget=" + std::to_string(budget) + (structured ? "" : ",structured=false");
+  const std::string spec = "kvcompose:budget=" + std::to_string(budget) +
+                           (structured ? "" : ",structured=false") +
+                           (mean_then_max ? ",task=mean,group=max" : "");
   PolicyRun run(*model, spec, 2 * T, T);
   const std::vector<policy::ReconstructionChunk> plan =
       run.policy().reconstruction(prompt32, nullptr);
@@ -80,9 +83,9 @@ TEST_CASE("kvcompose: scores from the real second reading, kept sets and freed e
   run.driver().set_side_pass(true);
   run.feed(*model, prompt, T);
   run.driver().set_side_pass(false);
-  // Reference in double: max over the repeat's queries of the real softmax
-  // (whole cache + the repeat up to the query), mean over the group, plus the
-  // mean over the layer's kv heads.
+  // Reference in double: max (or mean) over the repeat's queries of the real
+  // softmax (whole cache + the repeat up to the query), mean (or max) over the
+  // group, plus the mean over the layer's kv heads.
   std::vector<double> ref(size_t(L * K * T), 0.0);
   for (int64_t l = 0; l < L; ++l) {
     const LayerInputs& pre = run.steps()[0][size_t(l)];
@@ -90,19 +93,23 @@ TEST_CASE("kvcompose: scores from the real second reading, kept sets and freed e
     const torch::Tensor ctx = pre.k.to(torch::kFloat64), own = side.k.to(torch::kFloat64),
                         q = side.q.to(torch::kFloat64);
     for (int64_t h = 0; h < K; ++h) {
-      std::vector<double> sum(size_t(T), 0.0);
+      std::vector<double> group(size_t(T), 0.0);  // sum (or max) over the group
       for (int64_t g = h * R; g < (h + 1) * R; ++g) {
-        std::vector<double> peak(size_t(T), 0.0);
+        std::vector<double> task(size_t(T), 0.0);  // max (or sum) over the queries
         for (int64_t i = 0; i < T; ++i) {
           const torch::Tensor k =
               torch::cat({ctx.select(1, h), own.select(1, h).narrow(0, 0, i + 1)});
           const torch::Tensor p = torch::softmax(k.matmul(q[i][g]) * side.scale, 0);
           const double* pp = p.contiguous().data_ptr<double>();
-          for (int64_t j = 0; j < T; ++j) peak[size_t(j)] = std::max(peak[size_t(j)], pp[j]);
+          for (int64_t j = 0; j < T; ++j)
+            task[size_t(j)] = mean_then_max ? task[size_t(j)] + pp[j] / double(T)
+                                            : std::max(task[size_t(j)], pp[j]);
         }
-        for (int64_t j = 0; j < T; ++j) sum[size_t(j)] += peak[size_t(j)];
+        for (int64_t j = 0; j < T; ++j)
+          group[size_t(j)] = mean_then_max ? std::max(group[size_t(j)], task[size_t(j)])
+                                           : group[size_t(j)] + task[size_t(j)] / double(R);
       }
-      for (int64_t j = 0; j < T; ++j) ref[size_t((l * K + h) * T + j)] = sum[size_t(j)] / double(R);
+      for (int64_t j = 0; j < T; ++j) ref[size_t((l * K + h) * T + j)] = group[size_t(j)];
     }
     for (int64_t j = 0; j < T; ++j) {
       double mean = 0;
@@ -161,7 +168,7 @@ TEST_CASE("kvcompose: bad parameters are refused with what is expected", "[polic
   CHECK_THAT(policy_error("kvcompose:task=sum"),
              Catch::Contains("kvcompose:task") && Catch::Contains("'max' or 'mean'"));
   CHECK_THAT(policy_error("kvcompose:head=min"), Catch::Contains("kvcompose:head"));
-  CHECK_THAT(policy_error("kvcompose:task=mean,group=max"), Catch::Contains("kvcompose:group"));
+  CHECK(policy_error("kvcompose:task=mean,group=max").empty());
   CHECK_THAT(policy_error("kvcompose+keydiff"), Catch::Contains("reconstruction"));
   CHECK(policy_error("kvcompose:task=mean,head=max,v_norm=true,floor=4").empty());
 }

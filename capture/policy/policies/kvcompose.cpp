@@ -4,8 +4,8 @@
 // (a reconstruction pass that feeds the prompt again over the cache, as
 // kvpress's forward over the context ids does) and each prompt entry is
 // scored by the attention the repeat's queries give it:
-//   a(l, g, j) = max over repeat queries i of p_lgi(j)      (task=max)
-//   s(l, h, j) = mean over query heads g of h of a(l, g, j)  (group=mean)
+//   a(l, g, j) = max over repeat queries i of p_lgi(j)      (task=max; or mean)
+//   s(l, h, j) = mean over query heads g of h of a(l, g, j)  (group=mean; or max)
 //   s(l, h, j) += mean over kv heads h' of s(l, h', j)       (mean_across_heads)
 // Each head's scores sorted in decreasing order are its "composite" slots:
 // slot r of a layer stands for the r-th best entry of every head. The slot's
@@ -122,6 +122,8 @@ class KvcomposePolicy : public Policy {
     if (o_.task_max) {
       n.peak = true;
       n.peak_per_query_head = !o_.group_max;
+    } else if (o_.group_max) {
+      n.received_per_query_head = true;  // the mean over the queries, per query head
     } else {
       n.received = true;  // the mean over the queries and the group's heads
     }
@@ -193,7 +195,13 @@ class KvcomposePolicy : public Policy {
  private:
   // The repeat's attention on prompt entry p of kv head h.
   float entry_score(const cache::LayerStats& st, int64_t h, int64_t R, int64_t p) const {
-    if (!o_.task_max) return st.received[size_t(h)][size_t(p)];
+    if (!o_.task_max && !o_.group_max) return st.received[size_t(h)][size_t(p)];
+    if (!o_.task_max) {  // the largest of the group's heads' means over the queries
+      float best = 0;
+      for (int64_t r = 0; r < R; ++r)
+        best = std::max(best, st.received_by_query_head[size_t(h * R + r)][size_t(p)]);
+      return best;
+    }
     if (o_.group_max) return st.peak[size_t(h)][size_t(p)];
     float sum = 0;  // in kvpress's order: the group's heads one after another
     for (int64_t r = 0; r < R; ++r) sum += st.peak[size_t(h * R + r)][size_t(p)];
@@ -264,10 +272,6 @@ PolicyDescriptor kvcompose_descriptor() {
             o.head_max = aggregation_is_max(p, "head");
             o.v_norm = p.get_bool("v_norm");
             o.mean_across_heads = p.get_bool("mean_across_heads");
-            if (!o.task_max && o.group_max)
-              throw InputError("--policy", "kvcompose:group",
-                               "'mean' expected with task=mean (the engine keeps the mean over "
-                               "queries per kv head, not per query head); got 'max'");
             return std::make_unique<KvcomposePolicy>(o);
           }};
 }
