@@ -217,6 +217,13 @@ std::vector<HeadOrder> profile_sample(generate::Engine& e, const ProfileSettings
   for (int64_t l = 0; l < c.n_layers; ++l)
     for (int64_t h = 0; h < c.n_kv_heads; ++h) {
       const float* score = tap.head(l, h);
+      for (int64_t p = 0; p < T; ++p)
+        if (std::isnan(score[p]))
+          throw InputError("", "--gate scorer",
+                           "'" + s.scorer + "' left entry " + std::to_string(p) + " of layer " +
+                               std::to_string(l) + ", kv head " + std::to_string(h) +
+                               " unscored at the end of the prefill (LU-KV's profile needs "
+                               "a scorer that rates the whole prompt there)");
       auto rank = [&](int32_t pos) {
         return s.protect.protects(pos, T) ? 0 : own.protects(pos, T) ? 1 : 2;
       };
