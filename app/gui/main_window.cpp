@@ -28,6 +28,7 @@
 #include "app/gui/sweep_panel.h"
 #include "app/gui/view_panels.h"
 #include "core/analysis/perfetto.h"
+#include "core/common/atomic_file.h"
 #include "views/heatmap_view.h"
 #include "views/timeline_view.h"
 #include "views/view_widgets.h"
@@ -534,12 +535,10 @@ void MainWindow::export_perfetto(const QString& path, std::vector<int> layers) {
       [out, layers](views::TraceData& d) {
         analysis::PerfettoOptions o;
         o.layers = layers;
-        std::string tmp = out + ".part";
-        std::ofstream f(tmp, std::ios::binary);
-        int64_t n = analysis::write_perfetto_json(d.reader(), o, f);
-        f.close();
-        if (!f || std::rename(tmp.c_str(), out.c_str()) != 0)
-          throw std::runtime_error(out + ": cannot write");
+        int64_t n = 0;
+        write_stream_atomically(
+            out, [&](std::ostream& f) { n = analysis::write_perfetto_json(d.reader(), o, f); },
+            "the Perfetto trace");
         return n;
       },
       [this, path](int64_t n) {

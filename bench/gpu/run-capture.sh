@@ -7,7 +7,7 @@
 # (--capture none / events / received+pooled) against PyTorch's own model forward
 # (transformers, SDPA, bf16) in the same run.
 #   bash bench/gpu/run-capture.sh OUT_DIR [contexts...]   (default 8192 32768)
-# Writes OUT_DIR/env.txt, log.txt, parity.jsonl, bench.jsonl, sdpa.jsonl.
+# Writes OUT_DIR/env.txt, log.txt, parity.jsonl, train-parity.jsonl, bench.jsonl, sdpa.jsonl.
 # Needs .gpu/ carried (bench/gpu/make-sysroot.sh: the sysroot and stories260K),
 # and a working tree under the device tool's 64 MiB: move the SmolLM2 gate
 # files of resources/gates/ aside for the call (none of this reads them).
@@ -46,6 +46,12 @@ S=.gpu/models
 log "parity: stories260K"
 "$py" tests/capture/cuda_capture_parity.py "$kv" "$S" "$t/stories" --jsonl "$out/parity.jsonl" >>"$out/log.txt" 2>&1 \
   || log "stories260K parity: failures (log.txt)"
+
+# 1a. kvscope train --device cuda against --device cpu: every trainer that runs
+#     on a GPU, three steps each (tests/gates/cuda_train_parity.py).
+log "train parity: stories260K"
+"$py" tests/gates/cuda_train_parity.py "$kv" "$S" "$t/train" --jsonl "$out/train-parity.jsonl" >>"$out/log.txt" 2>&1 \
+  || log "train parity: failures (log.txt)"
 
 # 1b. SmolLM2-135M-Instruct, when KVSCOPE_SMOLLM2 names its GGUF on this
 #     machine. The 98 MB file is over what one device call carries: split it

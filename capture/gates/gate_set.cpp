@@ -13,6 +13,7 @@
 #include "capture/formats/safetensors.h"
 #include "capture/gates/official_checkpoints.h"
 #include "capture/gates/torch_pickle.h"
+#include "core/common/atomic_file.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::gates {
@@ -491,7 +492,7 @@ void save_gates(const GateSet& set, const std::string& path) {
   uint64_t offset = 0;
   std::vector<torch::Tensor> data;
   for (const auto& [name, t] : set.params) {
-    torch::Tensor c = t.detach().to(torch::kFloat32).contiguous();
+    torch::Tensor c = t.detach().to(torch::kFloat32).cpu().contiguous();  // trained on any device
     const uint64_t nbytes = uint64_t(c.numel()) * 4;
     header[name] = {
         {"dtype", "F32"}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + nbytes}}};
@@ -500,20 +501,18 @@ void save_gates(const GateSet& set, const std::string& path) {
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // align the data to 8 bytes
-  const std::string tmp = path + ".partial";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path, "", "cannot write");
-    uint64_t n = h.size();
-    char len[8];
-    for (int k = 0; k < 8; ++k) len[k] = char((n >> (8 * k)) & 0xff);
-    out.write(len, 8);
-    out.write(h.data(), std::streamsize(h.size()));
-    for (const torch::Tensor& c : data)
-      out.write(static_cast<const char*>(c.data_ptr()), std::streamsize(c.numel() * 4));
-    if (!out) throw std::runtime_error(path + ": write failed");
-  }
-  fs::rename(tmp, path);
+  write_stream_atomically(
+      path,
+      [&](std::ostream& out) {
+        const uint64_t n = h.size();
+        char len[8];
+        for (int k = 0; k < 8; ++k) len[k] = char((n >> (8 * k)) & 0xff);
+        out.write(len, 8);
+        out.write(h.data(), std::streamsize(h.size()));
+        for (const torch::Tensor& c : data)
+          out.write(static_cast<const char*>(c.data_ptr()), std::streamsize(c.numel() * 4));
+      },
+      "the gate file");
 }
 
 namespace {

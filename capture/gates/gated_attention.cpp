@@ -14,9 +14,10 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// [n, n] i - j (rows: queries, columns: keys).
-torch::Tensor distance(int64_t n, torch::ScalarType dt = torch::kFloat32) {
-  torch::Tensor r = torch::arange(n, dt);
+// [n, n] i - j (rows: queries, columns: keys), on the device of the tensors
+// it meets (the trainer runs on the CPU or a GPU).
+torch::Tensor distance(int64_t n, torch::Device device, torch::ScalarType dt = torch::kFloat32) {
+  torch::Tensor r = torch::arange(n, torch::TensorOptions().dtype(dt).device(device));
   return r.unsqueeze(1) - r.unsqueeze(0);
 }
 
@@ -32,7 +33,7 @@ torch::Tensor dense_attention(const torch::Tensor& q, const torch::Tensor& k,
   torch::Tensor kh = k.to(dt).permute({1, 0, 2}).repeat_interleave(R, 0);
   torch::Tensor vh = v.to(dt).permute({1, 0, 2}).repeat_interleave(R, 0);
   torch::Tensor s = torch::bmm(qh, kh.transpose(1, 2)) * scale;  // [H, n, n]
-  torch::Tensor d = distance(n);
+  torch::Tensor d = distance(n, q.device());
   torch::Tensor allowed = d >= 0;
   if (window > 0) allowed = allowed & (d < double(window));
   if (bias.defined()) s = s + bias.repeat_interleave(R, 0);
@@ -58,20 +59,20 @@ torch::Tensor straight_through_flags(const torch::Tensor& s, double gamma, doubl
 
 torch::Tensor wgkv_log_bias(const torch::Tensor& g, int64_t window) {
   const int64_t n = g.size(1);
-  torch::Tensor local = (distance(n) < double(window)).unsqueeze(0);  // [1, n, n]
-  return torch::where(local, torch::zeros({1}, g.scalar_type()), torch::log(g).unsqueeze(1));
+  torch::Tensor local = (distance(n, g.device()) < double(window)).unsqueeze(0);  // [1, n, n]
+  return torch::where(local, torch::zeros({1}, g.options()), torch::log(g).unsqueeze(1));
 }
 
 torch::Tensor retention_bias(const torch::Tensor& log_beta) {
   const int64_t n = log_beta.size(1);
-  return distance(n, log_beta.scalar_type()).clamp_min(0).unsqueeze(0) * log_beta.unsqueeze(1);
+  return distance(n, log_beta.device(), log_beta.scalar_type()).clamp_min(0).unsqueeze(0) *
+         log_beta.unsqueeze(1);
 }
 
 torch::Tensor attention_gate_mask(const torch::Tensor& flags) {
   const int64_t K = flags.size(0), n = flags.size(1);
-  torch::Tensor eye = torch::eye(n, torch::kBool).unsqueeze(0);
-  return torch::where(eye, torch::ones({1}, flags.scalar_type()),
-                      flags.unsqueeze(1).expand({K, n, n}));
+  torch::Tensor eye = torch::eye(n, flags.options().dtype(torch::kBool)).unsqueeze(0);
+  return torch::where(eye, torch::ones({1}, flags.options()), flags.unsqueeze(1).expand({K, n, n}));
 }
 
 torch::Tensor dms_shift(const torch::Tensor& z) {
@@ -81,18 +82,20 @@ torch::Tensor dms_shift(const torch::Tensor& z) {
 
 torch::Tensor dms_log_bias(const torch::Tensor& log_keep, int64_t window) {
   const int64_t n = log_keep.size(1);
-  torch::Tensor near = (distance(n) <= double(window)).unsqueeze(0);  // [1, n, n]
-  return torch::where(near, torch::zeros({1}, log_keep.scalar_type()), log_keep.unsqueeze(1));
+  torch::Tensor near =
+      (distance(n, log_keep.device()) <= double(window)).unsqueeze(0);  // [1, n, n]
+  return torch::where(near, torch::zeros({1}, log_keep.options()), log_keep.unsqueeze(1));
 }
 
 namespace {
 
 // Logistic noise log u - log(1 - u): the difference of two Gumbel(0, 1)
-// draws, which the official trainer adds (a - b).
-torch::Tensor logistic_noise(at::IntArrayRef shape, uint64_t seed) {
+// draws, which the official trainer adds (a - b). Drawn by the CPU generator
+// on every device, so a seed gives the same noise on the CPU and a GPU.
+torch::Tensor logistic_noise(at::IntArrayRef shape, uint64_t seed, torch::Device device) {
   at::Generator gen = at::detail::createCPUGenerator(seed);
   torch::Tensor u = at::rand(shape, gen, torch::kFloat32).clamp(1e-6, 1 - 1e-6);
-  return torch::log(u) - torch::log1p(-u);
+  return (torch::log(u) - torch::log1p(-u)).to(device);
 }
 
 }  // namespace
@@ -123,9 +126,10 @@ torch::Tensor GatedDenseBackend::attend(const model::AttentionInputs& in) {
           bias = wgkv_log_bias(gv, W);
         } else {
           const int64_t n = gv.size(1);
-          torch::Tensor keep =
-              (distance(n) < double(W)).unsqueeze(0) | (gv >= g.hyper("tau")).unsqueeze(1);
-          bias = torch::where(keep, torch::zeros({1}), torch::full({1}, -kInf));
+          torch::Tensor keep = (distance(n, gv.device()) < double(W)).unsqueeze(0) |
+                               (gv >= g.hyper("tau")).unsqueeze(1);
+          bias = torch::where(keep, torch::zeros({1}, gv.options()),
+                              torch::full({1}, -kInf, gv.options()));
         }
         gate[size_t(l)] = gv;
         break;
@@ -154,7 +158,7 @@ torch::Tensor GatedDenseBackend::attend(const model::AttentionInputs& in) {
         const int64_t w = int64_t(g.hyper("window"));
         if (mode_ == Mode::Soft) {
           torch::Tensor zs =
-              (z + logistic_noise(z.sizes(), noise_seed * 1000003ULL + uint64_t(l))) /
+              (z + logistic_noise(z.sizes(), noise_seed * 1000003ULL + uint64_t(l), z.device())) /
               g.hyper("tau");
           torch::Tensor alpha = torch::sigmoid(zs);
           gate[size_t(l)] = alpha;
@@ -165,8 +169,9 @@ torch::Tensor GatedDenseBackend::attend(const model::AttentionInputs& in) {
           flags[size_t(l)] = (z > 0).to(torch::kFloat32);
           const int64_t n = z.size(1);
           torch::Tensor gone =
-              (distance(n) > double(w)).unsqueeze(0) & (dms_shift(z) > 0).unsqueeze(1);
-          bias = torch::where(gone, torch::full({1}, -kInf), torch::zeros({1}));
+              (distance(n, z.device()) > double(w)).unsqueeze(0) & (dms_shift(z) > 0).unsqueeze(1);
+          bias = torch::where(gone, torch::full({1}, -kInf, z.options()),
+                              torch::zeros({1}, z.options()));
         }
         break;
       }
@@ -175,7 +180,8 @@ torch::Tensor GatedDenseBackend::attend(const model::AttentionInputs& in) {
         torch::Tensor lb = retention_log_beta(g, l, in.hidden);
         bias = retention_bias(lb);
         const int64_t n = lb.size(1);
-        soft_size[size_t(l)] = (torch::exp(bias) * (distance(n) >= 0).unsqueeze(0)).sum(-1);
+        soft_size[size_t(l)] =
+            (torch::exp(bias) * (distance(n, lb.device()) >= 0).unsqueeze(0)).sum(-1);
         gate[size_t(l)] = lb;
         break;
       }

@@ -86,11 +86,12 @@ torch::Tensor mlstm_scores_parallel(const GateSet& g, int64_t layer, const torch
   MlstmTokens t = mlstm_tokens(g, layer, x);
   const int64_t n = x.size(1);
   torch::Tensor F = torch::cumsum(t.log_f, 1);  // [K, n]
-  torch::Tensor read_at = torch::clamp_max(torch::arange(n, torch::kInt64) + delay, n - 1);  // p(u)
+  const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
+  torch::Tensor read_at = torch::clamp_max(torch::arange(n, idx) + delay, n - 1);  // p(u)
   torch::Tensor Fp = F.index_select(1, read_at);  // [K, n]
   // log weight of token j in the state read by token u: F_p - F_j + log i_j, j <= p(u).
   torch::Tensor logw = Fp.unsqueeze(2) - F.unsqueeze(1) + t.log_i.unsqueeze(1);  // [K, u, j]
-  torch::Tensor visible = torch::arange(n, torch::kInt64).unsqueeze(0) <= read_at.unsqueeze(1);
+  torch::Tensor visible = torch::arange(n, idx).unsqueeze(0) <= read_at.unsqueeze(1);
   logw =
       logw.masked_fill(visible.logical_not().unsqueeze(0), -std::numeric_limits<float>::infinity());
   // The stabiliser (a row max) cancels in the ratio of eq. 41.

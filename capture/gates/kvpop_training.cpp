@@ -10,17 +10,19 @@ namespace {
 
 // floor(t / n) for n = decay_step: the age buckets of eq. 18 measured from
 // position 0, so pbar = r - floor(t/n) log gamma (eq. 20; exact for n = 1).
-torch::Tensor buckets(int64_t S, int64_t n) {
-  return torch::floor(torch::arange(S, torch::kFloat64) / double(n)).to(torch::kFloat32);
+torch::Tensor buckets(int64_t S, int64_t n, torch::Device device) {
+  return torch::floor(torch::arange(S, torch::kFloat64) / double(n))
+      .to(torch::TensorOptions().dtype(torch::kFloat32).device(device));
 }
 
 struct Ranking {
   std::vector<std::vector<int32_t>> ranks, cutoffs;  // [K][S]
 };
 
-// Static ranks and running cutoffs of every head for priorities [K, S].
+// Static ranks and running cutoffs of every head for priorities [K, S]: a
+// sequential scan, on the host whatever device the priorities are on.
 Ranking rank_heads(const torch::Tensor& priority, const KvpopConfig& c) {
-  torch::Tensor p = priority.detach().to(torch::kFloat32).contiguous();
+  torch::Tensor p = priority.detach().to(torch::kFloat32).cpu().contiguous();
   const int64_t K = p.size(0), S = p.size(1);
   Ranking r;
   for (int64_t h = 0; h < K; ++h) {
@@ -60,8 +62,9 @@ torch::Tensor dense_causal_lse(const torch::Tensor& q, const torch::Tensor& k, d
   for (int64_t b0 = 0; b0 < S; b0 += block) {
     const int64_t b = std::min(block, S - b0);
     torch::Tensor logits = torch::bmm(q.narrow(1, b0, b), kh.transpose(1, 2)) * scale;  // [H, b, S]
-    torch::Tensor pos = torch::arange(b0, b0 + b, torch::kInt64).unsqueeze(1);
-    torch::Tensor future = torch::arange(S, torch::kInt64).unsqueeze(0) > pos;
+    const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
+    torch::Tensor pos = torch::arange(b0, b0 + b, idx).unsqueeze(1);
+    torch::Tensor future = torch::arange(S, idx).unsqueeze(0) > pos;
     parts.push_back(torch::logsumexp(logits.masked_fill(future, -INFINITY), -1));
   }
   return torch::cat(parts, 1);
@@ -95,7 +98,7 @@ torch::Tensor KvpopTrainBackend::attend(const model::AttentionInputs& in) {
   // trains the scorer only, the base learns from the distillation alone.
   torch::Tensor r = raw_scores(kvpop_inputs(in.k.detach(), in.v.detach()), l);  // [K, S]
   torch::Tensor lg = kvpop_log_gamma(g_, l);                                    // [K]
-  torch::Tensor age0 = buckets(S, c.decay_step).unsqueeze(0);                   // [1, S]
+  torch::Tensor age0 = buckets(S, c.decay_step, r.device()).unsqueeze(0);       // [1, S]
   const Ranking student = rank_heads(r - age0 * lg.unsqueeze(1), c);
   kvpop::SparseAttention sa =
       kvpop::sparse_attention(q, k, v, student.ranks, student.cutoffs, c.sinks, c.window, in.scale);
@@ -112,16 +115,18 @@ torch::Tensor KvpopTrainBackend::attend(const model::AttentionInputs& in) {
   torch::Tensor lgd = lg.detach();
   const Ranking teacher = rank_heads(tgt - age0 * lgd.unsqueeze(1), c);
 
-  // Boundary pairs of every head, gathered into one batch of examples.
+  // Boundary pairs of every head, gathered into one batch of examples (the
+  // pairs are drawn on the host, their indices moved to the scores' device).
+  const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(r.device());
   std::vector<torch::Tensor> r_new, r_bnd, m_new, m_bnd, ys, heads;
   for (int64_t h = 0; h < K; ++h) {
     kvpop::BoundaryPairs bp =
         kvpop::boundary_pairs(teacher.ranks[size_t(h)].data(), S, c.sinks, c.window, c.topk,
                               o_.max_pairs, o_.seed * 1000003ULL + uint64_t(l * K + h));
     if (bp.q.empty()) continue;
-    torch::Tensor tq = torch::tensor(bp.q, torch::kInt64),
-                  tn = torch::tensor(bp.t_new, torch::kInt64),
-                  tb = torch::tensor(bp.t_bnd, torch::kInt64);
+    torch::Tensor tq = torch::tensor(bp.q, torch::kInt64).to(r.device()),
+                  tn = torch::tensor(bp.t_new, torch::kInt64).to(r.device()),
+                  tb = torch::tensor(bp.t_bnd, torch::kInt64).to(r.device());
     // Effective scores at q (eq. 5/18): r_t + floor((q - t)/n) log gamma_h.
     auto age = [&](const torch::Tensor& t) {
       return torch::floor((tq - t).to(torch::kFloat64) / double(c.decay_step)).to(torch::kFloat32);
@@ -130,8 +135,8 @@ torch::Tensor KvpopTrainBackend::attend(const model::AttentionInputs& in) {
     r_bnd.push_back(r[h].index_select(0, tb) + age(tb) * lg[h]);
     m_new.push_back(tgt[h].index_select(0, tn) + age(tn) * lgd[h]);
     m_bnd.push_back(tgt[h].index_select(0, tb) + age(tb) * lgd[h]);
-    ys.push_back(torch::tensor(bp.y, torch::kFloat32));
-    heads.push_back(torch::full({int64_t(bp.q.size())}, h, torch::kInt64));
+    ys.push_back(torch::tensor(bp.y, torch::kFloat32).to(r.device()));
+    heads.push_back(torch::full({int64_t(bp.q.size())}, h, idx));
   }
   torch::Tensor layer_loss;
   double agree = 1.0;

@@ -288,7 +288,8 @@ std::pair<double, double> kept_shares(const std::vector<HeadOrder>& heads,
 
 std::string check_curve_output(const std::string& output) {
   const std::string ext = ".npy";
-  if (output.size() <= ext.size() || output.compare(output.size() - 4, 4, ext) != 0)
+  if (output.size() <= ext.size() ||
+      output.compare(output.size() - ext.size(), ext.size(), ext) != 0)
     throw InputError("", "-o",
                      "'" + output +
                          "': the budget curve is a .npy file (expected a path ending "

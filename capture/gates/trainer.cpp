@@ -139,10 +139,13 @@ class Trainer {
 
  private:
   void validate();
+  // Window tokens [seq_len + 1] on the model's device (the targets meet the
+  // logits there).
   torch::Tensor window(int64_t start) const {
     std::vector<int64_t> ids(data_.ids.begin() + start, data_.ids.begin() + start + o_.seq_len + 1);
-    return torch::tensor(ids, torch::kInt64);
+    return torch::tensor(ids, torch::kInt64).to(engine_.device);
   }
+  void gates_to_device();
   // Where window b of a step starts (seeded; b = 0 as before batches existed).
   int64_t train_start(int64_t step, int64_t b) const {
     std::mt19937_64 rng(o_.seed * 7919ULL + uint64_t(step) * 104729ULL + 17 +
@@ -549,7 +552,9 @@ int64_t Trainer::load_checkpoint(double* elapsed) {
   if (!fs::exists(path)) throw InputError(path, "--resume", "no checkpoint to resume from");
   torch::serialize::InputArchive ar;
   try {
-    ar.load_from(path);
+    // Onto this run's device: a checkpoint from a GPU run resumes on the CPU
+    // and the other way round (the fingerprint leaves the device out).
+    ar.load_from(path, engine_.device);
   } catch (const std::exception& e) {
     throw InputError(path, "--resume", std::string("unreadable checkpoint: ") + e.what());
   }
@@ -640,6 +645,8 @@ json Trainer::gate_meta(int64_t steps_done, double wall, const Numbers& last,
       {"schedule", "linear warmup, cosine decay (AdamW)"},
       {"objective", fp["objective"]},
       {"threads", at::get_num_threads()},
+      {"device", engine_.device.str()},
+      {"dtype", generate::dtype_name(engine_.dtype)},
       {"command", o_.command_line},
       {"wall_seconds", wall},
       {"last_step", numbers_json(last)},
@@ -686,6 +693,7 @@ TrainResult Trainer::evaluate_file(Clock::time_point t0) {
     if (o_.hyper_given.contains(key))
       trained.meta["hyperparameters"][key] = gates_.meta["hyperparameters"][key];
   gates_ = std::move(trained);
+  gates_to_device();
   check_kvpop_budget();
   torch::NoGradGuard no_grad;
   Numbers e = evaluate();
@@ -823,6 +831,10 @@ json Trainer::write_outputs(int64_t steps_done, double wall, const Numbers& last
   return meta["training"];
 }
 
+void Trainer::gates_to_device() {
+  for (auto& [name, t] : gates_.params) t = t.to(engine_.device);
+}
+
 void Trainer::prepare() {
   engine_ = generate::open_engine(o_.model);
   const model::ModelConfig& c = engine_.model->config();
@@ -838,7 +850,10 @@ void Trainer::prepare() {
   data_ = load_training_data(engine_, d);
   const GateShape shape = GateShape::of(c);
   json hyper = resolve_hyperparameters(o_.kind, shape, o_.hyper_given, "--gate");
+  // Initialised on the host (the same seeded values on every device), then
+  // moved to the model's device before the optimiser takes them.
   gates_ = init_gates(o_.kind, hyper, shape, o_.seed);
+  gates_to_device();
   gates_.source = o_.output;
   budget_ = o_.budget > 0 ? o_.budget : double(o_.seq_len) / 4.0;
   if (o_.kind == GateKind::Dms && o_.seq_len < int64_t(gates_.hyper("window")) + 2)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "capture/model/hf_loader.h"
+#include "core/common/atomic_file.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::model {
@@ -106,26 +107,13 @@ Named canonical_tensors(const Transformer& m, Layout lay) {
   if (!c.tied_embeddings) all.push_back({"output.weight", w.lm_head});
   Named out;
   for (auto& [name, t] : all)
-    if (t.defined()) out.push_back({name, t.detach().to(torch::kFloat32).contiguous()});
+    if (t.defined()) out.push_back({name, t.detach().to(torch::kFloat32).cpu().contiguous()});
   return out;
 }
 
-void write_floats(std::ofstream& out, const torch::Tensor& t) {
-  torch::Tensor c = t.detach().to(torch::kFloat32).contiguous();
+void write_floats(std::ostream& out, const torch::Tensor& t) {
+  torch::Tensor c = t.detach().to(torch::kFloat32).cpu().contiguous();
   out.write(static_cast<const char*>(c.data_ptr()), std::streamsize(c.numel() * 4));
-}
-
-// Writes through `path`.partial and renames, so the file appears complete or not at all.
-template <class F>
-void write_atomically(const std::string& path, F&& body) {
-  const std::string tmp = path + ".partial";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path, "", "cannot write");
-    body(out);
-    if (!out) throw std::runtime_error(path + ": write failed");
-  }
-  fs::rename(tmp, path);
 }
 
 // Why run.c cannot hold this model, or "" when it can.
@@ -178,7 +166,7 @@ void write_llama2c(const Transformer& m, const std::string& path) {
       int32_t(c.context_length)};
   // A pair, not a structured binding: C++17 lambdas cannot capture bindings.
   const auto freqs = llama2c_freqs(c.head_dim, c.context_length);
-  write_atomically(path, [&](std::ofstream& out) {
+  write_stream_atomically(path, [&](std::ostream& out) {
     out.write(reinterpret_cast<const char*>(header), sizeof header);
     write_floats(out, t.at("token_embd.weight"));
     for (const char* name : {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
@@ -206,7 +194,7 @@ void write_safetensors(const std::string& path, const Named& tensors) {
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // align the data to 8 bytes
-  write_atomically(path, [&](std::ofstream& out) {
+  write_stream_atomically(path, [&](std::ostream& out) {
     char len[8];
     for (int k = 0; k < 8; ++k) len[k] = char((uint64_t(h.size()) >> (8 * k)) & 0xff);
     out.write(len, 8);
@@ -230,7 +218,7 @@ void write_config(const std::string& source_dir, const std::string& dir) {
     }
   if (!set) j["torch_dtype"] = "float32";
   const std::string path = (fs::path(dir) / "config.json").string();
-  write_atomically(path, [&](std::ofstream& out) { out << j.dump(2) << "\n"; });
+  write_stream_atomically(path, [&](std::ostream& out) { out << j.dump(2) << "\n"; });
 }
 
 }  // namespace

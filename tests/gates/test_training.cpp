@@ -154,6 +154,11 @@ TEST_CASE("training is deterministic for a seed, and resuming equals not stoppin
   gates::train_gates(b);
   auto pa = params(a.output), pb = params(b.output);
   for (const auto& [name, t] : pa) CHECK(torch::equal(t, pb.at(name)));
+  // The metadata says where it trained (a GPU run says cuda:N).
+  const nlohmann::json training =
+      gates::load_gates(a.output, test::stories_shape()).meta.at("training");
+  CHECK(training.at("device") == "cpu");
+  CHECK(training.at("dtype") == "fp32");
   // Interrupted after 4 steps, resumed.
   gates::TrainOptions c = a;
   c.output = dir + "/c.safetensors";

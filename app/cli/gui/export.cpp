@@ -19,6 +19,7 @@
 #include "app/cli/command.h"
 #include "core/analysis/attention_lod.h"
 #include "core/analysis/perfetto.h"
+#include "core/common/atomic_file.h"
 #include "core/common/cli_checks.h"
 #include "core/common/input_error.h"
 #include "core/sweep/results_table.h"
@@ -82,17 +83,11 @@ int run_perfetto(const ExportOptions& o, const trace::TraceReader& reader) {
   for (int l : po.layers)
     if (l < 0 || l >= reader.n_layers())
       throw InputError(reader.path(), "--layers", std::to_string(l) + " is not a layer");
-  std::string tmp = o.output + ".part";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out) throw std::runtime_error(o.output + ": cannot open for writing");
-    int64_t n = analysis::write_perfetto_json(reader, po, out);
-    out.flush();
-    if (!out) throw std::runtime_error(o.output + ": write failed");
-    std::cout << "wrote " << o.output << " (" << n << " trace events)\n";
-  }
-  if (std::rename(tmp.c_str(), o.output.c_str()) != 0)
-    throw std::runtime_error(o.output + ": cannot move the finished file into place");
+  int64_t n = 0;
+  write_stream_atomically(
+      o.output, [&](std::ostream& out) { n = analysis::write_perfetto_json(reader, po, out); },
+      "the Perfetto trace");
+  std::cout << "wrote " << o.output << " (" << n << " trace events)\n";
   return kExitOk;
 }
 

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""`kvscope train --device cuda` against `--device cpu` on stories260K.
+
+    cuda_train_parity.py KVSCOPE MODELS_DIR OUT_DIR [--jsonl FILE] [--against DEVICE]
+
+(--against cpu compares the CPU with itself: a check of this script where no
+GPU is at hand; the default is cuda.)
+
+Every trainer that runs on a GPU (app/cli/train.cpp check_train_device)
+trains three steps from the same seed and text on both devices. The runs
+must agree: the loss of every step and the held-out loss (the .csv) within
+a relative tolerance, and every trained parameter of the written gate file
+(or fine-tuned model) within an absolute one. Gates start from the same
+host-initialised values and DMS's noise comes from the CPU generator on both
+devices, so what differs is float32 rounding (reduction order, fused
+kernels); KVpop ranks its scores on the host and a near-tie can move one
+boundary pair, hence its wider tolerance. Without a CUDA device (CI) the
+script says so and exits 77, which CTest shows as skipped.
+"""
+import csv
+import json
+import os
+import struct
+import subprocess
+import sys
+from array import array
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# (name, train arguments, relative tolerance of the losses, absolute of the tensors)
+CASES = [
+    ("wgkv", ["--policy", "wgkv", "--gate", "window=16"], 2e-3, 2e-4),
+    ("attention-gate", ["--policy", "attention-gate", "--gate", "heads=2"], 2e-3, 2e-4),
+    ("retention", ["--policy", "retention", "--gate", "hidden=16"], 2e-3, 2e-4),
+    ("retention-global", ["--policy", "retention-global", "--gate", "hidden=8"], 2e-3, 2e-4),
+    ("dms", ["--policy", "dms", "--gate", "window=8"], 5e-3, 5e-4),
+    ("kvpop-mlp", ["--policy", "kvpop", "--scorer", "mlp", "--gate", "sinks=2", "--gate", "window=8", "--gate", "topk=16"],
+     2e-2, 2e-3),
+    ("kvpop-mlstm", ["--policy", "kvpop", "--scorer", "mlstm",
+                     "--gate", "sinks=2", "--gate", "window=8", "--gate", "topk=16"], 2e-2, 2e-3),
+    ("streaming-plus", ["--policy", "streaming-plus", "--gate", "sinks=2", "--gate", "window=8", "--gate", "topk=16"],
+     2e-3, 2e-4),
+]
+
+
+def corpus(out_dir):
+    """The repository's own prose: enough tokens for 3 windows and the held-out ones."""
+    path = os.path.join(out_dir, "corpus.txt")
+    with open(path, "w") as f:
+        for name in ("README.md", "docs/architecture.md", "docs/training.md"):
+            with open(os.path.join(ROOT, name)) as src:
+                f.write(src.read())
+    return path
+
+
+def train(kvscope, models, data, args, device, output):
+    cmd = [kvscope, "train", "--model", os.path.join(models, "stories260K.bin"),
+           "--tokenizer", os.path.join(models, "tok512.bin"), "--data", data,
+           "--seq-len", "64", "--steps", "3", "--threads", "1", "--seed", "7", "-q",
+           "--device", device, "-o", output] + args
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def safetensors(path):
+    """name -> array('f') of a float32 safetensors file (what kvscope writes)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        body = f.read()
+    out = {}
+    for name, spec in header.items():
+        if name == "__metadata__":
+            continue
+        if spec["dtype"] != "F32":
+            raise ValueError(f"{path}: {name} is {spec['dtype']}, expected F32")
+        a, b = spec["data_offsets"]
+        out[name] = array("f", body[a:b])
+    return out
+
+
+def llama2c_floats(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    return {"weights": array("f", data[28:])}  # after the 7-int header
+
+
+def losses(csv_path):
+    with open(csv_path) as f:
+        return [(r["phase"], int(r["step"]), float(r["loss"])) for r in csv.DictReader(f)]
+
+
+def compare(name, paths, rtol, atol):
+    problems = []
+    lc, lg = losses(paths["cpu"]["csv"]), losses(paths["cuda"]["csv"])
+    if [r[:2] for r in lc] != [r[:2] for r in lg]:
+        problems.append(f"the .csv rows differ: {lc} vs {lg}")
+    worst_loss = 0.0
+    for (phase, step, a), (_, _, b) in zip(lc, lg):
+        rel = abs(a - b) / max(abs(a), 1e-12)
+        worst_loss = max(worst_loss, rel)
+        if rel > rtol:
+            problems.append(f"{phase} step {step}: loss {a} (cpu) vs {b} (cuda), rel {rel:.2e} > {rtol}")
+    read = llama2c_floats if name == "streaming-plus" else safetensors
+    tc, tg = read(paths["cpu"]["out"]), read(paths["cuda"]["out"])
+    if sorted(tc) != sorted(tg):
+        problems.append(f"the tensors differ: {sorted(tc)} vs {sorted(tg)}")
+    worst_param = 0.0
+    for key in sorted(set(tc) & set(tg)):
+        a, b = tc[key], tg[key]
+        if len(a) != len(b):
+            problems.append(f"{key}: {len(a)} vs {len(b)} values")
+            continue
+        d = max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+        worst_param = max(worst_param, d)
+        if d > atol:
+            problems.append(f"{key}: max |cpu - cuda| {d:.2e} > {atol}")
+    return {"passed": not problems, "loss_rel": worst_loss, "param_abs": worst_param,
+            "rtol": rtol, "atol": atol, "problems": problems[:8]}
+
+
+def main():
+    kvscope, models, out_dir = sys.argv[1:4]
+    jsonl = sys.argv[sys.argv.index("--jsonl") + 1] if "--jsonl" in sys.argv else None
+    against = sys.argv[sys.argv.index("--against") + 1] if "--against" in sys.argv else "cuda"
+    os.makedirs(out_dir, exist_ok=True)
+    data = corpus(out_dir)
+    probe = train(kvscope, models, data, CASES[0][1], against, os.path.join(out_dir, "probe.safetensors"))
+    if probe.returncode != 0 and "no CUDA device is available" in probe.stderr:
+        print("SKIPPED: no CUDA device here (" + probe.stderr.strip().splitlines()[-1] + ")")
+        return 77
+    failed = 0
+    for name, args, rtol, atol in CASES:
+        paths = {}
+        ok = True
+        for device, run_on in (("cpu", "cpu"), ("cuda", against)):
+            base = os.path.join(out_dir, f"{name}.{device}")
+            out = base + (".bin" if name == "streaming-plus" else ".safetensors")
+            paths[device] = {"out": out, "csv": base + ".csv"}
+            r = train(kvscope, models, data, args, run_on, out)
+            if r.returncode != 0:
+                print(f"FAIL {name} --device {run_on}: {r.stderr.strip()[-600:]}")
+                ok = False
+        result = compare(name, paths, rtol, atol) if ok else {"passed": False, "error": "a run failed"}
+        line = json.dumps({"model": "stories260K", "trainer": name, "result": result})
+        print(("ok   " if result.get("passed") else "FAIL ") + line)
+        if jsonl:
+            with open(jsonl, "a") as f:
+                f.write(line + "\n")
+        failed += 0 if result.get("passed") else 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
