@@ -8,8 +8,8 @@
 // kvscope train --policy lukv --model M --data PATH --seq-len T --steps N
 //   [--gate scorer=NAME,...] -o curve.npy
 //   profiles LU-KV's budget curve (capture/gates/lukv_profiling.h).
-// --device cuda trains wgkv, attention-gate, retention(-global), dms, kvpop
-// and streaming-plus on a GPU (check_train_device).
+// --device cuda trains wgkv, attention-gate, retention(-global), dms, kvpop,
+// streaming-plus and sfc on a GPU (check_train_device).
 // Learns a seed paper's gates for a frozen model (capture/gates/trainer.h,
 // docs/training.md). Writes the gate file, its .json metadata, the .log and
 // the .csv loss curve, and a .ckpt to --resume from. KVpop's fine-tuning
@@ -167,14 +167,14 @@ void check_train_device(const TrainCli& c, const std::string& trainer, bool on_d
   throw InputError("", "--device",
                    "\"" + c.o.model.device + "\": kvscope train --policy " + trainer +
                        " runs on the CPU (on cuda: wgkv, attention-gate, retention, "
-                       "retention-global, dms, kvpop, streaming-plus); use --device cpu");
+                       "retention-global, dms, kvpop, streaming-plus, sfc); use --device cpu");
 }
 
 bool trains_on_device(gates::GateKind k) {
   using gates::GateKind;
   return k == GateKind::WriteGate || k == GateKind::AttentionGate || k == GateKind::Retention ||
-         k == GateKind::RetentionGlobal || k == GateKind::Dms || k == GateKind::KvpopMlp ||
-         k == GateKind::KvpopMlstm;
+         k == GateKind::SfcGru || k == GateKind::RetentionGlobal || k == GateKind::Dms ||
+         k == GateKind::KvpopMlp || k == GateKind::KvpopMlstm;
 }
 
 int run_train(TrainCli& c) {

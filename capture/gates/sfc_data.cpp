@@ -39,7 +39,8 @@ void sfc_horizon_labels(const torch::Tensor& y_now, int64_t horizon, torch::Tens
   *y_hor = torch::zeros_like(y_now, torch::kUInt8);
   const int64_t n = std::max<int64_t>(0, S - horizon + 1);
   if (n > 0) y_hor->narrow(0, 0, n).copy_((c.narrow(0, horizon, n) - c.narrow(0, 0, n)).gt(0));
-  *valid = torch::arange(S, torch::kInt64).lt(n);
+  *valid =
+      torch::arange(S, torch::TensorOptions().dtype(torch::kInt64).device(y_now.device())).lt(n);
 }
 
 // ---- traces ----------------------------------------------------------------------
@@ -113,21 +114,22 @@ void check_sfc_model(const SfcTraceHeader& h, const model::ModelConfig& c,
 
 namespace {
 
-// Dense causal attention (the plain engine's cache) that keeps what the
-// forecaster reads: every layer's post-RoPE keys and some queries.
+// Dense causal attention (the plain engine's cache, on the model's device)
+// that keeps what the forecaster reads, in host memory: every layer's
+// post-RoPE keys and some queries.
 class QkRecorder : public model::AttentionBackend {
  public:
-  QkRecorder(const model::ModelConfig& c, int64_t tokens, torch::ScalarType dtype,
-             torch::Tensor query_rows)
-      : cache_(c, tokens, torch::kCPU, dtype), rows_(std::move(query_rows)) {
+  QkRecorder(const model::ModelConfig& c, int64_t tokens, torch::Device device,
+             torch::ScalarType dtype, const torch::Tensor& query_rows)
+      : cache_(c, tokens, device, dtype), rows_(query_rows.to(device)) {
     out.k.resize(size_t(c.n_layers));
     out.q.resize(size_t(c.n_layers));
   }
   void begin_step(int64_t pos0, int64_t n) override { cache_.begin_step(pos0, n); }
   void end_step() override { cache_.end_step(); }
   torch::Tensor attend(const model::AttentionInputs& in) override {
-    out.k[size_t(in.layer)] = in.k.to(torch::kFloat32).contiguous();
-    out.q[size_t(in.layer)] = in.q.index_select(0, rows_).to(torch::kFloat32).contiguous();
+    out.k[size_t(in.layer)] = in.k.to(torch::kFloat32).cpu().contiguous();
+    out.q[size_t(in.layer)] = in.q.index_select(0, rows_).to(torch::kFloat32).cpu().contiguous();
     return cache_.attend(in);
   }
 
@@ -144,7 +146,8 @@ SfcQk sfc_recompute_qk(model::Transformer& model, const std::vector<int64_t>& id
                        const std::vector<int64_t>& query_positions) {
   torch::NoGradGuard no_grad;
   const int64_t T = int64_t(ids.size());
-  QkRecorder rec(model.config(), T, model.dtype(), torch::tensor(query_positions, torch::kInt64));
+  QkRecorder rec(model.config(), T, model.device(), model.dtype(),
+                 torch::tensor(query_positions, torch::kInt64));
   model.forward_hidden(torch::tensor(ids, torch::kInt64).to(model.device()), 0, rec);
   return std::move(rec.out);
 }

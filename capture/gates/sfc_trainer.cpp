@@ -72,6 +72,9 @@ class SfcTrainer {
   void log(const std::string& line);
   void csv_row(const char* phase, int64_t step, double lr, const json& m, double secs);
   json evaluate_heldout(int64_t step, double lr);
+  void gates_to_device() {
+    for (auto& [name, t] : gates_.params) t = t.to(engine_.device);
+  }
 
   const TrainOptions& o_;
   std::string model_path_;
@@ -130,7 +133,10 @@ std::vector<SfcSequence> SfcTrainer::load(const std::vector<std::string>& paths)
   for (const std::string& p : paths) {
     const auto t0 = Clock::now();
     out.push_back(load_sfc_sequence(p, *engine_.model, lo));
-    const SfcSequence& s = out.back();
+    SfcSequence& s = out.back();
+    // Read on the host; trained where the model is (--device).
+    for (torch::Tensor* t : {&s.keys, &s.qmean, &s.ewma, &s.y_now, &s.tau})
+      *t = t->to(engine_.device);
     double held = 0;  // (token, step) pairs held, per group
     for (int64_t t = 0; t < s.S; ++t) held += double(t + 1 < s.S ? s.first[size_t(t + 1)] : s.T);
     const double positives = s.y_now.sum().item<double>() / double(s.NG);
@@ -192,8 +198,10 @@ SfcLoss SfcTrainer::train_step(int64_t step, double* lr) {
     int64_t forecast = 0;  // tokens fed before the last step: they have forecasts
     while (forecast < s.T && s.fed_at[size_t(forecast)] + 1 < s.S) ++forecast;
     const int64_t ng = o_.sfc.groups > 0 ? std::min(o_.sfc.groups, s.NG) : s.NG;
-    const torch::Tensor groups = torch::tensor(sample(rng, s.NG, ng), torch::kInt64);
-    const torch::Tensor tokens = torch::tensor(sample(rng, forecast, o_.sfc.tokens), torch::kInt64);
+    const torch::Tensor groups =
+        torch::tensor(sample(rng, s.NG, ng), torch::kInt64).to(engine_.device);
+    const torch::Tensor tokens =
+        torch::tensor(sample(rng, forecast, o_.sfc.tokens), torch::kInt64).to(engine_.device);
     const SfcForward f = sfc_forward(p, cfg_, s, groups, tokens, o_.sfc.bptt);
     const SfcLoss l = sfc_loss(f, sfc_targets(s, f, groups, tokens, loss_), loss_);
     (l.total / double(o_.batch)).backward();
@@ -263,6 +271,7 @@ json SfcTrainer::evaluate_heldout(int64_t step, double lr) {
 // hyperparameters label the data); nothing is written.
 TrainResult SfcTrainer::evaluate_file(Clock::time_point t0) {
   gates_ = load_gates(o_.evaluate, engine_.model->config());
+  gates_to_device();
   if (gates_.kind != GateKind::SfcGru)
     throw InputError(
         o_.evaluate, "policy",
@@ -290,6 +299,7 @@ TrainResult SfcTrainer::run() {
   gates_ = init_gates(GateKind::SfcGru,
                       resolve_hyperparameters(GateKind::SfcGru, shape, o_.hyper_given, "--gate"),
                       shape, o_.seed);
+  gates_to_device();  // initialised on the host: one seed, one start on every device
   gates_.source = o_.output;
   cfg_ = SfcConfig::of(gates_);
   loss_ = SfcLossOptions::of(gates_);
@@ -368,6 +378,8 @@ TrainResult SfcTrainer::run() {
                       {"objective", objective_json()},
                       {"preconditioning", trainable_->describe()},
                       {"threads", at::get_num_threads()},
+                      {"device", engine_.device.str()},
+                      {"dtype", generate::dtype_name(engine_.dtype)},
                       {"command", o_.command_line},
                       {"wall_seconds", wall},
                       {"last_step",

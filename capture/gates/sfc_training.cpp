@@ -69,8 +69,13 @@ torch::Tensor sfc_gru_step(const torch::Tensor& x, const torch::Tensor& h,
 
 namespace {
 
-torch::Tensor int_tensor(const std::vector<int64_t>& v) {
-  return torch::tensor(v, torch::kInt64);
+// On the device the sequence's tensors are on (the trainer moves them there).
+torch::Tensor int_tensor(const std::vector<int64_t>& v, torch::Device device) {
+  return torch::tensor(v, torch::kInt64).to(device);
+}
+
+torch::TensorOptions on(torch::Device device, torch::ScalarType dtype) {
+  return torch::TensorOptions().dtype(dtype).device(device);
 }
 
 // The features of docs/policies/sfc.md for every (group, step, token):
@@ -79,7 +84,8 @@ torch::Tensor features(const SfcParams& p, const SfcConfig& c, const SfcSequence
                        const torch::Tensor& groups, const torch::Tensor& tokens, int64_t t0) {
   const int64_t Bg = groups.size(0), Bt = tokens.size(0), St = s.S - t0, Z = c.latent;
   const double inv_sqrt_hd = 1.0 / std::sqrt(double(c.head_dim));
-  torch::Tensor first = int_tensor(s.first).narrow(0, t0, St).to(torch::kFloat32);  // T of step t
+  torch::Tensor first =
+      int_tensor(s.first, s.keys.device()).narrow(0, t0, St).to(torch::kFloat32);   // T of step t
   torch::Tensor keys = s.keys.index_select(0, groups).index_select(1, tokens);      // [Bg, Bt, hd]
   torch::Tensor q = s.qmean.index_select(0, groups).narrow(1, t0, St);              // [Bg, St, hd]
   torch::Tensor zk = torch::bmm(keys, p.latent);                                    // [Bg, Bt, Z]
@@ -103,12 +109,14 @@ SfcForward sfc_forward(const SfcParams& all, const SfcConfig& c, const SfcSequen
                        const torch::Tensor& groups, const torch::Tensor& tokens, int64_t bptt) {
   const SfcParams p = all.groups(groups);
   const int64_t Bg = groups.size(0), Bt = tokens.size(0), G = c.hidden, F = c.features();
-  torch::Tensor fed = int_tensor(s.fed_at).index_select(0, tokens);
+  const torch::Device device = s.keys.device();
+  torch::Tensor fed = int_tensor(s.fed_at, device).index_select(0, tokens);
   SfcForward f;
   f.t0 = fed.min().item<int64_t>() + 1;
   const int64_t St = s.S - f.t0;
   if (St < 1) throw std::invalid_argument("sfc_forward: no token is forecast in the trace");
-  f.active = fed.unsqueeze(0) < torch::arange(f.t0, s.S, torch::kInt64).unsqueeze(1);  // [St, Bt]
+  f.active = fed.unsqueeze(0) <
+             torch::arange(f.t0, s.S, on(device, torch::kInt64)).unsqueeze(1);  // [St, Bt]
   torch::Tensor x = features(p, c, s, groups, tokens, f.t0);
   f.features = x.detach();
   // unbind, not select per step: select's backward would write a zero
@@ -118,7 +126,7 @@ SfcForward sfc_forward(const SfcParams& all, const SfcConfig& c, const SfcSequen
                                             .unbind(1);
   const std::vector<torch::Tensor> mask =
       f.active.to(torch::kFloat32).view({St, 1, Bt, 1}).unbind(0);
-  torch::Tensor h = torch::zeros({Bg, Bt, G}, torch::kFloat32);
+  torch::Tensor h = torch::zeros({Bg, Bt, G}, on(device, torch::kFloat32));
   std::vector<torch::Tensor> hs;
   hs.reserve(size_t(St));
   for (int64_t i = 0; i < St; ++i) {
@@ -149,6 +157,9 @@ SfcTrainable::SfcTrainable(const GateSet& init, const std::vector<SfcSequence>& 
     : cfg_(SfcConfig::of(init)), L_(init.shape.n_layers), K_(init.shape.n_kv_heads) {
   torch::NoGradGuard no_grad;
   const int64_t NG = L_ * K_, F = cfg_.features();
+  // Where the gates and the sequences are (the trainer puts both on the
+  // model's device).
+  const torch::Device device = init.param("sfc_shared.head.bias").device();
   v_ = stacked(init, "latent") * std::sqrt(double(cfg_.head_dim));
   w_ = stacked(init, "w_ih");
   b_ = stacked(init, "b_ih");
@@ -158,18 +169,19 @@ SfcTrainable::SfcTrainable(const GateSet& init, const std::vector<SfcSequence>& 
   head_b_ = init.param("sfc_shared.head.bias").detach().clone();
   // rms_k over every token of the training data; then the features' moments
   // with the latent that gives, the input weights still plain.
-  torch::Tensor sq = torch::zeros({NG}, torch::kFloat64), count = torch::zeros({}, torch::kFloat64);
+  torch::Tensor sq = torch::zeros({NG}, on(device, torch::kFloat64)),
+                count = torch::zeros({}, on(device, torch::kFloat64));
   for (const SfcSequence& s : data) {
     sq += s.keys.to(torch::kFloat64).pow(2).sum({1, 2});
     count += double(s.T);
   }
   key_rms = (sq / count.clamp_min(1)).sqrt().clamp_min(1e-6).to(torch::kFloat32);
-  mu = torch::zeros({NG, F});
-  sigma = torch::ones({NG, F});
+  mu = torch::zeros({NG, F}, on(device, torch::kFloat32));
+  sigma = torch::ones({NG, F}, on(device, torch::kFloat32));
   const SfcParams p = params();
-  torch::Tensor sum = torch::zeros({NG, F}, torch::kFloat64), sum2 = sum.clone(),
-                n = torch::zeros({NG, 1}, torch::kFloat64);
-  const torch::Tensor groups = torch::arange(NG, torch::kInt64);
+  torch::Tensor sum = torch::zeros({NG, F}, on(device, torch::kFloat64)), sum2 = sum.clone(),
+                n = torch::zeros({NG, 1}, on(device, torch::kFloat64));
+  const torch::Tensor groups = torch::arange(NG, on(device, torch::kInt64));
   for (const SfcSequence& s : data) {
     int64_t forecast = 0;
     while (forecast < s.T && s.fed_at[size_t(forecast)] + 1 < s.S) ++forecast;
@@ -177,7 +189,8 @@ SfcTrainable::SfcTrainable(const GateSet& init, const std::vector<SfcSequence>& 
     if (m < 1) continue;
     std::vector<int64_t> pick;
     for (int64_t i = 0; i < m; ++i) pick.push_back(i * forecast / m);
-    const SfcForward f = sfc_forward(p, cfg_, s, groups, torch::tensor(pick, torch::kInt64));
+    const SfcForward f =
+        sfc_forward(p, cfg_, s, groups, torch::tensor(pick, torch::kInt64).to(device));
     const torch::Tensor mask = f.active.to(torch::kFloat64).unsqueeze(0).unsqueeze(-1);
     const torch::Tensor x = f.features.to(torch::kFloat64) * mask;  // [NG, St, Bt, F]
     sum += x.sum({1, 2});
@@ -225,7 +238,7 @@ void SfcTrainable::write_to(GateSet& g) const {
 
 nlohmann::json SfcTrainable::describe() const {
   auto rows = [](const torch::Tensor& t) {
-    torch::Tensor c = t.to(torch::kFloat64).contiguous();
+    torch::Tensor c = t.to(torch::kFloat64).cpu().contiguous();
     return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
   };
   return {{"parametrisation",
@@ -270,7 +283,7 @@ SfcTargets sfc_targets(const SfcSequence& s, const SfcForward& f, const torch::T
   t.valid_hor = t.valid_now.logical_and(rows.narrow(0, t0, St).view({1, St, 1}));
   // Onset at s = t + lead for the forecast at t (the token forecast at t:
   // active, hence also held at s - 1).
-  t.onset_at = torch::zeros({Bg, St, Bt}, torch::kBool);
+  t.onset_at = torch::zeros({Bg, St, Bt}, on(f.active.device(), torch::kBool));
   const int64_t n = S - o.lead - t0;
   if (n > 0) {
     torch::Tensor need = yn.narrow(0, t0 + o.lead, n).to(torch::kBool);
@@ -347,11 +360,12 @@ SfcMetrics::SfcMetrics(const SfcLossOptions& o) : o_(o) {
 
 void SfcMetrics::add_output(Output& o, const torch::Tensor& logits, const torch::Tensor& x0,
                             const torch::Tensor& y, const torch::Tensor& valid) {
-  const torch::Tensor l = logits.masked_select(valid).contiguous();
+  // Counted on the host, wherever the forecast ran.
+  const torch::Tensor l = logits.masked_select(valid).cpu().contiguous();
   // The baseline ranks by the EWMA feature alone; its log spreads the many
   // near-zero values over the bins (AUROC does not change under it).
-  const torch::Tensor b = torch::log(x0.masked_select(valid) + 1e-12).contiguous();
-  const torch::Tensor t = y.masked_select(valid).to(torch::kUInt8).contiguous();
+  const torch::Tensor b = torch::log(x0.masked_select(valid) + 1e-12).cpu().contiguous();
+  const torch::Tensor t = y.masked_select(valid).to(torch::kUInt8).cpu().contiguous();
   const float* lp = l.data_ptr<float>();
   const float* bp = b.data_ptr<float>();
   const uint8_t* tp = t.data_ptr<uint8_t>();
@@ -421,12 +435,13 @@ SfcMetrics sfc_evaluate(const GateSet& g, const std::vector<SfcSequence>& data, 
   const SfcLossOptions lo = SfcLossOptions::of(g);
   SfcMetrics m(lo);
   for (const SfcSequence& s : data) {
-    const torch::Tensor groups = torch::arange(s.NG, torch::kInt64);
+    const auto idx = on(s.keys.device(), torch::kInt64);
+    const torch::Tensor groups = torch::arange(s.NG, idx);
     int64_t forecast = 0;  // tokens with a forecast step: fed before the last step
     while (forecast < s.T && s.fed_at[size_t(forecast)] + 1 < s.S) ++forecast;
     const int64_t chunk = std::max<int64_t>(1, cells / std::max<int64_t>(1, s.NG * s.S));
     for (int64_t j0 = 0; j0 < forecast; j0 += chunk) {
-      const torch::Tensor tokens = torch::arange(j0, std::min(forecast, j0 + chunk), torch::kInt64);
+      const torch::Tensor tokens = torch::arange(j0, std::min(forecast, j0 + chunk), idx);
       const SfcForward f = sfc_forward(p, c, s, groups, tokens);
       const SfcTargets y = sfc_targets(s, f, groups, tokens, lo);
       m.add(f, y, sfc_loss(f, y, lo));

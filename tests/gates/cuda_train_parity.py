@@ -13,7 +13,8 @@ a relative tolerance, and every trained parameter of the written gate file
 (or fine-tuned model) within an absolute one. Gates start from the same
 host-initialised values and DMS's noise comes from the CPU generator on both
 devices, so what differs is float32 rounding (reduction order, fused
-kernels); KVpop ranks its scores on the host and a near-tie can move one
+kernels); SFC trains from two full-cache traces captured on the CPU first;
+KVpop ranks its scores on the host and a near-tie can move one
 boundary pair, hence its wider tolerance. Without a CUDA device (CI) the
 script says so and exits 77, which CTest shows as skipped.
 """
@@ -40,7 +41,28 @@ CASES = [
                      "--gate", "sinks=2", "--gate", "window=8", "--gate", "topk=16"], 2e-2, 2e-3),
     ("streaming-plus", ["--policy", "streaming-plus", "--gate", "sinks=2", "--gate", "window=8", "--gate", "topk=16"],
      2e-3, 2e-4),
+    # From two full-cache traces captured on the CPU (traces()): --traces and
+    # --holdout are added there.
+    ("sfc", ["--policy", "sfc", "--tokens", "24"], 2e-3, 2e-4),
 ]
+
+STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park "
+         "with her friends. One day, she saw a big red ball under a tree. She ran to the ball and "
+         "picked it up.")
+
+
+def traces(kvscope, models, out_dir):
+    """Two full-cache traces with received attention, what sfc trains from."""
+    paths = []
+    for seed in (1, 2):
+        path = os.path.join(out_dir, f"sfc-{seed}.kvtrace.h5")
+        cmd = [kvscope, "capture", "--model", os.path.join(models, "stories260K.bin"),
+               "--tokenizer", os.path.join(models, "tok512.bin"), "--prompt", STORY,
+               "--temperature", "0.8", "--seed", str(seed), "--max-new", "49", "--threads", "1",
+               "-q", "--policy", "full", "--capture", "received", "-o", path]
+        subprocess.run(cmd, check=True, capture_output=True)
+        paths.append(path)
+    return ["--traces", paths[0], "--holdout", paths[1]]
 
 
 def corpus(out_dir):
@@ -54,9 +76,10 @@ def corpus(out_dir):
 
 
 def train(kvscope, models, data, args, device, output):
+    text = [] if "sfc" in args else ["--data", data, "--seq-len", "64"]
     cmd = [kvscope, "train", "--model", os.path.join(models, "stories260K.bin"),
-           "--tokenizer", os.path.join(models, "tok512.bin"), "--data", data,
-           "--seq-len", "64", "--steps", "3", "--threads", "1", "--seed", "7", "-q",
+           "--tokenizer", os.path.join(models, "tok512.bin")] + text + [
+           "--steps", "3", "--threads", "1", "--seed", "7", "-q",
            "--device", device, "-o", output] + args
     return subprocess.run(cmd, capture_output=True, text=True)
 
@@ -129,7 +152,10 @@ def main():
         print("SKIPPED: no CUDA device here (" + probe.stderr.strip().splitlines()[-1] + ")")
         return 77
     failed = 0
+    sfc_traces = traces(kvscope, models, out_dir)
     for name, args, rtol, atol in CASES:
+        if name == "sfc":
+            args = args + sfc_traces
         paths = {}
         ok = True
         for device, run_on in (("cpu", "cpu"), ("cuda", against)):
