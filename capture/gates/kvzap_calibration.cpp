@@ -30,7 +30,7 @@ namespace {
 std::pair<torch::Tensor, torch::Tensor> ridge(const torch::Tensor& xtx, const torch::Tensor& xty,
                                               double alpha) {
   const int64_t D = xtx.size(0) - 1;
-  torch::Tensor penalty = torch::ones({D + 1}, torch::kFloat64) * alpha;
+  torch::Tensor penalty = torch::ones({D + 1}, xtx.options()) * alpha;
   penalty[D] = 0;
   torch::Tensor sol = torch::linalg_solve(xtx + torch::diag(penalty), xty);  // [D+1, K]
   return {sol.narrow(0, 0, D).t().to(torch::kFloat32).contiguous(),

@@ -10,9 +10,14 @@
 
 namespace kvscope::gates {
 
+// The read-back runs where the model is (the dense cache in float32 on the
+// host, where the shared kernels want it; in the model's dtype on a GPU); the
+// targets and the inputs they pair with come back to the host, where the
+// fits and KVzip's selection read them.
 KvzipTargets::KvzipTargets(const model::ModelConfig& c, const model::ModelWeights& w,
                            int64_t window, int64_t repeat, bool plus)
-    : dense_(c, 2 * window + repeat, torch::kCPU, torch::kFloat32),
+    : dense_(c, 2 * window + repeat, w.embed.device(),
+             w.embed.device().is_cpu() ? torch::kFloat32 : w.embed.scalar_type()),
       T_(window),
       P_(repeat),
       plus_(plus) {
@@ -27,8 +32,8 @@ torch::Tensor KvzipTargets::attend(const model::AttentionInputs& in) {
   const int64_t N = 2 * T_ + P_;
   if (in.pos0 != 0 || in.q.size(0) != N)
     throw std::logic_error("KvzipTargets: one step feeds the whole window + repeat + window");
-  torch::Tensor x = in.hidden.to(torch::kFloat32).narrow(0, 0, T_);  // [T, D]
-  torch::Tensor y = targets(in);                                     // [T, K]
+  torch::Tensor x = in.hidden.to(torch::kFloat32).narrow(0, 0, T_).cpu();  // [T, D]
+  torch::Tensor y = targets(in).cpu();                                     // [T, K]
   torch::Tensor x1 = torch::cat({x, torch::ones({T_, 1})}, 1).to(torch::kFloat64);
   const size_t l = size_t(in.layer);
   xtx[l] += x1.t().mm(x1);
@@ -47,8 +52,9 @@ torch::Tensor step_probabilities(const model::AttentionInputs& in, int64_t q0, i
       in.k.to(torch::kFloat32).repeat_interleave(R, 1).permute({1, 2, 0});  // [H,hd,N]
   torch::Tensor logits = q.bmm(k) * in.scale;                               // [H,nq,N]
   // Query i (at q0 + i) sees keys j <= q0 + i, within the model's window.
-  torch::Tensor qpos = torch::arange(q0, q0 + nq).unsqueeze(1),
-                kpos = torch::arange(N).unsqueeze(0);
+  const auto idx = torch::TensorOptions().dtype(torch::kInt64).device(in.q.device());
+  torch::Tensor qpos = torch::arange(q0, q0 + nq, idx).unsqueeze(1),
+                kpos = torch::arange(N, idx).unsqueeze(0);
   torch::Tensor hidden = kpos > qpos;
   if (in.sliding_window > 0) hidden = hidden | (kpos <= qpos - in.sliding_window);
   logits.masked_fill_(hidden.unsqueeze(0), -std::numeric_limits<float>::infinity());

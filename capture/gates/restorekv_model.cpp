@@ -78,9 +78,10 @@ torch::Tensor PrefixAttention::attend(const model::AttentionInputs& in) {
     v = torch::cat({prefix_v[l], v}, 0);
   }
   // visible [K, n, P + n]: the prefix's kept entries, then the causal own part
-  const torch::Tensor own = torch::ones({n, n}, torch::kBool).tril().unsqueeze(0).expand({K, n, n});
+  const auto flags = torch::TensorOptions().dtype(torch::kBool).device(in.q.device());
+  const torch::Tensor own = torch::ones({n, n}, flags).tril().unsqueeze(0).expand({K, n, n});
   const torch::Tensor pre =
-      P > 0 ? prefix_keep[l].unsqueeze(1).expand({K, n, P}) : torch::empty({K, n, 0}, torch::kBool);
+      P > 0 ? prefix_keep[l].unsqueeze(1).expand({K, n, P}) : torch::empty({K, n, 0}, flags);
   const torch::Tensor visible = torch::cat({pre, own}, 2);
   const torch::Tensor q = in.q.to(torch::kFloat32).view({n, K, R, -1}).permute({1, 2, 0, 3});
   const torch::Tensor kt = k.to(torch::kFloat32).permute({1, 2, 0}).unsqueeze(1);  // [K, 1, hd, m]
@@ -117,7 +118,8 @@ torch::Tensor restored_logits(model::Transformer& base, model::Transformer* adap
     for (size_t l = 0; l < L; ++l) {
       a.prefix_k[l] = torch::cat({context.k[l], a.new_k[l]}, 0);
       a.prefix_v[l] = torch::cat({context.v[l], a.new_v[l]}, 0);
-      a.prefix_keep[l] = torch::cat({keep[l], torch::ones({keep[l].size(0), n}, torch::kBool)}, 1);
+      a.prefix_keep[l] =
+          torch::cat({keep[l], torch::ones({keep[l].size(0), n}, keep[l].options())}, 1);
     }
   }
   return base.forward(continuation, pos0, a, true);

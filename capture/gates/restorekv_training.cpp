@@ -34,9 +34,10 @@ namespace kvscope::gates {
 
 namespace {
 
-// Per layer [K, C] bool: kept after KVzip's selection to `budget` per head.
+// Per layer [K, C] bool on `device`: kept after KVzip's selection to
+// `budget` per head (the selection runs on the host scores).
 std::vector<torch::Tensor> kvzip_keep(const std::vector<torch::Tensor>& scores, int64_t sinks,
-                                      int64_t budget) {
+                                      int64_t budget, torch::Device device) {
   const int64_t L = int64_t(scores.size()), C = scores[0].size(0), K = scores[0].size(1);
   std::vector<float> flat(size_t(L * K * C));
   for (int64_t l = 0; l < L; ++l) {
@@ -48,6 +49,7 @@ std::vector<torch::Tensor> kvzip_keep(const std::vector<torch::Tensor>& scores, 
   for (int64_t l = 0; l < L; ++l) keep.push_back(torch::ones({K, C}, torch::kBool));
   for (const auto& e : policy::kvzip_evictions(flat, L, K, C, budget, false))
     keep[size_t(e[0])][e[1]][e[2]] = false;
+  for (torch::Tensor& k : keep) k = k.to(device);
   return keep;
 }
 
@@ -135,8 +137,10 @@ TrainResult train_restorekv(const TrainOptions& o) {
     torch::NoGradGuard no_grad;
     torch::Tensor rows = torch::randint(c.vocab_size, {n}, torch::kInt64);
     set.params["restore_embeddings"] =
-        base.weights().embed.index_select(0, rows).to(torch::kFloat32).clone();
+        base.weights().embed.index_select(0, rows.to(base.device())).to(torch::kFloat32).clone();
   }
+  // Trained where the model is; initialised on the host (one seed, one start).
+  for (auto& [name, t] : set.params) t = t.to(base.device());
   std::vector<torch::Tensor> params = set.trainable();
   for (torch::Tensor& p : params) p.requires_grad_(true);
   torch::optim::AdamW adam(params, torch::optim::AdamWOptions(o.lr).weight_decay(0));
@@ -151,7 +155,7 @@ TrainResult train_restorekv(const TrainOptions& o) {
     const int64_t start = kvzip_window_start(i % train_windows, o.seq_len, 0, src.data.train_end);
     Window w = read_window(src, rec, start, C, U);
     Teacher t = run_teacher(base, w);
-    std::vector<torch::Tensor> keep = kvzip_keep(w.scores, sinks, budget - n);
+    std::vector<torch::Tensor> keep = kvzip_keep(w.scores, sinks, budget - n, base.device());
     model::Transformer adapted(adapted_config, restorekv_weights(base.weights(), set));
     torch::Tensor loss = kl(t.logp, run_student(base, &adapted, w, t, keep, restore_ids));
     adam.zero_grad();
@@ -176,12 +180,14 @@ TrainResult train_restorekv(const TrainOptions& o) {
         kvzip_window_start(i, o.seq_len, src.data.train_end, int64_t(src.data.ids.size()));
     Window w = read_window(src, rec, start, C, U);
     Teacher t = run_teacher(base, w);
-    kl_restore += kl(t.logp, run_student(base, &adapted, w, t,
-                                         kvzip_keep(w.scores, sinks, budget - n), restore_ids))
-                      .item<double>();
-    kl_kvzip += kl(t.logp, run_student(base, nullptr, w, t, kvzip_keep(w.scores, sinks, budget),
-                                       restore_ids))
-                    .item<double>();
+    kl_restore +=
+        kl(t.logp, run_student(base, &adapted, w, t,
+                               kvzip_keep(w.scores, sinks, budget - n, base.device()), restore_ids))
+            .item<double>();
+    kl_kvzip +=
+        kl(t.logp, run_student(base, nullptr, w, t,
+                               kvzip_keep(w.scores, sinks, budget, base.device()), restore_ids))
+            .item<double>();
   }
   return save_fitted_gates(
       std::move(set), c, o,

@@ -34,6 +34,7 @@ TrainResult save_fitted_gates(GateSet set, const model::ModelConfig& c, const Tr
                               json training, std::chrono::steady_clock::time_point t0) {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   training["seed"] = o.seed;
+  training["device"] = o.model.device;
   training["command"] = o.command_line;
   training["wall_seconds"] = wall;
   set.meta["base_model"] = model_json(c, c.name, o.model.model, o.model.model);
