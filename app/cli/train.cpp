@@ -9,8 +9,8 @@
 //   [--gate scorer=NAME,...] -o curve.npy
 //   profiles LU-KV's budget curve (capture/gates/lukv_profiling.h).
 // --device cuda trains wgkv, attention-gate, retention(-global), dms, kvpop,
-// streaming-plus, sfc, restorekv, kvzap and fastkvzip on a GPU
-// (check_train_device).
+// streaming-plus, sfc, restorekv, kvzap, fastkvzip, qfilter and query-stats
+// on a GPU; duo-attention and lukv stay on the CPU (check_train_device).
 // Learns a seed paper's gates for a frozen model (capture/gates/trainer.h,
 // docs/training.md). Writes the gate file, its .json metadata, the .log and
 // the .csv loss curve, and a .ckpt to --resume from. KVpop's fine-tuning
@@ -161,9 +161,9 @@ int run_train_lukv(TrainCli& c) {
 // --device cuda runs the trainers whose work is the model's forward (and
 // backward): the gates, the data windows and the optimiser state live on the
 // model's device (trainer.cpp, sfc_trainer.cpp, restorekv_training.cpp; the
-// KVzip read-backs of kvzap and fastkvzip, whose fits stay on the host). The
-// query calibrations, DuoAttention's pattern and LU-KV's profile run on the
-// host; they are refused before the model loads.
+// KVzip read-backs of kvzap and fastkvzip and the query calibrations' forward
+// passes, whose fits stay on the host). DuoAttention's pattern and LU-KV's
+// profile run on the host; they are refused before the model loads.
 void check_train_device(const TrainCli& c, const std::string& trainer, bool on_device) {
   // Other spellings reach parse_device, which names what it accepts.
   if (c.o.model.device.rfind("cuda", 0) != 0 || on_device) return;
@@ -171,15 +171,16 @@ void check_train_device(const TrainCli& c, const std::string& trainer, bool on_d
                    "\"" + c.o.model.device + "\": kvscope train --policy " + trainer +
                        " runs on the CPU (on cuda: wgkv, attention-gate, retention, "
                        "retention-global, dms, kvpop, streaming-plus, sfc, restorekv, kvzap, "
-                       "fastkvzip); use --device cpu");
+                       "fastkvzip, qfilter, query-stats); use --device cpu");
 }
 
 bool trains_on_device(gates::GateKind k) {
   using gates::GateKind;
   return k == GateKind::WriteGate || k == GateKind::AttentionGate || k == GateKind::Retention ||
          k == GateKind::SfcGru || k == GateKind::RestoreKv || k == GateKind::Kvzap ||
-         k == GateKind::FastKvzip || k == GateKind::RetentionGlobal || k == GateKind::Dms ||
-         k == GateKind::KvpopMlp || k == GateKind::KvpopMlstm;
+         k == GateKind::FastKvzip || k == GateKind::QFilter || k == GateKind::QueryStats ||
+         k == GateKind::RetentionGlobal || k == GateKind::Dms || k == GateKind::KvpopMlp ||
+         k == GateKind::KvpopMlstm;
 }
 
 int run_train(TrainCli& c) {

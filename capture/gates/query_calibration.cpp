@@ -28,13 +28,17 @@ namespace kvscope::gates {
 
 namespace {
 
-// The dense cache, recording each layer's queries on the way.
+// The dense cache, recording each layer's queries on the way. The forward
+// runs where the model is (the cache in float32 on the host, where the shared
+// kernels want it; in the model's dtype on a GPU); the sums accumulate on the
+// host in float64.
 class QueryRecorder : public model::AttentionBackend {
  public:
   // stats: the pre-RoPE moments to feed too (query-stats), or null.
-  QueryRecorder(const model::ModelConfig& c, int64_t capacity, policy::QueryMoments* stats)
+  QueryRecorder(const model::ModelConfig& c, int64_t capacity, torch::Device device,
+                torch::ScalarType dtype, policy::QueryMoments* stats)
       : stats_(stats),
-        dense_(c, capacity, torch::kCPU, torch::kFloat32),
+        dense_(c, capacity, device, device.is_cpu() ? torch::kFloat32 : dtype),
         K_(c.n_kv_heads),
         R_(c.n_heads / c.n_kv_heads),
         hd_(c.head_dim) {
@@ -51,10 +55,10 @@ class QueryRecorder : public model::AttentionBackend {
     // [n, H, hd] -> [K, n R, hd]: a kv head's group of query heads together.
     torch::Tensor q = in.q.to(torch::kFloat64).view({n, K_, R_, hd_}).permute({1, 0, 2, 3});
     q = q.reshape({K_, n * R_, hd_});
-    gram[size_t(in.layer)] += q.transpose(1, 2).bmm(q);
-    sum[size_t(in.layer)] += q.sum(1);
+    gram[size_t(in.layer)] += q.transpose(1, 2).bmm(q).cpu();
+    sum[size_t(in.layer)] += q.sum(1).cpu();
     queries += n * R_ * (in.layer == 0 ? 1 : 0);
-    if (stats_) stats_->add(in.layer, in.q, in.pos0, in.pos0 + n);
+    if (stats_) stats_->add(in.layer, in.q.cpu(), in.pos0, in.pos0 + n);
     return dense_.attend(in);
   }
 
@@ -119,7 +123,7 @@ TrainResult calibrate_queries(const TrainOptions& o) {
       resolve_hyperparameters(o.kind, GateShape::of(c), o.hyper_given, "--gate");
   policy::QueryMoments moments;
   if (stats) moments.setup(c, hyper.at("sinks").get<int64_t>(), true);
-  QueryRecorder rec(c, o.seq_len, stats ? &moments : nullptr);
+  QueryRecorder rec(c, o.seq_len, engine.device, engine.dtype, stats ? &moments : nullptr);
   torch::NoGradGuard no_grad;
   int64_t windows = 0;
   for (int64_t w = 0; w < o.steps; ++w, ++windows) {

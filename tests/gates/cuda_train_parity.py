@@ -29,8 +29,9 @@ from array import array
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # (name, train arguments, relative tolerance of the losses, absolute of the
-# tensors). The fitted kinds (restorekv, kvzap, fastkvzip) write no .csv: their
-# held-out numbers in the .json's "training" (JSON_NUMBERS) are compared instead.
+# tensors). The fitted kinds (restorekv, kvzap, fastkvzip, the query
+# calibrations) write no .csv: their numbers in the .json's "training"
+# (JSON_NUMBERS) are compared instead.
 CASES = [
     ("wgkv", ["--policy", "wgkv", "--gate", "window=16"], 2e-3, 2e-4),
     ("attention-gate", ["--policy", "attention-gate", "--gate", "heads=2"], 2e-3, 2e-4),
@@ -51,12 +52,17 @@ CASES = [
     ("restorekv", ["--policy", "restorekv", "--seq-len", "96"], 5e-3, 5e-4),
     ("kvzap", ["--policy", "kvzap"], 5e-3, 5e-3),
     ("fastkvzip", ["--policy", "fastkvzip", "--gate", "iters=50", "--gate", "batch=32"], 5e-3, 1e-3),
+    # Forward passes on the device, float64 sums on the host.
+    ("qfilter", ["--policy", "qfilter"], 2e-3, 1e-3),
+    ("query-stats", ["--policy", "query-stats"], 2e-3, 1e-3),
 ]
 
 JSON_NUMBERS = {
     "restorekv": ["final_train_kl", "heldout_kl_restorekv", "heldout_kl_kvzip_same_budget"],
     "kvzap": ["heldout_r2"],
     "fastkvzip": ["final_train_bce_per_layer", "heldout_bce"],
+    "qfilter": ["explained_share"],
+    "query-stats": [],
 }
 
 STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park "
@@ -131,10 +137,12 @@ def json_losses(json_path, keys):
     """The fitted kinds' numbers as (key, index, value) rows, like losses()."""
     with open(json_path) as f:
         training = json.load(f)["training"]
+    def flat(v):
+        return [x for item in v for x in flat(item)] if isinstance(v, list) else [float(v)]
+
     rows = []
     for key in keys:
-        values = training[key] if isinstance(training[key], list) else [training[key]]
-        rows += [(key, i, float(v)) for i, v in enumerate(values)]
+        rows += [(key, i, v) for i, v in enumerate(flat(training[key]))]
     return rows
 
 
