@@ -15,7 +15,10 @@ import os
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+import parity_report  # noqa: E402
 import trace_parity  # noqa: E402
 
 POLICIES = [
@@ -43,9 +46,8 @@ def main():
     jsonl = sys.argv[sys.argv.index("--jsonl") + 1] if "--jsonl" in sys.argv else None
     os.makedirs(out_dir, exist_ok=True)
     probe = capture(kvscope, models, "full", "cuda", os.path.join(out_dir, "probe.kvtrace.h5"))
-    if probe.returncode != 0 and "no CUDA device is available" in probe.stderr:
-        print("SKIPPED: no CUDA device here (" + probe.stderr.strip().splitlines()[-1] + ")")
-        return 77
+    if parity_report.no_cuda(probe):
+        return parity_report.SKIPPED
     failed = 0
     for spec in POLICIES:
         name = spec.split(":")[0]
@@ -61,12 +63,8 @@ def main():
         r = subprocess.run([sys.executable, trace_parity.__file__, paths["cpu"], paths["cuda"]],
                            capture_output=True, text=True)
         result = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {"passed": False, "error": r.stderr}
-        line = json.dumps({"model": "stories260K", "policy": spec, "result": result})
-        print(("ok   " if result.get("passed") else "FAIL ") + line)
-        if jsonl:
-            with open(jsonl, "a") as f:
-                f.write(line + "\n")
-        failed += 0 if result.get("passed") else 1
+        record = {"model": "stories260K", "policy": spec, "result": result}
+        failed += 0 if parity_report.report(record, jsonl) else 1
     return 1 if failed else 0
 
 

@@ -27,6 +27,8 @@ import sys
 from array import array
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+import parity_report  # noqa: E402
 
 # (name, train arguments, relative tolerance of the losses, absolute of the
 # tensors). The fitted kinds (restorekv, kvzap, fastkvzip, the query
@@ -186,9 +188,8 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     data = corpus(out_dir)
     probe = train(kvscope, models, data, CASES[0][1], against, os.path.join(out_dir, "probe.safetensors"))
-    if probe.returncode != 0 and "no CUDA device is available" in probe.stderr:
-        print("SKIPPED: no CUDA device here (" + probe.stderr.strip().splitlines()[-1] + ")")
-        return 77
+    if parity_report.no_cuda(probe):
+        return parity_report.SKIPPED
     failed = 0
     sfc_traces = traces(kvscope, models, out_dir)
     for name, args, rtol, atol in CASES:
@@ -205,12 +206,8 @@ def main():
                 print(f"FAIL {name} --device {run_on}: {r.stderr.strip()[-600:]}")
                 ok = False
         result = compare(name, paths, rtol, atol) if ok else {"passed": False, "error": "a run failed"}
-        line = json.dumps({"model": "stories260K", "trainer": name, "result": result})
-        print(("ok   " if result.get("passed") else "FAIL ") + line)
-        if jsonl:
-            with open(jsonl, "a") as f:
-                f.write(line + "\n")
-        failed += 0 if result.get("passed") else 1
+        record = {"model": "stories260K", "trainer": name, "result": result}
+        failed += 0 if parity_report.report(record, jsonl) else 1
     return 1 if failed else 0
 
 
