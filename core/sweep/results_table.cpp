@@ -206,9 +206,13 @@ std::vector<ResultRow> read_results_csv(const std::string& path) {
 }
 
 void write_results_csv(const std::string& path, const std::vector<ResultRow>& rows) {
-  std::string text = csv_header() + "\n";
-  for (const ResultRow& r : rows) text += csv_row(r) + "\n";
-  write_file_atomically(path, text, "the results table");
+  write_stream_atomically(
+      path,
+      [&](std::ostream& out) {
+        out << csv_header() << "\n";
+        for (const ResultRow& r : rows) out << csv_row(r) << "\n";
+      },
+      "the results table");
 }
 
 void write_results_parquet(const std::string& path, const std::vector<ResultRow>& rows) {
