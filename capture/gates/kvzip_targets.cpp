@@ -21,7 +21,8 @@ KvzipTargets::KvzipTargets(const model::ModelConfig& c, const model::ModelWeight
       T_(window),
       P_(repeat),
       plus_(plus) {
-  if (plus_) wo_ = policy::per_head_output_projections(&w, c.n_heads, c.head_dim, "kvzap");
+  if (plus_)
+    wo_ = policy::per_head_output_projections(&w, c.n_heads, c.head_dim, "kvzap", w.embed.device());
   for (int64_t l = 0; l < c.n_layers; ++l) {
     xtx.push_back(torch::zeros({c.hidden_size + 1, c.hidden_size + 1}, torch::kFloat64));
     xty.push_back(torch::zeros({c.hidden_size + 1, c.n_kv_heads}, torch::kFloat64));

@@ -41,19 +41,23 @@ class ReplayBackend : public model::AttentionBackend {
   ReplayBackend(const cache::RaggedKvCache& cache, const KvgradChunk& chunk)
       : cache_(cache), chunk_(chunk) {}
 
+  // The replay runs where the model is (--device cuda: its weights are on
+  // the GPU); the held context is read from the host pages and moved there.
   torch::Tensor attend(const model::AttentionInputs& in) override {
     const int64_t n = in.q.size(0), H = in.q.size(1), K = in.k.size(1), R = H / K;
+    const torch::Device dev = in.q.device();
+    const auto flags = torch::TensorOptions().dtype(torch::kBool).device(dev);
     std::vector<torch::Tensor> out_heads;
     torch::Tensor a = torch::zeros({H, n, chunk_.end - chunk_.start}, torch::kFloat32);
-    const torch::Tensor own_causal = torch::ones({n, n}, torch::kBool).tril();
+    const torch::Tensor own_causal = torch::ones({n, n}, flags).tril();
     for (int64_t h = 0; h < K; ++h) {
       HeldContext ctx = read_context(cache_, in.layer, h);
       const int64_t m = int64_t(ctx.pos.size());
-      torch::Tensor k = torch::cat({ctx.keys.to(in.k.scalar_type()), in.k.select(1, h)});
-      torch::Tensor v = torch::cat({ctx.values.to(in.v.scalar_type()), in.v.select(1, h)});
+      torch::Tensor k = torch::cat({ctx.keys.to(dev, in.k.scalar_type()), in.k.select(1, h)});
+      torch::Tensor v = torch::cat({ctx.values.to(dev, in.v.scalar_type()), in.v.select(1, h)});
       torch::Tensor q = in.q.narrow(1, h * R, R).transpose(0, 1);  // [R, n, hd]
       torch::Tensor logits = torch::matmul(q, k.t()).to(torch::kFloat32) * in.scale;
-      const torch::Tensor visible = torch::cat({torch::ones({n, m}, torch::kBool), own_causal}, 1);
+      const torch::Tensor visible = torch::cat({torch::ones({n, m}, flags), own_causal}, 1);
       logits = logits.masked_fill(visible.logical_not(), -kInf);  // [R, n, m + n]
       out_heads.push_back(torch::matmul(torch::softmax(logits, -1).to(v.scalar_type()), v));
       a.narrow(0, h * R, R).copy_(chunk_weights(logits.detach(), ctx.pos));
@@ -62,7 +66,7 @@ class ReplayBackend : public model::AttentionBackend {
     return torch::cat(out_heads, 0).transpose(0, 1);  // [n, H, hd]
   }
 
-  std::vector<torch::Tensor> weights;  // per layer A [H, n, end - start]
+  std::vector<torch::Tensor> weights;  // per layer A [H, n, end - start], on the host
 
  private:
   // The softmax over the sinks, the chunk and the replay's own tokens, read
@@ -80,9 +84,10 @@ class ReplayBackend : public model::AttentionBackend {
     if (int64_t(chunk_col.size()) != chunk_.end - chunk_.start)
       throw std::logic_error("kvgrad: the cache lost context entries before the replay");
     const torch::Tensor hidden =
-        torch::from_blob(hide.data(), {int64_t(hide.size())}, torch::kUInt8).to(torch::kBool);
+        torch::from_blob(hide.data(), {int64_t(hide.size())}, torch::kUInt8)
+            .to(logits.device(), torch::kBool);
     return torch::softmax(logits.masked_fill(hidden, -kInf), -1)
-        .index_select(2, torch::tensor(chunk_col, torch::kInt64));
+        .index_select(2, torch::tensor(chunk_col, torch::kInt64).to(logits.device()));
   }
 
   const cache::RaggedKvCache& cache_;
@@ -111,7 +116,8 @@ void kvgrad_chunk_scores(const model::ModelConfig& config, const model::ModelWei
   const int64_t L = config.n_layers, K = config.n_kv_heads, H = config.n_heads, R = H / K;
   const int64_t span = chunk.end - chunk.start;
   for (int64_t l = 0; l < L; ++l) {
-    const torch::Tensor g = attention_out[size_t(l)].grad().to(torch::kFloat32).norm(2, -1);  // [n]
+    const torch::Tensor g =
+        attention_out[size_t(l)].grad().to(torch::kCPU, torch::kFloat32).norm(2, -1);  // [n]
     const torch::Tensor a = replay.weights[size_t(l)] * g.view({1, -1, 1});  // [H, n, span]
     const torch::Tensor best_query = std::get<0>(a.max(1));                  // [H, span]
     for (int64_t h = 0; h < K; ++h) {

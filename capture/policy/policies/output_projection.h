@@ -11,15 +11,19 @@
 
 namespace kvscope::policy {
 
-// W_o of every layer as [H, hd, D] (x W_o^r for a row x of query head r).
+// W_o of every layer as [H, hd, D] (x W_o^r for a row x of query head r), in
+// float32 on `device`. Policies keep the host default whatever the model's
+// device: they see host tensors (StepDriver::use_device); the trainers'
+// read-backs ask for the model's device.
 inline std::vector<torch::Tensor> per_head_output_projections(const model::ModelWeights* w,
                                                               int64_t H, int64_t hd,
-                                                              const std::string& policy) {
+                                                              const std::string& policy,
+                                                              torch::Device device = torch::kCPU) {
   if (!w || w->layers.empty())
     throw InputError("--policy", policy, "needs the model's output projection (W_o)");
   std::vector<torch::Tensor> out;
   for (const model::LayerWeights& l : w->layers)
-    out.push_back(l.wo.to(torch::kFloat32).t().reshape({H, hd, -1}).contiguous());
+    out.push_back(l.wo.to(device, torch::kFloat32).t().reshape({H, hd, -1}).contiguous());
   return out;
 }
 
