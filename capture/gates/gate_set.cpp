@@ -73,6 +73,10 @@ std::vector<torch::Tensor> GateSet::trainable() const {
   return out;
 }
 
+void GateSet::to(torch::Device device) {
+  for (auto& [name, t] : params) t = t.to(device);
+}
+
 // ---- hyperparameters --------------------------------------------------------
 
 json default_hyperparameters(GateKind kind, const GateShape& s) {

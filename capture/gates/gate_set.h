@@ -117,6 +117,9 @@ struct GateSet {
   double hyper(const std::string& key) const;  // throws when missing
   const torch::Tensor& param(const std::string& name) const;
   std::vector<torch::Tensor> trainable() const;  // every parameter, name order
+  // Moves every parameter to `device` (the trainers initialise on the host,
+  // then train where the model is).
+  void to(torch::Device device);
 };
 
 // The hyperparameters of a kind with their defaults (the papers' and the

@@ -140,7 +140,7 @@ TrainResult train_restorekv(const TrainOptions& o) {
         base.weights().embed.index_select(0, rows.to(base.device())).to(torch::kFloat32).clone();
   }
   // Trained where the model is; initialised on the host (one seed, one start).
-  for (auto& [name, t] : set.params) t = t.to(base.device());
+  set.to(base.device());
   std::vector<torch::Tensor> params = set.trainable();
   for (torch::Tensor& p : params) p.requires_grad_(true);
   torch::optim::AdamW adam(params, torch::optim::AdamWOptions(o.lr).weight_decay(0));

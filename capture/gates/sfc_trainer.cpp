@@ -72,9 +72,6 @@ class SfcTrainer {
   void log(const std::string& line);
   void csv_row(const char* phase, int64_t step, double lr, const json& m, double secs);
   json evaluate_heldout(int64_t step, double lr);
-  void gates_to_device() {
-    for (auto& [name, t] : gates_.params) t = t.to(engine_.device);
-  }
 
   const TrainOptions& o_;
   std::string model_path_;
@@ -271,7 +268,7 @@ json SfcTrainer::evaluate_heldout(int64_t step, double lr) {
 // hyperparameters label the data); nothing is written.
 TrainResult SfcTrainer::evaluate_file(Clock::time_point t0) {
   gates_ = load_gates(o_.evaluate, engine_.model->config());
-  gates_to_device();
+  gates_.to(engine_.device);
   if (gates_.kind != GateKind::SfcGru)
     throw InputError(
         o_.evaluate, "policy",
@@ -299,7 +296,7 @@ TrainResult SfcTrainer::run() {
   gates_ = init_gates(GateKind::SfcGru,
                       resolve_hyperparameters(GateKind::SfcGru, shape, o_.hyper_given, "--gate"),
                       shape, o_.seed);
-  gates_to_device();  // initialised on the host: one seed, one start on every device
+  gates_.to(engine_.device);  // initialised on the host: one seed, one start on every device
   gates_.source = o_.output;
   cfg_ = SfcConfig::of(gates_);
   loss_ = SfcLossOptions::of(gates_);

@@ -146,7 +146,6 @@ class Trainer {
     std::vector<int64_t> ids(data_.ids.begin() + start, data_.ids.begin() + start + o_.seq_len + 1);
     return torch::tensor(ids, torch::kInt64).to(engine_.device);
   }
-  void gates_to_device();
   // Where window b of a step starts (seeded; b = 0 as before batches existed).
   int64_t train_start(int64_t step, int64_t b) const {
     std::mt19937_64 rng(o_.seed * 7919ULL + uint64_t(step) * 104729ULL + 17 +
@@ -694,7 +693,7 @@ TrainResult Trainer::evaluate_file(Clock::time_point t0) {
     if (o_.hyper_given.contains(key))
       trained.meta["hyperparameters"][key] = gates_.meta["hyperparameters"][key];
   gates_ = std::move(trained);
-  gates_to_device();
+  gates_.to(engine_.device);
   check_kvpop_budget();
   torch::NoGradGuard no_grad;
   Numbers e = evaluate();
@@ -832,10 +831,6 @@ json Trainer::write_outputs(int64_t steps_done, double wall, const Numbers& last
   return meta["training"];
 }
 
-void Trainer::gates_to_device() {
-  for (auto& [name, t] : gates_.params) t = t.to(engine_.device);
-}
-
 void Trainer::prepare() {
   engine_ = generate::open_engine(o_.model);
   const model::ModelConfig& c = engine_.model->config();
@@ -854,7 +849,7 @@ void Trainer::prepare() {
   // Initialised on the host (the same seeded values on every device), then
   // moved to the model's device before the optimiser takes them.
   gates_ = init_gates(o_.kind, hyper, shape, o_.seed);
-  gates_to_device();
+  gates_.to(engine_.device);
   gates_.source = o_.output;
   budget_ = o_.budget > 0 ? o_.budget : double(o_.seq_len) / 4.0;
   if (o_.kind == GateKind::Dms && o_.seq_len < int64_t(gates_.hyper("window")) + 2)
