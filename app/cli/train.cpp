@@ -8,9 +8,11 @@
 // kvscope train --policy lukv --model M --data PATH --seq-len T --steps N
 //   [--gate scorer=NAME,...] -o curve.npy
 //   profiles LU-KV's budget curve (capture/gates/lukv_profiling.h).
-// --device cuda trains wgkv, attention-gate, retention(-global), dms, kvpop,
-// streaming-plus, sfc, restorekv, kvzap, fastkvzip, qfilter and query-stats
-// on a GPU; duo-attention and lukv stay on the CPU (check_train_device).
+// --device cuda runs every trainer where the model is: the gates, the data
+// windows and the optimiser state live on the model's device; sequential
+// scans (KVpop's ranks, KVzip's selection, DuoAttention's hard pattern) and
+// the small fits on recorded targets (kvzap, fastkvzip, the query
+// calibrations) stay on the host (docs/training.md "On a GPU").
 // Learns a seed paper's gates for a frozen model (capture/gates/trainer.h,
 // docs/training.md). Writes the gate file, its .json metadata, the .log and
 // the .csv loss curve, and a .ckpt to --resume from. KVpop's fine-tuning
@@ -158,34 +160,7 @@ int run_train_lukv(TrainCli& c) {
   return kExitOk;
 }
 
-// --device cuda runs the trainers whose work is the model's forward (and
-// backward): the gates, the data windows and the optimiser state live on the
-// model's device (trainer.cpp, sfc_trainer.cpp, restorekv_training.cpp; the
-// KVzip read-backs of kvzap and fastkvzip and the query calibrations' forward
-// passes, whose fits stay on the host). DuoAttention's pattern and LU-KV's
-// profile run on the host; they are refused before the model loads.
-void check_train_device(const TrainCli& c, const std::string& trainer, bool on_device) {
-  // Other spellings reach parse_device, which names what it accepts.
-  if (c.o.model.device.rfind("cuda", 0) != 0 || on_device) return;
-  throw InputError("", "--device",
-                   "\"" + c.o.model.device + "\": kvscope train --policy " + trainer +
-                       " runs on the CPU (on cuda: wgkv, attention-gate, retention, "
-                       "retention-global, dms, kvpop, streaming-plus, sfc, restorekv, kvzap, "
-                       "fastkvzip, qfilter, query-stats); use --device cpu");
-}
-
-bool trains_on_device(gates::GateKind k) {
-  using gates::GateKind;
-  return k == GateKind::WriteGate || k == GateKind::AttentionGate || k == GateKind::Retention ||
-         k == GateKind::SfcGru || k == GateKind::RestoreKv || k == GateKind::Kvzap ||
-         k == GateKind::FastKvzip || k == GateKind::QFilter || k == GateKind::QueryStats ||
-         k == GateKind::RetentionGlobal || k == GateKind::Dms || k == GateKind::KvpopMlp ||
-         k == GateKind::KvpopMlstm;
-}
-
 int run_train(TrainCli& c) {
-  const std::string asked = c.policy;  // before the resolution renames it
-  if (asked == "duo-attention" || asked == "lukv") check_train_device(c, asked, false);
   if (c.policy == "duo-attention") return run_train_duo(c);
   if (c.policy == "lukv") return run_train_lukv(c);
   // StreamingLLM+'s -o is the model (an HF model's is a directory): the
@@ -202,7 +177,6 @@ int run_train(TrainCli& c) {
                      std::string(e.what()).substr(std::string("--policy: ").size()) +
                          "; or duo-attention (a head pattern) or lukv (a budget curve)");
   }
-  check_train_device(c, asked, trains_on_device(c.o.kind));
   c.o.hyper_given = parse_gate_values(c.gate_values);
   gates::TrainResult r = gates::train_gates(c.o);
   if (!c.o.evaluate.empty()) {

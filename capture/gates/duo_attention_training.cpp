@@ -42,18 +42,22 @@ constexpr int64_t kMaxPasskeys = 20;
 // attention plus (1 - alpha) times its streaming attention, where query i
 // sees the `sinks` first positions and positions i - recent .. i (the same
 // set duo_attention's streaming heads see). An undefined alpha gives plain
-// causal attention: the teacher. Whole sequences at position 0 only.
+// causal attention: the teacher. Whole sequences at position 0 only, on
+// the model's device (alpha lives there too).
 class DuoMixBackend : public model::AttentionBackend {
  public:
-  DuoMixBackend(torch::Tensor alpha, int64_t sinks, int64_t recent)
-      : alpha_(std::move(alpha)), sinks_(sinks), recent_(recent) {}
+  DuoMixBackend(torch::Tensor alpha, int64_t sinks, int64_t recent, torch::Device device)
+      : alpha_(std::move(alpha)), sinks_(sinks), recent_(recent), device_(device) {}
 
   void begin_step(int64_t pos0, int64_t n) override {
     TORCH_CHECK(pos0 == 0, "the duo-attention trainer feeds whole sequences at position 0");
-    torch::Tensor i = torch::arange(n).unsqueeze(1), j = torch::arange(n).unsqueeze(0);
+    const auto on = torch::TensorOptions().device(device_);
+    torch::Tensor i = torch::arange(n, on.dtype(torch::kInt64)).unsqueeze(1),
+                  j = torch::arange(n, on.dtype(torch::kInt64)).unsqueeze(0);
     torch::Tensor seen = (j < sinks_).logical_or(j >= i - recent_);
-    bias_ = torch::zeros({1, n, n}).masked_fill(seen.logical_not().unsqueeze(0),
-                                                -std::numeric_limits<float>::infinity());
+    bias_ =
+        torch::zeros({1, n, n}, on.dtype(torch::kFloat32))
+            .masked_fill(seen.logical_not().unsqueeze(0), -std::numeric_limits<float>::infinity());
   }
 
   torch::Tensor attend(const model::AttentionInputs& in) override {
@@ -69,6 +73,7 @@ class DuoMixBackend : public model::AttentionBackend {
  private:
   torch::Tensor alpha_, bias_;
   int64_t sinks_, recent_;
+  torch::Device device_;
 };
 
 // A --gate value as the user wrote it (numbers without a trailing ".0").
@@ -124,9 +129,9 @@ double trapezoid(int64_t i, int64_t n) {
 
 // 0/1 gates: the round(sparsity * L * K) lowest of alpha stream (0), ties by
 // (layer, head) order as duo_attention's sparsity rule; reversed: the
-// highest stream instead.
+// highest stream instead. Ranked on the host, returned on alpha's device.
 torch::Tensor hard_pattern(const torch::Tensor& alpha, double sparsity, bool reversed) {
-  torch::Tensor flat = alpha.detach().flatten().contiguous().to(torch::kFloat32);
+  torch::Tensor flat = alpha.detach().flatten().to(torch::kCPU, torch::kFloat32).contiguous();
   const float* v = flat.data_ptr<float>();
   std::vector<int64_t> order(size_t(flat.numel()));
   std::iota(order.begin(), order.end(), 0);
@@ -135,11 +140,11 @@ torch::Tensor hard_pattern(const torch::Tensor& alpha, double sparsity, bool rev
   torch::Tensor out = torch::ones_like(flat);
   const int64_t n_stream = std::llround(double(flat.numel()) * sparsity);
   for (int64_t i = 0; i < n_stream; ++i) out[order[size_t(i)]] = 0.0f;
-  return out.view(alpha.sizes());
+  return out.view(alpha.sizes()).to(alpha.device());
 }
 
 std::string pattern_tsv(const torch::Tensor& alpha) {
-  torch::Tensor a = alpha.detach().to(torch::kFloat64).contiguous();
+  torch::Tensor a = alpha.detach().to(torch::kCPU, torch::kFloat64).contiguous();
   std::ostringstream out;
   out.precision(9);
   for (int64_t l = 0; l < a.size(0); ++l) {
@@ -274,12 +279,15 @@ TrainResult train_duo_attention(const TrainOptions& o) {
   // The first sample checks that --seq-len holds the passkeys.
   duo_passkey_sample(*engine.tokenizer, data.ids, 0, o.seq_len, s.passkeys, s.words, 0);
 
-  // alpha starts at 1 (every head retrieval), as the official initial_value.
-  torch::Tensor alpha = torch::ones({c.n_layers, c.n_kv_heads}, torch::kFloat32);
+  // alpha starts at 1 (every head retrieval), as the official initial_value,
+  // on the model's device with the optimiser's state (--device cuda).
+  const torch::Device dev = m.device();
+  torch::Tensor alpha = torch::ones({c.n_layers, c.n_kv_heads}, torch::TensorOptions().device(dev));
   alpha.requires_grad_(true);
   torch::optim::AdamW adam(std::vector<torch::Tensor>{alpha},
                            torch::optim::AdamWOptions(o.lr).weight_decay(0));
-  DuoMixBackend teacher(torch::Tensor(), s.sinks, s.recent), student(alpha, s.sinks, s.recent);
+  DuoMixBackend teacher(torch::Tensor(), s.sinks, s.recent, dev),
+      student(alpha, s.sinks, s.recent, dev);
   const int64_t train_windows = std::max<int64_t>(1, (data.train_end - o.seq_len) / o.seq_len);
   std::vector<double> curve, reg_curve;
   for (int64_t i = 0; i < o.steps; ++i) {
@@ -311,7 +319,7 @@ TrainResult train_duo_attention(const TrainOptions& o) {
   // (the heads the training would keep made to stream instead).
   const torch::Tensor trained = hard_pattern(alpha, 0.5, false);
   const torch::Tensor reversed = hard_pattern(alpha, 0.5, true);
-  DuoMixBackend hard(trained, s.sinks, s.recent), hard_rev(reversed, s.sinks, s.recent);
+  DuoMixBackend hard(trained, s.sinks, s.recent, dev), hard_rev(reversed, s.sinks, s.recent, dev);
   double held_trained = 0, held_reversed = 0;
   const int64_t held = std::max<int64_t>(1, o.eval_windows);
   for (int64_t w = 0; w < held; ++w) {
@@ -344,6 +352,7 @@ TrainResult train_duo_attention(const TrainOptions& o) {
       {"heldout_distill_sparsity_0.5", held_trained / double(held)},
       {"heldout_distill_sparsity_0.5_reversed", held_reversed / double(held)},
       {"seed", o.seed},
+      {"device", dev.str()},
       {"command", o.command_line},
       {"wall_seconds", wall}};
   json config = {{"sink_size", s.sinks},

@@ -162,10 +162,16 @@ class ScoreTap : public policy::Policy {
 
 // The dense cache over context + future in one step, keeping every context
 // entry's oracle importance max_{g, i} p_gi(j) ||v_j W_O^g|| per layer: [K, T].
+// It runs where the model is (float32 on the host, where the shared kernels
+// want it; the model's dtype on a GPU, as KVzip's read-backs); `wo` is there.
 class FutureUtility : public model::AttentionBackend {
  public:
-  FutureUtility(const model::ModelConfig& c, std::vector<torch::Tensor> wo, int64_t T, int64_t C)
-      : dense_(c, T + C, torch::kCPU, torch::kFloat32), wo_(std::move(wo)), T_(T), C_(C) {}
+  FutureUtility(const model::ModelConfig& c, std::vector<torch::Tensor> wo, torch::Device device,
+                torch::ScalarType dtype, int64_t T, int64_t C)
+      : dense_(c, T + C, device, device.is_cpu() ? torch::kFloat32 : dtype),
+        wo_(std::move(wo)),
+        T_(T),
+        C_(C) {}
   void begin_step(int64_t pos0, int64_t n) override { dense_.begin_step(pos0, n); }
   void end_step() override { dense_.end_step(); }
   torch::Tensor attend(const model::AttentionInputs& in) override {
@@ -179,7 +185,7 @@ class FutureUtility : public model::AttentionBackend {
     oracle[size_t(in.layer)] = (p * wov).view({K, R, T_}).amax(1).contiguous();  // [K, T]
     return dense_.attend(in);
   }
-  std::vector<torch::Tensor> oracle;  // per layer [K, T] float32
+  std::vector<torch::Tensor> oracle;  // per layer [K, T] float32, on the model's device
 
  private:
   generate::DenseKvCache dense_;
@@ -204,11 +210,14 @@ std::vector<HeadOrder> profile_sample(generate::Engine& e, const ProfileSettings
   ScoreTap tap(policy::make_named_scorer("lukv", s.params));
   tap.setup({&c, T, T, 16, &e.model->weights()});
   {
+    // As a capture runs it: on --device cuda the device kernels attend and
+    // the scorer reads host tensors (StepDriver::use_device).
     policy::StepDriver driver(c, {16, T, T}, tap, "lukv");
+    driver.use_device(e.device);
     std::vector<int64_t> context(ids.begin() + start, ids.begin() + start + T);
     e.model->forward(torch::tensor(context, torch::kInt64), 0, driver);
   }
-  FutureUtility future(c, wo, T, C);
+  FutureUtility future(c, wo, e.device, e.model->weights().embed.scalar_type(), T, C);
   std::vector<int64_t> all(ids.begin() + start, ids.begin() + start + T + C);
   e.model->forward(torch::tensor(all, torch::kInt64), 0, future);
 
@@ -235,7 +244,8 @@ std::vector<HeadOrder> profile_sample(generate::Engine& e, const ProfileSettings
         return rank(a) == 2 && score[a] > score[b];  // equal scores: the older first
       });
       for (int32_t pos : o.positions) o.forced += rank(pos) < 2 ? 1 : 0;
-      const torch::Tensor imp = future.oracle[size_t(l)][h].to(torch::kFloat64).contiguous();
+      const torch::Tensor imp =
+          future.oracle[size_t(l)][h].to(torch::kCPU, torch::kFloat64).contiguous();
       o.importance.assign(imp.data_ptr<double>(), imp.data_ptr<double>() + T);
       heads.push_back(std::move(o));
     }
@@ -316,8 +326,8 @@ TrainResult profile_lukv(const TrainOptions& o) {
   d.window = T + C;
   d.seed = o.seed;
   const TokenData data = load_training_data(engine, d);
-  const std::vector<torch::Tensor> wo =
-      policy::per_head_output_projections(&engine.model->weights(), c.n_heads, c.head_dim, "lukv");
+  const std::vector<torch::Tensor> wo = policy::per_head_output_projections(
+      &engine.model->weights(), c.n_heads, c.head_dim, "lukv", engine.device);
 
   std::vector<double> sum(size_t(kRatios * L * K), 0.0);
   for (int64_t w = 0; w < o.steps; ++w) {
@@ -370,6 +380,7 @@ TrainResult profile_lukv(const TrainOptions& o) {
       {"heldout_windows", held},
       {"heldout", heldout},
       {"seed", o.seed},
+      {"device", engine.device.str()},
       {"command", o.command_line},
       {"wall_seconds", wall}};
   const nlohmann::json meta = {

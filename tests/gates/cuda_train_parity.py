@@ -6,11 +6,12 @@
 (--against cpu compares the CPU with itself: a check of this script where no
 GPU is at hand; the default is cuda.)
 
-Every trainer that runs on a GPU (app/cli/train.cpp check_train_device)
-trains three steps from the same seed and text on both devices. The runs
-must agree: the loss of every step and the held-out loss (the .csv; the
-held-out numbers of the .json for the fitted kinds) within a relative tolerance, and every trained parameter of the written gate file
-(or fine-tuned model) within an absolute one. Gates start from the same
+Every trainer (app/cli/train.cpp) trains three steps from the same seed
+and text on both devices. The runs must agree: the loss of every step and
+the held-out loss (the .csv; the numbers of the .json for the fitted kinds,
+DuoAttention's pattern and LU-KV's profile) within a relative tolerance, and
+every trained parameter of the written gate file (or fine-tuned model, head
+pattern, budget curve) within an absolute one. Gates start from the same
 host-initialised values and DMS's noise comes from the CPU generator on both
 devices, so what differs is float32 rounding (reduction order, fused
 kernels); SFC trains from two full-cache traces captured on the CPU first;
@@ -54,9 +55,23 @@ CASES = [
     ("restorekv", ["--policy", "restorekv", "--seq-len", "96"], 5e-3, 5e-4),
     ("kvzap", ["--policy", "kvzap"], 5e-3, 5e-3),
     ("fastkvzip", ["--policy", "fastkvzip", "--gate", "iters=50", "--gate", "batch=32"], 5e-3, 1e-3),
-    # Forward passes on the device, float64 sums on the host.
+    # Forward passes on the device; float64 sums on the device (qfilter) or
+    # the host (query-stats' moments).
     ("qfilter", ["--policy", "qfilter"], 2e-3, 1e-3),
     ("query-stats", ["--policy", "query-stats"], 2e-3, 1e-3),
+    # alpha after three AdamW steps (the reg term keeps every gradient off
+    # zero, so no step's sign can flip); the held-out hard pattern ranks
+    # alpha and near-ties can fall either way: not compared.
+    # A short streaming window and a large step, so the mixed heads differ
+    # from the teacher from the second step on and the distillation loss is
+    # more than rounding.
+    ("duo-attention", ["--policy", "duo-attention", "--seq-len", "256", "--lr", "0.1",
+                       "--gate", "passkeys=1", "--gate", "words=2", "--gate", "sinks=4",
+                       "--gate", "recent=32"], 5e-3, 2e-3),
+    # The curve averages discrete budgets (1/64 per entry a head gains or
+    # loses, over 3 samples): a near-tie among the scorer's ratings or the
+    # hull's slopes moves one entry between heads, 0.0052 of a prune ratio.
+    ("lukv", ["--policy", "lukv"], 2e-2, 2e-2),
 ]
 
 JSON_NUMBERS = {
@@ -65,6 +80,8 @@ JSON_NUMBERS = {
     "fastkvzip": ["final_train_bce_per_layer", "heldout_bce"],
     "qfilter": ["explained_share"],
     "query-stats": [],
+    "duo-attention": ["distill", "mean_alpha"],
+    "lukv": ["heldout"],
 }
 
 STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park "
@@ -130,6 +147,27 @@ def llama2c_floats(path):
     return {"weights": array("f", data[28:])}  # after the 7-int header
 
 
+def head_pattern(path):
+    """DuoAttention's alpha, a pattern directory's full_attention_heads.tsv."""
+    with open(os.path.join(path, "full_attention_heads.tsv")) as f:
+        return {"alpha": array("f", [float(x) for line in f for x in line.split()])}
+
+
+def npy_floats(path):
+    """LU-KV's curve: a little-endian float32 .npy (what kvscope writes)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:6] != b"\x93NUMPY" or b"'<f4'" not in data[:128]:
+        raise ValueError(f"{path}: not a little-endian float32 .npy")
+    offset = (10 + struct.unpack("<H", data[8:10])[0]) if data[6] == 1 else \
+        (12 + struct.unpack("<I", data[8:12])[0])
+    return {"curve": array("f", data[offset:])}
+
+
+READERS = {"streaming-plus": llama2c_floats, "duo-attention": head_pattern, "lukv": npy_floats}
+OUTPUT_SUFFIX = {"streaming-plus": ".bin", "duo-attention": ".pattern", "lukv": ".npy"}
+
+
 def losses(csv_path):
     with open(csv_path) as f:
         return [(r["phase"], int(r["step"]), float(r["loss"])) for r in csv.DictReader(f)]
@@ -140,6 +178,8 @@ def json_losses(json_path, keys):
     with open(json_path) as f:
         training = json.load(f)["training"]
     def flat(v):
+        if isinstance(v, dict):
+            return [x for key in sorted(v) for x in flat(v[key])]
         return [x for item in v for x in flat(item)] if isinstance(v, list) else [float(v)]
 
     rows = []
@@ -163,7 +203,7 @@ def compare(name, paths, rtol, atol):
         worst_loss = max(worst_loss, rel)
         if rel > rtol:
             problems.append(f"{phase} step {step}: loss {a} (cpu) vs {b} (cuda), rel {rel:.2e} > {rtol}")
-    read = llama2c_floats if name == "streaming-plus" else safetensors
+    read = READERS.get(name, safetensors)
     tc, tg = read(paths["cpu"]["out"]), read(paths["cuda"]["out"])
     if sorted(tc) != sorted(tg):
         problems.append(f"the tensors differ: {sorted(tc)} vs {sorted(tg)}")
@@ -199,8 +239,9 @@ def main():
         ok = True
         for device, run_on in (("cpu", "cpu"), ("cuda", against)):
             base = os.path.join(out_dir, f"{name}.{device}")
-            out = base + (".bin" if name == "streaming-plus" else ".safetensors")
-            paths[device] = {"out": out, "csv": base + ".csv", "json": base + ".json"}
+            out = base + OUTPUT_SUFFIX.get(name, ".safetensors")
+            meta = os.path.join(out, "config.json") if name == "duo-attention" else base + ".json"
+            paths[device] = {"out": out, "csv": base + ".csv", "json": meta}
             r = train(kvscope, models, data, args, run_on, out)
             if r.returncode != 0:
                 print(f"FAIL {name} --device {run_on}: {r.stderr.strip()[-600:]}")
