@@ -30,6 +30,7 @@ struct CaptureCliOptions {
   int64_t oracle_k = 16;
   std::string output;
   int64_t page_rows = 16;
+  std::string device_prefill = "kernel";
   std::string expect;
   std::string task;
   bool quiet = false;
@@ -67,6 +68,7 @@ int run_capture_cli(const CaptureCliOptions& o) {
   req.output = o.output;
   req.model_path = o.model.model;
   req.page_rows = o.page_rows;
+  req.device_prefill = o.device_prefill;
   req.command_line = own_command_line();
   if (!o.expect.empty()) {
     req.expected_answer = o.expect;
@@ -84,6 +86,7 @@ int run_capture_cli(const CaptureCliOptions& o) {
                         {"forced_tokens", req.generation.forced_tokens.size()},
                         {"prefill_chunk", req.generation.prefill_chunk},
                         {"page_rows", o.page_rows},
+                        {"device_prefill", o.device_prefill},
                         {"threads", o.model.threads}};
   req.run_json = run.dump();
   const bool tty = !o.quiet && isatty(STDERR_FILENO);
@@ -138,6 +141,12 @@ Command add_capture_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--page-size", opt->page_rows, "tokens per KV page")
       ->check(CLI::Range(int64_t(1), int64_t(4096)))
+      ->capture_default_str();
+  sub->add_option("--device-prefill", opt->device_prefill,
+                  "with --device cuda, how prefill chunks are attended: kernel (the flash-style "
+                  "CUDA kernel) or blocked (query blocks of matrix products, the statistics "
+                  "read off each block's weights)")
+      ->check(CLI::IsMember({"kernel", "blocked"}))
       ->capture_default_str();
   sub->add_option("--expect", opt->expect, "text a successful generation contains (task success)");
   sub->add_option(

@@ -71,23 +71,31 @@ if [ -n "${KVSCOPE_SMOLLM2:-}" ] && [ -f "$KVSCOPE_SMOLLM2" ]; then
   done
 fi
 
-# 2. The 8B-shaped model: parity at 1K tokens (fp32 both sides), then the benchmark.
+# 2. The 8B-shaped model: parity at 1K tokens (fp32 both sides; the prefill's
+#    chunks of 512 through the kernel and through the blocked path), then the
+#    benchmark.
 m=/tmp/llama8b-4l
 log "model: $m"
 "$py" bench/gpu/make_llama8b_shaped.py "$m" --layers 4 >>"$out/log.txt" 2>&1 || { log "model failed"; exit 1; }
 for spec in full h2o:heavy=256,recent=256; do
   name=${spec%%:*}
-  for d in cpu cuda; do
+  timeout 240 "$kv" capture --model "$m" --task needle:tokens=1024 --policy "$spec" --max-new 16 --ignore-eos \
+    --device cpu --dtype fp32 --capture received+pooled:64 -o "$t/l-$name.cpu.kvtrace.h5" >"$t/l-$name.cpu.txt" 2>&1 \
+    || log "capture 8B-shaped $spec cpu failed: $(tail -3 "$t/l-$name.cpu.txt")"
+  for prefill in kernel blocked; do
     timeout 240 "$kv" capture --model "$m" --task needle:tokens=1024 --policy "$spec" --max-new 16 --ignore-eos \
-      --device $d --dtype fp32 --capture received+pooled:64 -o "$t/l-$name.$d.kvtrace.h5" >"$t/l-$name.$d.txt" 2>&1 \
-      || log "capture 8B-shaped $spec $d failed: $(tail -3 "$t/l-$name.$d.txt")"
+      --device cuda --device-prefill $prefill --dtype fp32 --capture received+pooled:64 \
+      -o "$t/l-$name.$prefill.kvtrace.h5" >"$t/l-$name.$prefill.txt" 2>&1 \
+      || log "capture 8B-shaped $spec cuda $prefill failed: $(tail -3 "$t/l-$name.$prefill.txt")"
+    echo "{\"model\": \"llama8b-shaped-4l\", \"policy\": \"$spec\", \"device_prefill\": \"$prefill\", \"result\": $("$py" tests/capture/trace_parity.py "$t/l-$name.cpu.kvtrace.h5" "$t/l-$name.$prefill.kvtrace.h5" --mass-atol 1e-4 2>&1 | tail -1)}" >>"$out/parity.jsonl"
   done
-  echo "{\"model\": \"llama8b-shaped-4l\", \"policy\": \"$spec\", \"result\": $("$py" tests/capture/trace_parity.py "$t/l-$name.cpu.kvtrace.h5" "$t/l-$name.cuda.kvtrace.h5" --mass-atol 1e-4 2>&1 | tail -1)}" >>"$out/parity.jsonl"
 done
 
 log "bench"
 for ctx in "${contexts[@]}"; do
-  for run in "full none" "full events" "full received+pooled:64" "h2o:heavy=1024,recent=1024 events"; do
+  for run in "full none kernel" "full events kernel" "full received+pooled:64 kernel" \
+             "h2o:heavy=1024,recent=1024 events kernel" \
+             "full none blocked" "full received+pooled:64 blocked"; do
     set -- $run
     # Peak device memory: nvidia-smi sampled every 0.1 s, minus the idle reading.
     idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
@@ -95,18 +103,18 @@ for ctx in "${contexts[@]}"; do
     sampler=$!
     t0=$(date +%s.%N)
     timeout 200 "$kv" capture --model "$m" --task "needle:tokens=$ctx" --policy "$1" \
-      --max-new 32 --ignore-eos --prefill-chunk 2048 --device cuda --dtype bf16 --capture "$2" \
+      --max-new 32 --ignore-eos --prefill-chunk 2048 --device cuda --device-prefill "$3" --dtype bf16 --capture "$2" \
       -o "$t/bench.kvtrace.h5" >"$t/bench.txt" 2>&1
     rc=$?
     echo "$t0 $(date +%s.%N)" | awk '{printf "%.2f s\n", $2 - $1}' >"$t/time.txt"
     kill $sampler 2>/dev/null; wait $sampler 2>/dev/null
     peak=$(( $(sort -n "$t/mem.txt" | tail -1) - idle ))
     line=$(grep '^capture:' "$t/bench.txt" | tail -1)
-    "$py" - "$ctx" "$1" "$2" "$rc" "$line" "$(cat "$t/time.txt" 2>/dev/null | tail -1)" "$peak" >>"$out/bench.jsonl" <<'PY'
+    "$py" - "$ctx" "$1" "$2" "$rc" "$line" "$(cat "$t/time.txt" 2>/dev/null | tail -1)" "$peak" "$3" >>"$out/bench.jsonl" <<'PY'
 import json, re, sys
-ctx, policy, level, rc, line, tm, peak = sys.argv[1:]
+ctx, policy, level, rc, line, tm, peak, prefill = sys.argv[1:]
 g = lambda p: (float(re.search(p, line).group(1)) if re.search(p, line) else None)
-print(json.dumps({"context": int(ctx), "policy": policy, "capture": level, "rc": int(rc),
+print(json.dumps({"context": int(ctx), "policy": policy, "capture": level, "device_prefill": prefill, "rc": int(rc),
                   "prefill_tok_s": g(r"prefill ([0-9.]+) tokens/s"), "decode_tok_s": g(r"decode ([0-9.]+) tokens/s"),
                   "peak_kv": (re.search(r"peak ([0-9.]+ [KMG]iB)", line) or [None, None])[1],
                   "wall": tm, "peak_device_mib_sampled": int(peak), "line": line}))

@@ -8,11 +8,24 @@
 #include <stdexcept>
 #include <string>
 
+#include "capture/cache/blocked_attention.h"
+#include "core/common/input_error.h"
+
 #ifdef KVSCOPE_HAVE_CUDA
 #include "kernels/cuda/kernels_cuda.h"
 #endif
 
 namespace kvscope::cache {
+
+DevicePrefill parse_device_prefill(const std::string& text) {
+  if (text == "kernel") return DevicePrefill::Kernel;
+  if (text == "blocked") return DevicePrefill::Blocked;
+  throw InputError("", "--device-prefill", "\"" + text + "\" (expected kernel or blocked)");
+}
+
+const char* device_prefill_name(DevicePrefill p) {
+  return p == DevicePrefill::Blocked ? "blocked" : "kernel";
+}
 
 #ifdef KVSCOPE_HAVE_CUDA
 
@@ -139,13 +152,19 @@ void take_pooled(DeviceLayerAttention* result, int64_t heads, int64_t q_blocks, 
 
 DeviceLayerAttention attend_layer_on_device(RaggedKvCache& cache, int64_t layer, int tier,
                                             const torch::Tensor& q, int64_t pos0, double scale,
-                                            int64_t window, const DeviceStatsWanted& wanted) {
+                                            int64_t window, const DeviceStatsWanted& wanted,
+                                            DevicePrefill prefill) {
   const int64_t n = q.size(0), H = cache.n_heads(), K = cache.n_kv_heads(), R = H / K,
                 hd = cache.head_dim();
   if (R > kc::kMaxGroup || hd > kc::kMaxHeadDim || hd % 2 != 0)
     throw std::logic_error("attend_layer_on_device: head shape beyond the CUDA kernels");
-  DeviceLayerAttention result;
   cache.pool(tier).sync_mirror();
+  if (n > 1 && prefill == DevicePrefill::Blocked) {
+    torch::cuda::synchronize();  // the mirror's upload is in place
+    return attend_layer_blocked(cache, layer, tier, cache.pool(tier).mirror_pages(), q, pos0, scale,
+                                window, wanted);
+  }
+  DeviceLayerAttention result;
   DeviceTables t = build_tables(cache, layer, tier, q.device(), &result);
   const int64_t rows = result.row_begin.back();
   const float s = float(scale);
@@ -220,7 +239,8 @@ bool device_attention_compiled() {
 }
 
 DeviceLayerAttention attend_layer_on_device(RaggedKvCache&, int64_t, int, const torch::Tensor&,
-                                            int64_t, double, int64_t, const DeviceStatsWanted&) {
+                                            int64_t, double, int64_t, const DeviceStatsWanted&,
+                                            DevicePrefill) {
   throw std::logic_error(
       "attend_layer_on_device: this build has no CUDA kernels (nvcc was not found)");
 }

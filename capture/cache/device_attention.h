@@ -11,6 +11,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "capture/cache/ragged_cache.h"
@@ -32,6 +33,16 @@ struct DeviceStatsWanted {
   int64_t pooled_block = 0;
 };
 
+// How a prefill chunk (more than one query) is attended on the device: the
+// flash-style CUDA kernel with its statistics passes, or query blocks of
+// matrix products with the statistics read off each block's weights
+// (blocked_attention.h). Decode steps always take the decode kernel.
+enum class DevicePrefill { Kernel, Blocked };
+
+// "kernel" / "blocked"; anything else is an InputError naming --device-prefill.
+DevicePrefill parse_device_prefill(const std::string& text);
+const char* device_prefill_name(DevicePrefill p);
+
 struct DeviceLayerAttention {
   torch::Tensor out;               // [n, H, hd] float32, on the device
   std::vector<int64_t> row_begin;  // [K + 1]: head h holds rows row_begin[h] ..
@@ -49,6 +60,7 @@ struct DeviceLayerAttention {
 // call first. Throws std::runtime_error naming the kernel when a launch fails.
 DeviceLayerAttention attend_layer_on_device(RaggedKvCache& cache, int64_t layer, int tier,
                                             const torch::Tensor& q, int64_t pos0, double scale,
-                                            int64_t window, const DeviceStatsWanted& wanted);
+                                            int64_t window, const DeviceStatsWanted& wanted,
+                                            DevicePrefill prefill = DevicePrefill::Kernel);
 
 }  // namespace kvscope::cache

@@ -68,6 +68,11 @@ class KvPool {
   // Device address of a page's key rows (kv 0) or value rows (kv 1): page_rows
   // rows of row_stride floats (F32 pools only).
   const float* mirror_rows(int32_t page, int kv) const;
+  // The pages as one tensor, uint8 [capacity, page_bytes]: the host storage,
+  // or its device mirror (undefined when not mirrored). For gathers of whole
+  // pages by tensor ops (device_attention.cpp's blocked prefill).
+  const torch::Tensor& host_pages() const { return storage_; }
+  const torch::Tensor& mirror_pages() const { return mirror_; }
   int64_t pages_to_sync() const { return int64_t(dirty_list_.size()); }
 
  private:

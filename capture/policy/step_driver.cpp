@@ -184,7 +184,8 @@ StepDriver::StepDriver(const model::ModelConfig& config, const Options& options,
     }
 }
 
-void StepDriver::use_device(torch::Device device) {
+void StepDriver::use_device(torch::Device device, cache::DevicePrefill prefill) {
+  prefill_ = prefill;
   if (!device.is_cuda() || !cache::device_attention_compiled()) return;
   cache_.mirror_to(device);
   device_tier_ = cache_.device_tier();
@@ -305,7 +306,7 @@ torch::Tensor StepDriver::attend_on_device(const model::AttentionInputs& in,
     want.window_end = std::clamp<int64_t>(options_.prompt_tokens - pos0_, 0, n);
   }
   cache::DeviceLayerAttention r = cache::attend_layer_on_device(
-      cache_, l, device_tier_, q_device, pos0_, in.scale, in.sliding_window, want);
+      cache_, l, device_tier_, q_device, pos0_, in.scale, in.sliding_window, want, prefill_);
   LayerStats& st = stats_[size_t(l)];
   const bool window = want.window_end > want.window_begin;
   const float per_query = 1.0f / float(R_ * n), per_head = 1.0f / float(R_);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "capture/cache/device_attention.h"
 #include "capture/cache/layer_stats.h"
 #include "capture/cache/ragged_cache.h"
 #include "capture/model/attention_backend.h"
@@ -41,8 +42,10 @@ class StepDriver : public model::AttentionBackend {
   // weights themselves (a selection mask, an observer that wants them, a
   // reconstruction pass) or the policy's tiers cannot be read there; those
   // layers run the host kernels over the host pages, which stay the truth.
-  // Policies always see host tensors.
-  void use_device(torch::Device device);
+  // Policies always see host tensors. `prefill`: how prefill chunks are
+  // attended there (cache::DevicePrefill).
+  void use_device(torch::Device device,
+                  cache::DevicePrefill prefill = cache::DevicePrefill::Kernel);
   // Layers attended by the device kernels and by the host kernels so far.
   int64_t device_layers() const { return device_layers_; }
   int64_t host_layers() const { return host_layers_; }
@@ -103,6 +106,7 @@ class StepDriver : public model::AttentionBackend {
   double policy_seconds_ = 0;
   std::vector<ReconstructionChunk> plan_;
   int device_tier_ = -1;  // the tier the device kernels read, -1: host attention only
+  cache::DevicePrefill prefill_ = cache::DevicePrefill::Kernel;
   int64_t device_layers_ = 0, host_layers_ = 0;
   bool side_ = false;        // the steps being fed are reconstruction steps
   int64_t side_index_ = -1;  // chunk of the current (or last) reconstruction step

@@ -160,7 +160,7 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& reques
   policy::StepDriver::Options options{req.page_rows, max_tokens, prompt_tokens};
   pi.policy->setup({&config, max_tokens, prompt_tokens, req.page_rows, &engine.model->weights()});
   policy::StepDriver driver(config, options, *pi.policy, pi.name);
-  driver.use_device(engine.device);
+  driver.use_device(engine.device, cache::parse_device_prefill(req.device_prefill));
   std::vector<std::vector<int32_t>> side_passes;
   for (const policy::ReconstructionChunk& chunk : reconstruction) side_passes.push_back(chunk.ids);
   driver.set_reconstruction(std::move(reconstruction));

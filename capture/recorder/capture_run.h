@@ -35,6 +35,8 @@ struct CaptureRequest {
   std::string output;      // trace path (ignored with --capture none)
   std::string model_path;  // as given, for /run model_path
   int64_t page_rows = 16;
+  // --device cuda: how prefill chunks are attended (cache::DevicePrefill).
+  std::string device_prefill = "kernel";
   std::string command_line;
   std::string run_json = "{}";  // extra run description (sampling, task, ...)
   std::string task_kind;        // e.g. "needle"

@@ -3,13 +3,14 @@
 // holds the rows of every entry, through appends, removals from any position
 // (the last entry moves into the hole), growth and compaction, and a sync
 // uploads only the pages written since the last one. Where a CUDA device is
-// present, one layer's attention by the CUDA kernels over the mirror must
-// equal the host kernels' (outputs and received mass); elsewhere that case
-// says it was skipped.
+// present, one layer's attention by the CUDA kernels over the mirror, and a
+// prefill chunk by the blocked path, must equal the host kernels' (outputs
+// and received mass); elsewhere that case says it was skipped.
 #include <torch/cuda.h>
 
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "capture/cache/device_attention.h"
 #include "capture/cache/ragged_cache.h"
@@ -125,7 +126,11 @@ TEST_CASE("CUDA layer attention equals the host kernels", "[cache][mirror][cuda]
   int64_t pos = 0;
   churn(c, rng, &pos, 300);
   const int64_t H = cfg.n_heads, K = cfg.n_kv_heads, R = H / K, hd = cfg.head_dim;
-  for (int64_t n : {int64_t(1), int64_t(37)}) {
+  using cache::DevicePrefill;
+  // The second prefill chunk through the blocked path (blocked_attention.h).
+  for (const auto& [n, prefill] :
+       {std::pair{int64_t(1), DevicePrefill::Kernel}, std::pair{int64_t(37), DevicePrefill::Kernel},
+        std::pair{int64_t(37), DevicePrefill::Blocked}}) {
     // The step's own entries are in the cache when it attends.
     std::vector<float> k(size_t(hd), 0.5f), v(size_t(hd), -0.5f);
     const int64_t pos0 = pos;
@@ -136,7 +141,7 @@ TEST_CASE("CUDA layer attention equals the host kernels", "[cache][mirror][cuda]
     cache::DeviceStatsWanted want;
     want.received = true;
     const cache::DeviceLayerAttention dev = cache::attend_layer_on_device(
-        c, 1, 0, q.to(torch::kCUDA), pos0, 1.0 / std::sqrt(double(hd)), 0, want);
+        c, 1, 0, q.to(torch::kCUDA), pos0, 1.0 / std::sqrt(double(hd)), 0, want, prefill);
     const torch::Tensor out = dev.out.to(torch::kCPU);
     for (int64_t h = 0; h < K; ++h) {
       std::vector<int64_t> key_pos;

@@ -1,0 +1,183 @@
+// Prefill attention by query blocks and matrix products (blocked_attention.h).
+#include "capture/cache/blocked_attention.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace kvscope::cache {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// One kv head's held rows in slot order, gathered from its pages.
+struct HeadRows {
+  torch::Tensor keys, values;  // [m, hd] float32
+  torch::Tensor pos;           // [m] int64
+};
+
+HeadRows gather_rows(const RaggedKvCache& cache, int64_t layer, int64_t h, int tier,
+                     const torch::Tensor& pages) {
+  const std::vector<int32_t>& pos = cache.positions(layer, h, tier);
+  const std::vector<int32_t>& page_ids = cache.pages(layer, h, tier);
+  const int64_t m = int64_t(pos.size()), rows = cache.page_rows(), hd = cache.head_dim();
+  HeadRows r;
+  r.pos =
+      torch::tensor(std::vector<int64_t>(pos.begin(), pos.end()), torch::kInt64).to(pages.device());
+  if (m == 0) {
+    r.keys = r.values = torch::empty({0, hd}, pages.options().dtype(torch::kFloat32));
+    return r;
+  }
+  const torch::Tensor ids =
+      torch::tensor(std::vector<int64_t>(page_ids.begin(), page_ids.end()), torch::kInt64)
+          .to(pages.device());
+  // A page: rows key rows, then rows value rows, hd floats each.
+  const torch::Tensor held = pages.index_select(0, ids)
+                                 .view(torch::kFloat32)
+                                 .view({int64_t(page_ids.size()), 2, rows, hd});
+  r.keys = held.select(1, 0).reshape({-1, hd}).narrow(0, 0, m);
+  r.values = held.select(1, 1).reshape({-1, hd}).narrow(0, 0, m);
+  return r;
+}
+
+// Softmax over the visible keys of each row of s [R, b, m] (hidden entries
+// already -inf); a row that sees no key gets zeros, as in the kernels.
+torch::Tensor visible_softmax(const torch::Tensor& s) {
+  torch::Tensor top = std::get<0>(s.max(-1, /*keepdim=*/true));
+  top = torch::where(torch::isinf(top), torch::zeros_like(top), top);
+  const torch::Tensor e = (s - top).exp();  // exp(-inf) = 0
+  const torch::Tensor den = e.sum(-1, /*keepdim=*/true);
+  return torch::where(den > 0, e / den, torch::zeros_like(e));
+}
+
+// The statistics of one head, summed over its query blocks.
+struct HeadStats {
+  torch::Tensor received, last_query, window;  // [m]
+  torch::Tensor pooled_sum, pooled_max;        // [R, q_blocks, n_blocks]
+};
+
+struct ChunkShape {
+  int64_t n, R, hd, pos0, window, B, q_blocks, n_blocks;
+  double scale;
+};
+
+// One kv head: out [R, n, hd] and the wanted statistics.
+torch::Tensor attend_head_blocked(const HeadRows& rows, const torch::Tensor& q, const ChunkShape& c,
+                                  const DeviceStatsWanted& wanted, int64_t block, HeadStats* st) {
+  const int64_t m = rows.pos.size(0);
+  const auto f32 = q.options().dtype(torch::kFloat32);
+  torch::Tensor out = torch::empty({c.R, c.n, c.hd}, f32);
+  if (wanted.received) st->received = torch::zeros({m}, f32);
+  if (wanted.last_query) st->last_query = torch::zeros({m}, f32);
+  if (wanted.window_end > wanted.window_begin) st->window = torch::zeros({m}, f32);
+  if (c.B > 0) {
+    st->pooled_sum = torch::zeros({c.R, c.q_blocks, c.n_blocks}, f32);
+    st->pooled_max = torch::zeros({c.R, c.q_blocks, c.n_blocks}, f32);
+  }
+  if (m == 0) return out.zero_();  // a head that holds nothing: zeros, and no weight anywhere
+  const torch::Tensor kpos = rows.pos.view({1, m});
+  const torch::Tensor key_block = rows.pos.div(c.B > 0 ? c.B : 1, "floor");
+  for (int64_t a = 0; a < c.n; a += block) {
+    const int64_t b = std::min(c.n, a + block), nb = b - a;
+    const torch::Tensor qpos =
+        torch::arange(c.pos0 + a, c.pos0 + b, rows.pos.options()).view({nb, 1});
+    // key_visible: causal by position, within the sliding window.
+    torch::Tensor hidden = kpos > qpos;
+    if (c.window > 0) hidden = hidden.logical_or(kpos <= qpos - c.window);
+    torch::Tensor s = torch::matmul(q.narrow(1, a, nb), rows.keys.t()) * c.scale;  // [R, nb, m]
+    s.masked_fill_(hidden.unsqueeze(0), kNegInf);
+    const torch::Tensor p = visible_softmax(s);
+    out.narrow(1, a, nb).copy_(torch::matmul(p, rows.values));
+    if (st->received.defined()) st->received += p.sum({0, 1});
+    if (st->last_query.defined() && b == c.n) st->last_query += p.select(1, nb - 1).sum(0);
+    const int64_t wa = std::max(a, wanted.window_begin), wb = std::min(b, wanted.window_end);
+    if (st->window.defined() && wb > wa) st->window += p.narrow(1, wa - a, wb - wa).sum({0, 1});
+    if (c.B > 0) {
+      // Key blocks first ([R, nb, n_blocks]), then query blocks.
+      const torch::Tensor kb = key_block.view({1, 1, m}).expand({c.R, nb, m});
+      const torch::Tensor by_key_sum =
+          torch::zeros({c.R, nb, c.n_blocks}, f32).scatter_add_(2, kb, p);
+      const torch::Tensor by_key_max =
+          torch::zeros({c.R, nb, c.n_blocks}, f32).scatter_reduce_(2, kb, p, "amax");
+      const torch::Tensor qb = (qpos.view({nb}).div(c.B, "floor") - c.pos0 / c.B)
+                                   .view({1, nb, 1})
+                                   .expand({c.R, nb, c.n_blocks});
+      st->pooled_sum.scatter_add_(1, qb, by_key_sum);
+      st->pooled_max.scatter_reduce_(1, qb, by_key_max, "amax");
+    }
+  }
+  return out;
+}
+
+std::vector<float> to_host_floats(const torch::Tensor& t) {
+  const torch::Tensor h = t.to(torch::kCPU, torch::kFloat32).contiguous();
+  return std::vector<float>(h.data_ptr<float>(), h.data_ptr<float>() + h.numel());
+}
+
+}  // namespace
+
+DeviceLayerAttention attend_layer_blocked(RaggedKvCache& cache, int64_t layer, int tier,
+                                          const torch::Tensor& pages, const torch::Tensor& q,
+                                          int64_t pos0, double scale, int64_t window,
+                                          const DeviceStatsWanted& wanted,
+                                          int64_t max_weight_bytes) {
+  const int64_t n = q.size(0), H = cache.n_heads(), K = cache.n_kv_heads(), R = H / K,
+                hd = cache.head_dim();
+  const KvPool& pool = cache.pool(tier);
+  if (pool.format() != RowFormat::F32 || pool.key_dim() != hd)
+    throw std::logic_error("attend_layer_blocked: tier " + std::to_string(tier) +
+                           " does not hold whole float32 rows");
+  if (!pages.defined() || pages.device() != q.device() ||
+      pages.size(1) != 2 * cache.page_rows() * hd * 4)
+    throw std::logic_error("attend_layer_blocked: the pages are not the tier's, on q's device");
+  const int64_t B = wanted.pooled_block;
+  const ChunkShape c{n,
+                     R,
+                     hd,
+                     pos0,
+                     window,
+                     B,
+                     B > 0 ? (pos0 + n - 1) / B - pos0 / B + 1 : 0,
+                     B > 0 ? (pos0 + n + B - 1) / B : 0,
+                     scale};
+  const torch::Tensor qd = q.reshape({n, K, R, hd}).permute({1, 2, 0, 3}).to(torch::kFloat32);
+
+  DeviceLayerAttention result;
+  result.row_begin.assign(1, 0);
+  std::vector<torch::Tensor> outs;
+  std::vector<HeadStats> stats(static_cast<size_t>(K));
+  for (int64_t h = 0; h < K; ++h) {
+    const HeadRows rows = gather_rows(cache, layer, h, tier, pages);
+    const std::vector<int32_t>& pos = cache.positions(layer, h, tier);
+    result.key_pos.insert(result.key_pos.end(), pos.begin(), pos.end());
+    result.row_begin.push_back(int64_t(result.key_pos.size()));
+    const int64_t m = std::max<int64_t>(1, rows.pos.size(0));
+    const int64_t block = std::clamp<int64_t>(max_weight_bytes / (R * m * 4), 1, n);
+    outs.push_back(attend_head_blocked(rows, qd[h], c, wanted, block, &stats[size_t(h)]));
+  }
+  result.out = torch::stack(outs).permute({2, 0, 1, 3}).reshape({n, H, hd}).contiguous();
+
+  // Host copies, heads in order as the kernels lay them out.
+  auto concat = [&](torch::Tensor HeadStats::*field) {
+    std::vector<torch::Tensor> parts;
+    for (const HeadStats& s : stats)
+      if ((s.*field).defined()) parts.push_back((s.*field).flatten());
+    return parts.empty() ? std::vector<float>() : to_host_floats(torch::cat(parts));
+  };
+  if (wanted.received) result.received = concat(&HeadStats::received);
+  if (wanted.last_query) result.last_query = concat(&HeadStats::last_query);
+  if (wanted.window_end > wanted.window_begin) result.window = concat(&HeadStats::window);
+  if (B > 0) {
+    result.q_blocks = c.q_blocks;
+    result.n_blocks = c.n_blocks;
+    result.pooled_sum = concat(&HeadStats::pooled_sum);
+    result.pooled_max = concat(&HeadStats::pooled_max);
+  }
+  return result;
+}
+
+}  // namespace kvscope::cache
