@@ -30,8 +30,9 @@ namespace {
 
 // The dense cache, recording each layer's queries on the way. The forward
 // runs where the model is (the cache in float32 on the host, where the shared
-// kernels want it; in the model's dtype on a GPU); the sums accumulate on the
-// host in float64.
+// kernels want it; in the model's dtype on a GPU); the sums accumulate in
+// float64 where the queries are, and cross to the host once, for the fit (no
+// copy and no synchronisation per layer).
 class QueryRecorder : public model::AttentionBackend {
  public:
   // stats: the pre-RoPE moments to feed too (query-stats), or null.
@@ -42,9 +43,10 @@ class QueryRecorder : public model::AttentionBackend {
         K_(c.n_kv_heads),
         R_(c.n_heads / c.n_kv_heads),
         hd_(c.head_dim) {
+    const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device);
     for (int64_t l = 0; l < c.n_layers; ++l) {
-      gram.push_back(torch::zeros({K_, hd_, hd_}, torch::kFloat64));
-      sum.push_back(torch::zeros({K_, hd_}, torch::kFloat64));
+      gram.push_back(torch::zeros({K_, hd_, hd_}, f64));
+      sum.push_back(torch::zeros({K_, hd_}, f64));
     }
   }
   void reset() { dense_.reset(); }
@@ -55,14 +57,14 @@ class QueryRecorder : public model::AttentionBackend {
     // [n, H, hd] -> [K, n R, hd]: a kv head's group of query heads together.
     torch::Tensor q = in.q.to(torch::kFloat64).view({n, K_, R_, hd_}).permute({1, 0, 2, 3});
     q = q.reshape({K_, n * R_, hd_});
-    gram[size_t(in.layer)] += q.transpose(1, 2).bmm(q).cpu();
-    sum[size_t(in.layer)] += q.sum(1).cpu();
+    gram[size_t(in.layer)] += q.transpose(1, 2).bmm(q);
+    sum[size_t(in.layer)] += q.sum(1);
     queries += n * R_ * (in.layer == 0 ? 1 : 0);
     if (stats_) stats_->add(in.layer, in.q.cpu(), in.pos0, in.pos0 + n);
     return dense_.attend(in);
   }
 
-  std::vector<torch::Tensor> gram, sum;  // per layer [K, hd, hd], [K, hd]
+  std::vector<torch::Tensor> gram, sum;  // per layer [K, hd, hd], [K, hd], on the model's device
   int64_t queries = 0;                   // per (kv head, layer 0)
 
  private:
@@ -80,9 +82,9 @@ namespace {
 nlohmann::json qfilters(const QueryRecorder& rec, const model::ModelConfig& c, GateSet& set) {
   nlohmann::json explained = nlohmann::json::array();
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    auto [values, vectors] = torch::linalg_eigh(rec.gram[size_t(l)]);  // ascending
-    torch::Tensor u = vectors.select(2, c.head_dim - 1);               // [K, hd]
-    torch::Tensor sign = (u * rec.sum[size_t(l)]).sum(1).sign();
+    auto [values, vectors] = torch::linalg_eigh(rec.gram[size_t(l)].cpu());  // ascending
+    torch::Tensor u = vectors.select(2, c.head_dim - 1);                     // [K, hd]
+    torch::Tensor sign = (u * rec.sum[size_t(l)].cpu()).sum(1).sign();
     sign = torch::where(sign == 0, torch::ones_like(sign), sign);
     set.params["layers." + std::to_string(l) + ".qfilter"] =
         (u * sign.unsqueeze(1)).to(torch::kFloat32);
