@@ -92,10 +92,11 @@ torch::Tensor attend_head_blocked(const HeadRows& rows, const torch::Tensor& q, 
     s.masked_fill_(hidden.unsqueeze(0), kNegInf);
     const torch::Tensor p = visible_softmax(s);
     out.narrow(1, a, nb).copy_(torch::matmul(p, rows.values));
-    if (st->received.defined()) st->received += p.sum({0, 1});
+    if (st->received.defined()) st->received += p.sum(torch::IntArrayRef{0, 1});
     if (st->last_query.defined() && b == c.n) st->last_query += p.select(1, nb - 1).sum(0);
     const int64_t wa = std::max(a, wanted.window_begin), wb = std::min(b, wanted.window_end);
-    if (st->window.defined() && wb > wa) st->window += p.narrow(1, wa - a, wb - wa).sum({0, 1});
+    if (st->window.defined() && wb > wa)
+      st->window += p.narrow(1, wa - a, wb - wa).sum(torch::IntArrayRef{0, 1});
     if (c.B > 0) {
       // Key blocks first ([R, nb, n_blocks]), then query blocks.
       const torch::Tensor kb = key_block.view({1, 1, m}).expand({c.R, nb, m});

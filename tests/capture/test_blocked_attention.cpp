@@ -143,9 +143,10 @@ TEST_CASE("blocked prefill attention equals the host kernel, statistics included
           } else {
             REQUIRE(torch::allclose(out_h, ref.out, 1e-4, 1e-5));
           }
-          require_close(got.received, size_t(b), ref.weights.sum({0, 1}));
+          require_close(got.received, size_t(b), ref.weights.sum(torch::IntArrayRef{0, 1}));
           require_close(got.last_query, size_t(b), ref.weights.select(1, n - 1).sum(0));
-          require_close(got.window, size_t(b), ref.weights.narrow(1, 50, 16).sum({0, 1}));
+          require_close(got.window, size_t(b),
+                        ref.weights.narrow(1, 50, 16).sum(torch::IntArrayRef{0, 1}));
           const auto [sum, max] = pooled_reference(ref.weights, ref.key_pos, pos0, 16, qb, nb);
           const size_t head = size_t(h * R * qb * nb);
           require_close(got.pooled_sum, head, sum);
