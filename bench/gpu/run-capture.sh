@@ -6,13 +6,20 @@
 # random weights, then benchmarks that model at 8K and 32K tokens of context
 # (--capture none / events / received+pooled) against PyTorch's own model forward
 # (transformers, SDPA, bf16) in the same run.
-#   bash bench/gpu/run-capture.sh OUT_DIR [contexts...]   (default 8192 32768)
+#   [STAGES="parity train"] bash bench/gpu/run-capture.sh OUT_DIR [contexts...]
+#   (contexts default 8192 32768)
 # Writes OUT_DIR/env.txt, log.txt, parity.jsonl, train-parity.jsonl, bench.jsonl, sdpa.jsonl.
 # Needs .gpu/ carried (bench/gpu/make-sysroot.sh: the sysroot and stories260K),
 # and a working tree under the device tool's 64 MiB: move the SmolLM2 gate
 # files of resources/gates/ aside for the call (none of this reads them).
 # OUT_DIR/kvscope is the binary built there, for a later call to carry.
 set -uo pipefail
+# STAGES (default all): any of parity train smollm2 parity8b bench, so one
+# session's device calls (10 minutes each at most) can split the work; on a
+# machine still warm from the last call /tmp/kvbuild is kept and the build
+# is incremental.
+stages=" ${STAGES:-parity train smollm2 parity8b bench} "
+want() { [[ "$stages" == *" $1 "* ]]; }
 out=${1:?usage: run-capture.sh OUT_DIR [contexts...]}
 shift
 contexts=("$@")
@@ -43,16 +50,21 @@ t=/tmp/kvcap && mkdir -p "$t"
 # 1. Parity on stories260K: one policy per path (device kernels with each
 #    statistic; masks, INT4 tiers and the oracle on the host path).
 S=.gpu/models
-log "parity: stories260K"
-"$py" tests/capture/cuda_capture_parity.py "$kv" "$S" "$t/stories" --jsonl "$out/parity.jsonl" >>"$out/log.txt" 2>&1 \
-  || log "stories260K parity: failures (log.txt)"
+if want parity; then
+  log "parity: stories260K"
+  "$py" tests/capture/cuda_capture_parity.py "$kv" "$S" "$t/stories" --jsonl "$out/parity.jsonl" >>"$out/log.txt" 2>&1 \
+    || log "stories260K parity: failures (log.txt)"
+fi
 
 # 1a. kvscope train --device cuda against --device cpu: every trainer that runs
 #     on a GPU, three steps each (tests/gates/cuda_train_parity.py).
-log "train parity: stories260K"
-"$py" tests/gates/cuda_train_parity.py "$kv" "$S" "$t/train" --jsonl "$out/train-parity.jsonl" >>"$out/log.txt" 2>&1 \
-  || log "train parity: failures (log.txt)"
+if want train; then
+  log "train parity: stories260K"
+  "$py" tests/gates/cuda_train_parity.py "$kv" "$S" "$t/train" --jsonl "$out/train-parity.jsonl" >>"$out/log.txt" 2>&1 \
+    || log "train parity: failures (log.txt)"
+fi
 
+if want smollm2; then
 # 1b. SmolLM2-135M-Instruct, when KVSCOPE_SMOLLM2 names its GGUF on this
 #     machine. The 98 MB file is over what one device call carries: split it
 #     here (split -b 50M) and carry the halves in two calls on the same warm
@@ -70,13 +82,18 @@ if [ -n "${KVSCOPE_SMOLLM2:-}" ] && [ -f "$KVSCOPE_SMOLLM2" ]; then
     echo "{\"model\": \"SmolLM2-135M-Instruct\", \"policy\": \"$spec\", \"result\": $("$py" tests/capture/trace_parity.py "$t/m-$name.cpu.kvtrace.h5" "$t/m-$name.cuda.kvtrace.h5" 2>&1 | tail -1)}" >>"$out/parity.jsonl"
   done
 fi
+fi
 
 # 2. The 8B-shaped model: parity at 1K tokens (fp32 both sides; the prefill's
 #    chunks of 512 through the kernel and through the blocked path), then the
 #    benchmark.
 m=/tmp/llama8b-4l
-log "model: $m"
-"$py" bench/gpu/make_llama8b_shaped.py "$m" --layers 4 >>"$out/log.txt" 2>&1 || { log "model failed"; exit 1; }
+if want parity8b || want bench; then
+  log "model: $m"
+  [ -f "$m/config.json" ] || "$py" bench/gpu/make_llama8b_shaped.py "$m" --layers 4 >>"$out/log.txt" 2>&1 \
+    || { log "model failed"; exit 1; }
+fi
+if want parity8b; then
 for spec in full h2o:heavy=256,recent=256; do
   name=${spec%%:*}
   timeout 240 "$kv" capture --model "$m" --task needle:tokens=1024 --policy "$spec" --max-new 16 --ignore-eos \
@@ -90,7 +107,9 @@ for spec in full h2o:heavy=256,recent=256; do
     echo "{\"model\": \"llama8b-shaped-4l\", \"policy\": \"$spec\", \"device_prefill\": \"$prefill\", \"result\": $("$py" tests/capture/trace_parity.py "$t/l-$name.cpu.kvtrace.h5" "$t/l-$name.$prefill.kvtrace.h5" --mass-atol 1e-4 2>&1 | tail -1)}" >>"$out/parity.jsonl"
   done
 done
+fi
 
+if want bench; then
 log "bench"
 for ctx in "${contexts[@]}"; do
   for run in "full none kernel" "full events kernel" "full received+pooled:64 kernel" \
@@ -125,4 +144,5 @@ PY
   timeout 120 "$py" bench/gpu/sdpa_model_anchor.py "$m" --context "$ctx" --decode 32 >>"$out/sdpa.jsonl" 2>>"$out/log.txt" \
     || log "sdpa anchor $ctx failed"
 done
+fi
 log "done"
