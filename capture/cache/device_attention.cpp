@@ -23,10 +23,6 @@ DevicePrefill parse_device_prefill(const std::string& text) {
   throw InputError("", "--device-prefill", "\"" + text + "\" (expected kernel or blocked)");
 }
 
-const char* device_prefill_name(DevicePrefill p) {
-  return p == DevicePrefill::Blocked ? "blocked" : "kernel";
-}
-
 #ifdef KVSCOPE_HAVE_CUDA
 
 bool device_attention_compiled() {

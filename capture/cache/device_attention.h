@@ -41,7 +41,6 @@ enum class DevicePrefill { Kernel, Blocked };
 
 // "kernel" / "blocked"; anything else is an InputError naming --device-prefill.
 DevicePrefill parse_device_prefill(const std::string& text);
-const char* device_prefill_name(DevicePrefill p);
 
 struct DeviceLayerAttention {
   torch::Tensor out;               // [n, H, hd] float32, on the device
