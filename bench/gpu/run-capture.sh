@@ -64,12 +64,11 @@ if want train; then
     || log "train parity: failures (log.txt)"
 fi
 
-if want smollm2; then
 # 1b. SmolLM2-135M-Instruct, when KVSCOPE_SMOLLM2 names its GGUF on this
 #     machine. The 98 MB file is over what one device call carries: split it
 #     here (split -b 50M) and carry the halves in two calls on the same warm
 #     machine, joining them there with cat.
-if [ -n "${KVSCOPE_SMOLLM2:-}" ] && [ -f "$KVSCOPE_SMOLLM2" ]; then
+if want smollm2 && [ -n "${KVSCOPE_SMOLLM2:-}" ] && [ -f "$KVSCOPE_SMOLLM2" ]; then
   log "parity: SmolLM2"
   for spec in full h2o:heavy=64,recent=64 tova:budget=128 snapkv:budget=128,window=16; do
     name=${spec%%:*}
@@ -81,7 +80,6 @@ if [ -n "${KVSCOPE_SMOLLM2:-}" ] && [ -f "$KVSCOPE_SMOLLM2" ]; then
     done
     echo "{\"model\": \"SmolLM2-135M-Instruct\", \"policy\": \"$spec\", \"result\": $("$py" tests/capture/trace_parity.py "$t/m-$name.cpu.kvtrace.h5" "$t/m-$name.cuda.kvtrace.h5" 2>&1 | tail -1)}" >>"$out/parity.jsonl"
   done
-fi
 fi
 
 # 2. The 8B-shaped model: parity at 1K tokens (fp32 both sides; the prefill's

@@ -17,7 +17,7 @@ namespace kvscope::gates {
 KvzipTargets::KvzipTargets(const model::ModelConfig& c, const model::ModelWeights& w,
                            int64_t window, int64_t repeat, bool plus)
     : dense_(c, 2 * window + repeat, w.embed.device(),
-             w.embed.device().is_cpu() ? torch::kFloat32 : w.embed.scalar_type()),
+             generate::DenseKvCache::readback_dtype(w.embed.device(), w.embed.scalar_type())),
       T_(window),
       P_(repeat),
       plus_(plus) {

@@ -168,7 +168,7 @@ class FutureUtility : public model::AttentionBackend {
  public:
   FutureUtility(const model::ModelConfig& c, std::vector<torch::Tensor> wo, torch::Device device,
                 torch::ScalarType dtype, int64_t T, int64_t C)
-      : dense_(c, T + C, device, device.is_cpu() ? torch::kFloat32 : dtype),
+      : dense_(c, T + C, device, generate::DenseKvCache::readback_dtype(device, dtype)),
         wo_(std::move(wo)),
         T_(T),
         C_(C) {}

@@ -39,7 +39,7 @@ class QueryRecorder : public model::AttentionBackend {
   QueryRecorder(const model::ModelConfig& c, int64_t capacity, torch::Device device,
                 torch::ScalarType dtype, policy::QueryMoments* stats)
       : stats_(stats),
-        dense_(c, capacity, device, device.is_cpu() ? torch::kFloat32 : dtype),
+        dense_(c, capacity, device, generate::DenseKvCache::readback_dtype(device, dtype)),
         K_(c.n_kv_heads),
         R_(c.n_heads / c.n_kv_heads),
         hd_(c.head_dim) {

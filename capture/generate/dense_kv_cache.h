@@ -21,6 +21,14 @@ class DenseKvCache : public model::AttentionBackend {
   DenseKvCache(const model::ModelConfig& config, int64_t capacity, torch::Device device,
                torch::ScalarType dtype);
 
+  // The buffers' dtype for the trainers' read-backs (KVzip's targets, the
+  // query calibrations, LU-KV's future pass): float32 on the host, where the
+  // shared kernels read it with no conversion per step; the model's dtype
+  // on a GPU.
+  static torch::ScalarType readback_dtype(torch::Device device, torch::ScalarType model_dtype) {
+    return device.is_cpu() ? torch::kFloat32 : model_dtype;
+  }
+
   void reset() { length_ = 0; }
   int64_t length() const { return length_; }
   int64_t capacity() const { return capacity_; }
