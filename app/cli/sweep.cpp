@@ -38,6 +38,7 @@ struct SweepOptions {
   std::string plan;
   std::string output;  // default: <plan's folder>/<plan name>
   int threads = 0;
+  std::string device = "cpu";  // where the captures run; not part of a cell's id
   int jobs = 1;
   std::string shard;  // "K/N": run only this shard's cells
   int slurm = 0;      // > 0: submit as a Slurm array of this many tasks
@@ -137,11 +138,14 @@ void validate_plan(const SweepPlan& plan) {
   }
 }
 
-generate::Engine open_model(const SweepPlan& plan, const std::string& model, int threads) {
+generate::Engine open_model(const SweepPlan& plan, const std::string& model,
+                            const SweepOptions& o) {
   generate::ModelOptions mo;
   mo.model = model;
   mo.tokenizer = plan.tokenizer;
-  mo.threads = threads;
+  mo.device = o.device;
+  mo.dtype = plan.dtype;
+  mo.threads = o.threads;
   generate::Engine engine = generate::open_engine(mo);
   if (!engine.tokenizer)
     throw InputError(model, "tokenizer", "no tokenizer: " + engine.tokenizer_source);
@@ -226,7 +230,7 @@ int64_t run_cells(const SweepPlan& plan, const std::vector<SweepCell>& cells, co
   int64_t ran = 0;
   const auto start = Clock::now();
   for (const SweepCell* c : todo) {
-    if (c->model != loaded) engine = open_model(plan, c->model, o.threads), loaded = c->model;
+    if (c->model != loaded) engine = open_model(plan, c->model, o), loaded = c->model;
     const std::string trace = "traces/" + c->id + ".kvtrace.h5";
     const CellOutcome out = run_cell(plan, *c, engine, dir / trace);
     table << sweep::csv_row(result_row(*c, out, trace)) << "\n" << std::flush;
@@ -246,6 +250,9 @@ int64_t run_cells(const SweepPlan& plan, const std::vector<SweepCell>& cells, co
 
 int run_sweep(const SweepOptions& o) {
   const Shard shard = o.shard.empty() ? Shard{} : parse_shard(o.shard);
+  // A missing GPU is the invocation's error, not every cell's. Slurm tasks
+  // check theirs where they run: a login node often has no GPU.
+  if (!o.collect && o.slurm == 0) (void)generate::parse_device(o.device);
   const SweepPlan plan = parse_sweep_plan(o.plan);
   const std::vector<SweepCell> cells = sweep_cells(plan);
   validate_plan(plan);
@@ -267,10 +274,10 @@ int run_sweep(const SweepOptions& o) {
     print_collected(plan.name, dir, cells, before);
     return kExitOk;
   }
+  const ShardWork work{o.plan, dir.string(), o.device, o.retry_failed};
   if (o.slurm > 0) {
     const int tasks = std::min<int>(o.slurm, int(cells.size()));
-    const SlurmSubmission s =
-        submit_slurm(o.plan, dir.string(), tasks, o.retry_failed, o.sbatch_options);
+    const SlurmSubmission s = submit_slurm(work, tasks, o.sbatch_options);
     std::cout << "sweep " << plan.name << ": submitted Slurm job array " << s.job_id << " ("
               << tasks << " tasks, " << cells.size() << " cells)\n";
     if (!s.waited) {
@@ -289,7 +296,7 @@ int run_sweep(const SweepOptions& o) {
   const int jobs = std::min<int>(o.jobs, int(cells.size()));
   const int failed_workers =
       jobs > 1
-          ? run_local_jobs(o.plan, dir.string(), jobs, o.threads, o.retry_failed)
+          ? run_local_jobs(work, jobs, o.threads)
           : (run_cells(plan, cells, dir, Shard{}, o, before, sweep::results_csv_path(dir.string())),
              0);
   print_collected(plan.name, dir, cells, before);
@@ -306,6 +313,10 @@ Command add_sweep_command(CLI::App& app) {
   sub->add_option("-o,--output", opt->output,
                   "folder for results.csv and traces/ (default: beside the plan, named after it)");
   sub->add_option("--threads", opt->threads, "CPU threads (0: one per core; split among --jobs)")
+      ->capture_default_str();
+  sub->add_option("--device", opt->device,
+                  "cpu, cuda or cuda:N: where every cell's capture runs (each --jobs worker and "
+                  "Slurm task loads the models there)")
       ->capture_default_str();
   CLI::Option* jobs =
       sub->add_option("--jobs", opt->jobs, "local worker processes (each loads each model once)")

@@ -91,6 +91,12 @@ SweepPlan parse_sweep_plan(const std::string& path) {
        }},
       {"chat",
        [&](const toml::value& v) { p.chat = scalar<bool>(path, v, "chat", "true or false"); }},
+      {"dtype",
+       [&](const toml::value& v) {
+         p.dtype = scalar<std::string>(path, v, "dtype", "a string");
+         if (p.dtype != "fp32" && p.dtype != "bf16" && p.dtype != "fp16")
+           bad(path, v, "dtype", "\"" + p.dtype + "\" (expected fp32, bf16 or fp16)");
+       }},
       {"max_new",
        [&](const toml::value& v) {
          p.max_new = scalar<int64_t>(path, v, "max_new", "an integer");
@@ -182,7 +188,10 @@ std::vector<SweepCell> sweep_cells(const SweepPlan& p) {
               c.id = stable_id(model + "|" + policy + "|" + c.task + "|" + p.tokenizer + "|" +
                                std::to_string(p.max_new) + "|" + (p.chat ? "chat" : "plain") + "|" +
                                std::to_string(p.prefill_chunk) + "|" + p.capture + "|" +
-                               (p.oracle ? "oracle" : ""));
+                               (p.oracle ? "oracle" : "") +
+                               // fp32 adds nothing: the ids of plans written before
+                               // dtype existed stay what they were.
+                               (p.dtype == "fp32" ? "" : "|" + p.dtype));
               if (seen.insert(c.id).second) cells.push_back(c);
             }
   return cells;

@@ -15,6 +15,7 @@ struct SweepPlan {
   std::vector<std::string> models;
   std::string tokenizer;  // optional: for llama2.c checkpoints without a tokenizer beside them
   bool chat = false;
+  std::string dtype = "fp32";  // the weights' (fp32 | bf16 | fp16): part of what a cell computes
   int64_t max_new = 16;
   int64_t prefill_chunk = 512;
   std::string capture = "received";

@@ -97,9 +97,8 @@ std::string find_on_path(const std::string& name) {
   return "";
 }
 
-std::string write_sbatch_script(const std::string& plan, const std::string& dir, int tasks,
-                                bool retry_failed) {
-  const fs::path folder = fs::path(dir) / "slurm";
+std::string write_sbatch_script(const ShardWork& work, int tasks) {
+  const fs::path folder = fs::path(work.dir) / "slurm";
   fs::create_directories(folder);
   const fs::path script = folder / "sweep.sbatch";
   std::ofstream out(script);
@@ -112,9 +111,11 @@ std::string write_sbatch_script(const std::string& plan, const std::string& dir,
       << "#SBATCH --output=" << (fs::absolute(folder) / "task-%A_%a.out").string() << "\n"
       << "set -eu\n"
       << "exec " << shell_quote(own_executable());
+  ShardWork absolute = work;
+  absolute.plan = fs::absolute(work.plan).string();
+  absolute.dir = fs::absolute(work.dir).string();
   std::vector<std::string> args = shard_arguments(
-      fs::absolute(plan).string(), fs::absolute(dir).string(), "${SLURM_CPUS_PER_TASK:-0}",
-      retry_failed, "${SLURM_ARRAY_TASK_ID}/" + std::to_string(tasks));
+      absolute, "${SLURM_CPUS_PER_TASK:-0}", "${SLURM_ARRAY_TASK_ID}/" + std::to_string(tasks));
   // Slurm's variables expand in double quotes; everything else is literal.
   for (const std::string& a : args)
     out << ' ' << (a.rfind("${SLURM", 0) == 0 ? "\"" + a + "\"" : shell_quote(a));
@@ -136,23 +137,21 @@ Shard parse_shard(const std::string& text) {
   return s;
 }
 
-std::vector<std::string> shard_arguments(const std::string& plan, const std::string& dir,
-                                         const std::string& threads, bool retry_failed,
+std::vector<std::string> shard_arguments(const ShardWork& work, const std::string& threads,
                                          const std::string& shard) {
-  std::vector<std::string> args = {"sweep",   plan,  "-o",        dir,
-                                   "--shard", shard, "--threads", threads};
-  if (retry_failed) args.push_back("--retry-failed");
+  std::vector<std::string> args = {"sweep", work.plan,   "-o",    work.dir,   "--shard",
+                                   shard,   "--threads", threads, "--device", work.device};
+  if (work.retry_failed) args.push_back("--retry-failed");
   return args;
 }
 
-int run_local_jobs(const std::string& plan, const std::string& dir, int jobs, int threads,
-                   bool retry_failed) {
+int run_local_jobs(const ShardWork& work, int jobs, int threads) {
   const int cores = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
   const int per_job = std::max(1, cores / jobs);
   std::vector<pid_t> pids;
   for (int k = 0; k < jobs; ++k) {
     std::vector<std::string> args = {own_executable()};
-    for (const std::string& a : shard_arguments(plan, dir, std::to_string(per_job), retry_failed,
+    for (const std::string& a : shard_arguments(work, std::to_string(per_job),
                                                 std::to_string(k) + "/" + std::to_string(jobs)))
       args.push_back(a);
     const pid_t pid = spawn(args);
@@ -174,14 +173,14 @@ int run_local_jobs(const std::string& plan, const std::string& dir, int jobs, in
   return failed;
 }
 
-SlurmSubmission submit_slurm(const std::string& plan, const std::string& dir, int tasks,
-                             bool retry_failed, const std::vector<std::string>& sbatch_options) {
+SlurmSubmission submit_slurm(const ShardWork& work, int tasks,
+                             const std::vector<std::string>& sbatch_options) {
   const std::string sbatch = find_on_path("sbatch");
   if (sbatch.empty())
     throw InputError("sbatch", "--slurm",
                      "Slurm not reachable: sbatch is not on PATH (run on a cluster's login node, "
                      "or install slurm-client)");
-  const std::string script = write_sbatch_script(plan, dir, tasks, retry_failed);
+  const std::string script = write_sbatch_script(work, tasks);
   std::vector<std::string> args = {sbatch, "--parsable", "--array=0-" + std::to_string(tasks - 1)};
   args.insert(args.end(), sbatch_options.begin(), sbatch_options.end());
   args.push_back(script);

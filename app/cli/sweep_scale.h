@@ -17,15 +17,21 @@ struct Shard {
 // "K/N" with 0 <= K < N; throws InputError naming --shard otherwise.
 Shard parse_shard(const std::string& text);
 
+// What every shard process of one sweep is told: the plan, the output
+// folder, the device it captures on and whether failed cells run again.
+struct ShardWork {
+  std::string plan, dir;
+  std::string device = "cpu";
+  bool retry_failed = false;
+};
+
 // The arguments a shard process gets (after the executable).
-std::vector<std::string> shard_arguments(const std::string& plan, const std::string& dir,
-                                         const std::string& threads, bool retry_failed,
+std::vector<std::string> shard_arguments(const ShardWork& work, const std::string& threads,
                                          const std::string& shard);
 
 // Starts `jobs` local shard processes of this executable and waits for all;
 // returns how many exited with a failure.
-int run_local_jobs(const std::string& plan, const std::string& dir, int jobs, int threads,
-                   bool retry_failed);
+int run_local_jobs(const ShardWork& work, int jobs, int threads);
 
 struct SlurmSubmission {
   std::string job_id;
@@ -36,7 +42,7 @@ struct SlurmSubmission {
 // Writes DIR/slurm/sweep.sbatch and submits it as an array of `tasks` shard
 // processes with sbatch (from PATH) and the user's sbatch options. Throws
 // InputError (exit 2) when sbatch is missing or refuses the job.
-SlurmSubmission submit_slurm(const std::string& plan, const std::string& dir, int tasks,
-                             bool retry_failed, const std::vector<std::string>& sbatch_options);
+SlurmSubmission submit_slurm(const ShardWork& work, int tasks,
+                             const std::vector<std::string>& sbatch_options);
 
 }  // namespace kvscope::cli

@@ -56,6 +56,12 @@ CaptureDialog::CaptureDialog(QWidget* parent) : QDialog(parent) {
   levels_->setToolTip(
       "none | events, received, pooled[:B], dense:L.H[,L.H], topk:K joined with '+'");
   max_new_ = new QLineEdit("200");
+  // Editable: cuda:N names one GPU of several; kvscope refuses a device the
+  // machine lacks with a message the progress box shows.
+  device_ = new QComboBox;
+  device_->setEditable(true);
+  device_->addItems({"cpu", "cuda"});
+  device_->setToolTip("cpu, cuda or cuda:N: where the model runs and the cache lives");
   output_ = new QLineEdit(QDir::current().absoluteFilePath("capture.kvtrace.h5"));
   extra_ = new QLineEdit;
   extra_->setPlaceholderText("other options of `kvscope capture`, e.g. --oracle --chat");
@@ -63,15 +69,21 @@ CaptureDialog::CaptureDialog(QWidget* parent) : QDialog(parent) {
   prompt_->setMaximumHeight(90);
   log_ = new QPlainTextEdit;
   log_->setReadOnly(true);
-  form->addRow("model", model_);
-  form->addRow("tokenizer", tokenizer_);
-  form->addRow("policy", policy_);
-  form->addRow("prompt", prompt_);
-  form->addRow("capture levels", levels_);
-  form->addRow("new tokens", max_new_);
-  form->addRow("output", output_);
-  form->addRow("more", extra_);
-  form->addRow("progress", log_);
+  // Each field is named after its label, so a script or a test can find it.
+  auto row = [form](const QString& label, QWidget* field) {
+    field->setObjectName(label);
+    form->addRow(label, field);
+  };
+  row("model", model_);
+  row("tokenizer", tokenizer_);
+  row("policy", policy_);
+  row("prompt", prompt_);
+  row("capture levels", levels_);
+  row("new tokens", max_new_);
+  row("device", device_);
+  row("output", output_);
+  row("more", extra_);
+  row("progress", log_);
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close);
   QPushButton* run = buttons->addButton("Capture", QDialogButtonBox::AcceptRole);
   form->addRow(buttons);
@@ -90,9 +102,20 @@ CaptureDialog::CaptureDialog(QWidget* parent) : QDialog(parent) {
 }
 
 QStringList CaptureDialog::arguments() const {
-  QStringList a = {"capture",       "--model",   model_->text(),         "--policy",
-                   policy_->text(), "--prompt",  prompt_->toPlainText(), "--capture",
-                   levels_->text(), "--max-new", max_new_->text(),       "-o",
+  QStringList a = {"capture",
+                   "--model",
+                   model_->text(),
+                   "--policy",
+                   policy_->text(),
+                   "--prompt",
+                   prompt_->toPlainText(),
+                   "--capture",
+                   levels_->text(),
+                   "--max-new",
+                   max_new_->text(),
+                   "--device",
+                   device_->currentText(),
+                   "-o",
                    output_->text()};
   if (!tokenizer_->text().isEmpty()) a << "--tokenizer" << tokenizer_->text();
   a += QProcess::splitCommand(extra_->text());
@@ -101,7 +124,13 @@ QStringList CaptureDialog::arguments() const {
 
 void CaptureDialog::start() {
   QString exe = kvscope_executable();
-  log_->appendPlainText(exe + " " + arguments().join(' '));
+  // As a shell would take it, so the line can be copied into a terminal.
+  QStringList shown = {exe};
+  for (QString a : arguments())
+    shown << (a.contains(QRegularExpression("[^A-Za-z0-9_./:=+,@%-]"))
+                  ? "'" + a.replace("'", "'\\''") + "'"
+                  : a);
+  log_->appendPlainText(shown.join(' '));
   process_.start(exe, arguments());
   // Open the trace as soon as the writer has created it: the GUI follows it live.
   auto* poll = new QTimer(this);

@@ -5,6 +5,7 @@
 // trace while it is still being written (live follow).
 #pragma once
 
+#include <QComboBox>
 #include <QDialog>
 #include <QLineEdit>
 #include <QPlainTextEdit>
@@ -31,6 +32,7 @@ class CaptureDialog : public QDialog {
 
  private:
   QLineEdit *model_, *tokenizer_, *policy_, *levels_, *max_new_, *output_, *extra_;
+  QComboBox* device_;
   QPlainTextEdit *prompt_, *log_;
   QProcess process_;
 };

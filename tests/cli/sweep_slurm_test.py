@@ -90,8 +90,9 @@ with single_node_slurm() as env:
                           glob.glob(os.path.join(SCRATCH, "slurm-*.out"))):
             print(f"--- {log}:\n" + "".join(open(log, errors="replace").readlines()[-15:]))
     script = os.path.join(OUT, "slurm", "sweep.sbatch")
-    check(os.path.isfile(script) and "--shard" in open(script).read(),
-          "the job script slurm/sweep.sbatch runs the shards (--shard)")
+    check(os.path.isfile(script) and "--shard" in open(script).read() and
+          "'--device' 'cpu'" in open(script).read(),
+          "the job script slurm/sweep.sbatch runs the shards (--shard) on the sweep's --device")
     # The controller keeps finished jobs (MinJobAge=300): the array's tasks,
     # with the name passed after `--`, each exited 0.
     listing = subprocess.run(["scontrol", "--oneliner", "show", "job"], env=env, capture_output=True,

@@ -6,8 +6,10 @@ the same table through two shard processes; results.parquet holds the same
 table (read with pyarrow where the oracle environment has it); a rerun skips
 finished cells, an interrupted table (rows removed, a torn last row) reruns
 exactly the missing cells; a cell that fails is recorded with its error, the
-sweep goes on and `--retry-failed` runs it again; bad plans and options exit
-2 naming the plan's line or the option.
+sweep goes on and `--retry-failed` runs it again; a bf16 plan has cell ids
+of its own and bf16 traces, and --device reaches the --jobs workers; bad plans
+and options (an unknown dtype, a device the machine lacks) exit 2 naming the
+plan's line or the option.
 
 usage: sweep_test.py KVSCOPE SHARED_DIR SCRATCH"""
 import csv
@@ -108,6 +110,28 @@ check(code == 0 and "8 cells run (0 failed)" in out and
 check(all(os.path.exists(os.path.join(jobs_dir, "shards", f"results.{k}-of-2.csv")) for k in (0, 1)),
       "--jobs 2: one table per shard")
 
+# dtype is part of a cell (bf16 weights compute other numbers); --device is
+# where the cells run and reaches every --jobs worker.
+bf16_dir = os.path.join(SCRATCH, "bf16")
+code, out = sweep(plan("grid", POLICIES, 'dtype = "bf16"'), "-o", bf16_dir, "--jobs", "2",
+                  "--device", "cpu")
+with open(os.path.join(bf16_dir, "results.csv")) as f:
+    bf16 = list(csv.DictReader(f))
+check(code == 0 and len(bf16) == 8 and all(r["status"] == "ok" for r in bf16),
+      "a bf16 plan runs its 8 cells through two workers: " + out.strip()[-200:])
+check(not {r["cell_id"] for r in bf16} & {r["cell_id"] for r in table},
+      "dtype = bf16 gives other cell ids than the fp32 plan")
+for r in bf16[:2]:
+    with h5py.File(os.path.join(bf16_dir, r["trace"]), "r") as f:
+        run = f["/run"].attrs
+        check(run["dtype"] == "bf16" and run["device"] == "cpu",
+              f"{r['cell_id']}: the trace records dtype {run['dtype']}, device {run['device']}")
+# A device this machine cannot have: refused before any cell or folder.
+nowhere = os.path.join(SCRATCH, "nowhere")
+code, out = sweep(plan("grid", POLICIES), "-o", nowhere, "--device", "cuda:999")
+check(code == 2 and '--device: "cuda:999" requested but' in out and not os.path.exists(nowhere),
+      "--device cuda:999 exits 2 before any cell runs: " + out.strip()[:160])
+
 # Parquet: the same table, column by column (empty CSV numbers are nulls).
 parquet = os.path.join(SCRATCH, "grid", "results.parquet")
 with open(parquet, "rb") as f:
@@ -175,7 +199,8 @@ check(code == 0 and "2 cells run (0 failed), 6 skipped" in out and len(result) =
 
 # Bad plans: exit 2, the plan's line named.
 for extra, want in [('colour = "red"', "colour: unknown key"),
-                    ('seeds = "one"', "seeds: expected a non-empty array of integers")]:
+                    ('seeds = "one"', "seeds: expected a non-empty array of integers"),
+                    ('dtype = "int8"', 'dtype: "int8" (expected fp32, bf16 or fp16)')]:
     p = plan("bad", POLICIES, extra)
     code, out = sweep(p)
     line = 1 + open(p).read().splitlines().index(extra)

@@ -2,10 +2,13 @@
 // in, drag and drop, compare, live follow of a trace another process is
 // writing, screenshots and exports. Runs in a real X server under xvfb-run
 // (scripts/test); offscreen when no DISPLAY is set.
+#include <QComboBox>
 #include <QDragEnterEvent>
 #include <QFileInfo>
 #include <QGuiApplication>
+#include <QLineEdit>
 #include <QMimeData>
+#include <QPlainTextEdit>
 #include <QProcess>
 #include <QScreen>
 #include <QSignalSpy>
@@ -15,6 +18,7 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
+#include "app/gui/capture_dialog.h"
 #include "app/gui/main_window.h"
 #include "app/gui/sweep_panel.h"
 #include "core/analysis/why.h"
@@ -363,6 +367,66 @@ TEST_CASE("a real stories260K capture under H2O: capture, open in the GUI, scree
               &out) == 0);
   REQUIRE(test::run_command("pdftotext " + dir + "/t.pdf -", &out) == 0);
   CHECK(out.find("Eviction timeline") != std::string::npos);
+}
+
+TEST_CASE("the capture dialog runs kvscope capture on its device and shows why one is refused") {
+  setup();
+  std::string out;
+  test::run_command(test::kvscope_exe() + " --help", &out);
+  if (out.find("\n  capture ") == std::string::npos) {
+    WARN("NOT RUN: this build's kvscope has no `capture` command");
+    return;
+  }
+  // The dialog runs the kvscope beside kvscope-gui or on PATH; this test's
+  // binary sits elsewhere.
+  const QString app_dir = QFileInfo(QString::fromStdString(test::kvscope_exe())).absolutePath();
+  qputenv("PATH", app_dir.toUtf8() + ":" + qgetenv("PATH"));
+  const std::string dir = test::temp_dir(), model = test::shared_dir() + "/models/stories260K";
+  gui::CaptureDialog dialog;
+  auto line = [&](const char* name) {
+    auto* field = dialog.findChild<QLineEdit*>(name);
+    REQUIRE(field);
+    return field;
+  };
+  line("model")->setText(QString::fromStdString(model + "/stories260K.bin"));
+  line("tokenizer")->setText(QString::fromStdString(model + "/tok512.bin"));
+  line("policy")->setText("h2o:heavy=8,recent=8");
+  line("new tokens")->setText("12");
+  const QString trace = QString::fromStdString(dir + "/dialog.kvtrace.h5");
+  line("output")->setText(trace);
+  auto* device = dialog.findChild<QComboBox*>("device");
+  REQUIRE(device);
+  CHECK(device->currentText() == "cpu");
+  const QStringList args = dialog.arguments();
+  CHECK(args.indexOf("--device") >= 0);
+  CHECK(args.value(args.indexOf("--device") + 1) == "cpu");
+
+  QSignalSpy finished(&dialog, &gui::CaptureDialog::captureFinished);
+  QSignalSpy started(&dialog, &gui::CaptureDialog::traceStarted);
+  dialog.start();
+  REQUIRE(finished.wait(kWaitMs));
+  auto* progress = dialog.findChild<QPlainTextEdit*>("progress");
+  REQUIRE(progress);
+  INFO(progress->toPlainText().toStdString());
+  CHECK(finished.at(0).at(0).toInt() == 0);
+  // The command it ran, quoted as a shell takes it.
+  CHECK(progress->toPlainText().contains("--prompt 'Once upon a time, there was"));
+  REQUIRE(QTest::qWaitFor([&] { return started.count() == 1; }, kWaitMs));
+  CHECK(started.at(0).at(0).toString() == trace);
+  auto reader = trace::TraceReader::open(trace.toStdString());
+  CHECK(reader->run().model.device == "cpu");
+  CHECK(reader->run().policy_name == "h2o");
+
+  // A device this machine lacks: kvscope refuses before it writes, and the
+  // dialog's progress box says why.
+  device->setCurrentText("cuda:999");
+  const QString refused = QString::fromStdString(dir + "/refused.kvtrace.h5");
+  line("output")->setText(refused);
+  dialog.start();
+  REQUIRE(finished.wait(kWaitMs));
+  CHECK(finished.at(1).at(0).toInt() == 2);
+  CHECK(progress->toPlainText().contains("--device: \"cuda:999\" requested but"));
+  CHECK_FALSE(QFileInfo::exists(refused));
 }
 
 TEST_CASE(
