@@ -14,11 +14,11 @@
 # files of resources/gates/ aside for the call (none of this reads them).
 # OUT_DIR/kvscope is the binary built there, for a later call to carry.
 set -uo pipefail
-# STAGES (default all): any of parity train smollm2 parity8b bench, so one
+# STAGES (default all): any of parity train sweep smollm2 parity8b bench, so one
 # session's device calls (10 minutes each at most) can split the work; on a
 # machine still warm from the last call /tmp/kvbuild is kept and the build
 # is incremental.
-stages=" ${STAGES:-parity train smollm2 parity8b bench} "
+stages=" ${STAGES:-parity train sweep smollm2 parity8b bench} "
 want() { [[ "$stages" == *" $1 "* ]]; }
 out=${1:?usage: run-capture.sh OUT_DIR [contexts...]}
 shift
@@ -64,6 +64,30 @@ if want train; then
     || log "train parity: failures (log.txt)"
 fi
 
+# 1a'. kvscope sweep --device cuda against --device cpu: the example plan's 60
+#      cells on stories260K, each cell's outcome compared (status, answer
+#      found, text generated; needle-survival counts may part at ties as
+#      events do).
+if want sweep; then
+  log "sweep parity: stories260K example plan"
+  sed "s#\.\./\.\./\.\./shared/models/stories260K#$root/$S#" bench/sweeps/stories260K-example.toml >"$t/example.toml"
+  for d in cpu cuda; do
+    rm -rf "$t/sweep-$d"
+    timeout 300 "$kv" sweep "$t/example.toml" -o "$t/sweep-$d" --device $d >"$t/sweep-$d.txt" 2>&1 \
+      || log "sweep $d failed: $(tail -3 "$t/sweep-$d.txt")"
+  done
+  "$py" - "$t/sweep-cpu/results.csv" "$t/sweep-cuda/results.csv" >>"$out/parity.jsonl" 2>>"$out/log.txt" <<'PY' \
+    || log "sweep parity: no tables to compare (log.txt)"
+import csv, json, sys
+cpu, cuda = ({r["cell_id"]: r for r in csv.DictReader(open(p))} for p in sys.argv[1:])
+keys = ("status", "success", "generated")
+same = [c for c in cpu if c in cuda and all(cpu[c][k] == cuda[c][k] for k in keys)]
+print(json.dumps({"model": "stories260K", "sweep": "stories260K-example", "cells_cpu": len(cpu),
+                  "cells_cuda": len(cuda), "same_outcome": len(same),
+                  "differ": sorted(set(cpu) - set(same))}))
+PY
+fi
+
 # 1b. SmolLM2-135M-Instruct, when KVSCOPE_SMOLLM2 names its GGUF on this
 #     machine. The 98 MB file is over what one device call carries: split it
 #     here (split -b 50M) and carry the halves in two calls on the same warm
@@ -92,42 +116,42 @@ if want parity8b || want bench; then
     || { log "model failed"; exit 1; }
 fi
 if want parity8b; then
-for spec in full h2o:heavy=256,recent=256; do
-  name=${spec%%:*}
-  timeout 240 "$kv" capture --model "$m" --task needle:tokens=1024 --policy "$spec" --max-new 16 --ignore-eos \
-    --device cpu --dtype fp32 --capture received+pooled:64 -o "$t/l-$name.cpu.kvtrace.h5" >"$t/l-$name.cpu.txt" 2>&1 \
-    || log "capture 8B-shaped $spec cpu failed: $(tail -3 "$t/l-$name.cpu.txt")"
-  for prefill in kernel blocked; do
+  for spec in full h2o:heavy=256,recent=256; do
+    name=${spec%%:*}
     timeout 240 "$kv" capture --model "$m" --task needle:tokens=1024 --policy "$spec" --max-new 16 --ignore-eos \
-      --device cuda --device-prefill $prefill --dtype fp32 --capture received+pooled:64 \
-      -o "$t/l-$name.$prefill.kvtrace.h5" >"$t/l-$name.$prefill.txt" 2>&1 \
-      || log "capture 8B-shaped $spec cuda $prefill failed: $(tail -3 "$t/l-$name.$prefill.txt")"
-    echo "{\"model\": \"llama8b-shaped-4l\", \"policy\": \"$spec\", \"device_prefill\": \"$prefill\", \"result\": $("$py" tests/capture/trace_parity.py "$t/l-$name.cpu.kvtrace.h5" "$t/l-$name.$prefill.kvtrace.h5" --mass-atol 1e-4 2>&1 | tail -1)}" >>"$out/parity.jsonl"
+      --device cpu --dtype fp32 --capture received+pooled:64 -o "$t/l-$name.cpu.kvtrace.h5" >"$t/l-$name.cpu.txt" 2>&1 \
+      || log "capture 8B-shaped $spec cpu failed: $(tail -3 "$t/l-$name.cpu.txt")"
+    for prefill in kernel blocked; do
+      timeout 240 "$kv" capture --model "$m" --task needle:tokens=1024 --policy "$spec" --max-new 16 --ignore-eos \
+        --device cuda --device-prefill $prefill --dtype fp32 --capture received+pooled:64 \
+        -o "$t/l-$name.$prefill.kvtrace.h5" >"$t/l-$name.$prefill.txt" 2>&1 \
+        || log "capture 8B-shaped $spec cuda $prefill failed: $(tail -3 "$t/l-$name.$prefill.txt")"
+      echo "{\"model\": \"llama8b-shaped-4l\", \"policy\": \"$spec\", \"device_prefill\": \"$prefill\", \"result\": $("$py" tests/capture/trace_parity.py "$t/l-$name.cpu.kvtrace.h5" "$t/l-$name.$prefill.kvtrace.h5" --mass-atol 1e-4 2>&1 | tail -1)}" >>"$out/parity.jsonl"
+    done
   done
-done
 fi
 
 if want bench; then
-log "bench"
-for ctx in "${contexts[@]}"; do
-  for run in "full none kernel" "full events kernel" "full received+pooled:64 kernel" \
-             "h2o:heavy=1024,recent=1024 events kernel" \
-             "full none blocked" "full received+pooled:64 blocked"; do
-    set -- $run
-    # Peak device memory: nvidia-smi sampled every 0.1 s, minus the idle reading.
-    idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
-    (while sleep 0.1; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; done) >"$t/mem.txt" 2>/dev/null &
-    sampler=$!
-    t0=$(date +%s.%N)
-    timeout 200 "$kv" capture --model "$m" --task "needle:tokens=$ctx" --policy "$1" \
-      --max-new 32 --ignore-eos --prefill-chunk 2048 --device cuda --device-prefill "$3" --dtype bf16 --capture "$2" \
-      -o "$t/bench.kvtrace.h5" >"$t/bench.txt" 2>&1
-    rc=$?
-    echo "$t0 $(date +%s.%N)" | awk '{printf "%.2f s\n", $2 - $1}' >"$t/time.txt"
-    kill $sampler 2>/dev/null; wait $sampler 2>/dev/null
-    peak=$(( $(sort -n "$t/mem.txt" | tail -1) - idle ))
-    line=$(grep '^capture:' "$t/bench.txt" | tail -1)
-    "$py" - "$ctx" "$1" "$2" "$rc" "$line" "$(cat "$t/time.txt" 2>/dev/null | tail -1)" "$peak" "$3" >>"$out/bench.jsonl" <<'PY'
+  log "bench"
+  for ctx in "${contexts[@]}"; do
+    for run in "full none kernel" "full events kernel" "full received+pooled:64 kernel" \
+               "h2o:heavy=1024,recent=1024 events kernel" \
+               "full none blocked" "full received+pooled:64 blocked"; do
+      set -- $run
+      # Peak device memory: nvidia-smi sampled every 0.1 s, minus the idle reading.
+      idle=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+      (while sleep 0.1; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; done) >"$t/mem.txt" 2>/dev/null &
+      sampler=$!
+      t0=$(date +%s.%N)
+      timeout 200 "$kv" capture --model "$m" --task "needle:tokens=$ctx" --policy "$1" \
+        --max-new 32 --ignore-eos --prefill-chunk 2048 --device cuda --device-prefill "$3" --dtype bf16 --capture "$2" \
+        -o "$t/bench.kvtrace.h5" >"$t/bench.txt" 2>&1
+      rc=$?
+      echo "$t0 $(date +%s.%N)" | awk '{printf "%.2f s\n", $2 - $1}' >"$t/time.txt"
+      kill $sampler 2>/dev/null; wait $sampler 2>/dev/null
+      peak=$(( $(sort -n "$t/mem.txt" | tail -1) - idle ))
+      line=$(grep '^capture:' "$t/bench.txt" | tail -1)
+      "$py" - "$ctx" "$1" "$2" "$rc" "$line" "$(cat "$t/time.txt" 2>/dev/null | tail -1)" "$peak" "$3" >>"$out/bench.jsonl" <<'PY'
 import json, re, sys
 ctx, policy, level, rc, line, tm, peak, prefill = sys.argv[1:]
 g = lambda p: (float(re.search(p, line).group(1)) if re.search(p, line) else None)
@@ -136,11 +160,11 @@ print(json.dumps({"context": int(ctx), "policy": policy, "capture": level, "devi
                   "peak_kv": (re.search(r"peak ([0-9.]+ [KMG]iB)", line) or [None, None])[1],
                   "wall": tm, "peak_device_mib_sampled": int(peak), "line": line}))
 PY
-    log "$ctx $run: rc $rc ${line:0:200}"
-    [ $rc -eq 0 ] || tail -5 "$t/bench.txt" >>"$out/log.txt"
+      log "$ctx $run: rc $rc ${line:0:200}"
+      [ $rc -eq 0 ] || tail -5 "$t/bench.txt" >>"$out/log.txt"
+    done
+    timeout 120 "$py" bench/gpu/sdpa_model_anchor.py "$m" --context "$ctx" --decode 32 >>"$out/sdpa.jsonl" 2>>"$out/log.txt" \
+      || log "sdpa anchor $ctx failed"
   done
-  timeout 120 "$py" bench/gpu/sdpa_model_anchor.py "$m" --context "$ctx" --decode 32 >>"$out/sdpa.jsonl" 2>>"$out/log.txt" \
-    || log "sdpa anchor $ctx failed"
-done
 fi
 log "done"
