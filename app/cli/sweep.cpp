@@ -250,12 +250,21 @@ int64_t run_cells(const SweepPlan& plan, const std::vector<SweepCell>& cells, co
 
 int run_sweep(const SweepOptions& o) {
   const Shard shard = o.shard.empty() ? Shard{} : parse_shard(o.shard);
-  // A missing GPU is the invocation's error, not every cell's. Slurm tasks
-  // check theirs where they run: a login node often has no GPU.
-  if (!o.collect && o.slurm == 0) (void)generate::parse_device(o.device);
+  // A missing GPU, or a dtype it cannot multiply in, is the invocation's
+  // error, not every cell's. Slurm tasks check theirs where they run: a
+  // login node often has no GPU.
+  const bool runs_here = !o.collect && o.slurm == 0;
+  const torch::Device device = runs_here ? generate::parse_device(o.device) : torch::kCPU;
   const SweepPlan plan = parse_sweep_plan(o.plan);
   const std::vector<SweepCell> cells = sweep_cells(plan);
   validate_plan(plan);
+  if (runs_here) {
+    try {
+      (void)generate::parse_dtype(plan.dtype, device);
+    } catch (const InputError& e) {
+      throw InputError(plan.where("dtype"), "dtype", e.what());
+    }
+  }
   const fs::path dir =
       o.output.empty() ? fs::path(o.plan).parent_path() / plan.name : fs::path(o.output);
   fs::create_directories(dir);
