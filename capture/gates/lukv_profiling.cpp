@@ -217,7 +217,7 @@ std::vector<HeadOrder> profile_sample(generate::Engine& e, const ProfileSettings
     std::vector<int64_t> context(ids.begin() + start, ids.begin() + start + T);
     e.model->forward(torch::tensor(context, torch::kInt64), 0, driver);
   }
-  FutureUtility future(c, wo, e.device, e.model->weights().embed.scalar_type(), T, C);
+  FutureUtility future(c, wo, e.device, e.dtype, T, C);
   std::vector<int64_t> all(ids.begin() + start, ids.begin() + start + T + C);
   e.model->forward(torch::tensor(all, torch::kInt64), 0, future);
 
