@@ -1,7 +1,5 @@
 // kvscope: the command-line front end. Parses, dispatches to one subcommand
 // and maps failures to exit codes (0 ok, 1 runtime failure, 2 bad input).
-#include <c10/util/Exception.h>
-
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -9,6 +7,7 @@
 #include <vector>
 
 #include "app/cli/command.h"
+#include "capture/generate/failure_text.h"
 #include "core/common/input_error.h"
 #include "kvscope_version.h"
 
@@ -56,17 +55,10 @@ int main(int argc, char** argv) {
   } catch (const kvscope::InputError& e) {
     std::cerr << "kvscope: error: " << e.what() << "\n";
     return kExitBadInput;
-  } catch (const c10::OutOfMemoryError& e) {
-    // LibTorch's message says what was asked and what the device holds.
-    std::cerr << "kvscope: error: out of device memory: " << e.what_without_backtrace()
-              << " (a shorter --prefill-chunk, fp16/bf16 weights or a shorter run need less)\n";
-    return kExitFailure;
-  } catch (const c10::Error& e) {
-    // LibTorch's own message, without the C++ backtrace it appends.
-    std::cerr << "kvscope: error: " << e.what_without_backtrace() << "\n";
-    return kExitFailure;
   } catch (const std::exception& e) {
-    std::cerr << "kvscope: error: " << e.what() << "\n";
+    // A runtime failure: LibTorch's text without its backtrace, running out
+    // of memory said with what is there (capture/generate/failure_text.h).
+    std::cerr << "kvscope: error: " << kvscope::generate::failure_text(e) << "\n";
     return kExitFailure;
   }
   return kExitBadInput;

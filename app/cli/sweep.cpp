@@ -7,6 +7,8 @@
 // merging the tables into results.csv and results.parquet.
 #include <unistd.h>
 
+#include <torch/cuda.h>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -20,6 +22,7 @@
 #include "app/cli/sweep_plan.h"
 #include "app/cli/sweep_scale.h"
 #include "capture/generate/engine.h"
+#include "capture/generate/failure_text.h"
 #include "capture/policy/registry.h"
 #include "capture/recorder/capture_run.h"
 #include "core/analysis/why.h"
@@ -79,13 +82,14 @@ CellOutcome run_cell(const SweepPlan& plan, const SweepCell& cell, generate::Eng
     out.why = analysis::explain_retrieval(*reader, 0.1);
   } catch (const std::exception& e) {
     out.status = "failed";
-    out.error = e.what();
+    out.error = generate::failure_text(e);
   }
   out.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   return out;
 }
 
-sweep::ResultRow result_row(const SweepCell& c, const CellOutcome& o, const std::string& trace) {
+sweep::ResultRow result_row(const SweepPlan& plan, const SweepCell& c, const CellOutcome& o,
+                            const std::string& device, const std::string& trace) {
   const analysis::WhyReport& w = o.why;
   const bool ok = o.status == "ok";
   auto known = [ok](int64_t v) { return ok ? std::optional<int64_t>(v) : std::nullopt; };
@@ -110,6 +114,8 @@ sweep::ResultRow result_row(const SweepCell& c, const CellOutcome& o, const std:
   r.max_kl = real(w.max_kl);
   r.score = ok ? real(w.score) : std::nullopt;
   r.wall_s = o.wall_s;
+  r.device = device;
+  r.dtype = plan.dtype;
   r.trace = ok ? trace : "";
   r.error = o.error;
   return r;
@@ -157,6 +163,12 @@ generate::Engine open_model(const SweepPlan& plan, const std::string& model,
                            std::to_string(plan.max_new) + " exceed " + model + "'s context of " +
                            std::to_string(context));
   return engine;
+}
+
+// CUDA devices this process sees (CUDA_VISIBLE_DEVICES applies), over which
+// `--jobs N --device cuda` spreads its workers.
+int visible_gpus() {
+  return torch::cuda::is_available() ? int(torch::cuda::device_count()) : 0;
 }
 
 // "[=====>    ]" for done of total.
@@ -233,7 +245,7 @@ int64_t run_cells(const SweepPlan& plan, const std::vector<SweepCell>& cells, co
     if (c->model != loaded) engine = open_model(plan, c->model, o), loaded = c->model;
     const std::string trace = "traces/" + c->id + ".kvtrace.h5";
     const CellOutcome out = run_cell(plan, *c, engine, dir / trace);
-    table << sweep::csv_row(result_row(*c, out, trace)) << "\n" << std::flush;
+    table << sweep::csv_row(result_row(plan, *c, out, o.device, trace)) << "\n" << std::flush;
     ++ran;
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     const double eta = elapsed / double(ran) * double(todo.size() - size_t(ran));
@@ -305,7 +317,7 @@ int run_sweep(const SweepOptions& o) {
   const int jobs = std::min<int>(o.jobs, int(cells.size()));
   const int failed_workers =
       jobs > 1
-          ? run_local_jobs(work, jobs, o.threads)
+          ? run_local_jobs(work, jobs, o.threads, device.is_cuda() ? visible_gpus() : 0)
           : (run_cells(plan, cells, dir, Shard{}, o, before, sweep::results_csv_path(dir.string())),
              0);
   print_collected(plan.name, dir, cells, before);

@@ -145,13 +145,22 @@ std::vector<std::string> shard_arguments(const ShardWork& work, const std::strin
   return args;
 }
 
-int run_local_jobs(const ShardWork& work, int jobs, int threads) {
+std::string worker_device(const std::string& device, int worker, int gpus) {
+  if (device != "cuda" || gpus < 2) return device;
+  return "cuda:" + std::to_string(worker % gpus);
+}
+
+int run_local_jobs(const ShardWork& work, int jobs, int threads, int gpus) {
   const int cores = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
   const int per_job = std::max(1, cores / jobs);
   std::vector<pid_t> pids;
   for (int k = 0; k < jobs; ++k) {
+    ShardWork mine = work;
+    mine.device = worker_device(work.device, k, gpus);
+    if (mine.device != work.device)
+      std::cerr << "sweep worker " << k << "/" << jobs << " captures on " << mine.device << "\n";
     std::vector<std::string> args = {own_executable()};
-    for (const std::string& a : shard_arguments(work, std::to_string(per_job),
+    for (const std::string& a : shard_arguments(mine, std::to_string(per_job),
                                                 std::to_string(k) + "/" + std::to_string(jobs)))
       args.push_back(a);
     const pid_t pid = spawn(args);

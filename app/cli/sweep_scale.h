@@ -29,9 +29,17 @@ struct ShardWork {
 std::vector<std::string> shard_arguments(const ShardWork& work, const std::string& threads,
                                          const std::string& shard);
 
+// The device local worker `worker` captures on when the sweep asked for
+// `device` and this machine has `gpus` CUDA devices: a plain "cuda" spreads
+// the workers round-robin over the GPUs (cuda:0, cuda:1, ...), since
+// otherwise all of them would share GPU 0 and leave the others idle; "cpu"
+// and a pinned "cuda:N" are every worker's as given.
+std::string worker_device(const std::string& device, int worker, int gpus);
+
 // Starts `jobs` local shard processes of this executable and waits for all;
-// returns how many exited with a failure.
-int run_local_jobs(const ShardWork& work, int jobs, int threads);
+// returns how many exited with a failure. `gpus`: CUDA devices visible here
+// (worker_device).
+int run_local_jobs(const ShardWork& work, int jobs, int threads, int gpus);
 
 struct SlurmSubmission {
   std::string job_id;

@@ -7,8 +7,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 
 #include "core/common/input_error.h"
+#include "core/common/memory_limit.h"
 
 namespace kvscope::formats {
 
@@ -26,6 +28,11 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     if (p == MAP_FAILED) {
       int err = errno;
       ::close(fd);
+      // Out of address space is the machine's state, not a bad file: a
+      // runtime failure (exit 1) that says what is there.
+      if (err == ENOMEM)
+        throw std::runtime_error(path + ": out of host memory: cannot map its " +
+                                 format_bytes(double(size_)) + "; " + host_memory_situation());
       throw InputError(path, "", std::string("cannot map: ") + std::strerror(err));
     }
     data_ = static_cast<const uint8_t*>(p);

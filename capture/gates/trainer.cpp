@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "capture/gates/gated_attention.h"
+#include "capture/generate/failure_text.h"
 #include "capture/model/model_weights.h"
 #include "capture/model/model_writer.h"
 #include "core/common/input_error.h"
@@ -333,6 +334,8 @@ std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w,
     case GateKind::KvpopMlstm: break;  // kvpop_objective
     case GateKind::SfcGru:
       throw std::logic_error("trainer: SFC forecasters train from traces (sfc_training.h)");
+    case GateKind::RestoreKv:
+      throw std::logic_error("trainer: RestoreKV's embeddings train in train_restorekv");
     case GateKind::QFilter:
     case GateKind::QueryStats:
     case GateKind::Kvzap:
@@ -556,7 +559,7 @@ int64_t Trainer::load_checkpoint(double* elapsed) {
     // and the other way round (the fingerprint leaves the device out).
     ar.load_from(path, engine_.device);
   } catch (const std::exception& e) {
-    throw InputError(path, "--resume", std::string("unreadable checkpoint: ") + e.what());
+    throw InputError(path, "--resume", "unreadable checkpoint: " + generate::failure_text(e));
   }
   c10::IValue fp;
   ar.read("fingerprint", fp);

@@ -1,7 +1,5 @@
 #include "capture/model/weight_builder.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 
 #include <torch/torch.h>
@@ -9,6 +7,7 @@
 #include <sstream>
 
 #include "core/common/input_error.h"
+#include "core/common/memory_limit.h"
 
 namespace kvscope::model {
 
@@ -175,7 +174,7 @@ void check_fits_in_memory(const ModelConfig& c, const torch::TensorOptions& targ
                           const std::string& file) {
   const double bytes = c.parameter_estimate() *
                        double(torch::elementSize(torch::typeMetaToScalarType(target.dtype())));
-  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  const double memory = double(physical_memory_bytes());
   if (memory > 0 && bytes > memory) {
     char what[256];
     std::snprintf(what, sizeof what,

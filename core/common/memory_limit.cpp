@@ -1,8 +1,11 @@
 #include "core/common/memory_limit.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <regex>
 
 #include "core/common/input_error.h"
 
@@ -28,6 +31,42 @@ std::string format_bytes(double bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
   return buf;
+}
+
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return -1;
+}
+
+int64_t address_space_limit_bytes() {
+  struct rlimit limit {};
+  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return -1;
+  return int64_t(limit.rlim_cur);
+}
+
+std::string host_memory_situation() {
+  const int64_t available = available_memory_bytes();
+  std::string out = "this machine has " +
+                    (available >= 0 ? format_bytes(double(available)) + " of its " : "") +
+                    format_bytes(double(physical_memory_bytes())) +
+                    (available >= 0 ? " available" : " of memory");
+  if (const int64_t cap = address_space_limit_bytes(); cap >= 0)
+    out += "; ulimit -v caps this process at " + format_bytes(double(cap)) + " of address space";
+  return out;
+}
+
+std::optional<std::string> explain_host_allocation_failure(const std::string& libtorch_message) {
+  static const std::regex failure("can't allocate memory: you tried to allocate ([0-9]+) bytes");
+  std::smatch m;
+  if (!std::regex_search(libtorch_message, m, failure)) return std::nullopt;
+  return "out of host memory: LibTorch could not allocate " + format_bytes(std::stod(m[1].str())) +
+         " more; " + host_memory_situation() +
+         " (a shorter --prefill-chunk, a shorter run or bf16/fp16 weights need less)";
 }
 
 void check_fits_in_memory(const std::string& file, const std::string& field, double bytes,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace kvscope {
@@ -18,6 +19,22 @@ int64_t run_memory_limit_bytes();
 
 // "11.7 GiB", "512 MiB", "4.0 KiB".
 std::string format_bytes(double bytes);
+
+// What this process can still get: MemAvailable of /proc/meminfo, and the
+// soft RLIMIT_AS (ulimit -v) it runs under; -1 when unknown / unlimited.
+int64_t available_memory_bytes();
+int64_t address_space_limit_bytes();
+
+// "this machine has 2.1 GiB of its 23.5 GiB available; ulimit -v caps this
+// process at 2.9 GiB of address space": what an out-of-memory error says
+// is there, next to what was asked.
+std::string host_memory_situation();
+
+// LibTorch's CPU allocator failing ("DefaultCPUAllocator: can't allocate
+// memory: you tried to allocate N bytes ...") read into a message that says
+// what was asked, what is there and what needs less; nullopt for any other
+// message.
+std::optional<std::string> explain_host_allocation_failure(const std::string& libtorch_message);
 
 // Throws InputError(file, field, ...) when `bytes` exceeds
 // run_memory_limit_bytes(); `what` says what needs the memory.

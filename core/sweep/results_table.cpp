@@ -142,6 +142,8 @@ const std::vector<ResultColumn>& result_columns() {
       {"error", Kind::Text, &R::error},
       {"task_base", Kind::Text, &R::task_base, nullptr, nullptr, true},
       {"score", Kind::Real, nullptr, nullptr, &R::score, true},
+      {"device", Kind::Text, &R::device, nullptr, nullptr, true},
+      {"dtype", Kind::Text, &R::dtype, nullptr, nullptr, true},
   };
   return columns;
 }

@@ -26,6 +26,10 @@ struct ResultRow {
   // Share of the expected answers found (RULER's string_match_all score; for a
   // one-answer task 1 or 0, like success).
   std::optional<double> score;
+  // Where the cell ran (cpu, cuda, cuda:N) and the weights' precision (fp32,
+  // bf16, fp16): wall_s means nothing without them, and a resumed sweep can
+  // mix devices. Empty in tables written before these columns.
+  std::string device, dtype;
   std::string trace;  // relative to the results table's folder
   std::string error;
 

@@ -121,6 +121,10 @@ check(code == 0 and len(bf16) == 8 and all(r["status"] == "ok" for r in bf16),
       "a bf16 plan runs its 8 cells through two workers: " + out.strip()[-200:])
 check(not {r["cell_id"] for r in bf16} & {r["cell_id"] for r in table},
       "dtype = bf16 gives other cell ids than the fp32 plan")
+check(all(r["device"] == "cpu" and r["dtype"] == "bf16" for r in bf16) and
+      all(r["device"] == "cpu" and r["dtype"] == "fp32" for r in table),
+      "results.csv names each cell's device and dtype: " +
+      str(sorted({(r["device"], r["dtype"]) for r in bf16 + table})))
 for r in bf16[:2]:
     with h5py.File(os.path.join(bf16_dir, r["trace"]), "r") as f:
         run = f["/run"].attrs

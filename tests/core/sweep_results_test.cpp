@@ -41,6 +41,8 @@ ResultRow row(const std::string& id, const std::string& status, const std::strin
   r.expected = "123";
   r.generated = generated;
   r.wall_s = 1.5;
+  r.device = "cuda:1";
+  r.dtype = "bf16";
   return r;
 }
 
@@ -65,6 +67,8 @@ TEST_CASE("results table: CSV round trip keeps quotes, commas and newlines") {
   CHECK(back[0].needle_survival() == Approx(0.75));
   CHECK(back[0].max_kl == 0.25);
   CHECK(back[1].error == "boom, \"quoted\"");
+  CHECK(back[0].device == "cuda:1");
+  CHECK(back[0].dtype == "bf16");
   CHECK(!back[1].success.has_value());  // a failed cell's metrics are unknown, not 0
   CHECK(!back[1].max_kl.has_value());
   CHECK(std::isnan(back[1].needle_survival()));
@@ -87,8 +91,11 @@ TEST_CASE("results table: read by header names; a torn last row is dropped; bad 
   CHECK(rows[0].task_base == "needle");
   CHECK(rows[0].depth == 0.2);
   CHECK_FALSE(rows[0].score);  // older than the score column
-  std::ofstream(path) << sweep::csv_header() << "\n"
-                      << "c000000000004,m,full,needle,two hundred,0.2,1,ok,1,,,,,,,,,,,needle,1\n";
+  CHECK(rows[0].device.empty());  // and than device and dtype: unknown, not guessed
+  CHECK(rows[0].dtype.empty());
+  std::ofstream(path)
+      << sweep::csv_header() << "\n"
+      << "c000000000004,m,full,needle,two hundred,0.2,1,ok,1,,,,,,,,,,,needle,1,cpu,fp32\n";
   try {
     sweep::read_results_csv(path);
     FAIL("a malformed integer was read");
