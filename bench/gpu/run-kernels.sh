@@ -14,7 +14,7 @@ shift
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 log() { echo "[run-kernels $(date +%T)] $*" | tee -a "$out/log.txt" >&2; }
 
 py=""

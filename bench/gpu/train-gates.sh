@@ -35,7 +35,7 @@ steps=${2:-2000}
 seq_len=${3:-2048}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 log() { echo "[train-gates $(date +%T)] $*" | tee -a "$out/log.txt" >&2; }
 model=${KVSCOPE_SMOLLM2:?KVSCOPE_SMOLLM2: the SmolLM2-135M-Instruct GGUF on this machine}
 corpus=${KVSCOPE_CORPUS:-$root/.gpu/debian-docs.txt}

@@ -1,4 +1,5 @@
 # Shared by the scripts in scripts/: logging and paths. Source, don't run.
+# shellcheck shell=bash
 KVSCOPE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # Which LibTorch the build links (README, "LibTorch"): pip, the pinned PyPI
 # torch (scripts/setup-torch; the default), or debian, Debian's libtorch-dev

@@ -1,4 +1,5 @@
 # libFuzzer flags shared by run-fuzz-test (CTest) and scripts/fuzz (long
+# shellcheck shell=bash
 # runs). Source, don't run.
 
 # Every run: the memory limits that turn an unbounded allocation into a
