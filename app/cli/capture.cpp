@@ -143,9 +143,10 @@ Command add_capture_command(CLI::App& app) {
       ->check(CLI::Range(int64_t(1), int64_t(4096)))
       ->capture_default_str();
   sub->add_option("--device-prefill", opt->device_prefill,
-                  "with --device cuda, how prefill chunks are attended: kernel (the flash-style "
-                  "CUDA kernel) or blocked (query blocks of matrix products, the statistics "
-                  "read off each block's weights)")
+                  "how prefill chunks are attended: kernel (with --device cuda the flash-style "
+                  "CUDA kernel, on the CPU the host kernel) or blocked (query blocks of matrix "
+                  "products, the statistics read off each block's weights; the same tensor code "
+                  "on either device)")
       ->check(CLI::IsMember({"kernel", "blocked"}))
       ->capture_default_str();
   sub->add_option("--expect", opt->expect, "text a successful generation contains (task success)");

@@ -295,14 +295,21 @@ void RaggedKvCache::mirror_to(torch::Device device) {
       pools_[t]->mirror_to(device);
 }
 
-int RaggedKvCache::device_tier() const {
+int RaggedKvCache::whole_row_tier() const {
   int tier = -1;
   for (size_t t = 0; t < tiers_.size(); ++t) {
     if (!tiers_[t].attended) continue;
-    if (tier >= 0 || !pools_[t]->mirrored()) return -1;
+    if (tier >= 0) return -1;
     tier = static_cast<int>(t);
   }
+  if (tier < 0 || pools_[size_t(tier)]->format() != RowFormat::F32 || narrow(size_t(tier)))
+    return -1;
   return tier;
+}
+
+int RaggedKvCache::device_tier() const {
+  const int tier = whole_row_tier();
+  return tier >= 0 && pools_[size_t(tier)]->mirrored() ? tier : -1;
 }
 
 // ---- sizes ------------------------------------------------------------------------

@@ -149,9 +149,12 @@ class RaggedKvCache {
   // Mirrors the pools of the attended tiers to `device` where their rows are
   // whole float32 rows (KvPool::mirror_to); the host pages stay the truth.
   void mirror_to(torch::Device device);
-  // The tier the device kernels read: the one attended tier, when it is
-  // mirrored; -1 when attention stays on the host (several attended tiers,
-  // INT4 or pruned keys).
+  // The one attended tier when its rows are whole float32 rows (what the
+  // device kernels and the blocked prefill read); -1 when there are several
+  // attended tiers, or INT4 or pruned keys.
+  int whole_row_tier() const;
+  // The tier the device kernels read: whole_row_tier() when it is mirrored,
+  // else -1 (attention stays on the host).
   int device_tier() const;
   KvPool& pool(int64_t tier) { return *pools_[size_t(tier)]; }
   // Pages of a head's tier, in slot order (slot s in page s / page_rows).

@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include "capture/cache/blocked_attention.h"
 #include "capture/cache/device_attention.h"
 
 #include <algorithm>
@@ -190,7 +191,11 @@ StepDriver::StepDriver(const model::ModelConfig& config, const Options& options,
 
 void StepDriver::use_device(torch::Device device, cache::DevicePrefill prefill) {
   prefill_ = prefill;
-  if (!device.is_cuda() || !cache::device_attention_compiled()) return;
+  if (!device.is_cuda()) {
+    if (prefill == cache::DevicePrefill::Blocked) blocked_tier_ = cache_.whole_row_tier();
+    return;
+  }
+  if (!cache::device_attention_compiled()) return;
   cache_.mirror_to(device);
   device_tier_ = cache_.device_tier();
 }
@@ -286,19 +291,15 @@ torch::Tensor StepDriver::attend_heads(const model::AttentionInputs& in,
   return out;
 }
 
-bool StepDriver::device_attention_fits(int64_t layer,
-                                       const std::vector<torch::Tensor>& masks) const {
-  if (device_tier_ < 0) return false;
+// Whether the layer's statistics are all this step needs of its weights: no
+// selection mask, no observer that wants the weights themselves.
+bool StepDriver::statistics_suffice(int64_t layer, const std::vector<torch::Tensor>& masks) const {
   for (const torch::Tensor& m : masks)
     if (m.defined()) return false;
   return !observer_ || !observer_->wants_probs(layer) || !observer_->needs_weights(layer);
 }
 
-// The layer on the device kernels: the same statistics as HeadStatsSink
-// gathers from the weights, from each row's received weight.
-torch::Tensor StepDriver::attend_on_device(const model::AttentionInputs& in,
-                                           const torch::Tensor& q_device) {
-  const int64_t l = in.layer, n = in.q.size(0);
+cache::DeviceStatsWanted StepDriver::wanted_statistics(int64_t l, int64_t n) const {
   const bool observe = observer_ && observer_->wants_probs(l);
   cache::DeviceStatsWanted want;
   want.received = needs_.received || observe;
@@ -309,8 +310,15 @@ torch::Tensor StepDriver::attend_on_device(const model::AttentionInputs& in,
     want.window_begin = std::clamp<int64_t>(w0 - pos0_, 0, n);
     want.window_end = std::clamp<int64_t>(options_.prompt_tokens - pos0_, 0, n);
   }
-  cache::DeviceLayerAttention r = cache::attend_layer_on_device(
-      cache_, l, device_tier_, q_device, pos0_, in.scale, in.sliding_window, want, prefill_);
+  return want;
+}
+
+// The same statistics as HeadStatsSink gathers from the weights, from each
+// row's received weight, into the layer's stats and the observer.
+torch::Tensor StepDriver::take_statistics(int64_t l, int64_t n,
+                                          const cache::DeviceStatsWanted& want,
+                                          const cache::DeviceLayerAttention& r) {
+  const bool observe = observer_ && observer_->wants_probs(l);
   LayerStats& st = stats_[size_t(l)];
   const bool window = want.window_end > want.window_begin;
   const float per_query = 1.0f / float(R_ * n), per_head = 1.0f / float(R_);
@@ -334,8 +342,30 @@ torch::Tensor StepDriver::attend_on_device(const model::AttentionInputs& in,
     }
   }
   if (window) st.window_queries += want.window_end - want.window_begin;
-  ++device_layers_;
   return r.out;
+}
+
+// The layer on the device kernels.
+torch::Tensor StepDriver::attend_on_device(const model::AttentionInputs& in,
+                                           const torch::Tensor& q_device) {
+  const int64_t l = in.layer, n = in.q.size(0);
+  const cache::DeviceStatsWanted want = wanted_statistics(l, n);
+  const cache::DeviceLayerAttention r = cache::attend_layer_on_device(
+      cache_, l, device_tier_, q_device, pos0_, in.scale, in.sliding_window, want, prefill_);
+  ++device_layers_;
+  return take_statistics(l, n, want, r);
+}
+
+// A prefill chunk by query blocks of matrix products over the host pages:
+// --device-prefill blocked on the CPU.
+torch::Tensor StepDriver::attend_blocked_on_host(const model::AttentionInputs& in) {
+  const int64_t l = in.layer, n = in.q.size(0);
+  const cache::DeviceStatsWanted want = wanted_statistics(l, n);
+  const cache::DeviceLayerAttention r =
+      cache::attend_layer_blocked(cache_, l, blocked_tier_, cache_.pool(blocked_tier_).host_pages(),
+                                  in.q, pos0_, in.scale, in.sliding_window, want);
+  ++blocked_layers_;
+  return take_statistics(l, n, want, r);
 }
 
 // A reconstruction step's layer: its tokens are written for its own queries
@@ -421,9 +451,13 @@ torch::Tensor StepDriver::attend(const model::AttentionInputs& in_any) {
   }
 
   // 4. Attention.
-  torch::Tensor out = device.is_cuda() && device_attention_fits(l, masks)
-                          ? attend_on_device(in, in_any.q)
-                          : attend_heads(in, candidates, masks);
+  torch::Tensor out;
+  if (device.is_cuda() && device_tier_ >= 0 && statistics_suffice(l, masks))
+    out = attend_on_device(in, in_any.q);
+  else if (n > 1 && blocked_tier_ >= 0 && statistics_suffice(l, masks))
+    out = attend_blocked_on_host(in);
+  else
+    out = attend_heads(in, candidates, masks);
 
   // 5. Rejected entries leave once the step's queries have read them.
   for (int64_t h = 0; h < K_; ++h)

@@ -43,11 +43,15 @@ class StepDriver : public model::AttentionBackend {
   // reconstruction pass) or the policy's tiers cannot be read there; those
   // layers run the host kernels over the host pages, which stay the truth.
   // Policies always see host tensors. `prefill`: how prefill chunks are
-  // attended there (cache::DevicePrefill).
+  // attended there (cache::DevicePrefill). On the CPU, Blocked attends the
+  // prefill chunks that fit by the same tensor code over the host pages
+  // (cache/blocked_attention.h): what a GPU would run, checked here.
   void use_device(torch::Device device,
                   cache::DevicePrefill prefill = cache::DevicePrefill::Kernel);
-  // Layers attended by the device kernels and by the host kernels so far.
+  // Layers attended by the device kernels, by the blocked prefill on the
+  // host pages and by the host kernels so far.
   int64_t device_layers() const { return device_layers_; }
+  int64_t blocked_layers() const { return blocked_layers_; }
   int64_t host_layers() const { return host_layers_; }
   // The policy's context-reconstruction pass (Policy::reconstruction): side
   // steps feed these chunks in order; options.max_tokens must cover the
@@ -89,8 +93,12 @@ class StepDriver : public model::AttentionBackend {
   torch::Tensor attend_heads(const model::AttentionInputs& in,
                              const std::vector<std::vector<int64_t>>& key_pos_by_head,
                              std::vector<torch::Tensor>& masks);
-  bool device_attention_fits(int64_t layer, const std::vector<torch::Tensor>& masks) const;
+  bool statistics_suffice(int64_t layer, const std::vector<torch::Tensor>& masks) const;
+  cache::DeviceStatsWanted wanted_statistics(int64_t layer, int64_t n) const;
+  torch::Tensor take_statistics(int64_t layer, int64_t n, const cache::DeviceStatsWanted& want,
+                                const cache::DeviceLayerAttention& r);
   torch::Tensor attend_on_device(const model::AttentionInputs& in, const torch::Tensor& q_device);
+  torch::Tensor attend_blocked_on_host(const model::AttentionInputs& in);
   void check_limits(const LayerContext& c) const;
   torch::Tensor attend_side(const model::AttentionInputs& in);
 
@@ -106,8 +114,9 @@ class StepDriver : public model::AttentionBackend {
   double policy_seconds_ = 0;
   std::vector<ReconstructionChunk> plan_;
   int device_tier_ = -1;  // the tier the device kernels read, -1: host attention only
+  int blocked_tier_ = -1;  // --device cpu --device-prefill blocked: the tier it reads
   cache::DevicePrefill prefill_ = cache::DevicePrefill::Kernel;
-  int64_t device_layers_ = 0, host_layers_ = 0;
+  int64_t device_layers_ = 0, blocked_layers_ = 0, host_layers_ = 0;
   bool side_ = false;        // the steps being fed are reconstruction steps
   int64_t side_index_ = -1;  // chunk of the current (or last) reconstruction step
 };

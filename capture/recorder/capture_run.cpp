@@ -265,6 +265,12 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& reques
         "attention on " + engine.device.str() + ": " + std::to_string(driver.device_layers()) +
         " layer steps by the CUDA kernels, " + std::to_string(driver.host_layers()) +
         " by the host kernels (selection masks, weight-level capture, several attended tiers)");
+  else if (req.device_prefill == "blocked")
+    result.notes.push_back("prefill on the cpu: " + std::to_string(driver.blocked_layers()) +
+                           " layer steps by blocked matrix products, " +
+                           std::to_string(driver.host_layers()) +
+                           " by the host kernels (decode steps, selection masks, weight-level "
+                           "capture, several attended tiers)");
   result.decode_policy_seconds =
       decode_policy_start < 0 ? 0 : driver.policy_seconds() - decode_policy_start;
   if (!req.expected_answers.empty()) {
