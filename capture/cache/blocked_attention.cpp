@@ -20,25 +20,47 @@ struct HeadRows {
   torch::Tensor pos;           // [m] int64
 };
 
-HeadRows gather_rows(const RaggedKvCache& cache, int64_t layer, int64_t h, int tier,
+// Every kv head's positions and page ids of `tier` in `layer`, each list
+// uploaded to the pages' device in one copy (not one per head: on a GPU each
+// small copy is a round trip), and where each head's part begins.
+struct LayerRows {
+  torch::Tensor pos, page_ids;                 // int64, all heads in order
+  std::vector<int64_t> pos_begin, page_begin;  // [K + 1]
+};
+
+LayerRows layer_rows(const RaggedKvCache& cache, int64_t layer, int tier, torch::Device device) {
+  LayerRows r;
+  std::vector<int64_t> pos, ids;
+  r.pos_begin.push_back(0);
+  r.page_begin.push_back(0);
+  for (int64_t h = 0; h < cache.n_kv_heads(); ++h) {
+    const std::vector<int32_t>& p = cache.positions(layer, h, tier);
+    const std::vector<int32_t>& g = cache.pages(layer, h, tier);
+    pos.insert(pos.end(), p.begin(), p.end());
+    ids.insert(ids.end(), g.begin(), g.end());
+    r.pos_begin.push_back(int64_t(pos.size()));
+    r.page_begin.push_back(int64_t(ids.size()));
+  }
+  r.pos = torch::tensor(pos, torch::kInt64).to(device);
+  r.page_ids = torch::tensor(ids, torch::kInt64).to(device);
+  return r;
+}
+
+HeadRows gather_rows(const RaggedKvCache& cache, const LayerRows& layer, int64_t h,
                      const torch::Tensor& pages) {
-  const std::vector<int32_t>& pos = cache.positions(layer, h, tier);
-  const std::vector<int32_t>& page_ids = cache.pages(layer, h, tier);
-  const int64_t m = int64_t(pos.size()), rows = cache.page_rows(), hd = cache.head_dim();
+  const int64_t p0 = layer.pos_begin[size_t(h)], m = layer.pos_begin[size_t(h + 1)] - p0;
+  const int64_t g0 = layer.page_begin[size_t(h)], np = layer.page_begin[size_t(h + 1)] - g0;
+  const int64_t rows = cache.page_rows(), hd = cache.head_dim();
   HeadRows r;
-  r.pos =
-      torch::tensor(std::vector<int64_t>(pos.begin(), pos.end()), torch::kInt64).to(pages.device());
+  r.pos = layer.pos.narrow(0, p0, m);
   if (m == 0) {
     r.keys = r.values = torch::empty({0, hd}, pages.options().dtype(torch::kFloat32));
     return r;
   }
-  const torch::Tensor ids =
-      torch::tensor(std::vector<int64_t>(page_ids.begin(), page_ids.end()), torch::kInt64)
-          .to(pages.device());
   // A page: rows key rows, then rows value rows, hd floats each.
-  const torch::Tensor held = pages.index_select(0, ids)
+  const torch::Tensor held = pages.index_select(0, layer.page_ids.narrow(0, g0, np))
                                  .view(torch::kFloat32)
-                                 .view({int64_t(page_ids.size()), 2, rows, hd});
+                                 .view({np, 2, rows, hd});
   r.keys = held.select(1, 0).reshape({-1, hd}).narrow(0, 0, m);
   r.values = held.select(1, 1).reshape({-1, hd}).narrow(0, 0, m);
   return r;
@@ -151,8 +173,9 @@ DeviceLayerAttention attend_layer_blocked(RaggedKvCache& cache, int64_t layer, i
   result.row_begin.assign(1, 0);
   std::vector<torch::Tensor> outs;
   std::vector<HeadStats> stats(static_cast<size_t>(K));
+  const LayerRows held = layer_rows(cache, layer, tier, pages.device());
   for (int64_t h = 0; h < K; ++h) {
-    const HeadRows rows = gather_rows(cache, layer, h, tier, pages);
+    const HeadRows rows = gather_rows(cache, held, h, pages);
     const std::vector<int32_t>& pos = cache.positions(layer, h, tier);
     result.key_pos.insert(result.key_pos.end(), pos.begin(), pos.end());
     result.row_begin.push_back(int64_t(result.key_pos.size()));
