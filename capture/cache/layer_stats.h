@@ -26,6 +26,13 @@ struct StatsNeeds {
   // queries of each head's weight ([H][M]; KVCompose with task=mean, group=max;
   // reconstruction steps only, as peak).
   bool received_per_query_head = false;
+  // The step's inputs a policy reads besides k and v (AdmitContext::in and
+  // the other contexts'): the queries, the layer's normalised input, the
+  // keys before RoPE. The step driver hands a policy only these (the others
+  // undefined), so on a GPU no unread tensor is copied to the host, and a
+  // policy that reads one it did not declare fails on the CPU as on a GPU.
+  bool query = false, hidden = false, key_pre_rope = false;
+  // Attention statistics (not inputs) wanted.
   bool any() const {
     return received || last_query || observation_window > 0 || peak || received_per_query_head;
   }

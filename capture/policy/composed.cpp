@@ -132,6 +132,9 @@ cache::StatsNeeds ComposedPolicy::stats_needs() const {
     all.received |= n.received;
     all.last_query |= n.last_query;
     all.observation_window = std::max(all.observation_window, n.observation_window);
+    all.query |= n.query;
+    all.hidden |= n.hidden;
+    all.key_pre_rope |= n.key_pre_rope;
   }
   return all;
 }

@@ -146,17 +146,29 @@ class HeadStatsSink {
   const std::vector<float>* row_scale_;  // [n] per query of the step, or null
 };
 
-// The step's inputs as host tensors (policies and the host kernels read them
-// through data pointers); `in` itself when it is on the host already. The
-// five copies are queued without waiting and the device is synchronised once:
-// one wait per layer instead of five.
-model::AttentionInputs on_host(const model::AttentionInputs& in) {
-  if (!in.q.defined() || in.q.device().is_cpu()) return in;
-  model::AttentionInputs h = in;
-  for (torch::Tensor* t : {&h.hidden, &h.q, &h.k_pre_rope, &h.k, &h.v})
+// The step's inputs on the host (policies and the host kernels read them
+// through data pointers): the five copies are queued without waiting and the
+// device is synchronised once, one wait per layer instead of five.
+model::AttentionInputs on_host(model::AttentionInputs in) {
+  if (in.k.device().is_cpu()) return in;
+  const bool cuda = in.k.device().is_cuda();
+  for (torch::Tensor* t : {&in.hidden, &in.q, &in.k_pre_rope, &in.k, &in.v})
     if (t->defined()) *t = t->to(torch::kCPU, /*non_blocking=*/true);
-  if (in.q.device().is_cuda()) torch::cuda::synchronize();
-  return h;
+  if (cuda) torch::cuda::synchronize();
+  return in;
+}
+
+// What a policy is handed: k and v, and of the queries, the layer's input
+// and the keys before RoPE only what it declared (StatsNeeds::query, hidden,
+// key_pre_rope; KVzip+'s norms read the input too), on the host. The others
+// stay undefined on every device: on a GPU they are never copied, and a
+// policy that reads one undeclared fails in the CPU tests too.
+model::AttentionInputs policy_inputs(const model::AttentionInputs& in, const StatsNeeds& needs) {
+  model::AttentionInputs given = in;
+  if (!needs.query) given.q = torch::Tensor();
+  if (!needs.hidden && !needs.peak_over_hidden_norm) given.hidden = torch::Tensor();
+  if (!needs.key_pre_rope) given.k_pre_rope = torch::Tensor();
+  return on_host(std::move(given));
 }
 
 }  // namespace
@@ -234,7 +246,7 @@ void StepDriver::begin_step(int64_t pos0, int64_t n) {
 // and their admissions recorded.
 void StepDriver::write_new_entries(const model::AttentionInputs& in,
                                    const std::vector<Admission>& adm) {
-  const int64_t n = in.q.size(0);
+  const int64_t n = in.k.size(0);
   torch::Tensor kn = in.k.to(torch::kFloat32).contiguous(),
                 vn = in.v.to(torch::kFloat32).contiguous();
   for (int64_t h = 0; h < K_; ++h)
@@ -250,9 +262,10 @@ void StepDriver::write_new_entries(const model::AttentionInputs& in,
 // Attention, one kv head at a time, with the statistics asked for, over the
 // attended entries as the selection saw them (`key_pos`: it cannot move them).
 torch::Tensor StepDriver::attend_heads(const model::AttentionInputs& in,
+                                       const torch::Tensor& queries,
                                        const std::vector<std::vector<int64_t>>& key_pos_by_head,
                                        std::vector<torch::Tensor>& masks) {
-  const int64_t l = in.layer, n = in.q.size(0);
+  const int64_t l = in.layer, n = queries.size(0);
   const bool observe = observer_ && observer_->wants_probs(l);
   // `peak` and the per-query-head mass are for reconstruction steps only
   // (attend_side).
@@ -280,7 +293,7 @@ torch::Tensor StepDriver::attend_heads(const model::AttentionInputs& in,
       if (observe) observer_->on_attention_block(p, b, mk, i0, k0);
     };
     torch::Tensor q =
-        in.q.narrow(1, h * R_, R_).permute({1, 0, 2}).to(torch::kFloat32).contiguous();
+        queries.narrow(1, h * R_, R_).permute({1, 0, 2}).to(torch::kFloat32).contiguous();
     torch::Tensor oh =
         cache_.attend_head(l, h, q, in.pos0, in.scale, in.sliding_window,
                            mask.defined() ? &mask : nullptr, key_pos, want_probs ? &sink : nullptr);
@@ -346,12 +359,11 @@ torch::Tensor StepDriver::take_statistics(int64_t l, int64_t n,
 }
 
 // The layer on the device kernels.
-torch::Tensor StepDriver::attend_on_device(const model::AttentionInputs& in,
-                                           const torch::Tensor& q_device) {
+torch::Tensor StepDriver::attend_on_device(const model::AttentionInputs& in) {
   const int64_t l = in.layer, n = in.q.size(0);
   const cache::DeviceStatsWanted want = wanted_statistics(l, n);
   const cache::DeviceLayerAttention r = cache::attend_layer_on_device(
-      cache_, l, device_tier_, q_device, pos0_, in.scale, in.sliding_window, want, prefill_);
+      cache_, l, device_tier_, in.q, pos0_, in.scale, in.sliding_window, want, prefill_);
   ++device_layers_;
   return take_statistics(l, n, want, r);
 }
@@ -413,10 +425,10 @@ torch::Tensor StepDriver::attend_side(const model::AttentionInputs& in) {
 }
 
 torch::Tensor StepDriver::attend(const model::AttentionInputs& in_any) {
-  const model::AttentionInputs in = on_host(in_any);
   const torch::Device device = in_any.q.device();
-  if (side_) return attend_side(in).to(device);
-  const int64_t l = in.layer, n = in.q.size(0);
+  if (side_) return attend_side(on_host(in_any)).to(device);
+  const model::AttentionInputs in = policy_inputs(in_any, needs_);
+  const int64_t l = in.layer, n = in_any.q.size(0);
   const bool prefill = pos0_ < options_.prompt_tokens;
   const bool prompt_complete = pos0_ + n >= options_.prompt_tokens;
 
@@ -450,14 +462,16 @@ torch::Tensor StepDriver::attend(const model::AttentionInputs& in_any) {
                        std::to_string(candidates[size_t(h)].size()) + "]");
   }
 
-  // 4. Attention.
+  // 4. Attention: the device kernels and the blocked prefill read the
+  // model's own tensors (on the CPU those are the host's), the host kernels
+  // the queries on the host (copied here when the policy did not ask for them).
   torch::Tensor out;
   if (device.is_cuda() && device_tier_ >= 0 && statistics_suffice(l, masks))
-    out = attend_on_device(in, in_any.q);
+    out = attend_on_device(in_any);
   else if (n > 1 && blocked_tier_ >= 0 && statistics_suffice(l, masks))
-    out = attend_blocked_on_host(in);
+    out = attend_blocked_on_host(in_any);
   else
-    out = attend_heads(in, candidates, masks);
+    out = attend_heads(in, in.q.defined() ? in.q : in_any.q.to(torch::kCPU), candidates, masks);
 
   // 5. Rejected entries leave once the step's queries have read them.
   for (int64_t h = 0; h < K_; ++h)
@@ -474,7 +488,7 @@ torch::Tensor StepDriver::attend(const model::AttentionInputs& in_any) {
     policy_.after_attention(lc);
   }
   check_limits(lc);
-  return out.to(device, in.q.scalar_type());
+  return out.to(device, in_any.q.scalar_type());
 }
 
 void StepDriver::check_limits(const LayerContext& c) const {

@@ -90,14 +90,14 @@ class StepDriver : public model::AttentionBackend {
 
  private:
   void write_new_entries(const model::AttentionInputs& in, const std::vector<Admission>& adm);
-  torch::Tensor attend_heads(const model::AttentionInputs& in,
+  torch::Tensor attend_heads(const model::AttentionInputs& in, const torch::Tensor& queries,
                              const std::vector<std::vector<int64_t>>& key_pos_by_head,
                              std::vector<torch::Tensor>& masks);
   bool statistics_suffice(int64_t layer, const std::vector<torch::Tensor>& masks) const;
   cache::DeviceStatsWanted wanted_statistics(int64_t layer, int64_t n) const;
   torch::Tensor take_statistics(int64_t layer, int64_t n, const cache::DeviceStatsWanted& want,
                                 const cache::DeviceLayerAttention& r);
-  torch::Tensor attend_on_device(const model::AttentionInputs& in, const torch::Tensor& q_device);
+  torch::Tensor attend_on_device(const model::AttentionInputs& in);
   torch::Tensor attend_blocked_on_host(const model::AttentionInputs& in);
   void check_limits(const LayerContext& c) const;
   torch::Tensor attend_side(const model::AttentionInputs& in);

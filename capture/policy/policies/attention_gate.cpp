@@ -22,6 +22,11 @@ namespace {
 
 class AttentionGatePolicy : public Policy {
  public:
+  cache::StatsNeeds stats_needs() const override {  // reads the step's normalised layer input
+    cache::StatsNeeds n;
+    n.hidden = true;
+    return n;
+  }
   std::vector<PartKind> kinds() const override { return {PartKind::Admission}; }
   AttentionGatePolicy(std::string path, double tau, double gamma)
       : path_(std::move(path)), tau_(tau), gamma_(gamma) {}

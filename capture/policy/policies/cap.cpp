@@ -28,6 +28,11 @@ struct CapOptions {
 
 class CapScorer : public HeadScorer {
  public:
+  cache::StatsNeeds stats_needs() const override {  // reads the step's queries
+    cache::StatsNeeds n;
+    n.query = true;
+    return n;
+  }
   explicit CapScorer(CapOptions o) : o_(o) {}
   void setup(const PolicySetup& s) override {
     H_ = s.model->n_heads, K_ = s.model->n_kv_heads;

@@ -31,6 +31,11 @@ struct CompactorOptions {
 
 class CompactorScorer : public HeadScorer {
  public:
+  cache::StatsNeeds stats_needs() const override {  // reads the step's queries
+    cache::StatsNeeds n;
+    n.query = true;
+    return n;
+  }
   explicit CompactorScorer(CompactorOptions o)
       : o_(o), gen_(at::detail::createCPUGenerator(o.seed)) {}
   void setup(const PolicySetup& s) override {

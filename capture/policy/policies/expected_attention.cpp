@@ -39,6 +39,11 @@ struct EaOptions {
 
 class ExpectedAttentionScorer : public HeadScorer {
  public:
+  cache::StatsNeeds stats_needs() const override {  // reads the step's queries
+    cache::StatsNeeds n;
+    n.query = true;
+    return n;
+  }
   explicit ExpectedAttentionScorer(EaOptions o) : o_(o) {}
 
   void setup(const PolicySetup& s) override {

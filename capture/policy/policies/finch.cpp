@@ -24,6 +24,11 @@ namespace {
 
 class FinchScorer : public HeadScorer {
  public:
+  cache::StatsNeeds stats_needs() const override {  // reads the step's queries
+    cache::StatsNeeds n;
+    n.query = true;
+    return n;
+  }
   FinchScorer(int64_t window, bool normalize) : window_(window), normalize_(normalize) {}
 
   void setup(const PolicySetup& s) override {

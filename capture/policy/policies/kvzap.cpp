@@ -22,6 +22,11 @@ namespace {
 
 class KvzapScorer : public HeadScorer {
  public:
+  cache::StatsNeeds stats_needs() const override {  // reads the step's normalised layer input
+    cache::StatsNeeds n;
+    n.hidden = true;
+    return n;
+  }
   // sinks, window: the first and the newest entries of each head, never
   // evicted (both 0 as a wrapper's scorer, where the wrapper protects).
   KvzapScorer(std::string path, std::string field, int64_t sinks, int64_t window)

@@ -50,6 +50,11 @@ namespace {
 
 class NonCausalScorer : public HeadScorer {
  public:
+  cache::StatsNeeds stats_needs() const override {  // reads the step's queries
+    cache::StatsNeeds n;
+    n.query = true;
+    return n;
+  }
   explicit NonCausalScorer(int64_t chunk) : chunk_(chunk) {}
   void setup(const PolicySetup& s) override {
     queries_.assign(size_t(s.model->n_layers), {});

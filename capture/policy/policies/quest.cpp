@@ -24,6 +24,11 @@ namespace {
 
 class QuestPolicy : public Policy {
  public:
+  cache::StatsNeeds stats_needs() const override {  // reads the step's queries
+    cache::StatsNeeds n;
+    n.query = true;
+    return n;
+  }
   std::vector<PartKind> kinds() const override { return {PartKind::Selection}; }
   QuestPolicy(int64_t budget, int64_t page_size, int64_t dense_layers)
       : budget_(budget), page_(page_size), dense_layers_(dense_layers) {}

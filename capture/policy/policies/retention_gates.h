@@ -36,6 +36,11 @@ inline double retention_score(double log_beta, int64_t age, int64_t lookahead) {
 
 class RetentionGatePolicy : public Policy {
  public:
+  cache::StatsNeeds stats_needs() const override {  // reads the step's normalised layer input
+    cache::StatsNeeds n;
+    n.hidden = true;
+    return n;
+  }
   std::vector<PartKind> kinds() const override { return {PartKind::Eviction}; }
   RetentionGatePolicy(std::string name, std::string path, int64_t lookahead, int64_t window)
       : name_(std::move(name)), path_(std::move(path)), lookahead_(lookahead), window_(window) {}

@@ -34,7 +34,11 @@ class ScriptedScorer : public HeadScorer {
   }
 
   void setup(const PolicySetup& s) override { R_ = s.model->n_heads / s.model->n_kv_heads; }
-  cache::StatsNeeds stats_needs() const override { return {true, false, 0}; }
+  cache::StatsNeeds stats_needs() const override {
+    cache::StatsNeeds n{true, false, 0};
+    n.query = true;  // a script may read the step's queries
+    return n;
+  }
   std::string score_name() const override { return "scripted_score"; }
   std::string score_meaning() const override { return "score of the TorchScript scorer " + file_; }
 

@@ -93,6 +93,7 @@ class SfcPolicy : public Policy {
   cache::StatsNeeds stats_needs() const override {
     cache::StatsNeeds n;
     n.received = true;
+    n.query = true;  // the forecaster reads the step's last query
     return n;
   }
   std::string budget_kind() const override { return "layer"; }

@@ -38,6 +38,11 @@ constexpr int kWholeTier = 0, kThinTier = 1;
 
 class ThinkPolicy : public Policy {
  public:
+  cache::StatsNeeds stats_needs() const override {  // reads the step's queries
+    cache::StatsNeeds n;
+    n.query = true;
+    return n;
+  }
   explicit ThinkPolicy(ThinkOptions o) : o_(o) {}
 
   void setup(const PolicySetup& s) override {

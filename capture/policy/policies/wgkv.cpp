@@ -32,6 +32,11 @@ constexpr uint16_t kInWindow = 0, kAdmitGlobal = 1, kDrop = 2;
 
 class WgkvPolicy : public Policy {
  public:
+  cache::StatsNeeds stats_needs() const override {  // reads the step's keys before RoPE
+    cache::StatsNeeds n;
+    n.key_pre_rope = true;
+    return n;
+  }
   std::vector<PartKind> kinds() const override {
     return {PartKind::Admission, PartKind::Placement};
   }
