@@ -78,7 +78,9 @@ train() {
     log "$name: done ($(tail -1 "${o%.safetensors}.log"))"
   elif [ $rc -eq 124 ]; then
     echo "$name resumable" >>"$out/status.txt"
-    log "$name: stopped after ${seconds} s at $(tail -1 "${o%.safetensors}.csv" | cut -d, -f2) (rerun to resume)"
+    local at="before its first evaluation"
+    [ -f "${o%.safetensors}.csv" ] && at="at step $(tail -1 "${o%.safetensors}.csv" | cut -d, -f2)"
+    log "$name: stopped after ${seconds} s $at (rerun to resume)"
   else
     echo "$name failed rc=$rc" >>"$out/status.txt"
     log "$name: failed (rc $rc)"
