@@ -24,24 +24,25 @@ struct HeadRows {
 // uploaded to the pages' device in one copy (not one per head: on a GPU each
 // small copy is a round trip), and where each head's part begins.
 struct LayerRows {
-  torch::Tensor pos, page_ids;                 // int64, all heads in order
+  std::vector<int64_t> host_pos;               // all heads' positions in order
+  torch::Tensor pos, page_ids;                 // int64 on the device, all heads in order
   std::vector<int64_t> pos_begin, page_begin;  // [K + 1]
 };
 
 LayerRows layer_rows(const RaggedKvCache& cache, int64_t layer, int tier, torch::Device device) {
   LayerRows r;
-  std::vector<int64_t> pos, ids;
+  std::vector<int64_t> ids;
   r.pos_begin.push_back(0);
   r.page_begin.push_back(0);
   for (int64_t h = 0; h < cache.n_kv_heads(); ++h) {
     const std::vector<int32_t>& p = cache.positions(layer, h, tier);
     const std::vector<int32_t>& g = cache.pages(layer, h, tier);
-    pos.insert(pos.end(), p.begin(), p.end());
+    r.host_pos.insert(r.host_pos.end(), p.begin(), p.end());
     ids.insert(ids.end(), g.begin(), g.end());
-    r.pos_begin.push_back(int64_t(pos.size()));
+    r.pos_begin.push_back(int64_t(r.host_pos.size()));
     r.page_begin.push_back(int64_t(ids.size()));
   }
-  r.pos = torch::tensor(pos, torch::kInt64).to(device);
+  r.pos = torch::tensor(r.host_pos, torch::kInt64).to(device);
   r.page_ids = torch::tensor(ids, torch::kInt64).to(device);
   return r;
 }
@@ -169,16 +170,14 @@ DeviceLayerAttention attend_layer_blocked(RaggedKvCache& cache, int64_t layer, i
                      scale};
   const torch::Tensor qd = q.reshape({n, K, R, hd}).permute({1, 2, 0, 3}).to(torch::kFloat32);
 
+  const LayerRows held = layer_rows(cache, layer, tier, pages.device());
   DeviceLayerAttention result;
-  result.row_begin.assign(1, 0);
+  result.key_pos = held.host_pos;
+  result.row_begin = held.pos_begin;
   std::vector<torch::Tensor> outs;
   std::vector<HeadStats> stats(static_cast<size_t>(K));
-  const LayerRows held = layer_rows(cache, layer, tier, pages.device());
   for (int64_t h = 0; h < K; ++h) {
     const HeadRows rows = gather_rows(cache, held, h, pages);
-    const std::vector<int32_t>& pos = cache.positions(layer, h, tier);
-    result.key_pos.insert(result.key_pos.end(), pos.begin(), pos.end());
-    result.row_begin.push_back(int64_t(result.key_pos.size()));
     const int64_t m = std::max<int64_t>(1, rows.pos.size(0));
     const int64_t block = std::clamp<int64_t>(max_weight_bytes / (R * m * 4), 1, n);
     outs.push_back(attend_head_blocked(rows, qd[h], c, wanted, block, &stats[size_t(h)]));

@@ -32,6 +32,15 @@ struct StatsNeeds {
   // undefined), so on a GPU no unread tensor is copied to the host, and a
   // policy that reads one it did not declare fails on the CPU as on a GPU.
   bool query = false, hidden = false, key_pre_rope = false;
+  // What a policy that reads one of those inputs and no statistic declares:
+  // StatsNeeds::reading(&StatsNeeds::query).
+  static StatsNeeds reading(bool StatsNeeds::*input) {
+    StatsNeeds n;
+    n.*input = true;
+    return n;
+  }
+  // The layer's input is read by the policy or by KVzip+'s norms.
+  bool reads_hidden() const { return hidden || peak_over_hidden_norm; }
   // Attention statistics (not inputs) wanted.
   bool any() const {
     return received || last_query || observation_window > 0 || peak || received_per_query_head;

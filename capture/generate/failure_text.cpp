@@ -11,8 +11,8 @@ namespace kvscope::generate {
 std::string failure_text(const std::exception& e) {
   if (const auto* oom = dynamic_cast<const c10::OutOfMemoryError*>(&e))
     // LibTorch's CUDA message says what was asked and what the device holds.
-    return std::string("out of device memory: ") + oom->what_without_backtrace() +
-           " (a shorter --prefill-chunk, fp16/bf16 weights or a shorter run need less)";
+    return std::string("out of device memory: ") + oom->what_without_backtrace() + " (" +
+           kLessMemoryAdvice + ")";
   if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {
     const std::string what = error->what_without_backtrace();
     return explain_host_allocation_failure(what).value_or(what);

@@ -251,9 +251,8 @@ std::string explain_policy(const PolicyInstance& instance) {
                                    : "") +
          (n.any() ? "" : "none") + "\n";
   out += std::string("reads besides k and v: ") + (n.query ? "queries " : "") +
-         (n.hidden || n.peak_over_hidden_norm ? "layer input " : "") +
-         (n.key_pre_rope ? "keys before RoPE " : "") +
-         (n.query || n.hidden || n.peak_over_hidden_norm || n.key_pre_rope ? "" : "nothing") + "\n";
+         (n.reads_hidden() ? "layer input " : "") + (n.key_pre_rope ? "keys before RoPE " : "") +
+         (n.query || n.reads_hidden() || n.key_pre_rope ? "" : "nothing") + "\n";
   std::string reasons;
   for (const std::string& r : instance.policy->reason_names())
     reasons += (reasons.empty() ? "" : "; ") + r;

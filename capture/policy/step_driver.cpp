@@ -166,7 +166,7 @@ model::AttentionInputs on_host(model::AttentionInputs in) {
 model::AttentionInputs policy_inputs(const model::AttentionInputs& in, const StatsNeeds& needs) {
   model::AttentionInputs given = in;
   if (!needs.query) given.q = torch::Tensor();
-  if (!needs.hidden && !needs.peak_over_hidden_norm) given.hidden = torch::Tensor();
+  if (!needs.reads_hidden()) given.hidden = torch::Tensor();
   if (!needs.key_pre_rope) given.k_pre_rope = torch::Tensor();
   return on_host(std::move(given));
 }

@@ -34,12 +34,12 @@ std::string format_bytes(double bytes) {
 }
 
 int64_t available_memory_bytes() {
+  // Line by line: some lines (HugePages_Total: 0) have no unit.
   std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
+  std::string line;
+  long long kib = 0;
+  while (std::getline(in, line))
+    if (std::sscanf(line.c_str(), "MemAvailable: %lld kB", &kib) == 1) return int64_t(kib) * 1024;
   return -1;
 }
 
@@ -65,8 +65,7 @@ std::optional<std::string> explain_host_allocation_failure(const std::string& li
   std::smatch m;
   if (!std::regex_search(libtorch_message, m, failure)) return std::nullopt;
   return "out of host memory: LibTorch could not allocate " + format_bytes(std::stod(m[1].str())) +
-         " more; " + host_memory_situation() +
-         " (a shorter --prefill-chunk, a shorter run or bf16/fp16 weights need less)";
+         " more; " + host_memory_situation() + " (" + kLessMemoryAdvice + ")";
 }
 
 void check_fits_in_memory(const std::string& file, const std::string& field, double bytes,

@@ -25,6 +25,10 @@ std::string format_bytes(double bytes);
 int64_t available_memory_bytes();
 int64_t address_space_limit_bytes();
 
+// What an out-of-memory message suggests, host or device.
+inline constexpr const char* kLessMemoryAdvice =
+    "a shorter --prefill-chunk, a shorter run or bf16/fp16 weights need less";
+
 // "this machine has 2.1 GiB of its 23.5 GiB available; ulimit -v caps this
 // process at 2.9 GiB of address space": what an out-of-memory error says
 // is there, next to what was asked.

@@ -22,10 +22,8 @@ namespace {
 
 class AttentionGatePolicy : public Policy {
  public:
-  cache::StatsNeeds stats_needs() const override {  // reads the step's normalised layer input
-    cache::StatsNeeds n;
-    n.hidden = true;
-    return n;
+  cache::StatsNeeds stats_needs() const override {
+    return cache::StatsNeeds::reading(&cache::StatsNeeds::hidden);
   }
   std::vector<PartKind> kinds() const override { return {PartKind::Admission}; }
   AttentionGatePolicy(std::string path, double tau, double gamma)

@@ -28,10 +28,8 @@ struct CapOptions {
 
 class CapScorer : public HeadScorer {
  public:
-  cache::StatsNeeds stats_needs() const override {  // reads the step's queries
-    cache::StatsNeeds n;
-    n.query = true;
-    return n;
+  cache::StatsNeeds stats_needs() const override {
+    return cache::StatsNeeds::reading(&cache::StatsNeeds::query);
   }
   explicit CapScorer(CapOptions o) : o_(o) {}
   void setup(const PolicySetup& s) override {

@@ -31,10 +31,8 @@ struct CompactorOptions {
 
 class CompactorScorer : public HeadScorer {
  public:
-  cache::StatsNeeds stats_needs() const override {  // reads the step's queries
-    cache::StatsNeeds n;
-    n.query = true;
-    return n;
+  cache::StatsNeeds stats_needs() const override {
+    return cache::StatsNeeds::reading(&cache::StatsNeeds::query);
   }
   explicit CompactorScorer(CompactorOptions o)
       : o_(o), gen_(at::detail::createCPUGenerator(o.seed)) {}

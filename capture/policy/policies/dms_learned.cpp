@@ -29,10 +29,8 @@ constexpr uint16_t kClosed = 1;
 
 class DmsLearnedPolicy : public Policy {
  public:
-  cache::StatsNeeds stats_needs() const override {  // reads the step's normalised layer input
-    cache::StatsNeeds n;
-    n.hidden = true;
-    return n;
+  cache::StatsNeeds stats_needs() const override {
+    return cache::StatsNeeds::reading(&cache::StatsNeeds::hidden);
   }
   DmsLearnedPolicy(std::string path, int64_t window, double threshold)
       : path_(std::move(path)), W_(window), threshold_(threshold) {}

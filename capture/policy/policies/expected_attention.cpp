@@ -39,10 +39,8 @@ struct EaOptions {
 
 class ExpectedAttentionScorer : public HeadScorer {
  public:
-  cache::StatsNeeds stats_needs() const override {  // reads the step's queries
-    cache::StatsNeeds n;
-    n.query = true;
-    return n;
+  cache::StatsNeeds stats_needs() const override {
+    return cache::StatsNeeds::reading(&cache::StatsNeeds::query);
   }
   explicit ExpectedAttentionScorer(EaOptions o) : o_(o) {}
 

@@ -22,10 +22,8 @@ namespace {
 
 class FastKvzipPolicy : public Policy {
  public:
-  cache::StatsNeeds stats_needs() const override {  // reads the step's normalised layer input
-    cache::StatsNeeds n;
-    n.hidden = true;
-    return n;
+  cache::StatsNeeds stats_needs() const override {
+    return cache::StatsNeeds::reading(&cache::StatsNeeds::hidden);
   }
   FastKvzipPolicy(std::string gates, int64_t budget, int64_t sinks, double window_ratio,
                   int64_t window, bool layerwise)

@@ -24,10 +24,8 @@ namespace {
 
 class FinchScorer : public HeadScorer {
  public:
-  cache::StatsNeeds stats_needs() const override {  // reads the step's queries
-    cache::StatsNeeds n;
-    n.query = true;
-    return n;
+  cache::StatsNeeds stats_needs() const override {
+    return cache::StatsNeeds::reading(&cache::StatsNeeds::query);
   }
   FinchScorer(int64_t window, bool normalize) : window_(window), normalize_(normalize) {}
 

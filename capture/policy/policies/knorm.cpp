@@ -20,10 +20,8 @@ namespace {
 
 class KnormScorer : public HeadScorer {
  public:
-  cache::StatsNeeds stats_needs() const override {  // reads the step's keys before RoPE
-    cache::StatsNeeds n;
-    n.key_pre_rope = true;
-    return n;
+  cache::StatsNeeds stats_needs() const override {
+    return cache::StatsNeeds::reading(&cache::StatsNeeds::key_pre_rope);
   }
   void setup(const PolicySetup& s) override {
     norms_.resize(s.model->n_layers, s.model->n_kv_heads, s.max_tokens);

@@ -22,10 +22,8 @@ namespace {
 
 class KvzapScorer : public HeadScorer {
  public:
-  cache::StatsNeeds stats_needs() const override {  // reads the step's normalised layer input
-    cache::StatsNeeds n;
-    n.hidden = true;
-    return n;
+  cache::StatsNeeds stats_needs() const override {
+    return cache::StatsNeeds::reading(&cache::StatsNeeds::hidden);
   }
   // sinks, window: the first and the newest entries of each head, never
   // evicted (both 0 as a wrapper's scorer, where the wrapper protects).

@@ -50,10 +50,8 @@ namespace {
 
 class NonCausalScorer : public HeadScorer {
  public:
-  cache::StatsNeeds stats_needs() const override {  // reads the step's queries
-    cache::StatsNeeds n;
-    n.query = true;
-    return n;
+  cache::StatsNeeds stats_needs() const override {
+    return cache::StatsNeeds::reading(&cache::StatsNeeds::query);
   }
   explicit NonCausalScorer(int64_t chunk) : chunk_(chunk) {}
   void setup(const PolicySetup& s) override {

@@ -24,10 +24,8 @@ namespace {
 
 class QuestPolicy : public Policy {
  public:
-  cache::StatsNeeds stats_needs() const override {  // reads the step's queries
-    cache::StatsNeeds n;
-    n.query = true;
-    return n;
+  cache::StatsNeeds stats_needs() const override {
+    return cache::StatsNeeds::reading(&cache::StatsNeeds::query);
   }
   std::vector<PartKind> kinds() const override { return {PartKind::Selection}; }
   QuestPolicy(int64_t budget, int64_t page_size, int64_t dense_layers)

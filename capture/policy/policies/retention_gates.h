@@ -36,10 +36,8 @@ inline double retention_score(double log_beta, int64_t age, int64_t lookahead) {
 
 class RetentionGatePolicy : public Policy {
  public:
-  cache::StatsNeeds stats_needs() const override {  // reads the step's normalised layer input
-    cache::StatsNeeds n;
-    n.hidden = true;
-    return n;
+  cache::StatsNeeds stats_needs() const override {
+    return cache::StatsNeeds::reading(&cache::StatsNeeds::hidden);
   }
   std::vector<PartKind> kinds() const override { return {PartKind::Eviction}; }
   RetentionGatePolicy(std::string name, std::string path, int64_t lookahead, int64_t window)

@@ -38,10 +38,8 @@ constexpr int kWholeTier = 0, kThinTier = 1;
 
 class ThinkPolicy : public Policy {
  public:
-  cache::StatsNeeds stats_needs() const override {  // reads the step's queries
-    cache::StatsNeeds n;
-    n.query = true;
-    return n;
+  cache::StatsNeeds stats_needs() const override {
+    return cache::StatsNeeds::reading(&cache::StatsNeeds::query);
   }
   explicit ThinkPolicy(ThinkOptions o) : o_(o) {}
 

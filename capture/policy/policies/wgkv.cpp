@@ -32,10 +32,8 @@ constexpr uint16_t kInWindow = 0, kAdmitGlobal = 1, kDrop = 2;
 
 class WgkvPolicy : public Policy {
  public:
-  cache::StatsNeeds stats_needs() const override {  // reads the step's keys before RoPE
-    cache::StatsNeeds n;
-    n.key_pre_rope = true;
-    return n;
+  cache::StatsNeeds stats_needs() const override {
+    return cache::StatsNeeds::reading(&cache::StatsNeeds::key_pre_rope);
   }
   std::vector<PartKind> kinds() const override {
     return {PartKind::Admission, PartKind::Placement};
