@@ -54,7 +54,7 @@ cp "$kv" "$out/kvscope"
 t=/tmp/kvcap && mkdir -p "$t"
 
 # 1. Parity on stories260K: one policy per path (device kernels with each
-#    statistic; masks, INT4 tiers and the oracle on the host path).
+#    statistic and the oracle; masks and INT4 tiers on the host path).
 S=.gpu/models
 if want parity; then
   log "parity: stories260K"

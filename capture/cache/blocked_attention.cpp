@@ -80,6 +80,7 @@ torch::Tensor visible_softmax(const torch::Tensor& s) {
 // The statistics of one head, summed over its query blocks.
 struct HeadStats {
   torch::Tensor received, last_query, window;  // [m]
+  torch::Tensor last_query_by_head;            // [R, m]
   torch::Tensor pooled_sum, pooled_max;        // [R, q_blocks, n_blocks]
 };
 
@@ -96,6 +97,7 @@ torch::Tensor attend_head_blocked(const HeadRows& rows, const torch::Tensor& q, 
   torch::Tensor out = torch::empty({c.R, c.n, c.hd}, f32);
   if (wanted.received) st->received = torch::zeros({m}, f32);
   if (wanted.last_query) st->last_query = torch::zeros({m}, f32);
+  if (wanted.last_query_by_head) st->last_query_by_head = torch::zeros({c.R, m}, f32);
   if (wanted.window_end > wanted.window_begin) st->window = torch::zeros({m}, f32);
   if (c.B > 0) {
     st->pooled_sum = torch::zeros({c.R, c.q_blocks, c.n_blocks}, f32);
@@ -117,6 +119,8 @@ torch::Tensor attend_head_blocked(const HeadRows& rows, const torch::Tensor& q, 
     out.narrow(1, a, nb).copy_(torch::matmul(p, rows.values));
     if (st->received.defined()) st->received += p.sum(torch::IntArrayRef{0, 1});
     if (st->last_query.defined() && b == c.n) st->last_query += p.select(1, nb - 1).sum(0);
+    if (st->last_query_by_head.defined() && b == c.n)
+      st->last_query_by_head.copy_(p.select(1, nb - 1));
     const int64_t wa = std::max(a, wanted.window_begin), wb = std::min(b, wanted.window_end);
     if (st->window.defined() && wb > wa)
       st->window += p.narrow(1, wa - a, wb - wa).sum(torch::IntArrayRef{0, 1});
@@ -194,6 +198,7 @@ DeviceLayerAttention attend_layer_blocked(RaggedKvCache& cache, int64_t layer, i
   if (wanted.received) result.received = concat(&HeadStats::received);
   if (wanted.last_query) result.last_query = concat(&HeadStats::last_query);
   if (wanted.window_end > wanted.window_begin) result.window = concat(&HeadStats::window);
+  if (wanted.last_query_by_head) result.last_query_by_head = concat(&HeadStats::last_query_by_head);
   if (B > 0) {
     result.q_blocks = c.q_blocks;
     result.n_blocks = c.n_blocks;

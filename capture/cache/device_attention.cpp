@@ -144,6 +144,37 @@ void take_pooled(DeviceLayerAttention* result, int64_t heads, int64_t q_blocks, 
   result->pooled_max = to_host(max);
 }
 
+// The decode kernel for one query per query head, qd [K, R, hd] at q_pos:
+// out [K, R, hd], probs (DecodeOutputs::probs) and, when asked, the mass.
+struct DecodeRun {
+  torch::Tensor out, probs, mass;
+};
+
+DecodeRun run_decode(const torch::Tensor& q, const DeviceTables& t, int64_t rows, int64_t q_pos,
+                     float scale, int64_t window, bool mass) {
+  const int64_t K = q.size(0), R = q.size(1), hd = q.size(2);
+  const torch::Tensor qd = q.to(torch::kFloat32).contiguous();
+  const torch::TensorOptions f32 = qd.options();
+  DecodeRun d;
+  d.out = torch::empty({K, R, hd}, f32);
+  d.probs = torch::empty({std::max<int64_t>(R * rows, 1)}, f32);
+  if (mass) d.mass = torch::zeros({std::max<int64_t>(rows, 1)}, f32);
+  torch::Tensor scratch =
+      torch::empty({int64_t(kc::decode_scratch_floats(K, R, hd, t.heads.max_rows)) + 1}, f32);
+  const kc::DecodeOutputs o{d.out.data_ptr<float>(), d.probs.data_ptr<float>(),
+                            mass ? d.mass.data_ptr<float>() : nullptr, scratch.data_ptr<float>()};
+  check(kc::decode_attention(qd.data_ptr<float>(), R, t.heads, q_pos, scale, window, o, nullptr),
+        "decode_attention");
+  return d;
+}
+
+// The first `count` weights of a decode run's probs, on the host.
+std::vector<float> head_weights(const torch::Tensor& probs, int64_t count) {
+  std::vector<float> w = to_host(probs);
+  w.resize(size_t(count));
+  return w;
+}
+
 }  // namespace
 
 DeviceLayerAttention attend_layer_on_device(RaggedKvCache& cache, int64_t layer, int tier,
@@ -167,35 +198,27 @@ DeviceLayerAttention attend_layer_on_device(RaggedKvCache& cache, int64_t layer,
   const torch::TensorOptions f32 = torch::TensorOptions(torch::kFloat32).device(q.device());
   torch::cuda::synchronize();  // the mirror's upload and the tables are in place
   if (n == 1) {
-    const torch::Tensor qd = q.reshape({K, R, hd}).to(torch::kFloat32).contiguous();
-    torch::Tensor out = torch::empty({K, R, hd}, f32);
-    torch::Tensor probs = torch::empty({std::max<int64_t>(R * rows, 1)}, f32);
-    torch::Tensor mass = torch::zeros({std::max<int64_t>(rows, 1)}, f32);
-    torch::Tensor scratch =
-        torch::empty({int64_t(kc::decode_scratch_floats(K, R, hd, t.heads.max_rows)) + 1}, f32);
-    const bool any =
-        wanted.received || wanted.last_query || wanted.window_end > wanted.window_begin;
-    kc::DecodeOutputs o{out.data_ptr<float>(), probs.data_ptr<float>(),
-                        any ? mass.data_ptr<float>() : nullptr, scratch.data_ptr<float>()};
-    check(kc::decode_attention(qd.data_ptr<float>(), R, t.heads, pos0, s, window, o, nullptr),
-          "decode_attention");
-    result.out = out.reshape({1, H, hd});
+    const DecodeRun d =
+        run_decode(q.reshape({K, R, hd}), t, rows, pos0, s, window,
+                   wanted.received || wanted.last_query || wanted.window_end > wanted.window_begin);
+    result.out = d.out.reshape({1, H, hd});
     if (wanted.pooled_block > 0) {
       const int64_t B = wanted.pooled_block, nb = (pos0 + n + B - 1) / B;
       const torch::Tensor order = sorted_rows(result, q.device());
       take_pooled(&result, K * R, 1, nb, f32, [&](float* sum, float* max) {
-        check(kc::pool_by_position(probs.data_ptr<float>(), R, t.heads, order.data_ptr<int64_t>(),
+        check(kc::pool_by_position(d.probs.data_ptr<float>(), R, t.heads, order.data_ptr<int64_t>(),
                                    B, nb, sum, max, nullptr),
               "pool_by_position");
       });
     }
-    if (any) {
-      std::vector<float> m = to_host(mass);
+    if (d.mass.defined()) {
+      std::vector<float> m = to_host(d.mass);
       m.resize(size_t(rows));
       if (wanted.received) result.received = m;
       if (wanted.last_query) result.last_query = m;
       if (wanted.window_end > wanted.window_begin) result.window = m;
     }
+    if (wanted.last_query_by_head) result.last_query_by_head = head_weights(d.probs, R * rows);
   } else {
     const torch::Tensor qd =
         q.reshape({n, K, R, hd}).permute({1, 2, 0, 3}).to(torch::kFloat32).contiguous();
@@ -212,6 +235,10 @@ DeviceLayerAttention attend_layer_on_device(RaggedKvCache& cache, int64_t layer,
     if (wanted.window_end > wanted.window_begin)
       result.window = prefill_mass(qd, lse, wanted.window_begin, wanted.window_end, pos0, t.heads,
                                    s, window, rows);
+    if (wanted.last_query_by_head) {  // the last query alone, through the decode kernel
+      const DecodeRun d = run_decode(qd.select(2, n - 1), t, rows, pos0 + n - 1, s, window, false);
+      result.last_query_by_head = head_weights(d.probs, R * rows);
+    }
     if (wanted.pooled_block > 0) {
       const int64_t B = wanted.pooled_block, nb = (pos0 + n + B - 1) / B,
                     qb = kc::prefill_query_blocks(n, pos0, B);

@@ -31,6 +31,8 @@ struct DeviceStatsWanted {
   bool last_query = false;
   int64_t window_begin = 0, window_end = 0;
   int64_t pooled_block = 0;
+  // Per query head, the step's last query's weights on each held row.
+  bool last_query_by_head = false;
 };
 
 // How a prefill chunk (more than one query) is attended on the device: the
@@ -47,6 +49,9 @@ struct DeviceLayerAttention {
   std::vector<int64_t> row_begin;  // [K + 1]: head h holds rows row_begin[h] ..
   std::vector<int64_t> key_pos;    // per row its position (each head in slot order)
   std::vector<float> received, last_query, window;  // per row, when wanted
+  // When wanted: head h's [R, rows_h] block at R * row_begin[h] (the decode
+  // kernel's probs layout), each query head's row in slot order.
+  std::vector<float> last_query_by_head;
   // Pooled weights, when wanted: [K, R, q_blocks, n_blocks], key block kb
   // holding positions kb * block ..; query block 0 holds position pos0.
   std::vector<float> pooled_sum, pooled_max;

@@ -53,7 +53,14 @@ class AttentionObserver {
   // each key's mass between begin and end: the weights summed over the step's
   // queries and the group's query heads ([m], key_pos order).
   virtual bool needs_weights(int64_t layer) const { return wants_probs(layer); }
+  // Whether it reads that mass (a device layer computes it only then).
+  virtual bool wants_mass(int64_t layer) const { return true; }
   virtual void on_attention_mass(const float* mass) {}
+  // Whether it wants, between begin and end of a device layer, the weights
+  // of the step's last query per query head of the group: w [R, m], each
+  // row in key_pos order (the oracle's top-k and lost mass).
+  virtual bool wants_last_query(int64_t layer) const { return false; }
+  virtual void on_attention_last_query(const float* weights) {}
   // Block size of the pooled maps the observer keeps for `layer` (0: none).
   // A device layer hands it each head's pooled weights between begin and end:
   // sum / max [R, q_blocks, n_blocks], per query head of the group, query

@@ -315,8 +315,9 @@ bool StepDriver::statistics_suffice(int64_t layer, const std::vector<torch::Tens
 cache::DeviceStatsWanted StepDriver::wanted_statistics(int64_t l, int64_t n) const {
   const bool observe = observer_ && observer_->wants_probs(l);
   cache::DeviceStatsWanted want;
-  want.received = needs_.received || observe;
+  want.received = needs_.received || (observe && observer_->wants_mass(l));
   want.last_query = needs_.last_query;
+  want.last_query_by_head = observe && observer_->wants_last_query(l);
   if (observe) want.pooled_block = observer_->pooled_block(l);
   if (needs_.observation_window > 0) {
     const int64_t w0 = options_.prompt_tokens - needs_.observation_window;
@@ -345,7 +346,9 @@ torch::Tensor StepDriver::take_statistics(int64_t l, int64_t n,
     }
     if (observe) {
       observer_->on_attention_begin(l, h, R_, n, e - b, r.key_pos.data() + b, pos0_);
-      observer_->on_attention_mass(r.received.data() + b);
+      if (observer_->wants_mass(l)) observer_->on_attention_mass(r.received.data() + b);
+      if (want.last_query_by_head)
+        observer_->on_attention_last_query(r.last_query_by_head.data() + R_ * b);
       if (want.pooled_block > 0) {
         const size_t head = size_t(h * R_ * r.q_blocks * r.n_blocks);
         observer_->on_attention_pooled(r.pooled_sum.data() + head, r.pooled_max.data() + head,

@@ -85,6 +85,24 @@ void mark_roles(trace::StepData* sd, const CaptureRequest& req) {
   }
 }
 
+// Where a driver's layer steps were attended, when not all by the host
+// kernels: the capture's last lines ("prefix" names the driver).
+std::vector<std::string> attention_notes(torch::Device device, const std::string& device_prefill,
+                                         const policy::StepDriver& driver,
+                                         const std::string& prefix) {
+  if (device.is_cuda())
+    return {prefix + "attention on " + device.str() + ": " +
+            std::to_string(driver.device_layers()) + " layer steps by the CUDA kernels, " +
+            std::to_string(driver.host_layers()) +
+            " by the host kernels (selection masks, weight-level capture, several attended tiers)"};
+  if (device_prefill == "blocked")
+    return {prefix + "prefill on the cpu: " + std::to_string(driver.blocked_layers()) +
+            " layer steps by blocked matrix products, " + std::to_string(driver.host_layers()) +
+            " by the host kernels (decode steps, selection masks, weight-level capture, several "
+            "attended tiers)"};
+  return {};
+}
+
 }  // namespace
 
 trace::CaptureLayout capture_layout(const CaptureLevels& levels, const policy::Policy& policy,
@@ -173,7 +191,8 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& reques
   if (req.oracle) {
     recorder.set_track_attended(true);
     oracle = std::make_unique<OracleShadow>(*engine.model, options, req.oracle_recall_k, recorder,
-                                            cache);
+                                            cache, engine.device,
+                                            cache::parse_device_prefill(req.device_prefill));
   }
   if (recorder.wants_probs(0)) driver.set_observer(&recorder);
 
@@ -260,17 +279,12 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& reques
   // leaves complete = 0.
   result.generation = generator.run(req.prompt_ids, g, {}, on_step);
   result.policy_seconds = driver.policy_seconds();
-  if (engine.device.is_cuda())
-    result.notes.push_back(
-        "attention on " + engine.device.str() + ": " + std::to_string(driver.device_layers()) +
-        " layer steps by the CUDA kernels, " + std::to_string(driver.host_layers()) +
-        " by the host kernels (selection masks, weight-level capture, several attended tiers)");
-  else if (req.device_prefill == "blocked")
-    result.notes.push_back("prefill on the cpu: " + std::to_string(driver.blocked_layers()) +
-                           " layer steps by blocked matrix products, " +
-                           std::to_string(driver.host_layers()) +
-                           " by the host kernels (decode steps, selection masks, weight-level "
-                           "capture, several attended tiers)");
+  for (const std::string& note : attention_notes(engine.device, req.device_prefill, driver, ""))
+    result.notes.push_back(note);
+  if (oracle)
+    for (const std::string& note : attention_notes(engine.device, req.device_prefill,
+                                                   oracle->driver(), "the oracle's full cache: "))
+      result.notes.push_back(note);
   result.decode_policy_seconds =
       decode_policy_start < 0 ? 0 : driver.policy_seconds() - decode_policy_start;
   if (!req.expected_answers.empty()) {

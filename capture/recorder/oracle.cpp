@@ -24,7 +24,8 @@ bool above_quantile(const std::vector<float>& w, float x, double q) {
 
 OracleShadow::OracleShadow(model::Transformer& model, const policy::StepDriver::Options& options,
                            int64_t recall_k, const Recorder& policy_recorder,
-                           const cache::RaggedKvCache& policy_cache)
+                           const cache::RaggedKvCache& policy_cache, torch::Device device,
+                           cache::DevicePrefill prefill)
     : model_(model),
       full_(policy::make_policy("full")),
       recall_k_(recall_k),
@@ -39,6 +40,7 @@ OracleShadow::OracleShadow(model::Transformer& model, const policy::StepDriver::
   full_.policy->setup(setup);
   shadow_ = std::make_unique<policy::StepDriver>(model.config(), options, *full_.policy, "full");
   shadow_->set_observer(this);
+  shadow_->use_device(device, prefill);
   lost_.assign(size_t(L_ * H_), 0.0f);
   last_row_.resize(size_t(L_ * K_));
 }
@@ -56,16 +58,24 @@ void OracleShadow::on_attention_block(const float* p, int64_t b, int64_t mk, int
                                       int64_t k0) {
   const int64_t last = n_ - 1;  // the step's last query
   if (last < i0 || last >= i0 + b) return;
+  take_last_query(p + (last - i0) * mk, b * mk, mk, k0);
+}
+
+void OracleShadow::on_attention_last_query(const float* weights) {
+  const int64_t m = int64_t(last_row_[size_t(layer_ * K_ + kv_head_)].size());
+  take_last_query(weights, m, m, 0);
+}
+
+void OracleShadow::take_last_query(const float* w, int64_t stride, int64_t mk, int64_t k0) {
   const std::vector<uint8_t>& held = policy_recorder_.attended(layer_, kv_head_);
   std::vector<std::pair<float, int64_t>>& row = last_row_[size_t(layer_ * K_ + kv_head_)];
   for (int64_t r = 0; r < R_; ++r) {
-    const float* w = p + (r * b + (last - i0)) * mk;
-    float lost = 0;
+    const float* wr = w + r * stride;
+    float& lost = lost_[size_t(layer_ * H_ + kv_head_ * R_ + r)];
     for (int64_t j = 0; j < mk; ++j) {
-      if (!held[size_t(key_pos_[k0 + j])]) lost += w[j];
-      row[size_t(k0 + j)].first += w[j] / float(R_);
+      if (!held[size_t(key_pos_[k0 + j])]) lost += wr[j];
+      row[size_t(k0 + j)].first += wr[j] / float(R_);
     }
-    lost_[size_t(layer_ * H_ + kv_head_ * R_ + r)] = lost;
   }
 }
 

@@ -38,9 +38,13 @@ bool above_quantile(const std::vector<float>& w, float x, double q);
 
 class OracleShadow : public cache::AttentionObserver {
  public:
+  // The shadow attends where the policy's driver does (StepDriver::use_device:
+  // on a GPU the device kernels, with --device-prefill its prefill way), and
+  // needs of each head only its last query's weights per query head.
   OracleShadow(model::Transformer& model, const policy::StepDriver::Options& options,
                int64_t recall_k, const Recorder& policy_recorder,
-               const cache::RaggedKvCache& policy_cache);
+               const cache::RaggedKvCache& policy_cache, torch::Device device = torch::kCPU,
+               cache::DevicePrefill prefill = cache::DevicePrefill::Kernel);
 
   // Runs the full-cache forward for the step's tokens and compares.
   trace::OracleRow step(const torch::Tensor& ids, int64_t pos0, const torch::Tensor& policy_logits);
@@ -51,6 +55,11 @@ class OracleShadow : public cache::AttentionObserver {
                           const int64_t* key_pos, int64_t q_pos0) override;
   void on_attention_block(const float* p, int64_t b, int64_t mk, int64_t i0, int64_t k0) override;
   void on_attention_end() override {}
+  // On a device layer: the last query's weights alone, no mass.
+  bool needs_weights(int64_t) const override { return false; }
+  bool wants_mass(int64_t) const override { return false; }
+  bool wants_last_query(int64_t) const override { return true; }
+  void on_attention_last_query(const float* weights) override;
 
   // The oracle's verdict on a stall of the step just compared (call after
   // step()): 1 when the full cache's last query put at least the
@@ -59,7 +68,14 @@ class OracleShadow : public cache::AttentionObserver {
   // is not in the row.
   int8_t needed(int64_t layer, int64_t kv_head, int64_t token) const;
 
+  // The shadow's driver (where its layers were attended).
+  const policy::StepDriver& driver() const { return *shadow_; }
+
  private:
+  // The last query's weights on keys k0 .. k0 + mk of the observed head:
+  // query head r's row at w + r * stride.
+  void take_last_query(const float* w, int64_t stride, int64_t mk, int64_t k0);
+
   model::Transformer& model_;
   policy::PolicyInstance full_;
   std::unique_ptr<policy::StepDriver> shadow_;

@@ -34,6 +34,7 @@ class Recorder : public cache::AttentionObserver {
   // Received mass, pooled maps and the attended set need no weights (device
   // layers give them directly); dense rows and top-k do.
   bool needs_weights(int64_t layer) const override;
+  bool wants_mass(int64_t) const override { return levels_.received; }
   void on_attention_mass(const float* mass) override;
   int64_t pooled_block(int64_t) const override { return levels_.pooled_block; }
   void on_attention_pooled(const float* sum, const float* max, int64_t q_blocks,

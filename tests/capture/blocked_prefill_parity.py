@@ -3,10 +3,12 @@
 code a GPU runs for blocked prefill (capture/cache/blocked_attention.h) run
 over the host pages, end to end through the step driver, the policies and the
 recorder, on stories260K (a policy per statistic: received, last query,
-observation window, pooled maps) and SmolLM2. Each pair of traces must pass
+observation window, pooled maps; the oracle's full cache, which takes each
+head's last-query weights from the same path) and SmolLM2. Each pair of traces must pass
 trace_parity.py (equal, or parted at a tie), and the blocked run must have
 attended its prefill chunks that way (its note counts the layer steps), so
-the check cannot pass by falling back to the host kernel.
+the check cannot pass by falling back to the host kernel (with --oracle,
+the oracle's shadow too).
 
     blocked_prefill_parity.py KVSCOPE STORIES_DIR MODELS_DIR OUT_DIR
 """
@@ -29,6 +31,8 @@ SMOLLM2_ARGS = ["--model", os.path.join(MODELS, "SmolLM2-135M-Instruct.Q4_1.gguf
                 "--prefill-chunk", "128", "--max-new", "8"]
 CASES = [  # (model, its arguments, task, policy, capture level)
     ("stories260K", STORIES_ARGS, "needle:tokens=300", "full", "received+pooled:16"),
+    ("stories260K", STORIES_ARGS + ["--oracle"], "needle:tokens=300", "h2o:heavy=16,recent=16",
+     "received"),
     ("stories260K", STORIES_ARGS, "needle:tokens=300", "h2o:heavy=16,recent=16", "received+pooled:16"),
     ("stories260K", STORIES_ARGS, "needle:tokens=300", "tova:budget=32", "events"),
     ("stories260K", STORIES_ARGS, "needle:tokens=300", "snapkv:budget=32,window=8", "events"),
@@ -52,8 +56,10 @@ for i, (model, args, task, policy, level) in enumerate(CASES):
             failed += 1
     if len(traces) != 2 or not all(os.path.exists(t) for t in traces.values()):
         continue
-    m = re.search(r"prefill on the cpu: (\d+) layer steps by blocked", notes["blocked"])
-    blocked_steps = int(m.group(1)) if m else 0
+    counts = [int(x) for x in
+              re.findall(r"prefill on the cpu: (\d+) layer steps by blocked", notes["blocked"])]
+    # one count per driver: the policy's, then the oracle's shadow
+    blocked_steps = min(counts) if len(counts) == (2 if "--oracle" in args else 1) else 0
     r = subprocess.run([sys.executable, trace_parity.__file__, traces["kernel"], traces["blocked"]],
                        capture_output=True, text=True)
     result = (json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip()
@@ -62,14 +68,33 @@ for i, (model, args, task, policy, level) in enumerate(CASES):
     if blocked_steps == 0:
         result["passed"] = False
         result["error"] = "no prefill chunk took the blocked path: " + notes["blocked"][-300:]
-    record = {"model": model, "policy": policy, "capture": level, "result": result}
+    record = {"model": model, "policy": policy,
+              "capture": level + (" --oracle" if "--oracle" in args else ""), "result": result}
     failed += 0 if parity_report.report(record) else 1
 # The check can fail: two different policies' traces do not pass as equal.
-control = [os.path.join(OUT, f"case{i}.kernel.kvtrace.h5") for i in (1, 2)]
+control = [os.path.join(OUT, f"case{i}.kernel.kvtrace.h5") for i in (2, 3)]
 if all(os.path.exists(t) for t in control):
     r = subprocess.run([sys.executable, trace_parity.__file__, *control], capture_output=True, text=True)
     ok = r.returncode != 0
     print(("ok   " if ok else "FAIL ") + "trace_parity.py tells H2O's trace from TOVA's: " +
           r.stdout.strip()[-200:])
+    failed += 0 if ok else 1
+# ... nor a trace whose oracle rows were moved: one lost mass by 1e-3, one
+# recall by two keys of k.
+oracle_trace = os.path.join(OUT, "case1.kernel.kvtrace.h5")
+if os.path.exists(oracle_trace):
+    import h5py
+    import shutil
+    moved = os.path.join(OUT, "case1.moved.kvtrace.h5")
+    shutil.copyfile(oracle_trace, moved)
+    with h5py.File(moved, "r+") as f:
+        f["/oracle/lost_mass"][3, 1, 2] += 1e-3
+        k = int(f["/oracle"].attrs["recall_k"])
+        f["/oracle/recall"][4, 0, 1] = (f["/oracle/recall"][4, 0, 1] * k + 2) % (k + 1) / k
+    r = subprocess.run([sys.executable, trace_parity.__file__, oracle_trace, moved],
+                       capture_output=True, text=True)
+    ok = (r.returncode != 0 and "/oracle/lost_mass" in r.stdout and "/oracle/recall" in r.stdout)
+    print(("ok   " if ok else "FAIL ") + "trace_parity.py tells moved oracle rows: " +
+          r.stdout.strip()[-240:])
     failed += 0 if ok else 1
 sys.exit(1 if failed else 0)

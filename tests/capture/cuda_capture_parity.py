@@ -9,7 +9,9 @@ statistic (none, received, last query, observation window, pooled maps),
 selection masks (quest) and an INT4 tier (sfc) on the host path, and two
 ranking policies (knorm, snapkv) that can meet exact ties; four of them
 again with the prefill chunks attended by the blocked path
-(--device-prefill blocked: received, last query, window, pooled). Then the
+(--device-prefill blocked: received, last query, window, pooled), and one
+with --oracle both ways (the oracle's full cache is attended on the device
+too, its last-query weights per query head taken from the decode kernel). Then the
 catalogue: every registered policy (`kvscope policies --json`) with its
 defaults and budget=32 where it has a budget, and the policies that run
 the model or its weights from their own hooks (KVzip+'s and CriticalKV's
@@ -55,6 +57,8 @@ CATALOGUE_SPECS = {
 }
 WHOLE_PROMPT = {"attention_gate"}  # its flags need the whole prompt in one chunk
 
+# With --oracle, by both prefill ways.
+ORACLE = ["h2o:heavy=16,recent=16"]
 # The statistics again, the prefill through query blocks of matrix products.
 BLOCKED_PREFILL = ["full", "h2o:heavy=16,recent=16", "tova:budget=32", "snapkv:budget=32,window=8"]
 PROMPT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the "
@@ -87,13 +91,16 @@ def catalogue(kvscope):
     return specs
 
 
-def compare(kvscope, models, spec, out_dir, against, optional, jsonl, prefills=("kernel",)):
+def compare(kvscope, models, spec, out_dir, against, optional, jsonl, prefills=("kernel",),
+            extra=()):
     """How many of the spec's pairs fail: one CPU trace against a cuda trace per
-    --device-prefill way; none when (optional) the CPU refuses the spec."""
+    --device-prefill way; none when (optional) the CPU refuses the spec.
+    `extra`: arguments both sides take (--oracle)."""
     # The policy's name and a digest of the whole spec (which may hold paths).
-    name = spec.split(":")[0] + "-" + hashlib.sha1(spec.encode()).hexdigest()[:8]
+    name = (spec.split(":")[0] + "-" + hashlib.sha1(spec.encode()).hexdigest()[:8] +
+            "".join(a.replace("-", "_") for a in extra))
     cpu = os.path.join(out_dir, f"{name}.cpu.kvtrace.h5")
-    r = capture(kvscope, models, spec, "cpu", cpu)
+    r = capture(kvscope, models, spec, "cpu", cpu, extra)
     if r.returncode != 0:
         if optional:
             print(f"n/a  {spec}: the CPU refuses it on stories260K: {r.stderr.strip()[-200:]}")
@@ -103,7 +110,7 @@ def compare(kvscope, models, spec, out_dir, against, optional, jsonl, prefills=(
     failed = 0
     for prefill in prefills:
         cuda = os.path.join(out_dir, f"{name}.{prefill}.cuda.kvtrace.h5")
-        r = capture(kvscope, models, spec, against, cuda, ["--device-prefill", prefill])
+        r = capture(kvscope, models, spec, against, cuda, [*extra, "--device-prefill", prefill])
         if r.returncode != 0:
             print(f"FAIL {spec} --device {against} --device-prefill {prefill}: {r.stderr.strip()[-400:]}")
             failed += 1
@@ -111,7 +118,8 @@ def compare(kvscope, models, spec, out_dir, against, optional, jsonl, prefills=(
         r = subprocess.run([sys.executable, trace_parity.__file__, cpu, cuda],
                            capture_output=True, text=True)
         result = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {"passed": False, "error": r.stderr}
-        record = {"model": "stories260K", "policy": spec, "device_prefill": prefill, "result": result}
+        record = {"model": "stories260K", "policy": spec, "device_prefill": prefill,
+                  "extra": " ".join(extra), "result": result}
         failed += 0 if parity_report.report(record, jsonl) else 1
     return failed
 
@@ -127,6 +135,8 @@ def main():
     failed = sum(compare(kvscope, models, spec, out_dir, against, False, jsonl,
                          ("kernel", "blocked") if spec in BLOCKED_PREFILL else ("kernel",))
                  for spec in POLICIES + WEIGHT_READERS)
+    failed += sum(compare(kvscope, models, spec, out_dir, against, False, jsonl,
+                          ("kernel", "blocked"), ("--oracle",)) for spec in ORACLE)
     if "--no-catalogue" not in sys.argv:
         done = {spec.split(":")[0] for spec in POLICIES + WEIGHT_READERS}
         failed += sum(compare(kvscope, models, spec, out_dir, against, True, jsonl)

@@ -122,7 +122,7 @@ TEST_CASE("blocked prefill attention equals the host kernel, statistics included
         torch::manual_seed(uint64_t(window + 3));
         const torch::Tensor q = torch::randn({n, H, hd});
         cache::DeviceStatsWanted want;
-        want.received = want.last_query = true;
+        want.received = want.last_query = want.last_query_by_head = true;
         want.window_begin = 50;
         want.window_end = 66;
         want.pooled_block = 16;
@@ -145,6 +145,8 @@ TEST_CASE("blocked prefill attention equals the host kernel, statistics included
           }
           require_close(got.received, size_t(b), ref.weights.sum(torch::IntArrayRef{0, 1}));
           require_close(got.last_query, size_t(b), ref.weights.select(1, n - 1).sum(0));
+          // per query head: [R, m] at R * row_begin[h], the decode kernel's layout
+          require_close(got.last_query_by_head, size_t(R * b), ref.weights.select(1, n - 1));
           require_close(got.window, size_t(b),
                         ref.weights.narrow(1, 50, 16).sum(torch::IntArrayRef{0, 1}));
           const auto [sum, max] = pooled_reference(ref.weights, ref.key_pos, pos0, 16, qb, nb);

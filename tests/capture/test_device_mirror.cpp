@@ -139,17 +139,22 @@ TEST_CASE("CUDA layer attention equals the host kernels", "[cache][mirror][cuda]
     torch::manual_seed(uint64_t(n));
     const torch::Tensor q = torch::randn({n, H, hd});
     cache::DeviceStatsWanted want;
-    want.received = true;
+    want.received = want.last_query_by_head = true;
     const cache::DeviceLayerAttention dev = cache::attend_layer_on_device(
         c, 1, 0, q.to(torch::kCUDA), pos0, 1.0 / std::sqrt(double(hd)), 0, want, prefill);
     const torch::Tensor out = dev.out.to(torch::kCPU);
     for (int64_t h = 0; h < K; ++h) {
       std::vector<int64_t> key_pos;
       c.attended_positions(1, h, &key_pos);
-      std::vector<float> mass(key_pos.size(), 0.0f);
-      const kernels::BlockSink sink = [&](const float* p, int64_t b, int64_t mk, int64_t,
+      const int64_t m = int64_t(key_pos.size());
+      std::vector<float> mass(size_t(m), 0.0f), last(size_t(R * m), 0.0f);
+      const kernels::BlockSink sink = [&](const float* p, int64_t b, int64_t mk, int64_t i0,
                                           int64_t k0) {
         kernels::sum_rows_add(p, R * b, mk, mass.data() + k0);
+        if (i0 <= n - 1 && n - 1 < i0 + b)  // the last query's row of each query head
+          for (int64_t r = 0; r < R; ++r)
+            for (int64_t j = 0; j < mk; ++j)
+              last[size_t(r * m + k0 + j)] = p[(r * b + n - 1 - i0) * mk + j];
       };
       const torch::Tensor qh = q.narrow(1, h * R, R).permute({1, 0, 2}).contiguous();
       const torch::Tensor oh =
@@ -157,6 +162,9 @@ TEST_CASE("CUDA layer attention equals the host kernels", "[cache][mirror][cuda]
       REQUIRE(torch::allclose(out.narrow(1, h * R, R).permute({1, 0, 2}), oh, 1e-4, 1e-5));
       for (size_t j = 0; j < key_pos.size(); ++j)
         REQUIRE(dev.received[size_t(dev.row_begin[size_t(h)]) + j] == Approx(mass[j]).margin(1e-5));
+      for (size_t j = 0; j < last.size(); ++j)
+        REQUIRE(dev.last_query_by_head[size_t(R * dev.row_begin[size_t(h)]) + j] ==
+                Approx(last[j]).margin(1e-6));
     }
   }
 }

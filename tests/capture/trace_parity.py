@@ -6,8 +6,11 @@
 Equal (bit for bit): the generated tokens, every step's kind, tokens, entries and
 KV bytes, and every event (step, layer, head, token, kind, reason, tiers).
 Within tolerance: event scores (policy-defined, often attention sums), the
-received mass (`--capture received`) and the pooled maps (float16 in the
-trace), whose sums run in another order on the GPU. Exit 0 when all hold, 1 with the first differences listed otherwise.
+received mass (`--capture received`), the pooled maps (float16 in the
+trace), whose sums run in another order on the GPU, and the oracle's rows
+(`--oracle`: KL and lost mass within tolerance; a top-k recall may differ by
+one key of k, where two keys tie at the k-th place, in at most 1 % of the
+heads' rows). Exit 0 when all hold, 1 with the first differences listed otherwise.
 
 A policy that ranks entries can meet two whose scores differ by less than
 the GPU's rounding (two keys of equal norm to 1e-7); the two devices may then
@@ -87,6 +90,35 @@ def tie_at(c, g, i):
             "cpu_scores": [a, b]}
 
 
+def compare_oracle(c, g, mass_atol, out, diff):
+    """The oracle's rows (/oracle: kl, lost_mass, recall) of the two traces."""
+    if ("/oracle" in c) != ("/oracle" in g):
+        diff("/oracle: in one trace only")
+        return
+    if "/oracle" not in c:
+        return
+    x = {k: c["/oracle/" + k][()].astype(np.float64) for k in ("kl", "lost_mass", "recall")}
+    y = {k: g["/oracle/" + k][()].astype(np.float64) for k in ("kl", "lost_mass", "recall")}
+    for k in x:
+        if x[k].shape != y[k].shape:
+            diff(f"/oracle/{k}: shape {x[k].shape} vs {y[k].shape}")
+            return
+    kl_err = np.abs(x["kl"] - y["kl"]) - (1e-4 + 1e-3 * np.abs(x["kl"]))
+    out["oracle_kl_max_abs_diff"] = float(np.max(np.abs(x["kl"] - y["kl"]), initial=0.0))
+    if x["kl"].size and kl_err.max() > 0:
+        diff(f"/oracle/kl: max |cuda - cpu| {out['oracle_kl_max_abs_diff']:.3g} beyond 1e-4 + 1e-3 |kl|")
+    lost = float(np.max(np.abs(x["lost_mass"] - y["lost_mass"]), initial=0.0))
+    out["oracle_lost_mass_max_abs_diff"] = lost
+    if lost > mass_atol:
+        diff(f"/oracle/lost_mass: max |cuda - cpu| {lost:.3g} > {mass_atol}")
+    k = int(c["/oracle"].attrs.get("recall_k", 1))
+    moved = np.abs(x["recall"] - y["recall"])
+    out["oracle_recall_rows_differing"] = int((moved > 0).sum())
+    if (moved > 1.0 / k + 1e-6).any() or (moved > 0).sum() > 0.01 * moved.size:
+        diff(f"/oracle/recall: {int((moved > 0).sum())} of {moved.size} rows differ "
+             f"(at most one key of k={k} in 1 % of them allowed)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("cpu")
@@ -150,6 +182,7 @@ def main():
                     diff(f"{name}: beyond float16 precision (max |cuda - cpu| {out[name.split('/')[-1] + '_max_abs_diff']:.3g})")
             elif (name in c) != (name in g):
                 diff(f"{name}: in one trace only")
+        compare_oracle(c, g, a.mass_atol, out, diff)
     out["equal"] = out["passed"] = not out["differences"]
     if a.json:
         with open(a.json, "w") as f:
