@@ -7,6 +7,10 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/quant_int4.h"
 
 namespace kvscope::cache {
 
@@ -14,56 +18,99 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// One kv head's held rows in slot order, gathered from its pages.
+// One kv head's attended rows, gathered from its pages: each tier's rows in
+// slot order, the tiers in order (the host path's order).
 struct HeadRows {
   torch::Tensor keys, values;  // [m, hd] float32
   torch::Tensor pos;           // [m] int64
 };
 
-// Every kv head's positions and page ids of `tier` in `layer`, each list
-// uploaded to the pages' device in one copy (not one per head: on a GPU each
-// small copy is a round trip), and where each head's part begins.
+// Every kv head's positions and page ids in `tiers` of `layer`, each list
+// uploaded to the pages' device in one copy (not one per head or tier: on a
+// GPU each small copy is a round trip), and where each (head, tier) part
+// begins: index h * T + t of pos_begin / page_begin, T tiers.
 struct LayerRows {
   std::vector<int64_t> host_pos;               // all heads' positions in order
   torch::Tensor pos, page_ids;                 // int64 on the device, all heads in order
-  std::vector<int64_t> pos_begin, page_begin;  // [K + 1]
+  std::vector<int64_t> pos_begin, page_begin;  // [K * T + 1]
 };
 
-LayerRows layer_rows(const RaggedKvCache& cache, int64_t layer, int tier, torch::Device device) {
+LayerRows layer_rows(const RaggedKvCache& cache, int64_t layer, const std::vector<int>& tiers,
+                     torch::Device device) {
   LayerRows r;
   std::vector<int64_t> ids;
   r.pos_begin.push_back(0);
   r.page_begin.push_back(0);
-  for (int64_t h = 0; h < cache.n_kv_heads(); ++h) {
-    const std::vector<int32_t>& p = cache.positions(layer, h, tier);
-    const std::vector<int32_t>& g = cache.pages(layer, h, tier);
-    r.host_pos.insert(r.host_pos.end(), p.begin(), p.end());
-    ids.insert(ids.end(), g.begin(), g.end());
-    r.pos_begin.push_back(int64_t(r.host_pos.size()));
-    r.page_begin.push_back(int64_t(ids.size()));
-  }
+  for (int64_t h = 0; h < cache.n_kv_heads(); ++h)
+    for (int tier : tiers) {
+      const std::vector<int32_t>& p = cache.positions(layer, h, tier);
+      const std::vector<int32_t>& g = cache.pages(layer, h, tier);
+      r.host_pos.insert(r.host_pos.end(), p.begin(), p.end());
+      ids.insert(ids.end(), g.begin(), g.end());
+      r.pos_begin.push_back(int64_t(r.host_pos.size()));
+      r.page_begin.push_back(int64_t(ids.size()));
+    }
   r.pos = torch::tensor(r.host_pos, torch::kInt64).to(device);
   r.page_ids = torch::tensor(ids, torch::kInt64).to(device);
   return r;
 }
 
-HeadRows gather_rows(const RaggedKvCache& cache, const LayerRows& layer, int64_t h,
-                     const torch::Tensor& pages) {
-  const int64_t p0 = layer.pos_begin[size_t(h)], m = layer.pos_begin[size_t(h + 1)] - p0;
-  const int64_t g0 = layer.page_begin[size_t(h)], np = layer.page_begin[size_t(h + 1)] - g0;
-  const int64_t rows = cache.page_rows(), hd = cache.head_dim();
-  HeadRows r;
-  r.pos = layer.pos.narrow(0, p0, m);
-  if (m == 0) {
-    r.keys = r.values = torch::empty({0, hd}, pages.options().dtype(torch::kFloat32));
-    return r;
+// INT4 rows (kernels/quant_int4.h: hd / 2 bytes of codes, low nibble first,
+// then (scale, min) per group) as float32 [n, hd]: min + scale * code, the
+// CPU's dequantisation.
+torch::Tensor dequantize_int4_rows(const torch::Tensor& bytes, int64_t hd) {
+  const int64_t n = bytes.size(0), cb = kernels::int4_code_bytes(hd),
+                groups = kernels::int4_groups(hd), gs = kernels::int4_group_size(hd);
+  const torch::Tensor codes = bytes.narrow(1, 0, cb).to(torch::kInt32);
+  const torch::Tensor values =
+      torch::stack({codes.remainder(16), codes.div(16, "floor")}, -1).to(torch::kFloat32);
+  const torch::Tensor params =
+      bytes.narrow(1, cb, groups * 8).contiguous().view(torch::kFloat32).view({n, groups, 2});
+  const torch::Tensor scale = params.select(2, 0).unsqueeze(2),
+                      lo = params.select(2, 1).unsqueeze(2);
+  return (lo + scale * values.view({n, groups, gs})).view({n, hd});
+}
+
+// Keys and values of a tier's pages [np, page_bytes] (rows key rows, then
+// rows value rows), the first m rows of each.
+std::pair<torch::Tensor, torch::Tensor> page_rows(const torch::Tensor& held, const KvPool& pool,
+                                                  int64_t m) {
+  const int64_t np = held.size(0), rows = pool.page_rows(), hd = pool.head_dim();
+  if (pool.format() == RowFormat::F32) {
+    const torch::Tensor f = held.view(torch::kFloat32).view({np, 2, rows, hd});
+    return {f.select(1, 0).reshape({-1, hd}).narrow(0, 0, m),
+            f.select(1, 1).reshape({-1, hd}).narrow(0, 0, m)};
   }
-  // A page: rows key rows, then rows value rows, hd floats each.
-  const torch::Tensor held = pages.index_select(0, layer.page_ids.narrow(0, g0, np))
-                                 .view(torch::kFloat32)
-                                 .view({np, 2, rows, hd});
-  r.keys = held.select(1, 0).reshape({-1, hd}).narrow(0, 0, m);
-  r.values = held.select(1, 1).reshape({-1, hd}).narrow(0, 0, m);
+  const torch::Tensor b = held.view({np, 2, rows, -1});
+  const int64_t row_bytes = b.size(3);
+  return {dequantize_int4_rows(b.select(1, 0).reshape({-1, row_bytes}).narrow(0, 0, m), hd),
+          dequantize_int4_rows(b.select(1, 1).reshape({-1, row_bytes}).narrow(0, 0, m), hd)};
+}
+
+HeadRows gather_rows(const RaggedKvCache& cache, const LayerRows& layer, int64_t h,
+                     const std::vector<int>& tiers, const std::vector<torch::Tensor>& pages) {
+  const int64_t T = int64_t(tiers.size()), hd = cache.head_dim();
+  const int64_t first = layer.pos_begin[size_t(h * T)];
+  HeadRows r;
+  r.pos = layer.pos.narrow(0, first, layer.pos_begin[size_t((h + 1) * T)] - first);
+  std::vector<torch::Tensor> keys, values;
+  for (int64_t t = 0; t < T; ++t) {
+    const size_t i = size_t(h * T + t);
+    const int64_t m = layer.pos_begin[i + 1] - layer.pos_begin[i];
+    const int64_t g0 = layer.page_begin[i], np = layer.page_begin[i + 1] - g0;
+    if (m == 0) continue;
+    const torch::Tensor held = pages[size_t(t)].index_select(0, layer.page_ids.narrow(0, g0, np));
+    auto [k, v] = page_rows(held, cache.pool(tiers[size_t(t)]), m);
+    keys.push_back(k);
+    values.push_back(v);
+  }
+  const auto f32 = pages.front().options().dtype(torch::kFloat32);
+  r.keys = keys.empty()       ? torch::empty({0, hd}, f32)
+           : keys.size() == 1 ? keys.front()
+                              : torch::cat(keys);
+  r.values = values.empty()       ? torch::empty({0, hd}, f32)
+             : values.size() == 1 ? values.front()
+                                  : torch::cat(values);
   return r;
 }
 
@@ -148,20 +195,26 @@ std::vector<float> to_host_floats(const torch::Tensor& t) {
 
 }  // namespace
 
-DeviceLayerAttention attend_layer_blocked(RaggedKvCache& cache, int64_t layer, int tier,
-                                          const torch::Tensor& pages, const torch::Tensor& q,
-                                          int64_t pos0, double scale, int64_t window,
-                                          const DeviceStatsWanted& wanted,
+DeviceLayerAttention attend_layer_blocked(RaggedKvCache& cache, int64_t layer,
+                                          const std::vector<int>& tiers,
+                                          const std::vector<torch::Tensor>& pages,
+                                          const torch::Tensor& q, int64_t pos0, double scale,
+                                          int64_t window, const DeviceStatsWanted& wanted,
                                           int64_t max_weight_bytes) {
   const int64_t n = q.size(0), H = cache.n_heads(), K = cache.n_kv_heads(), R = H / K,
                 hd = cache.head_dim();
-  const KvPool& pool = cache.pool(tier);
-  if (pool.format() != RowFormat::F32 || pool.key_dim() != hd)
-    throw std::logic_error("attend_layer_blocked: tier " + std::to_string(tier) +
-                           " does not hold whole float32 rows");
-  if (!pages.defined() || pages.device() != q.device() ||
-      pages.size(1) != 2 * cache.page_rows() * hd * 4)
-    throw std::logic_error("attend_layer_blocked: the pages are not the tier's, on q's device");
+  if (tiers.empty() || tiers.size() != pages.size())
+    throw std::logic_error("attend_layer_blocked: one page tensor per tier, at least one tier");
+  for (size_t t = 0; t < tiers.size(); ++t) {
+    const KvPool& pool = cache.pool(tiers[t]);
+    if (pool.key_dim() != hd)
+      throw std::logic_error("attend_layer_blocked: tier " + std::to_string(tiers[t]) +
+                             " does not hold whole keys");
+    if (!pages[t].defined() || pages[t].device() != q.device() ||
+        pages[t].size(1) != pool.page_bytes())
+      throw std::logic_error("attend_layer_blocked: the pages of tier " + std::to_string(tiers[t]) +
+                             " are not the tier's, on q's device");
+  }
   const int64_t B = wanted.pooled_block;
   const ChunkShape c{n,
                      R,
@@ -174,14 +227,15 @@ DeviceLayerAttention attend_layer_blocked(RaggedKvCache& cache, int64_t layer, i
                      scale};
   const torch::Tensor qd = q.reshape({n, K, R, hd}).permute({1, 2, 0, 3}).to(torch::kFloat32);
 
-  const LayerRows held = layer_rows(cache, layer, tier, pages.device());
+  const LayerRows held = layer_rows(cache, layer, tiers, q.device());
   DeviceLayerAttention result;
   result.key_pos = held.host_pos;
-  result.row_begin = held.pos_begin;
+  for (int64_t h = 0; h <= K; ++h)
+    result.row_begin.push_back(held.pos_begin[size_t(h * int64_t(tiers.size()))]);
   std::vector<torch::Tensor> outs;
   std::vector<HeadStats> stats(static_cast<size_t>(K));
   for (int64_t h = 0; h < K; ++h) {
-    const HeadRows rows = gather_rows(cache, held, h, pages);
+    const HeadRows rows = gather_rows(cache, held, h, tiers, pages);
     const int64_t m = std::max<int64_t>(1, rows.pos.size(0));
     const int64_t block = std::clamp<int64_t>(max_weight_bytes / (R * m * 4), 1, n);
     outs.push_back(attend_head_blocked(rows, qd[h], c, wanted, block, &stats[size_t(h)]));

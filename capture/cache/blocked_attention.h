@@ -12,6 +12,8 @@
 // [R, block, m] exist once per block, and the received mass, the last query,
 // the observation window and the pooled maps are sums and maxima over them.
 // The block is sized so the weights stay under a fixed budget of memory.
+// It is also the device's way for layers whose caches have several attended
+// tiers or an INT4 tier, prefill and decode alike (below).
 //
 // The definitions are the kernels': key_visible (kernels/softmax_rules.h)
 // decides what a query sees, a query that sees no key gets zeros, pooled
@@ -26,23 +28,31 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "capture/cache/device_attention.h"
 #include "capture/cache/ragged_cache.h"
 
 namespace kvscope::cache {
 
-// Attention of a prefill chunk q [n, H, hd] (positions pos0 ..) over what
-// `tier` holds in `layer`, reading the pages from `pages` (KvPool's
-// host_pages() or mirror_pages(): uint8 [capacity, page_bytes], on q's
-// device; the tier's rows must be whole float32 rows). The result is laid
-// out as attend_layer_on_device's: rows per head in slot order, `out`
-// [n, H, hd] float32 on q's device, the statistics on the host.
-// max_weight_bytes bounds each block's weights (R x block x m floats).
-DeviceLayerAttention attend_layer_blocked(RaggedKvCache& cache, int64_t layer, int tier,
-                                          const torch::Tensor& pages, const torch::Tensor& q,
-                                          int64_t pos0, double scale, int64_t window,
-                                          const DeviceStatsWanted& wanted,
+// Attention of the step's queries q [n, H, hd] (positions pos0 ..; a
+// prefill chunk, or a decode step's single query) over what `tiers` hold in
+// `layer`, reading each tier's pages from `pages` (the same order: KvPool's
+// host_pages() or mirror_pages(), uint8 [capacity, page_bytes], on q's
+// device). The tiers must hold whole keys, float32 or INT4 (dequantised as
+// the CPU does). Several tiers are one softmax over all their rows, as on the
+// host path: the policies whose caches have several attended tiers (WG-KV,
+// KVpop, SFC's INT4 warm tier) are read on the device this way, which the
+// CUDA kernels (one float32 tier) cannot. The result is laid out as
+// attend_layer_on_device's: per head its rows, each tier's in slot order,
+// the tiers in order; `out` [n, H, hd] float32 on q's device, the statistics
+// on the host. max_weight_bytes bounds each block's weights (R x block x m
+// floats).
+DeviceLayerAttention attend_layer_blocked(RaggedKvCache& cache, int64_t layer,
+                                          const std::vector<int>& tiers,
+                                          const std::vector<torch::Tensor>& pages,
+                                          const torch::Tensor& q, int64_t pos0, double scale,
+                                          int64_t window, const DeviceStatsWanted& wanted,
                                           int64_t max_weight_bytes = int64_t(256) << 20);
 
 }  // namespace kvscope::cache

@@ -188,8 +188,8 @@ DeviceLayerAttention attend_layer_on_device(RaggedKvCache& cache, int64_t layer,
   cache.pool(tier).sync_mirror();
   if (n > 1 && prefill == DevicePrefill::Blocked) {
     torch::cuda::synchronize();  // the mirror's upload is in place
-    return attend_layer_blocked(cache, layer, tier, cache.pool(tier).mirror_pages(), q, pos0, scale,
-                                window, wanted);
+    return attend_layer_blocked(cache, layer, {tier}, {cache.pool(tier).mirror_pages()}, q, pos0,
+                                scale, window, wanted);
   }
   DeviceLayerAttention result;
   DeviceTables t = build_tables(cache, layer, tier, q.device(), &result);

@@ -102,8 +102,8 @@ void KvPool::touch(int32_t page) {
 }
 
 void KvPool::mirror_to(torch::Device device) {
-  if (format_ != RowFormat::F32 || key_dim_ != head_dim_)
-    throw std::logic_error("KvPool: only pools of whole float32 rows are mirrored to a device");
+  if (key_dim_ != head_dim_)
+    throw std::logic_error("KvPool: only pools of whole keys are mirrored to a device");
   mirror_ =
       torch::empty({capacity_, page_bytes()}, torch::TensorOptions(torch::kUInt8).device(device));
   dirty_.assign(static_cast<size_t>(capacity_), 0);
@@ -123,6 +123,8 @@ void KvPool::sync_mirror() {
 }
 
 const float* KvPool::mirror_rows(int32_t page, int kv) const {
+  if (format_ != RowFormat::F32)
+    throw std::logic_error("KvPool::mirror_rows: the CUDA kernels read float32 pages only");
   return reinterpret_cast<const float*>(mirror_.data_ptr<uint8_t>() + int64_t(page) * page_bytes() +
                                         row_offset(kv, 0));
 }

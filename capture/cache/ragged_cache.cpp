@@ -291,8 +291,17 @@ void RaggedKvCache::compact() {
 
 void RaggedKvCache::mirror_to(torch::Device device) {
   for (size_t t = 0; t < tiers_.size(); ++t)
-    if (tiers_[t].attended && pools_[t]->format() == RowFormat::F32 && !narrow(t))
-      pools_[t]->mirror_to(device);
+    if (tiers_[t].attended && !narrow(t)) pools_[t]->mirror_to(device);
+}
+
+std::vector<int> RaggedKvCache::whole_key_tiers() const {
+  std::vector<int> tiers;
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (!tiers_[t].attended) continue;
+    if (narrow(t)) return {};
+    tiers.push_back(int(t));
+  }
+  return tiers;
 }
 
 int RaggedKvCache::whole_row_tier() const {

@@ -153,17 +153,23 @@ class RaggedKvCache {
   void compact();
 
   // ---- device mirror (--device cuda; capture/cache/device_attention.h) ----
-  // Mirrors the pools of the attended tiers to `device` where their rows are
-  // whole float32 rows (KvPool::mirror_to); the host pages stay the truth.
+  // Mirrors the pools of the attended tiers to `device` where their keys are
+  // whole (float32 or INT4 rows; KvPool::mirror_to); the host pages stay the
+  // truth.
   void mirror_to(torch::Device device);
   // The one attended tier when its rows are whole float32 rows (what the
-  // device kernels and the blocked prefill read); -1 when there are several
-  // attended tiers, or INT4 or pruned keys.
+  // device kernels read); -1 when there are several attended tiers, or INT4
+  // or pruned keys.
   int whole_row_tier() const;
+  // The attended tiers when each holds whole keys, float32 or INT4 (what the
+  // blocked path reads, cache/blocked_attention.h); empty when one holds
+  // pruned keys or none is attended.
+  std::vector<int> whole_key_tiers() const;
   // The tier the device kernels read: whole_row_tier() when it is mirrored,
   // else -1 (attention stays on the host).
   int device_tier() const;
   KvPool& pool(int64_t tier) { return *pools_[size_t(tier)]; }
+  const KvPool& pool(int64_t tier) const { return *pools_[size_t(tier)]; }
   // Pages of a head's tier, in slot order (slot s in page s / page_rows).
   const std::vector<int32_t>& pages(int64_t layer, int64_t kv_head, int64_t tier) const {
     return head(layer, kv_head).tiers[size_t(tier)].pages;

@@ -204,12 +204,15 @@ StepDriver::StepDriver(const model::ModelConfig& config, const Options& options,
 void StepDriver::use_device(torch::Device device, cache::DevicePrefill prefill) {
   prefill_ = prefill;
   if (!device.is_cuda()) {
-    if (prefill == cache::DevicePrefill::Blocked) blocked_tier_ = cache_.whole_row_tier();
+    if (prefill == cache::DevicePrefill::Blocked) blocked_tiers_ = cache_.whole_key_tiers();
     return;
   }
   if (!cache::device_attention_compiled()) return;
   cache_.mirror_to(device);
   device_tier_ = cache_.device_tier();
+  // Several attended tiers or an INT4 one: the kernels read one float32
+  // tier, the blocked path any whole-key tiers.
+  if (device_tier_ < 0) blocked_tiers_ = cache_.whole_key_tiers();
 }
 
 bool StepDriver::set_side_pass(bool on) {
@@ -371,14 +374,22 @@ torch::Tensor StepDriver::attend_on_device(const model::AttentionInputs& in) {
   return take_statistics(l, n, want, r);
 }
 
-// A prefill chunk by query blocks of matrix products over the host pages:
-// --device-prefill blocked on the CPU.
-torch::Tensor StepDriver::attend_blocked_on_host(const model::AttentionInputs& in) {
+// The layer by query blocks of matrix products (cache/blocked_attention.h)
+// over the pages of blocked_tiers_: on a GPU their mirrors (layers the
+// kernels cannot read: several tiers, INT4), on the CPU the host pages
+// (--device-prefill blocked, prefill chunks).
+torch::Tensor StepDriver::attend_blocked(const model::AttentionInputs& in) {
   const int64_t l = in.layer, n = in.q.size(0);
+  const bool on_device = !in.q.device().is_cpu();
+  std::vector<torch::Tensor> pages;
+  for (int t : blocked_tiers_) {
+    cache::KvPool& pool = cache_.pool(t);
+    if (on_device) pool.sync_mirror();
+    pages.push_back(on_device ? pool.mirror_pages() : pool.host_pages());
+  }
   const cache::DeviceStatsWanted want = wanted_statistics(l, n);
-  const cache::DeviceLayerAttention r =
-      cache::attend_layer_blocked(cache_, l, blocked_tier_, cache_.pool(blocked_tier_).host_pages(),
-                                  in.q, pos0_, in.scale, in.sliding_window, want);
+  const cache::DeviceLayerAttention r = cache::attend_layer_blocked(
+      cache_, l, blocked_tiers_, pages, in.q, pos0_, in.scale, in.sliding_window, want);
   ++blocked_layers_;
   return take_statistics(l, n, want, r);
 }
@@ -465,14 +476,15 @@ torch::Tensor StepDriver::attend(const model::AttentionInputs& in_any) {
                        std::to_string(candidates[size_t(h)].size()) + "]");
   }
 
-  // 4. Attention: the device kernels and the blocked prefill read the
-  // model's own tensors (on the CPU those are the host's), the host kernels
-  // the queries on the host (copied here when the policy did not ask for them).
+  // 4. Attention: the device kernels and the blocked path read the model's
+  // own tensors (on the CPU those are the host's), the host kernels the
+  // queries on the host (copied here when the policy did not ask for them).
   torch::Tensor out;
-  if (device.is_cuda() && device_tier_ >= 0 && statistics_suffice(l, masks))
+  const bool suffice = statistics_suffice(l, masks);
+  if (device.is_cuda() && device_tier_ >= 0 && suffice)
     out = attend_on_device(in_any);
-  else if (n > 1 && blocked_tier_ >= 0 && statistics_suffice(l, masks))
-    out = attend_blocked_on_host(in_any);
+  else if (!blocked_tiers_.empty() && (device.is_cuda() || n > 1) && suffice)
+    out = attend_blocked(in_any);
   else
     out = attend_heads(in, in.q.defined() ? in.q : in_any.q.to(torch::kCPU), candidates, masks);
 

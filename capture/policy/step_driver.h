@@ -40,16 +40,19 @@ class StepDriver : public model::AttentionBackend {
   // attended pages are mirrored there and layers are attended by the CUDA
   // kernels (capture/cache/device_attention.h) unless a step needs the
   // weights themselves (a selection mask, an observer that wants them, a
-  // reconstruction pass) or the policy's tiers cannot be read there; those
-  // layers run the host kernels over the host pages, which stay the truth.
+  // reconstruction pass); those layers run the host kernels over the host
+  // pages, which stay the truth. Caches the kernels cannot read (several
+  // attended tiers, an INT4 tier) are attended there by the blocked path
+  // (cache/blocked_attention.h), prefill and decode; pruned keys (ThinK) on
+  // the host.
   // Policies always see host tensors. `prefill`: how prefill chunks are
   // attended there (cache::DevicePrefill). On the CPU, Blocked attends the
   // prefill chunks that fit by the same tensor code over the host pages
   // (cache/blocked_attention.h): what a GPU would run, checked here.
   void use_device(torch::Device device,
                   cache::DevicePrefill prefill = cache::DevicePrefill::Kernel);
-  // Layers attended by the device kernels, by the blocked prefill on the
-  // host pages and by the host kernels so far.
+  // Layers attended by the device kernels, by the blocked path (on the
+  // device, or the prefill on the host pages) and by the host kernels so far.
   int64_t device_layers() const { return device_layers_; }
   int64_t blocked_layers() const { return blocked_layers_; }
   int64_t host_layers() const { return host_layers_; }
@@ -98,7 +101,7 @@ class StepDriver : public model::AttentionBackend {
   torch::Tensor take_statistics(int64_t layer, int64_t n, const cache::DeviceStatsWanted& want,
                                 const cache::DeviceLayerAttention& r);
   torch::Tensor attend_on_device(const model::AttentionInputs& in);
-  torch::Tensor attend_blocked_on_host(const model::AttentionInputs& in);
+  torch::Tensor attend_blocked(const model::AttentionInputs& in);
   void check_limits(const LayerContext& c) const;
   torch::Tensor attend_side(const model::AttentionInputs& in);
 
@@ -114,7 +117,9 @@ class StepDriver : public model::AttentionBackend {
   double policy_seconds_ = 0;
   std::vector<ReconstructionChunk> plan_;
   int device_tier_ = -1;  // the tier the device kernels read, -1: host attention only
-  int blocked_tier_ = -1;  // --device cpu --device-prefill blocked: the tier it reads
+  // The tiers the blocked path reads: on a GPU when the kernels cannot
+  // (device_tier_ < 0), on the CPU with --device-prefill blocked; empty: none.
+  std::vector<int> blocked_tiers_;
   cache::DevicePrefill prefill_ = cache::DevicePrefill::Kernel;
   int64_t device_layers_ = 0, blocked_layers_ = 0, host_layers_ = 0;
   bool side_ = false;        // the steps being fed are reconstruction steps

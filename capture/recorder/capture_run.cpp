@@ -93,13 +93,15 @@ std::vector<std::string> attention_notes(torch::Device device, const std::string
   if (device.is_cuda())
     return {prefix + "attention on " + device.str() + ": " +
             std::to_string(driver.device_layers()) + " layer steps by the CUDA kernels, " +
+            std::to_string(driver.blocked_layers()) +
+            " by blocked matrix products (several attended tiers, INT4 tiers), " +
             std::to_string(driver.host_layers()) +
-            " by the host kernels (selection masks, weight-level capture, several attended tiers)"};
+            " by the host kernels (selection masks, weight-level capture, pruned keys)"};
   if (device_prefill == "blocked")
     return {prefix + "prefill on the cpu: " + std::to_string(driver.blocked_layers()) +
             " layer steps by blocked matrix products, " + std::to_string(driver.host_layers()) +
-            " by the host kernels (decode steps, selection masks, weight-level capture, several "
-            "attended tiers)"};
+            " by the host kernels (decode steps, selection masks, weight-level capture, pruned "
+            "keys)"};
   return {};
 }
 

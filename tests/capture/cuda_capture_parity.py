@@ -6,7 +6,8 @@
 
 One policy per path of the step driver: the device kernels with each
 statistic (none, received, last query, observation window, pooled maps),
-selection masks (quest) and an INT4 tier (sfc) on the host path, and two
+selection masks (quest) on the host path, an INT4 tier beside a float32 one
+(sfc) by the blocked path on the device, and two
 ranking policies (knorm, snapkv) that can meet exact ties; four of them
 again with the prefill chunks attended by the blocked path
 (--device-prefill blocked: received, last query, window, pooled), and one

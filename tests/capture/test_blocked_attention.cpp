@@ -1,11 +1,12 @@
-// Prefill attention by query blocks (capture/cache/blocked_attention.h), run
-// on the host pages: the same tensor code a GPU runs over the mirror. Each
+// Attention by query blocks (capture/cache/blocked_attention.h), run on the
+// host pages: the same tensor code a GPU runs over the mirror. Each
 // head's output and every statistic (received mass, last query, observation
 // window, pooled sums and maxima) must equal what the host kernel's weights
 // give (RaggedKvCache::attend_head with a BlockSink), on caches churned by
 // appends and removals (rows in slot order, not position order), with a
 // sliding window that hides whole stretches, a head that holds nothing, and
-// blocks small enough that a chunk spans many of them.
+// blocks small enough that a chunk spans many of them; and over several
+// tiers, one of INT4 pages, for a prefill chunk and a decode step.
 #include <torch/torch.h>
 
 #include <cmath>
@@ -127,7 +128,7 @@ TEST_CASE("blocked prefill attention equals the host kernel, statistics included
         want.window_end = 66;
         want.pooled_block = 16;
         const cache::DeviceLayerAttention got = cache::attend_layer_blocked(
-            c, 1, 0, c.pool(0).host_pages(), q, pos0, scale, window, want, budget);
+            c, 1, {0}, {c.pool(0).host_pages()}, q, pos0, scale, window, want, budget);
         REQUIRE(got.out.sizes() == torch::IntArrayRef({n, H, hd}));
         const int64_t qb = (pos0 + n - 1) / 16 - pos0 / 16 + 1, nb = (pos0 + n + 15) / 16;
         REQUIRE(got.q_blocks == qb);
@@ -164,14 +165,82 @@ TEST_CASE("blocked prefill attention equals the host kernel, statistics included
       }
 }
 
-TEST_CASE("blocked prefill attention refuses pages that are not the tier's", "[cache][blocked]") {
+TEST_CASE("blocked attention reads several tiers and INT4 pages as the host kernels do",
+          "[cache][blocked]") {
+  // WG-KV's and KVpop's caches have several attended float32 tiers, SFC's an
+  // INT4 warm tier beside its hot one, and an offloaded tier nobody reads.
+  const model::ModelConfig cfg = test::small_config();
+  const int64_t H = cfg.n_heads, K = cfg.n_kv_heads, R = H / K, hd = cfg.head_dim;
+  const double scale = 1.0 / std::sqrt(double(hd));
+  RaggedKvCache c(cfg, {8, 1024},
+                  {{"hot", RowFormat::F32, true},
+                   {"warm", RowFormat::Int4, true},
+                   {"cold", RowFormat::F32, false},
+                   {"local", RowFormat::F32, true}});
+  const std::vector<int> attended = c.whole_key_tiers();
+  REQUIRE(attended == std::vector<int>{0, 1, 3});
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<float> k(static_cast<size_t>(hd)), v(static_cast<size_t>(hd));
+  int64_t pos = 0;
+  auto feed = [&](int64_t n) {  // each entry into a random tier, a few removed
+    for (int64_t i = 0; i < n; ++i, ++pos)
+      for (int64_t h = 0; h < K; ++h) {
+        for (float& x : k) x = normal(rng);
+        for (float& x : v) x = normal(rng);
+        c.append(1, h, int(rng() % 4), pos, k.data(), v.data());
+        if (pos > 10 && rng() % 5 == 0) {
+          const int64_t old = pos - 1 - int64_t(rng() % 10);
+          if (c.holds(1, h, old)) c.remove(1, h, old);
+        }
+      }
+  };
+  feed(200);
+  for (int64_t n : {int64_t(40), int64_t(1)}) {  // a prefill chunk, then a decode step
+    INFO(n << " queries");
+    const int64_t pos0 = pos;
+    feed(n);
+    torch::manual_seed(uint64_t(n));
+    const torch::Tensor q = torch::randn({n, H, hd});
+    cache::DeviceStatsWanted want;
+    want.received = want.last_query_by_head = true;
+    std::vector<torch::Tensor> pages;
+    for (int t : attended) pages.push_back(c.pool(t).host_pages());
+    const cache::DeviceLayerAttention got =
+        cache::attend_layer_blocked(c, 1, attended, pages, q, pos0, scale, 0, want);
+    int64_t int4_rows = 0;
+    for (int64_t h = 0; h < K; ++h) {
+      const Reference ref = host_reference(c, 1, h, q, pos0, scale, 0);
+      const int64_t b = got.row_begin[size_t(h)], m = got.row_begin[size_t(h + 1)] - b;
+      REQUIRE(m == int64_t(ref.key_pos.size()));
+      for (int64_t j = 0; j < m; ++j) REQUIRE(got.key_pos[size_t(b + j)] == ref.key_pos[j]);
+      REQUIRE(torch::allclose(got.out.narrow(1, h * R, R).permute({1, 0, 2}), ref.out, 1e-4, 1e-5));
+      require_close(got.received, size_t(b), ref.weights.sum(torch::IntArrayRef{0, 1}));
+      require_close(got.last_query_by_head, size_t(R * b), ref.weights.select(1, n - 1));
+      int4_rows += c.count(1, h, 1);
+    }
+    REQUIRE(int4_rows > 0);  // the INT4 tier was read
+  }
+}
+
+TEST_CASE("blocked attention refuses pages that are not the tiers' and pruned keys",
+          "[cache][blocked]") {
   const model::ModelConfig cfg = test::small_config();
   RaggedKvCache c(cfg, {8, 64}, {{"hot", RowFormat::F32, true}});
   const torch::Tensor q = torch::randn({4, cfg.n_heads, cfg.head_dim});
-  REQUIRE_THROWS_AS(cache::attend_layer_blocked(c, 0, 0, torch::Tensor(), q, 0, 1.0, 0, {}),
+  REQUIRE_THROWS_AS(cache::attend_layer_blocked(c, 0, {0}, {torch::Tensor()}, q, 0, 1.0, 0, {}),
                     std::logic_error);
-  RaggedKvCache warm(cfg, {8, 64}, {{"warm", RowFormat::Int4, true}});
+  REQUIRE_THROWS_AS(cache::attend_layer_blocked(c, 0, {0}, {}, q, 0, 1.0, 0, {}), std::logic_error);
+  RaggedKvCache warm(cfg, {8, 64},
+                     {{"hot", RowFormat::F32, true}, {"warm", RowFormat::Int4, true}});
+  // the INT4 tier's pages given for the float32 tier: another page size
   REQUIRE_THROWS_AS(
-      cache::attend_layer_blocked(warm, 0, 0, warm.pool(0).host_pages(), q, 0, 1.0, 0, {}),
+      cache::attend_layer_blocked(warm, 0, {0}, {warm.pool(1).host_pages()}, q, 0, 1.0, 0, {}),
+      std::logic_error);
+  cache::TierSpec pruned{"hot", RowFormat::F32, true, 0.5};
+  RaggedKvCache think(cfg, {8, 64}, {pruned});
+  REQUIRE(think.whole_key_tiers().empty());
+  REQUIRE_THROWS_AS(
+      cache::attend_layer_blocked(think, 0, {0}, {think.pool(0).host_pages()}, q, 0, 1.0, 0, {}),
       std::logic_error);
 }

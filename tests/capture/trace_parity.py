@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compares a --device cuda capture with the --device cpu capture of the same run.
 
-    trace_parity.py CPU.kvtrace.h5 CUDA.kvtrace.h5 [--mass-atol 2e-5] [--json OUT]
+    trace_parity.py CPU.kvtrace.h5 CUDA.kvtrace.h5 [--mass-atol 2e-5] [--score-atol 1e-6]
+                    [--json OUT]
 
 Equal (bit for bit): the generated tokens, every step's kind, tokens, entries and
 KV bytes, and every event (step, layer, head, token, kind, reason, tiers).
@@ -125,6 +126,7 @@ def main():
     ap.add_argument("cuda")
     ap.add_argument("--mass-atol", type=float, default=2e-5)
     ap.add_argument("--score-rtol", type=float, default=1e-3)
+    ap.add_argument("--score-atol", type=float, default=1e-6)
     ap.add_argument("--json")
     a = ap.parse_args()
     out = {"cpu": a.cpu, "cuda": a.cuda, "differences": []}
@@ -158,10 +160,11 @@ def main():
         if "/events/score" in c and "/events/score" in g and c["/events/score"].shape == g["/events/score"].shape:
             x, y = c["/events/score"][()].astype(np.float64), g["/events/score"][()].astype(np.float64)
             same_nan = np.isnan(x) == np.isnan(y)
-            ok = np.isclose(x, y, rtol=a.score_rtol, atol=1e-6, equal_nan=True)
+            ok = np.isclose(x, y, rtol=a.score_rtol, atol=a.score_atol, equal_nan=True)
             out["score_max_abs_diff"] = float(np.nanmax(np.abs(x - y))) if x.size and not np.all(np.isnan(x)) else 0.0
             if not (same_nan.all() and ok.all()):
-                diff(f"/events/score: {int((~ok).sum())} of {x.size} beyond rtol {a.score_rtol}")
+                diff(f"/events/score: {int((~ok).sum())} of {x.size} beyond rtol {a.score_rtol}, "
+                     f"atol {a.score_atol}")
         m = "/attention/received/mass"
         if m in c and m in g and c[m].shape == g[m].shape:
             x, y = c[m][()].astype(np.float64), g[m][()].astype(np.float64)
