@@ -100,7 +100,10 @@ fi
 #     machine, joining them there with cat.
 if want smollm2 && [ -n "${KVSCOPE_SMOLLM2:-}" ] && [ -f "$KVSCOPE_SMOLLM2" ]; then
   log "parity: SmolLM2"
-  for spec in full h2o:heavy=64,recent=64 tova:budget=128 snapkv:budget=128,window=16; do
+  # sfc, kvpop and wgkv: several attended tiers or an INT4 tier, read on the
+  # device by the blocked path (docs/architecture.md), with the shipped gates.
+  for spec in full h2o:heavy=64,recent=64 tova:budget=128 snapkv:budget=128,window=16 \
+    sfc:hot=0.4 kvpop wgkv; do
     name=${spec%%:*}
     for d in cpu cuda; do
       timeout 120 "$kv" capture --model "$KVSCOPE_SMOLLM2" --task needle:tokens=512 --policy "$spec" \
