@@ -147,14 +147,15 @@ TEST_CASE("CUDA layer attention equals the host kernels", "[cache][mirror][cuda]
       std::vector<int64_t> key_pos;
       c.attended_positions(1, h, &key_pos);
       const int64_t m = int64_t(key_pos.size());
+      const int64_t lq = n - 1;  // a lambda cannot capture the structured binding n (C++17)
       std::vector<float> mass(size_t(m), 0.0f), last(size_t(R * m), 0.0f);
       const kernels::BlockSink sink = [&](const float* p, int64_t b, int64_t mk, int64_t i0,
                                           int64_t k0) {
         kernels::sum_rows_add(p, R * b, mk, mass.data() + k0);
-        if (i0 <= n - 1 && n - 1 < i0 + b)  // the last query's row of each query head
+        if (i0 <= lq && lq < i0 + b)  // the last query's row of each query head
           for (int64_t r = 0; r < R; ++r)
             for (int64_t j = 0; j < mk; ++j)
-              last[size_t(r * m + k0 + j)] = p[(r * b + n - 1 - i0) * mk + j];
+              last[size_t(r * m + k0 + j)] = p[(r * b + lq - i0) * mk + j];
       };
       const torch::Tensor qh = q.narrow(1, h * R, R).permute({1, 0, 2}).contiguous();
       const torch::Tensor oh =
