@@ -105,12 +105,12 @@ HeadRows gather_rows(const RaggedKvCache& cache, const LayerRows& layer, int64_t
     values.push_back(v);
   }
   const auto f32 = pages.front().options().dtype(torch::kFloat32);
-  r.keys = keys.empty()       ? torch::empty({0, hd}, f32)
-           : keys.size() == 1 ? keys.front()
-                              : torch::cat(keys);
-  r.values = values.empty()       ? torch::empty({0, hd}, f32)
-             : values.size() == 1 ? values.front()
-                                  : torch::cat(values);
+  auto join = [&](const std::vector<torch::Tensor>& parts) {
+    if (parts.empty()) return torch::empty({0, hd}, f32);
+    return parts.size() == 1 ? parts.front() : torch::cat(parts);  // one tier: no copy
+  };
+  r.keys = join(keys);
+  r.values = join(values);
   return r;
 }
 

@@ -43,9 +43,12 @@ void check(int rc, const char* kernel) {
   torch::cuda::synchronize();
 }
 
-std::vector<float> to_host(const torch::Tensor& t) {
+// The first `count` floats of t (all when negative) on the host: the
+// kernels' buffers hold at least one float, for empty layers too.
+std::vector<float> to_host(const torch::Tensor& t, int64_t count = -1) {
   const torch::Tensor h = t.to(torch::kCPU).contiguous();
-  return std::vector<float>(h.data_ptr<float>(), h.data_ptr<float>() + h.numel());
+  const int64_t n = count < 0 ? h.numel() : count;
+  return std::vector<float>(h.data_ptr<float>(), h.data_ptr<float>() + n);
 }
 
 // The layer's page tables on the device. The tensors own the memory the
@@ -110,9 +113,7 @@ std::vector<float> prefill_mass(const torch::Tensor& qd, const torch::Tensor& ls
   check(kc::prefill_received(q.data_ptr<float>(), qd.size(1), b - a, pos0 + a, heads, scale, window,
                              l.data_ptr<float>(), mass.data_ptr<float>(), nullptr),
         "prefill_received");
-  std::vector<float> out = to_host(mass);
-  out.resize(size_t(rows));
-  return out;
+  return to_host(mass, rows);
 }
 
 // Each head's rows (0-based within the head) in ascending position order:
@@ -168,13 +169,6 @@ DecodeRun run_decode(const torch::Tensor& q, const DeviceTables& t, int64_t rows
   return d;
 }
 
-// The first `count` weights of a decode run's probs, on the host.
-std::vector<float> head_weights(const torch::Tensor& probs, int64_t count) {
-  std::vector<float> w = to_host(probs);
-  w.resize(size_t(count));
-  return w;
-}
-
 }  // namespace
 
 DeviceLayerAttention attend_layer_on_device(RaggedKvCache& cache, int64_t layer, int tier,
@@ -212,13 +206,12 @@ DeviceLayerAttention attend_layer_on_device(RaggedKvCache& cache, int64_t layer,
       });
     }
     if (d.mass.defined()) {
-      std::vector<float> m = to_host(d.mass);
-      m.resize(size_t(rows));
+      const std::vector<float> m = to_host(d.mass, rows);
       if (wanted.received) result.received = m;
       if (wanted.last_query) result.last_query = m;
       if (wanted.window_end > wanted.window_begin) result.window = m;
     }
-    if (wanted.last_query_by_head) result.last_query_by_head = head_weights(d.probs, R * rows);
+    if (wanted.last_query_by_head) result.last_query_by_head = to_host(d.probs, R * rows);
   } else {
     const torch::Tensor qd =
         q.reshape({n, K, R, hd}).permute({1, 2, 0, 3}).to(torch::kFloat32).contiguous();
@@ -237,7 +230,7 @@ DeviceLayerAttention attend_layer_on_device(RaggedKvCache& cache, int64_t layer,
                                    s, window, rows);
     if (wanted.last_query_by_head) {  // the last query alone, through the decode kernel
       const DecodeRun d = run_decode(qd.select(2, n - 1), t, rows, pos0 + n - 1, s, window, false);
-      result.last_query_by_head = head_weights(d.probs, R * rows);
+      result.last_query_by_head = to_host(d.probs, R * rows);
     }
     if (wanted.pooled_block > 0) {
       const int64_t B = wanted.pooled_block, nb = (pos0 + n + B - 1) / B,

@@ -86,23 +86,22 @@ void mark_roles(trace::StepData* sd, const CaptureRequest& req) {
 }
 
 // Where a driver's layer steps were attended, when not all by the host
-// kernels: the capture's last lines ("prefix" names the driver).
-std::vector<std::string> attention_notes(torch::Device device, const std::string& device_prefill,
-                                         const policy::StepDriver& driver,
-                                         const std::string& prefix) {
+// kernels (empty otherwise): a line of the capture's notes ("prefix" names
+// the driver).
+std::string attention_note(torch::Device device, const std::string& device_prefill,
+                           const policy::StepDriver& driver, const std::string& prefix) {
   if (device.is_cuda())
-    return {prefix + "attention on " + device.str() + ": " +
-            std::to_string(driver.device_layers()) + " layer steps by the CUDA kernels, " +
-            std::to_string(driver.blocked_layers()) +
-            " by blocked matrix products (several attended tiers, INT4 tiers), " +
-            std::to_string(driver.host_layers()) +
-            " by the host kernels (selection masks, weight-level capture, pruned keys)"};
+    return prefix + "attention on " + device.str() + ": " + std::to_string(driver.device_layers()) +
+           " layer steps by the CUDA kernels, " + std::to_string(driver.blocked_layers()) +
+           " by blocked matrix products (several attended tiers, INT4 tiers), " +
+           std::to_string(driver.host_layers()) +
+           " by the host kernels (selection masks, weight-level capture, pruned keys)";
   if (device_prefill == "blocked")
-    return {prefix + "prefill on the cpu: " + std::to_string(driver.blocked_layers()) +
-            " layer steps by blocked matrix products, " + std::to_string(driver.host_layers()) +
-            " by the host kernels (decode steps, selection masks, weight-level capture, pruned "
-            "keys)"};
-  return {};
+    return prefix + "prefill on the cpu: " + std::to_string(driver.blocked_layers()) +
+           " layer steps by blocked matrix products, " + std::to_string(driver.host_layers()) +
+           " by the host kernels (decode steps, selection masks, weight-level capture, pruned "
+           "keys)";
+  return "";
 }
 
 }  // namespace
@@ -281,12 +280,12 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& reques
   // leaves complete = 0.
   result.generation = generator.run(req.prompt_ids, g, {}, on_step);
   result.policy_seconds = driver.policy_seconds();
-  for (const std::string& note : attention_notes(engine.device, req.device_prefill, driver, ""))
-    result.notes.push_back(note);
+  std::vector<std::string> where{attention_note(engine.device, req.device_prefill, driver, "")};
   if (oracle)
-    for (const std::string& note : attention_notes(engine.device, req.device_prefill,
-                                                   oracle->driver(), "the oracle's full cache: "))
-      result.notes.push_back(note);
+    where.push_back(attention_note(engine.device, req.device_prefill, oracle->driver(),
+                                   "the oracle's full cache: "));
+  for (const std::string& note : where)
+    if (!note.empty()) result.notes.push_back(note);
   result.decode_policy_seconds =
       decode_policy_start < 0 ? 0 : driver.policy_seconds() - decode_policy_start;
   if (!req.expected_answers.empty()) {
