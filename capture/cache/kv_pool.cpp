@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "core/common/check.h"
 #include "kernels/quant_int4.h"
 
 namespace kvscope::cache {
@@ -59,8 +60,8 @@ int32_t KvPool::allocate(int64_t owner) {
 }
 
 void KvPool::release(int32_t page) {
-  if (page < 0 || page >= capacity_ || owner_[static_cast<size_t>(page)] < 0)
-    throw std::logic_error("KvPool: release of a page that is not in use");
+  KVSCOPE_CHECK(page >= 0 && page < capacity_ && owner_[static_cast<size_t>(page)] >= 0,
+                "KvPool: release of a page that is not in use");
   owner_[static_cast<size_t>(page)] = -1;
   free_.push_back(page);
   --in_use_;
@@ -102,8 +103,7 @@ void KvPool::touch(int32_t page) {
 }
 
 void KvPool::mirror_to(torch::Device device) {
-  if (key_dim_ != head_dim_)
-    throw std::logic_error("KvPool: only pools of whole keys are mirrored to a device");
+  KVSCOPE_CHECK(key_dim_ == head_dim_, "KvPool: only pools of whole keys are mirrored to a device");
   mirror_ =
       torch::empty({capacity_, page_bytes()}, torch::TensorOptions(torch::kUInt8).device(device));
   dirty_.assign(static_cast<size_t>(capacity_), 0);
@@ -123,8 +123,8 @@ void KvPool::sync_mirror() {
 }
 
 const float* KvPool::mirror_rows(int32_t page, int kv) const {
-  if (format_ != RowFormat::F32)
-    throw std::logic_error("KvPool::mirror_rows: the CUDA kernels read float32 pages only");
+  KVSCOPE_CHECK(format_ == RowFormat::F32,
+                "KvPool::mirror_rows: the CUDA kernels read float32 pages only");
   return reinterpret_cast<const float*>(mirror_.data_ptr<uint8_t>() + int64_t(page) * page_bytes() +
                                         row_offset(kv, 0));
 }

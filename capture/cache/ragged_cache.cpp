@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "core/common/check.h"
 #include "kernels/attention.h"
 #include "kernels/quant_int4.h"
 
@@ -48,11 +49,10 @@ RaggedKvCache::~RaggedKvCache() = default;
 
 void RaggedKvCache::append(int64_t layer, int64_t kv_head, int tier, int64_t pos, const float* k,
                            const float* v) {
-  if (pos < 0 || pos >= M_) throw std::logic_error("RaggedKvCache: position beyond max_tokens");
-  if (tier < 0 || tier >= n_tiers()) throw std::logic_error("RaggedKvCache: no such tier");
+  KVSCOPE_CHECK(pos >= 0 && pos < M_, "RaggedKvCache: position beyond max_tokens");
+  KVSCOPE_CHECK(tier >= 0 && tier < n_tiers(), "RaggedKvCache: no such tier");
   HeadState& hs = head(layer, kv_head);
-  if (hs.tier_of[size_t(pos)] >= 0)
-    throw std::logic_error("RaggedKvCache: appending a position the head holds");
+  KVSCOPE_CHECK(hs.tier_of[size_t(pos)] < 0, "RaggedKvCache: appending a position the head holds");
   HeadTier& ht = hs.tiers[size_t(tier)];
   int64_t slot = static_cast<int64_t>(ht.positions.size());
   if (slot % page_rows_ == 0)
@@ -67,7 +67,7 @@ void RaggedKvCache::append(int64_t layer, int64_t kv_head, int tier, int64_t pos
 void RaggedKvCache::remove(int64_t layer, int64_t kv_head, int64_t pos) {
   HeadState& hs = head(layer, kv_head);
   int tier = tier_of(layer, kv_head, pos);
-  if (tier < 0) throw std::logic_error("RaggedKvCache: removing an entry that is not held");
+  KVSCOPE_CHECK(tier >= 0, "RaggedKvCache: removing an entry that is not held");
   HeadTier& ht = hs.tiers[size_t(tier)];
   KvPool& pool = *pools_[size_t(tier)];
   int64_t slot = hs.slot_of[size_t(pos)];
@@ -131,7 +131,7 @@ void RaggedKvCache::read_entry(int64_t layer, int64_t kv_head, int64_t pos, floa
                                float* value) const {
   const HeadState& hs = head(layer, kv_head);
   int tier = tier_of(layer, kv_head, pos);
-  if (tier < 0) throw std::logic_error("RaggedKvCache: reading an entry that is not held");
+  KVSCOPE_CHECK(tier >= 0, "RaggedKvCache: reading an entry that is not held");
   int64_t slot = hs.slot_of[size_t(pos)];
   read_slot(hs, size_t(tier), hs.tiers[size_t(tier)].pages[size_t(slot / page_rows_)],
             slot % page_rows_, key, value);
@@ -141,9 +141,9 @@ void RaggedKvCache::write_slot(const HeadState& hs, size_t tier, int32_t page, i
                                const float* k, const float* v) {
   KvPool& pool = *pools_[tier];
   if (!narrow(tier)) return pool.write_row(page, r, k, v);
-  if (int64_t(hs.key_channels.size()) != pool.key_dim())
-    throw std::logic_error("RaggedKvCache: writing to tier '" + tiers_[tier].name +
-                           "' before the head's key channels were set");
+  KVSCOPE_CHECK(int64_t(hs.key_channels.size()) == pool.key_dim(),
+                "RaggedKvCache: writing to tier '" + tiers_[tier].name +
+                    "' before the head's key channels were set");
   thread_local std::vector<float> kept;
   kept.resize(hs.key_channels.size());
   for (size_t i = 0; i < kept.size(); ++i) kept[i] = k[hs.key_channels[i]];
@@ -191,17 +191,18 @@ void RaggedKvCache::set_key_channels(int64_t layer, int64_t kv_head,
   for (size_t t = 0; t < tiers_.size(); ++t) {
     if (!narrow(t)) continue;
     width = pools_[t]->key_dim();
-    if (!hs.tiers[t].positions.empty())
-      throw std::logic_error("RaggedKvCache: key channels changed while tier '" + tiers_[t].name +
-                             "' holds entries read through them");
+    KVSCOPE_CHECK(hs.tiers[t].positions.empty(),
+                  "RaggedKvCache: key channels changed while tier '" + tiers_[t].name +
+                      "' holds entries read through them");
   }
-  if (width == 0) throw std::logic_error("RaggedKvCache: no tier prunes key channels");
-  if (int64_t(channels.size()) != width)
-    throw std::logic_error("RaggedKvCache: " + std::to_string(channels.size()) +
-                           " key channels set, the pruned tiers keep " + std::to_string(width));
+  KVSCOPE_CHECK(width != 0, "RaggedKvCache: no tier prunes key channels");
+  KVSCOPE_CHECK(int64_t(channels.size()) == width,
+                "RaggedKvCache: " + std::to_string(channels.size()) +
+                    " key channels set, the pruned tiers keep " + std::to_string(width));
   for (size_t i = 0; i < channels.size(); ++i)
-    if (channels[i] < 0 || channels[i] >= hd_ || (i > 0 && channels[i] <= channels[i - 1]))
-      throw std::logic_error("RaggedKvCache: key channels must ascend within 0..head_dim - 1");
+    KVSCOPE_CHECK(
+        channels[i] >= 0 && channels[i] < hd_ && (i == 0 || channels[i] > channels[i - 1]),
+        "RaggedKvCache: key channels must ascend within 0..head_dim - 1");
   hs.key_channels = std::move(channels);
 }
 
@@ -209,7 +210,7 @@ void RaggedKvCache::rewrite(int64_t layer, int64_t kv_head, int64_t pos, const f
                             const float* v) {
   HeadState& hs = head(layer, kv_head);
   const int tier = tier_of(layer, kv_head, pos);
-  if (tier < 0) throw std::logic_error("RaggedKvCache: rewriting an entry that is not held");
+  KVSCOPE_CHECK(tier >= 0, "RaggedKvCache: rewriting an entry that is not held");
   const int64_t slot = hs.slot_of[size_t(pos)];
   const int32_t page = hs.tiers[size_t(tier)].pages[size_t(slot / page_rows_)];
   std::vector<float> key(static_cast<size_t>(hd_)), value(static_cast<size_t>(hd_));

@@ -7,7 +7,7 @@
 //
 // The cache exposes operations (append, remove, read, attend over the held
 // entries) and knows nothing of policies: the step driver
-// (capture/policy/step_driver.h) decides what to call, and records events.
+// (capture/attention/step_driver.h) decides what to call, and records events.
 #pragma once
 
 #include <torch/types.h>
@@ -124,7 +124,7 @@ class RaggedKvCache {
   // order of attend_head).
   void attended_positions(int64_t layer, int64_t kv_head, std::vector<int64_t>* key_pos) const;
 
-  // ---- operations (preconditions checked: std::logic_error) ----
+  // ---- operations (preconditions checked: KVSCOPE_CHECK, InvariantError) ----
   void append(int64_t layer, int64_t kv_head, int tier, int64_t pos, const float* k,
               const float* v);
   void remove(int64_t layer, int64_t kv_head, int64_t pos);
@@ -152,7 +152,7 @@ class RaggedKvCache {
   // Returns sparse pools' free pages to the system (between steps).
   void compact();
 
-  // ---- device mirror (--device cuda; capture/cache/device_attention.h) ----
+  // ---- device mirror (--device cuda; capture/attention/device_attention.h) ----
   // Mirrors the pools of the attended tiers to `device` where their keys are
   // whole (float32 or INT4 rows; KvPool::mirror_to); the host pages stay the
   // truth.
@@ -162,7 +162,7 @@ class RaggedKvCache {
   // or pruned keys.
   int whole_row_tier() const;
   // The attended tiers when each holds whole keys, float32 or INT4 (what the
-  // blocked path reads, cache/blocked_attention.h); empty when one holds
+  // blocked path reads, attention/blocked_attention.h); empty when one holds
   // pruned keys or none is attended.
   std::vector<int> whole_key_tiers() const;
   // The tier the device kernels read: whole_row_tier() when it is mirrored,

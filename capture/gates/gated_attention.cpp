@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "capture/gates/gate_nets.h"
+#include "core/common/check.h"
 
 namespace kvscope::gates {
 
@@ -101,8 +102,7 @@ torch::Tensor logistic_noise(at::IntArrayRef shape, uint64_t seed, torch::Device
 }  // namespace
 
 void GatedDenseBackend::begin_step(int64_t pos0, int64_t n) {
-  if (pos0 != 0)
-    throw std::logic_error("GatedDenseBackend: one step over the whole window at position 0");
+  KVSCOPE_CHECK(pos0 == 0, "GatedDenseBackend: one step over the whole window at position 0");
   gate.clear();
   flags.clear();
   soft_size.clear();

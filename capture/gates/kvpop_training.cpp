@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "core/common/check.h"
+
 namespace kvscope::gates {
 
 namespace {
@@ -71,8 +73,7 @@ torch::Tensor dense_causal_lse(const torch::Tensor& q, const torch::Tensor& k, d
 }
 
 void KvpopTrainBackend::begin_step(int64_t pos0, int64_t) {
-  if (pos0 != 0)
-    throw std::logic_error("KvpopTrainBackend: one step over the whole window at position 0");
+  KVSCOPE_CHECK(pos0 == 0, "KvpopTrainBackend: one step over the whole window at position 0");
   loss.clear();
   agreement.clear();
   recall.clear();
@@ -169,8 +170,7 @@ torch::Tensor KvpopTrainBackend::attend(const model::AttentionInputs& in) {
 }
 
 void StreamingTrainBackend::begin_step(int64_t pos0, int64_t) {
-  if (pos0 != 0)
-    throw std::logic_error("StreamingTrainBackend: one step over the whole window at position 0");
+  KVSCOPE_CHECK(pos0 == 0, "StreamingTrainBackend: one step over the whole window at position 0");
 }
 
 // The sparse attention of eq. 26 with no long-range token kept (every cutoff
@@ -192,7 +192,7 @@ torch::Tensor StreamingTrainBackend::attend(const model::AttentionInputs& in) {
 }
 
 torch::Tensor KvpopTrainBackend::mean_loss() const {
-  if (loss.empty()) throw std::logic_error("KvpopTrainBackend: no layer attended");
+  KVSCOPE_CHECK(!loss.empty(), "KvpopTrainBackend: no layer attended");
   return torch::stack(loss).mean();
 }
 

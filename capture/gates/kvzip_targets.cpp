@@ -6,6 +6,7 @@
 #include "capture/gates/trainer.h"
 #include "capture/policy/policies/output_projection.h"
 #include "capture/tokenizer/tokenizer.h"
+#include "core/common/check.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::gates {
@@ -31,8 +32,8 @@ KvzipTargets::KvzipTargets(const model::ModelConfig& c, const model::ModelWeight
 
 torch::Tensor KvzipTargets::attend(const model::AttentionInputs& in) {
   const int64_t N = 2 * T_ + P_;
-  if (in.pos0 != 0 || in.q.size(0) != N)
-    throw std::logic_error("KvzipTargets: one step feeds the whole window + repeat + window");
+  KVSCOPE_CHECK(in.pos0 == 0 && in.q.size(0) == N,
+                "KvzipTargets: one step feeds the whole window + repeat + window");
   torch::Tensor x = in.hidden.to(torch::kFloat32).narrow(0, 0, T_).cpu();  // [T, D]
   torch::Tensor y = targets(in).cpu();                                     // [T, K]
   torch::Tensor x1 = torch::cat({x, torch::ones({T_, 1})}, 1).to(torch::kFloat64);

@@ -17,8 +17,9 @@
 #include "capture/policy/policies/output_projection.h"
 #include "capture/policy/registry.h"
 #include "capture/policy/scorer.h"
-#include "capture/policy/step_driver.h"
+#include "capture/attention/step_driver.h"
 #include "core/common/atomic_file.h"
+#include "core/common/check.h"
 #include "core/common/input_error.h"
 #include "core/common/npy_reader.h"
 
@@ -175,8 +176,8 @@ class FutureUtility : public model::AttentionBackend {
   void begin_step(int64_t pos0, int64_t n) override { dense_.begin_step(pos0, n); }
   void end_step() override { dense_.end_step(); }
   torch::Tensor attend(const model::AttentionInputs& in) override {
-    if (in.pos0 != 0 || in.q.size(0) != T_ + C_)
-      throw std::logic_error("FutureUtility: one step feeds the context and its future");
+    KVSCOPE_CHECK(in.pos0 == 0 && in.q.size(0) == T_ + C_,
+                  "FutureUtility: one step feeds the context and its future");
     const int64_t K = in.k.size(1), R = in.q.size(1) / K;
     torch::Tensor p = step_probabilities(in, T_, C_).narrow(2, 0, T_).amax(1);  // [H, T]
     torch::Tensor v = in.v.to(torch::kFloat32).narrow(0, 0, T_).repeat_interleave(R, 1);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/check.h"
 #include "kernels/attention.h"
 
 namespace kvscope::generate {
@@ -34,12 +35,12 @@ int64_t DenseKvCache::bytes() const {
 
 void DenseKvCache::begin_step(int64_t pos0, int64_t n) {
   // A dense cache holds every position, so steps must follow one another.
-  if (pos0 != length_)
-    throw std::logic_error("DenseKvCache: step at position " + std::to_string(pos0) +
-                           " but the cache holds " + std::to_string(length_) + " positions");
-  if (pos0 + n > capacity_)
-    throw std::logic_error("DenseKvCache: " + std::to_string(pos0 + n) +
-                           " positions exceed the capacity " + std::to_string(capacity_));
+  KVSCOPE_CHECK(pos0 == length_, "DenseKvCache: step at position " + std::to_string(pos0) +
+                                     " but the cache holds " + std::to_string(length_) +
+                                     " positions");
+  KVSCOPE_CHECK(pos0 + n <= capacity_, "DenseKvCache: " + std::to_string(pos0 + n) +
+                                           " positions exceed the capacity " +
+                                           std::to_string(capacity_));
   step_pos0_ = pos0;
   step_n_ = n;
   masks_.clear();

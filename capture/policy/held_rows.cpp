@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/common/check.h"
+
 namespace kvscope::policy {
 
 HeldRows held_rows(const cache::RaggedKvCache& cache, int64_t layer, int64_t kv_head,
@@ -23,7 +25,7 @@ HeldRows subset_rows(const HeldRows& all, const std::vector<int64_t>& positions)
   std::vector<int64_t> index;
   for (int64_t pos : positions) {
     auto it = std::lower_bound(all.pos.begin(), all.pos.end(), int32_t(pos));
-    if (it == all.pos.end() || *it != pos) throw std::logic_error("subset_rows: position not held");
+    KVSCOPE_CHECK(it != all.pos.end() && *it == pos, "subset_rows: position not held");
     index.push_back(it - all.pos.begin());
     r.pos.push_back(int32_t(pos));
   }

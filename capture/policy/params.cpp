@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "core/common/check.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::policy {
@@ -16,14 +17,10 @@ namespace {
 
 const char* type_name(ParamType t) {
   switch (t) {
-    case ParamType::Int:
-      return "an integer";
-    case ParamType::Float:
-      return "a number";
-    case ParamType::Bool:
-      return "true or false";
-    case ParamType::String:
-      return "a string";
+    case ParamType::Int: return "an integer";
+    case ParamType::Float: return "a number";
+    case ParamType::Bool: return "true or false";
+    case ParamType::String: return "a string";
   }
   return "?";
 }
@@ -33,16 +30,10 @@ bool valid(ParamType t, const std::string& v) {
   char* end = nullptr;
   errno = 0;
   switch (t) {
-    case ParamType::Int:
-      std::strtoll(v.c_str(), &end, 10);
-      return errno == 0 && *end == 0;
-    case ParamType::Float:
-      std::strtod(v.c_str(), &end);
-      return errno == 0 && *end == 0;
-    case ParamType::Bool:
-      return v == "true" || v == "false" || v == "1" || v == "0";
-    case ParamType::String:
-      return true;
+    case ParamType::Int: std::strtoll(v.c_str(), &end, 10); return errno == 0 && *end == 0;
+    case ParamType::Float: std::strtod(v.c_str(), &end); return errno == 0 && *end == 0;
+    case ParamType::Bool: return v == "true" || v == "false" || v == "1" || v == "0";
+    case ParamType::String: return true;
   }
   return false;
 }
@@ -110,8 +101,7 @@ Params::Params(std::string policy, const std::vector<ParamSpec>& specs,
 
 const std::string& Params::raw(const std::string& name) const {
   auto it = values_.find(name);
-  if (it == values_.end())
-    throw std::logic_error("policy " + policy_ + " has no parameter " + name);
+  KVSCOPE_CHECK(it != values_.end(), "policy " + policy_ + " has no parameter " + name);
   return it->second;
 }
 
@@ -135,21 +125,15 @@ std::string Params::to_json() const {
   for (const ParamSpec& s : specs_) {
     const std::string& v = raw(s.name);
     switch (s.type) {
-      case ParamType::Int:
-        j[s.name] = get_int(s.name);
-        break;
+      case ParamType::Int: j[s.name] = get_int(s.name); break;
       case ParamType::Float:
         if (v.empty())
           j[s.name] = nullptr;  // unset: the policy's own choice
         else
           j[s.name] = get_float(s.name);
         break;
-      case ParamType::Bool:
-        j[s.name] = get_bool(s.name);
-        break;
-      case ParamType::String:
-        j[s.name] = v;
-        break;
+      case ParamType::Bool: j[s.name] = get_bool(s.name); break;
+      case ParamType::String: j[s.name] = v; break;
     }
   }
   // String values are bytes as given (paths need not be UTF-8): dump()

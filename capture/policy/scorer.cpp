@@ -10,6 +10,7 @@
 #include "capture/policy/entropy_chunks.h"
 #include "capture/policy/held_rows.h"
 #include "capture/policy/policies/descriptors.h"
+#include "core/common/check.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::policy {
@@ -28,8 +29,8 @@ std::vector<ParamSpec> scorer_forwarded_params() {
 std::vector<ParamSpec> with_scorer_params(std::vector<ParamSpec> own) {
   for (const ParamSpec& s : scorer_forwarded_params()) {
     for (const ParamSpec& o : own)
-      if (o.name == s.name)
-        throw std::logic_error("policy parameter '" + s.name + "' is also a scorer's parameter");
+      KVSCOPE_CHECK(o.name != s.name,
+                    "policy parameter '" + s.name + "' is also a scorer's parameter");
     own.push_back(s);
   }
   return own;

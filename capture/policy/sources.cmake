@@ -2,7 +2,6 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/params.cpp
   ${CMAKE_CURRENT_LIST_DIR}/budget.cpp
   ${CMAKE_CURRENT_LIST_DIR}/decisions.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/step_driver.cpp
   ${CMAKE_CURRENT_LIST_DIR}/builtin.cpp
   ${CMAKE_CURRENT_LIST_DIR}/composed.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gate_search.cpp

@@ -16,10 +16,10 @@
 #include <memory>
 #include <vector>
 
+#include "capture/attention/step_driver.h"
 #include "capture/cache/ragged_cache.h"
 #include "capture/model/transformer.h"
 #include "capture/policy/registry.h"
-#include "capture/policy/step_driver.h"
 #include "capture/recorder/recorder.h"
 #include "core/trace/types.h"
 

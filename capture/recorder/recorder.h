@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "capture/attention/step_driver.h"
 #include "capture/cache/ragged_cache.h"
-#include "capture/policy/step_driver.h"
 #include "capture/recorder/capture_levels.h"
 #include "capture/tokenizer/tokenizer.h"
 #include "core/trace/types.h"

@@ -7,6 +7,7 @@
 // `message` is evaluated only when the check fails, so it may build a string.
 #pragma once
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -17,8 +18,17 @@ class InvariantError : public std::logic_error {
   using std::logic_error::logic_error;
 };
 
-[[noreturn]] void invariant_failed(const char* condition, const std::string& message,
-                                   const char* file, int line);
+// Throws the InvariantError of a failed check. Inline (header-only) so that
+// kernels/, which links no core library, checks its preconditions too.
+[[noreturn]] inline void invariant_failed(const char* condition, const std::string& message,
+                                          const char* file, int line) {
+  // The path from the checkout's root: the same text in every build tree.
+  const char* rel = std::strstr(file, "/core/");
+  for (const char* root : {"/capture/", "/views/", "/app/", "/kernels/", "/tests/"})
+    if (const char* p = std::strstr(file, root); p && (!rel || p < rel)) rel = p;
+  const std::string where = std::string(rel ? rel + 1 : file) + ":" + std::to_string(line);
+  throw InvariantError(where + ": internal invariant (" + condition + ") broken: " + message);
+}
 
 }  // namespace kvscope
 

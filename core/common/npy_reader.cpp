@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/common/atomic_file.h"
+#include "core/common/check.h"
 #include "core/common/input_error.h"
 
 namespace kvscope {
@@ -120,8 +121,8 @@ void write_npy_float32(const std::string& path, const std::vector<int64_t>& shap
     dims += (i ? ", " : "") + std::to_string(shape[i]);
   }
   if (shape.size() == 1) dims += ",";  // Python's one-element tuple: "(99,)"
-  if (count != int64_t(data.size()))
-    throw std::logic_error("write_npy_float32: the shape does not match the data");
+  KVSCOPE_CHECK(count == int64_t(data.size()),
+                "write_npy_float32: the shape does not match the data");
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
   // Magic (6) + version (2) + length (2) + header + '\n', padded to 64 bytes.
   const size_t total = (10 + header.size() + 1 + 63) / 64 * 64;

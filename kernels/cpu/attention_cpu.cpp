@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 
+#include "core/common/check.h"
 #include "kernels/attention.h"
 #include "kernels/cpu/float_loops.h"
 #include "kernels/parallel.h"
@@ -272,6 +273,12 @@ torch::Tensor attention_multi(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, const torch::Tensor& key_pos, int64_t q_pos0,
                               double scale, int64_t window, torch::Tensor* probs,
                               const torch::Tensor* allowed, const BlockSink* sink) {
+  KVSCOPE_CHECK(q.dim() == 3 && k.dim() == 2 && v.dim() == 2,
+                "attention_multi: q [R, n, hd], k and v [m, hd]");
+  KVSCOPE_CHECK(k.size(0) == v.size(0) && key_pos.numel() == k.size(0) && q.size(2) == k.size(1),
+                "attention_multi: one position per key row, queries and keys of one head_dim");
+  KVSCOPE_CHECK(!allowed || (allowed->size(0) == q.size(1) && allowed->size(1) == k.size(0)),
+                "attention_multi: the selection mask is [queries, keys]");
   // The general path hands the sink its whole matrix as one block.
   const auto dense = [&] {
     torch::Tensor all;

@@ -18,6 +18,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/common/check.h"
 #include "kernels/attention.h"
 #include "kernels/cpu/float_loops.h"
 #include "kernels/parallel.h"
@@ -208,6 +209,15 @@ void combine_head(const DecodeHead& h, const HeadPlan& plan, int64_t R, int64_t 
 
 void attention_decode_heads(const DecodeHead* heads, int64_t n_heads, int64_t R, int64_t hd,
                             int64_t q_pos, double scale, int64_t window) {
+  KVSCOPE_CHECK(n_heads >= 0 && R > 0 && hd > 0, "attention_decode_heads: empty head shape");
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const DecodeHead& d = heads[h];
+    KVSCOPE_CHECK(d.q && d.out && d.segments,
+                  "attention_decode_heads: a head without q, out or rows");
+    for (const Segment& s : *d.segments)
+      KVSCOPE_CHECK(s.rows >= 0 && (s.rows == 0 || (s.k && s.v && s.stride >= hd)),
+                    "attention_decode_heads: a segment's rows are not whole rows of head_dim");
+  }
   std::vector<HeadPlan> plans;
   int64_t items = 0;
   for (int64_t h = 0; h < n_heads; ++h) {

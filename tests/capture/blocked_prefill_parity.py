@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`--device-prefill blocked` on the CPU against the host kernel: the tensor
-code a GPU runs for blocked prefill (capture/cache/blocked_attention.h) run
+code a GPU runs for blocked prefill (capture/attention/blocked_attention.h) run
 over the host pages, end to end through the step driver, the policies and the
 recorder, on stories260K (a policy per statistic: received, last query,
 observation window, pooled maps; the oracle's full cache, which takes each

@@ -1,4 +1,4 @@
-// Attention by query blocks (capture/cache/blocked_attention.h), run on the
+// Attention by query blocks (capture/attention/blocked_attention.h), run on the
 // host pages: the same tensor code a GPU runs over the mirror. Each
 // head's output and every statistic (received mass, last query, observation
 // window, pooled sums and maxima) must equal what the host kernel's weights
@@ -12,7 +12,7 @@
 #include <cmath>
 #include <random>
 
-#include "capture/cache/blocked_attention.h"
+#include "capture/attention/blocked_attention.h"
 #include "capture/cache/ragged_cache.h"
 #include "kernels/attention.h"
 #include "tests/capture/capture_test_util.h"

@@ -6,12 +6,12 @@
 
 #include <fstream>
 
+#include "capture/attention/step_driver.h"
 #include "capture/cache/ragged_cache.h"
 #include "capture/generate/dense_kv_cache.h"
 #include "capture/generate/engine.h"
 #include "capture/generate/generator.h"
 #include "capture/policy/registry.h"
-#include "capture/policy/step_driver.h"
 #include "capture/recorder/capture_run.h"
 #include "capture/tokenizer/tokenizer.h"
 #include "core/trace/reader.h"

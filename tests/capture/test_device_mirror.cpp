@@ -12,7 +12,7 @@
 #include <random>
 #include <utility>
 
-#include "capture/cache/device_attention.h"
+#include "capture/attention/device_attention.h"
 #include "capture/cache/ragged_cache.h"
 #include "tests/capture/capture_test_util.h"
 

@@ -10,11 +10,11 @@
 
 #include <numeric>
 
+#include "capture/attention/step_driver.h"
 #include "capture/cache/ragged_cache.h"
 #include "capture/policy/budget.h"
 #include "capture/policy/composed.h"
 #include "capture/policy/policy.h"
-#include "capture/policy/step_driver.h"
 #include "capture/recorder/capture_run.h"
 #include "capture/recorder/recorder.h"
 #include "core/trace/reader.h"

@@ -11,9 +11,9 @@
 #include <random>
 #include <set>
 
+#include "capture/attention/step_driver.h"
 #include "capture/cache/ragged_cache.h"
 #include "capture/policy/policy.h"
-#include "capture/policy/step_driver.h"
 #include "kernels/quant_int4.h"
 
 using namespace kvscope;
@@ -134,11 +134,8 @@ struct Oracle {
         kv[{d.layer, d.head, d.pos}] = {in->k[d.pos - in->pos0][d.head].clone(),
                                         in->v[d.pos - in->pos0][d.head].clone()};
         break;
-      case Decision::Reject:
-        break;
-      case Decision::Evict:
-        m.erase(d.pos);
-        break;
+      case Decision::Reject: break;
+      case Decision::Evict: m.erase(d.pos); break;
       case Decision::Move: {
         // A move re-reads the entry: a warm entry moves on as its INT4 value.
         auto& e = kv.at({d.layer, d.head, d.pos});

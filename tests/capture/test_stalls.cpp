@@ -10,11 +10,11 @@
 #include <cmath>
 #include <limits>
 
+#include "capture/attention/step_driver.h"
 #include "capture/cache/ragged_cache.h"
 #include "capture/generate/generator.h"
 #include "capture/policy/policy.h"
 #include "capture/policy/registry.h"
-#include "capture/policy/step_driver.h"
 #include "capture/recorder/capture_run.h"
 #include "capture/recorder/oracle.h"
 #include "capture/recorder/recorder.h"

@@ -17,6 +17,7 @@
 #include "capture/policy/policies/compactor_scores.h"
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/scorer.h"
+#include "core/common/check.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::policy {
@@ -67,16 +68,17 @@ class CompactorScorer : public HeadScorer {
     std::vector<torch::Tensor> keys, values;
     for (int64_t h = 0; h < K_; ++h) {
       HeldRows r = held_rows(c.cache, c.layer, h);
-      if (h > 0 && r.pos != pos_)
-        throw std::logic_error("compactor: heads hold different prompt positions");
+      KVSCOPE_CHECK(h == 0 || r.pos == pos_, "compactor: heads hold different prompt positions");
       keys.push_back(r.keys), values.push_back(r.values), pos_ = std::move(r.pos);
     }
     torch::Tensor q = torch::cat(queries_[size_t(c.layer)], 1);  // [H, S, d]
     queries_[size_t(c.layer)].clear();
     const int64_t S = int64_t(pos_.size());
-    const int64_t left = std::min(o_.sinks, S), right = std::min(o_.recent, std::max<int64_t>(0, S - left));
+    const int64_t left = std::min(o_.sinks, S),
+                  right = std::min(o_.recent, std::max<int64_t>(0, S - left));
     const int64_t mid = S - left - right;
-    torch::Tensor k = torch::stack(keys).narrow(1, left, mid), v = torch::stack(values).narrow(1, left, mid);
+    torch::Tensor k = torch::stack(keys).narrow(1, left, mid),
+                  v = torch::stack(values).narrow(1, left, mid);
     std::vector<int32_t> mid_pos(pos_.begin() + left, pos_.begin() + left + mid);
     std::vector<torch::Tensor> pre;
     for (int64_t h = 0; h < K_; ++h) pre.push_back((*inverse_)(k[h], mid_pos, c.tokens_fed()));
@@ -100,33 +102,33 @@ class CompactorScorer : public HeadScorer {
 }  // namespace
 
 PolicyDescriptor compactor_descriptor() {
-  return {"compactor",
-          "Compactor: blend of key leverage and non-causal chunked attention; prefill only",
-          "Chari & Van Durme, Compactor: Calibrated Query-Agnostic KV Cache Compression with "
-          "Approximate Leverage Scores, 2025 (kvpress CompactorPress)",
-          "docs/policies/compactor.md",
-          {{"budget", ParamType::Int, "256", "entries kept per head"},
-           {"sinks", ParamType::Int, "8", "first prompt entries always kept"},
-           {"recent", ParamType::Int, "4", "last prompt entries always kept"},
-           {"chunk", ParamType::Int, "256", "chunk of the non-causal attention", 1},
-           {"sketch", ParamType::Int, "48", "columns of the leverage sketch", 1},
-           {"blending", ParamType::Float, "",
-            "weight of the leverage score (unset: the compression ratio 1 - budget / prompt)", 0,
-            1e6},
-           {"seed", ParamType::Int, "0", "seed of the sketch's generator", 0}},
-          [](const Params& p) -> std::unique_ptr<Policy> {
-            CompactorOptions o;
-            o.budget = p.get_int("budget"), o.sinks = p.get_int("sinks");
-            o.recent = p.get_int("recent"), o.chunk = p.get_int("chunk");
-            o.sketch = p.get_int("sketch"), o.blending = p.get_float("blending");
-            o.seed = uint64_t(p.get_int("seed"));
-            if (o.budget < 1) throw InputError("--policy", "compactor:budget", "must be >= 1");
-            if (o.sinks < 0 || o.recent < 0)
-              throw InputError("--policy", "compactor:sinks/recent", "must be >= 0");
-            return std::make_unique<ScoredPolicy>(std::make_unique<CompactorScorer>(o),
-                                                  std::vector<int64_t>{o.budget}, false,
-                                                  "lowest Compactor score");
-          }};
+  return {
+      "compactor",
+      "Compactor: blend of key leverage and non-causal chunked attention; prefill only",
+      "Chari & Van Durme, Compactor: Calibrated Query-Agnostic KV Cache Compression with "
+      "Approximate Leverage Scores, 2025 (kvpress CompactorPress)",
+      "docs/policies/compactor.md",
+      {{"budget", ParamType::Int, "256", "entries kept per head"},
+       {"sinks", ParamType::Int, "8", "first prompt entries always kept"},
+       {"recent", ParamType::Int, "4", "last prompt entries always kept"},
+       {"chunk", ParamType::Int, "256", "chunk of the non-causal attention", 1},
+       {"sketch", ParamType::Int, "48", "columns of the leverage sketch", 1},
+       {"blending", ParamType::Float, "",
+        "weight of the leverage score (unset: the compression ratio 1 - budget / prompt)", 0, 1e6},
+       {"seed", ParamType::Int, "0", "seed of the sketch's generator", 0}},
+      [](const Params& p) -> std::unique_ptr<Policy> {
+        CompactorOptions o;
+        o.budget = p.get_int("budget"), o.sinks = p.get_int("sinks");
+        o.recent = p.get_int("recent"), o.chunk = p.get_int("chunk");
+        o.sketch = p.get_int("sketch"), o.blending = p.get_float("blending");
+        o.seed = uint64_t(p.get_int("seed"));
+        if (o.budget < 1) throw InputError("--policy", "compactor:budget", "must be >= 1");
+        if (o.sinks < 0 || o.recent < 0)
+          throw InputError("--policy", "compactor:sinks/recent", "must be >= 0");
+        return std::make_unique<ScoredPolicy>(std::make_unique<CompactorScorer>(o),
+                                              std::vector<int64_t>{o.budget}, false,
+                                              "lowest Compactor score");
+      }};
 }
 
 }  // namespace kvscope::policy

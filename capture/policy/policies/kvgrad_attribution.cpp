@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "capture/model/transformer.h"
+#include "core/common/check.h"
 
 namespace kvscope::policy {
 
@@ -81,8 +82,8 @@ class ReplayBackend : public model::AttentionBackend {
       hide[size_t(j)] = !(in_chunk || p < sinks);
       if (in_chunk) chunk_col.push_back(j);
     }
-    if (int64_t(chunk_col.size()) != chunk_.end - chunk_.start)
-      throw std::logic_error("kvgrad: the cache lost context entries before the replay");
+    KVSCOPE_CHECK(int64_t(chunk_col.size()) == chunk_.end - chunk_.start,
+                  "kvgrad: the cache lost context entries before the replay");
     const torch::Tensor hidden =
         torch::from_blob(hide.data(), {int64_t(hide.size())}, torch::kUInt8)
             .to(logits.device(), torch::kBool);

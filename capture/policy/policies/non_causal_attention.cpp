@@ -18,6 +18,7 @@
 #include "capture/policy/policies/compactor_scores.h"
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/scorer.h"
+#include "core/common/check.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::policy {
@@ -35,14 +36,14 @@ torch::Tensor non_causal_scores(const torch::Tensor& queries, const torch::Tenso
   const int64_t n = padded / chunk;
   torch::Tensor dots = q.view({H, n, chunk, d}).matmul(k.view({H, n, chunk, d}).transpose(-2, -1));
   if (pad > 0) {
-    torch::Tensor last = dots.select(1, n - 1);  // [H, chunk, chunk], a view
-    last.narrow(1, chunk - pad, pad).fill_(0.0f);      // padded queries
-    last.narrow(2, chunk - pad, pad).fill_(-1e-9f);    // padded keys
+    torch::Tensor last = dots.select(1, n - 1);      // [H, chunk, chunk], a view
+    last.narrow(1, chunk - pad, pad).fill_(0.0f);    // padded queries
+    last.narrow(2, chunk - pad, pad).fill_(-1e-9f);  // padded keys
   }
   torch::Tensor a = torch::softmax(dots, -1).sum(-2).reshape({H, padded}).narrow(1, 0, S);
-  a = a.view({K, R, S}).mean(1);                                      // [K, S]
-  torch::Tensor s = a * values.norm(2, -1);                           // [K, S]
-  s = torch::avg_pool1d(s.unsqueeze(0), {3}, {1}, {1}).squeeze(0);    // count_include_pad
+  a = a.view({K, R, S}).mean(1);                                    // [K, S]
+  torch::Tensor s = a * values.norm(2, -1);                         // [K, S]
+  s = torch::avg_pool1d(s.unsqueeze(0), {3}, {1}, {1}).squeeze(0);  // count_include_pad
   return s;
 }
 
@@ -77,13 +78,14 @@ class NonCausalScorer : public HeadScorer {
     std::vector<torch::Tensor> keys, values;
     for (int64_t h = 0; h < K_; ++h) {
       HeldRows r = held_rows(c.cache, c.layer, h);
-      if (h > 0 && r.pos != pos_)
-        throw std::logic_error("non_causal_attention: heads hold different prompt positions");
+      KVSCOPE_CHECK(h == 0 || r.pos == pos_,
+                    "non_causal_attention: heads hold different prompt positions");
       keys.push_back(r.keys), values.push_back(r.values), pos_ = std::move(r.pos);
     }
     torch::Tensor q = torch::cat(queries_[size_t(c.layer)], 1);  // [H, S, d]
     queries_[size_t(c.layer)].clear();
-    z_ = z_score(non_causal_scores(q, torch::stack(keys), torch::stack(values), chunk_)).contiguous();
+    z_ = z_score(non_causal_scores(q, torch::stack(keys), torch::stack(values), chunk_))
+             .contiguous();
   }
 
   int64_t chunk_, K_ = 0, layer_ = -1;
@@ -108,8 +110,7 @@ PolicyDescriptor non_causal_attention_descriptor() {
               throw InputError("--policy", "non_causal_attention:budget", "must be >= 1");
             return std::make_unique<ScoredPolicy>(
                 std::make_unique<NonCausalScorer>(p.get_int("chunk")),
-                std::vector<int64_t>{p.get_int("budget")}, false,
-                "lowest non-causal attention");
+                std::vector<int64_t>{p.get_int("budget")}, false, "lowest non-causal attention");
           }};
 }
 

@@ -1,4 +1,4 @@
-#include "capture/cache/device_attention.h"
+#include "capture/attention/device_attention.h"
 
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -8,7 +8,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "capture/cache/blocked_attention.h"
+#include "capture/attention/blocked_attention.h"
+#include "core/common/check.h"
 #include "core/common/input_error.h"
 
 #ifdef KVSCOPE_HAVE_CUDA
@@ -177,8 +178,8 @@ DeviceLayerAttention attend_layer_on_device(RaggedKvCache& cache, int64_t layer,
                                             DevicePrefill prefill) {
   const int64_t n = q.size(0), H = cache.n_heads(), K = cache.n_kv_heads(), R = H / K,
                 hd = cache.head_dim();
-  if (R > kc::kMaxGroup || hd > kc::kMaxHeadDim || hd % 2 != 0)
-    throw std::logic_error("attend_layer_on_device: head shape beyond the CUDA kernels");
+  KVSCOPE_CHECK(R <= kc::kMaxGroup && hd <= kc::kMaxHeadDim && hd % 2 == 0,
+                "attend_layer_on_device: head shape beyond the CUDA kernels");
   cache.pool(tier).sync_mirror();
   if (n > 1 && prefill == DevicePrefill::Blocked) {
     torch::cuda::synchronize();  // the mirror's upload is in place
@@ -257,8 +258,9 @@ bool device_attention_compiled() {
 DeviceLayerAttention attend_layer_on_device(RaggedKvCache&, int64_t, int, const torch::Tensor&,
                                             int64_t, double, int64_t, const DeviceStatsWanted&,
                                             DevicePrefill) {
-  throw std::logic_error(
-      "attend_layer_on_device: this build has no CUDA kernels (nvcc was not found)");
+  KVSCOPE_CHECK(false,
+                "attend_layer_on_device: this build has no CUDA kernels (nvcc was not found)");
+  std::abort();  // unreachable: the check throws
 }
 
 #endif

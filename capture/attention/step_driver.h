@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "capture/cache/device_attention.h"
+#include "capture/attention/device_attention.h"
 #include "capture/cache/layer_stats.h"
 #include "capture/cache/ragged_cache.h"
 #include "capture/model/attention_backend.h"
@@ -38,17 +38,17 @@ class StepDriver : public model::AttentionBackend {
   void set_observer(cache::AttentionObserver* observer) { observer_ = observer; }
   // --device cuda: the model's tensors arrive on `device`. The cache's
   // attended pages are mirrored there and layers are attended by the CUDA
-  // kernels (capture/cache/device_attention.h) unless a step needs the
+  // kernels (capture/attention/device_attention.h) unless a step needs the
   // weights themselves (a selection mask, an observer that wants them, a
   // reconstruction pass); those layers run the host kernels over the host
   // pages, which stay the truth. Caches the kernels cannot read (several
   // attended tiers, an INT4 tier) are attended there by the blocked path
-  // (cache/blocked_attention.h), prefill and decode; pruned keys (ThinK) on
+  // (attention/blocked_attention.h), prefill and decode; pruned keys (ThinK) on
   // the host.
   // Policies always see host tensors. `prefill`: how prefill chunks are
   // attended there (cache::DevicePrefill). On the CPU, Blocked attends the
   // prefill chunks that fit by the same tensor code over the host pages
-  // (cache/blocked_attention.h): what a GPU would run, checked here.
+  // (attention/blocked_attention.h): what a GPU would run, checked here.
   void use_device(torch::Device device,
                   cache::DevicePrefill prefill = cache::DevicePrefill::Kernel);
   // Layers attended by the device kernels, by the blocked path (on the
@@ -56,7 +56,7 @@ class StepDriver : public model::AttentionBackend {
   int64_t device_layers() const { return device_layers_; }
   int64_t blocked_layers() const { return blocked_layers_; }
   int64_t host_layers() const { return host_layers_; }
-  // The policy's context-reconstruction pass (Policy::reconstruction): side
+  // The policy's context-reconstruction pass (CapturePlan::reconstruction): side
   // steps feed these chunks in order; options.max_tokens must cover the
   // positions they use.
   void set_reconstruction(std::vector<ReconstructionChunk> plan) { plan_ = std::move(plan); }

@@ -1,5 +1,5 @@
 // Prefill attention by query blocks and matrix products (blocked_attention.h).
-#include "capture/cache/blocked_attention.h"
+#include "capture/attention/blocked_attention.h"
 
 #include <torch/torch.h>
 
@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/common/check.h"
 #include "kernels/quant_int4.h"
 
 namespace kvscope::cache {
@@ -203,17 +204,16 @@ DeviceLayerAttention attend_layer_blocked(RaggedKvCache& cache, int64_t layer,
                                           int64_t max_weight_bytes) {
   const int64_t n = q.size(0), H = cache.n_heads(), K = cache.n_kv_heads(), R = H / K,
                 hd = cache.head_dim();
-  if (tiers.empty() || tiers.size() != pages.size())
-    throw std::logic_error("attend_layer_blocked: one page tensor per tier, at least one tier");
+  KVSCOPE_CHECK(!tiers.empty() && tiers.size() == pages.size(),
+                "attend_layer_blocked: one page tensor per tier, at least one tier");
   for (size_t t = 0; t < tiers.size(); ++t) {
     const KvPool& pool = cache.pool(tiers[t]);
-    if (pool.key_dim() != hd)
-      throw std::logic_error("attend_layer_blocked: tier " + std::to_string(tiers[t]) +
-                             " does not hold whole keys");
-    if (!pages[t].defined() || pages[t].device() != q.device() ||
-        pages[t].size(1) != pool.page_bytes())
-      throw std::logic_error("attend_layer_blocked: the pages of tier " + std::to_string(tiers[t]) +
-                             " are not the tier's, on q's device");
+    KVSCOPE_CHECK(pool.key_dim() == hd, "attend_layer_blocked: tier " + std::to_string(tiers[t]) +
+                                            " does not hold whole keys");
+    KVSCOPE_CHECK(pages[t].defined() && pages[t].device() == q.device() &&
+                      pages[t].size(1) == pool.page_bytes(),
+                  "attend_layer_blocked: the pages of tier " + std::to_string(tiers[t]) +
+                      " are not the tier's, on q's device");
   }
   const int64_t B = wanted.pooled_block;
   const ChunkShape c{n,

@@ -1,10 +1,11 @@
-#include "capture/policy/step_driver.h"
+#include "capture/attention/step_driver.h"
 
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
-#include "capture/cache/blocked_attention.h"
-#include "capture/cache/device_attention.h"
+#include "capture/attention/blocked_attention.h"
+#include "capture/attention/device_attention.h"
+#include "core/common/check.h"
 
 #include <algorithm>
 #include <chrono>
@@ -221,18 +222,17 @@ bool StepDriver::set_side_pass(bool on) {
 }
 
 void StepDriver::begin_step(int64_t pos0, int64_t n) {
-  if (pos0 + n > options_.max_tokens)
-    throw std::logic_error("StepDriver: position " + std::to_string(pos0 + n) +
-                           " beyond max_tokens " + std::to_string(options_.max_tokens));
+  KVSCOPE_CHECK(pos0 + n <= options_.max_tokens,
+                "StepDriver: position " + std::to_string(pos0 + n) + " beyond max_tokens " +
+                    std::to_string(options_.max_tokens));
   ++step_;
   pos0_ = pos0;
   n_ = n;
   if (side_) {
-    if (++side_index_ >= int64_t(plan_.size()) ||
-        n != int64_t(plan_[size_t(side_index_)].ids.size()))
-      throw std::logic_error(
-          "StepDriver: a side step that is no chunk of the policy's "
-          "reconstruction pass");
+    ++side_index_;
+    KVSCOPE_CHECK(
+        side_index_ < int64_t(plan_.size()) && n == int64_t(plan_[size_t(side_index_)].ids.size()),
+        "StepDriver: a side step that is no chunk of the policy's reconstruction pass");
   }
   decide_.begin_step(step_, pos0, n);
   // Statistics describe one step: clear what the last step wrote.
@@ -374,7 +374,7 @@ torch::Tensor StepDriver::attend_on_device(const model::AttentionInputs& in) {
   return take_statistics(l, n, want, r);
 }
 
-// The layer by query blocks of matrix products (cache/blocked_attention.h)
+// The layer by query blocks of matrix products (attention/blocked_attention.h)
 // over the pages of blocked_tiers_: on a GPU their mirrors (layers the
 // kernels cannot read: several tiers, INT4), on the CPU the host pages
 // (--device-prefill blocked, prefill chunks).

@@ -30,7 +30,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "capture/cache/device_attention.h"
+#include "capture/attention/device_attention.h"
 #include "capture/cache/ragged_cache.h"
 
 namespace kvscope::cache {
