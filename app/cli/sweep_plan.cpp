@@ -63,7 +63,9 @@ std::string format_depth(double d) {
 
 }  // namespace
 
-SweepPlan parse_sweep_plan(const std::string& path) {
+namespace {
+
+toml::value read_plan(const std::string& path) {
   toml::value root;
   try {
     root = toml::parse(path);
@@ -76,81 +78,77 @@ SweepPlan parse_sweep_plan(const std::string& path) {
     throw InputError(path, "[sweep]", "the plan's keys go in a [sweep] table");
   for (const auto& [key, v] : root.as_table())
     if (key != "sweep") bad(path, v, key, "unknown table or key (expected only [sweep])");
-  SweepPlan p;
-  p.path = path;
-  const std::map<std::string, std::function<void(const toml::value&)>> keys = {
-      {"name",
-       [&](const toml::value& v) { p.name = scalar<std::string>(path, v, "name", "a string"); }},
-      {"models",
-       [&](const toml::value& v) {
-         p.models = list<std::string>(path, v, "models", "strings", p.lines);
-       }},
-      {"tokenizer",
-       [&](const toml::value& v) {
-         p.tokenizer = scalar<std::string>(path, v, "tokenizer", "a string");
-       }},
-      {"chat",
-       [&](const toml::value& v) { p.chat = scalar<bool>(path, v, "chat", "true or false"); }},
+  return root;
+}
+
+using KeyReaders = std::map<std::string, std::function<void(const toml::value&)>>;
+
+// What each key of [sweep] sets in the plan.
+KeyReaders key_readers(const std::string& path, SweepPlan& p) {
+  auto text = [&](const char* key, std::string* out) {
+    return [&path, key, out](const toml::value& v) {
+      *out = scalar<std::string>(path, v, key, "a string");
+    };
+  };
+  auto strings = [&](const char* key, std::vector<std::string>* out) {
+    return [&path, &p, key, out](const toml::value& v) {
+      *out = list<std::string>(path, v, key, "strings", p.lines);
+    };
+  };
+  auto flag = [&](const char* key, bool* out) {
+    return [&path, key, out](const toml::value& v) {
+      *out = scalar<bool>(path, v, key, "true or false");
+    };
+  };
+  auto integer = [&](const char* key, int64_t* out) {
+    return [&path, key, out](const toml::value& v) {
+      *out = scalar<int64_t>(path, v, key, "an integer");
+    };
+  };
+  return {
+      {"name", text("name", &p.name)},
+      {"models", strings("models", &p.models)},
+      {"tokenizer", text("tokenizer", &p.tokenizer)},
+      {"chat", flag("chat", &p.chat)},
       {"dtype",
-       [&](const toml::value& v) {
+       [&path, &p](const toml::value& v) {
          p.dtype = scalar<std::string>(path, v, "dtype", "a string");
          if (p.dtype != "fp32" && p.dtype != "bf16" && p.dtype != "fp16")
            bad(path, v, "dtype", "\"" + p.dtype + "\" (expected fp32, bf16 or fp16)");
        }},
-      {"max_new",
-       [&](const toml::value& v) {
-         p.max_new = scalar<int64_t>(path, v, "max_new", "an integer");
-       }},
-      {"prefill_chunk",
-       [&](const toml::value& v) {
-         p.prefill_chunk = scalar<int64_t>(path, v, "prefill_chunk", "an integer");
-       }},
-      {"capture",
-       [&](const toml::value& v) {
-         p.capture = scalar<std::string>(path, v, "capture", "a string");
-       }},
-      {"oracle",
-       [&](const toml::value& v) { p.oracle = scalar<bool>(path, v, "oracle", "true or false"); }},
-      {"policies",
-       [&](const toml::value& v) {
-         p.policies = list<std::string>(path, v, "policies", "strings", p.lines);
-       }},
-      {"tasks",
-       [&](const toml::value& v) {
-         p.tasks = list<std::string>(path, v, "tasks", "strings", p.lines);
-       }},
+      {"max_new", integer("max_new", &p.max_new)},
+      {"prefill_chunk", integer("prefill_chunk", &p.prefill_chunk)},
+      {"capture", text("capture", &p.capture)},
+      {"oracle", flag("oracle", &p.oracle)},
+      {"policies", strings("policies", &p.policies)},
+      {"tasks", strings("tasks", &p.tasks)},
       {"lengths",
-       [&](const toml::value& v) {
+       [&path, &p](const toml::value& v) {
          p.lengths = list<int64_t>(path, v, "lengths", "integers", p.lines);
        }},
       {"depths",
-       [&](const toml::value& v) {
+       [&path, &p](const toml::value& v) {
          p.depths = list<double>(path, v, "depths", "numbers", p.lines);
        }},
       {"seeds",
-       [&](const toml::value& v) {
+       [&path, &p](const toml::value& v) {
          p.seeds = list<int64_t>(path, v, "seeds", "integers", p.lines);
        }},
   };
-  const toml::value& sweep = root.at("sweep");
-  p.lines["[sweep]"] = sweep.location().line();
-  for (const auto& [key, v] : sweep.as_table()) {
-    p.lines[key] = v.location().line();
-    const auto it = keys.find(key);
-    if (it == keys.end()) {
-      std::string known;
-      for (const auto& k : keys) known += (known.empty() ? "" : ", ") + k.first;
-      bad(path, v, key, "unknown key (expected " + known + ")");
-    }
-    it->second(v);
-  }
-  // Relative model paths are the plan's: a plan beside its models runs from anywhere.
-  const std::filesystem::path base = std::filesystem::path(path).parent_path();
+}
+
+// Relative model paths are the plan's: a plan beside its models runs from anywhere.
+void resolve_paths(SweepPlan& p) {
+  const std::filesystem::path base = std::filesystem::path(p.path).parent_path();
   for (std::string& m : p.models)
     if (!m.empty() && std::filesystem::path(m).is_relative())
       m = (base / m).lexically_normal().string();
   if (!p.tokenizer.empty() && std::filesystem::path(p.tokenizer).is_relative())
     p.tokenizer = (base / p.tokenizer).lexically_normal().string();
+}
+
+void check_ranges(const SweepPlan& p, const toml::value& sweep) {
+  const std::string& path = p.path;
   for (const char* required : {"models", "policies", "tasks", "lengths", "depths"})
     if (!sweep.contains(required))
       throw InputError(where(path, sweep), required, "required key missing from [sweep]");
@@ -164,6 +162,29 @@ SweepPlan parse_sweep_plan(const std::string& path) {
         t.find("seed=") != std::string::npos)
       bad(path, sweep.at("tasks"), "tasks",
           "'" + t + "': give tokens, depth and seed through lengths, depths and seeds");
+}
+
+}  // namespace
+
+SweepPlan parse_sweep_plan(const std::string& path) {
+  const toml::value root = read_plan(path);
+  SweepPlan p;
+  p.path = path;
+  const KeyReaders keys = key_readers(path, p);
+  const toml::value& sweep = root.at("sweep");
+  p.lines["[sweep]"] = sweep.location().line();
+  for (const auto& [key, v] : sweep.as_table()) {
+    p.lines[key] = v.location().line();
+    const auto it = keys.find(key);
+    if (it == keys.end()) {
+      std::string known;
+      for (const auto& k : keys) known += (known.empty() ? "" : ", ") + k.first;
+      bad(path, v, key, "unknown key (expected " + known + ")");
+    }
+    it->second(v);
+  }
+  resolve_paths(p);
+  check_ranges(p, sweep);
   return p;
 }
 

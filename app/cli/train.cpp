@@ -201,29 +201,9 @@ int run_train(TrainCli& c) {
   return kExitOk;
 }
 
-Command add_train_command(CLI::App& app) {
-  auto c = std::make_shared<TrainCli>();
+// sfc: the traces it trains from and how they are sampled.
+void add_sfc_options(CLI::App* sub, TrainCli* c) {
   gates::TrainOptions& o = c->o;
-  CLI::App* sub = app.add_subcommand(
-      "train",
-      "Train learned KV-cache gates (WG-KV, Attention-Gate, TrimKV/DBTrimKV, KVpop, SFC, DMS, "
-      "RestoreKV, DuoAttention)");
-  c->sub = sub;
-  sub->add_option(
-         "--policy", c->policy,
-         "wgkv | attention-gate | retention | retention-global | kvpop (--scorer "
-         "mlp|mlstm; --retrofit) | streaming-plus | sfc (--traces) | qfilter (calibration: "
-         "--steps windows of --seq-len tokens of --data) | query-stats (calibration, likewise) | "
-         "kvzap (KVzip+ scores of --data, ridge fit) | fastkvzip (KVzip scores of --data, "
-         "gates by BCE) | dms (DMS eviction decisions: distillation + compression "
-         "target) | restorekv (restore tokens + LoRA: self-distillation under KVzip's "
-         "eviction) | duo-attention (head pattern: full/streaming mix on passkey samples; -o "
-         "is a directory) | lukv (LU-KV budget curve: --steps windows of --seq-len context "
-         "tokens, the scorer's order against the future's attention; -o is a .npy)")
-      ->required();
-  generate::add_model_options(sub, &o.model);
-  // sfc reads the model's path from its traces.
-  sub->get_option("--model")->required(false);
   sub->add_option("--traces", o.sfc.traces,
                   "sfc: full-cache traces (--policy full --capture received), comma-separated")
       ->delimiter(',')
@@ -243,6 +223,11 @@ Command add_train_command(CLI::App& app) {
                   "sfc: truncate backpropagation through time every N steps (0: the whole trace)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 24))
       ->capture_default_str();
+}
+
+// The text the windows come from.
+void add_data_options(CLI::App* sub, TrainCli* c) {
+  gates::TrainOptions& o = c->o;
   sub->add_option("--data", o.data.paths,
                   "plain-text files or directories (e.g. a Debian docs corpus)");
   sub->add_option("--generate", o.data.generate_tokens,
@@ -253,6 +238,11 @@ Command add_train_command(CLI::App& app) {
                   "sampling temperature of generated text")
       ->check(finite_range(1e-4, 100))
       ->capture_default_str();
+}
+
+// Windows, steps and the optimiser.
+void add_optimizer_options(CLI::App* sub, TrainCli* c) {
+  gates::TrainOptions& o = c->o;
   sub->add_option("--seq-len", o.seq_len, "tokens per training window")
       ->check(CLI::Range(int64_t(2), int64_t(1) << 20))
       ->capture_default_str();
@@ -274,6 +264,11 @@ Command add_train_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--seed", o.seed, "seed of the initialisation, data order and generated text")
       ->capture_default_str();
+}
+
+// Gate hyperparameters and the losses of wgkv, attention-gate and retention*.
+void add_method_options(CLI::App* sub, TrainCli* c) {
+  gates::TrainOptions& o = c->o;
   sub->add_option(
       "--gate", c->gate_values,
       "gate hyperparameter key=value (wgkv: window, tau, expand; attention-gate: heads, "
@@ -299,6 +294,11 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--ce-weight", o.ce_weight, "retention*: weight of the next-token cross-entropy")
       ->check(finite_range(0, 1e6))
       ->capture_default_str();
+}
+
+// kvpop: the scorer, its target and its boundary loss.
+void add_kvpop_options(CLI::App* sub, TrainCli* c) {
+  gates::TrainOptions& o = c->o;
   sub->add_option("--scorer", c->scorer, "kvpop: the scorer, mlstm (default) or mlp");
   sub->add_option(
       "--target-lse", c->target_lse,
@@ -320,6 +320,11 @@ Command add_train_command(CLI::App& app) {
                 "kvpop: the full retrofit, base and scorers together (Algorithm 1); Table 3's "
                 "optimiser unless set: --lr 1e-3 --lr-min 8e-5 --warmup-steps 100 "
                 "--weight-decay 1e-4 --beta2 0.95 --grad-clip 1 --base-lr 8e-5");
+}
+
+// --retrofit's model and the learning-rate schedule.
+void add_schedule_options(CLI::App* sub, TrainCli* c) {
+  gates::TrainOptions& o = c->o;
   sub->add_option("--model-out", o.model_out,
                   "--retrofit: the fine-tuned model to write (default: -o with .bin, or a "
                   "directory for HF models)");
@@ -340,6 +345,11 @@ Command add_train_command(CLI::App& app) {
   sub->add_option("--grad-clip", o.grad_clip, "clip the global gradient norm (0: no clipping)")
       ->check(finite_range(0, 1e6))
       ->capture_default_str();
+}
+
+// Evaluation, checkpoints, resuming and the output.
+void add_run_options(CLI::App* sub, TrainCli* c) {
+  gates::TrainOptions& o = c->o;
   sub->add_option("--eval-every", o.eval_every,
                   "evaluate on held-out text every N steps (0: at the end)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 30))
@@ -362,6 +372,38 @@ Command add_train_command(CLI::App& app) {
       "--evaluate", o.evaluate,
       "print the held-out numbers of this gate file as JSON instead of training (kvpop: "
       "at the budget --gate sinks/window/topk give; sfc: on --holdout, else --traces)");
+}
+
+Command add_train_command(CLI::App& app) {
+  auto c = std::make_shared<TrainCli>();
+  gates::TrainOptions& o = c->o;
+  CLI::App* sub = app.add_subcommand(
+      "train",
+      "Train learned KV-cache gates (WG-KV, Attention-Gate, TrimKV/DBTrimKV, KVpop, SFC, DMS, "
+      "RestoreKV, DuoAttention)");
+  c->sub = sub;
+  sub->add_option(
+         "--policy", c->policy,
+         "wgkv | attention-gate | retention | retention-global | kvpop (--scorer "
+         "mlp|mlstm; --retrofit) | streaming-plus | sfc (--traces) | qfilter (calibration: "
+         "--steps windows of --seq-len tokens of --data) | query-stats (calibration, likewise) | "
+         "kvzap (KVzip+ scores of --data, ridge fit) | fastkvzip (KVzip scores of --data, "
+         "gates by BCE) | dms (DMS eviction decisions: distillation + compression "
+         "target) | restorekv (restore tokens + LoRA: self-distillation under KVzip's "
+         "eviction) | duo-attention (head pattern: full/streaming mix on passkey samples; -o "
+         "is a directory) | lukv (LU-KV budget curve: --steps windows of --seq-len context "
+         "tokens, the scorer's order against the future's attention; -o is a .npy)")
+      ->required();
+  generate::add_model_options(sub, &o.model);
+  // sfc reads the model's path from its traces.
+  sub->get_option("--model")->required(false);
+  add_sfc_options(sub, c.get());
+  add_data_options(sub, c.get());
+  add_optimizer_options(sub, c.get());
+  add_method_options(sub, c.get());
+  add_kvpop_options(sub, c.get());
+  add_schedule_options(sub, c.get());
+  add_run_options(sub, c.get());
   return {sub, [c] { return run_train(*c); }};
 }
 

@@ -253,8 +253,9 @@ DuoSample duo_passkey_sample(const tokenizer::Tokenizer& tok, const std::vector<
   return s;
 }
 
-TrainResult train_duo_attention(const TrainOptions& o) {
-  const auto t0 = std::chrono::steady_clock::now();
+namespace {
+
+void check_duo_options(const TrainOptions& o) {
   check_output_dir(o.output);
   if (o.resume)
     throw InputError("", "--resume",
@@ -264,23 +265,25 @@ TrainResult train_duo_attention(const TrainOptions& o) {
     throw InputError("", "--evaluate",
                      "duo-attention has no held-out evaluation of a given pattern (its training "
                      "summary in config.json holds the held-out numbers)");
-  const DuoTrainSettings s = duo_train_settings(o);
-  generate::Engine engine = generate::open_engine(o.model);
-  if (!engine.tokenizer)
-    throw InputError("--tokenizer", "",
-                     "duo-attention needs the model's tokenizer for its "
-                     "passkey samples");
-  DataOptions d = o.data;
-  d.window = o.seq_len;
-  d.seed = o.seed;
-  TokenData data = load_training_data(engine, d);
-  model::Transformer& m = *engine.model;
-  const model::ModelConfig& c = m.config();
-  // The first sample checks that --seq-len holds the passkeys.
-  duo_passkey_sample(*engine.tokenizer, data.ids, 0, o.seq_len, s.passkeys, s.words, 0);
+}
 
-  // alpha starts at 1 (every head retrieval), as the official initial_value,
-  // on the model's device with the optimiser's state (--device cuda).
+// The run's model, its text and the settings every phase reads.
+struct DuoRun {
+  const TrainOptions& o;
+  DuoTrainSettings s;
+  generate::Engine engine;
+  TokenData data;
+};
+
+// alpha starts at 1 (every head retrieval), as the official initial_value,
+// on the model's device with the optimiser's state (--device cuda). The
+// distillation and |alpha| curves per step.
+torch::Tensor optimise_alpha(DuoRun& run, std::vector<double>* curve,
+                             std::vector<double>* reg_curve) {
+  const TrainOptions& o = run.o;
+  const DuoTrainSettings& s = run.s;
+  model::Transformer& m = *run.engine.model;
+  const model::ModelConfig& c = m.config();
   const torch::Device dev = m.device();
   torch::Tensor alpha = torch::ones({c.n_layers, c.n_kv_heads}, torch::TensorOptions().device(dev));
   alpha.requires_grad_(true);
@@ -288,15 +291,14 @@ TrainResult train_duo_attention(const TrainOptions& o) {
                            torch::optim::AdamWOptions(o.lr).weight_decay(0));
   DuoMixBackend teacher(torch::Tensor(), s.sinks, s.recent, dev),
       student(alpha, s.sinks, s.recent, dev);
-  const int64_t train_windows = std::max<int64_t>(1, (data.train_end - o.seq_len) / o.seq_len);
-  std::vector<double> curve, reg_curve;
+  const int64_t train_windows = std::max<int64_t>(1, (run.data.train_end - o.seq_len) / o.seq_len);
   for (int64_t i = 0; i < o.steps; ++i) {
     {
       torch::NoGradGuard no_grad;
       alpha.clamp_(0, 1);
     }
-    const int64_t start = kvzip_window_start(i % train_windows, o.seq_len, 0, data.train_end);
-    const DuoSample smp = duo_passkey_sample(*engine.tokenizer, data.ids, start, o.seq_len,
+    const int64_t start = kvzip_window_start(i % train_windows, o.seq_len, 0, run.data.train_end);
+    const DuoSample smp = duo_passkey_sample(*run.engine.tokenizer, run.data.ids, start, o.seq_len,
                                              s.passkeys, s.words, o.seed * 1000003 + uint64_t(i));
     torch::Tensor distill = distill_loss(m, smp, teacher, student);
     torch::Tensor reg = alpha.abs().mean();
@@ -306,31 +308,67 @@ TrainResult train_duo_attention(const TrainOptions& o) {
     for (auto& g : adam.param_groups())
       static_cast<torch::optim::AdamWOptions&>(g.options()).lr(o.lr * trapezoid(i, o.steps));
     adam.step();
-    curve.push_back(distill.item<double>());
-    reg_curve.push_back(reg.item<double>());
+    curve->push_back(distill.item<double>());
+    reg_curve->push_back(reg.item<double>());
     if (!o.quiet && (i % 10 == 0 || i + 1 == o.steps))
       std::fprintf(stderr, "duo-attention: step %lld/%lld, distill %.6f, mean alpha %.4f\n",
-                   (long long)i + 1, (long long)o.steps, curve.back(), reg_curve.back());
+                   (long long)i + 1, (long long)o.steps, curve->back(), reg_curve->back());
   }
   torch::NoGradGuard no_grad;
   alpha.clamp_(0, 1);
+  return alpha;
+}
 
-  // Held out: the hard pattern at sparsity 0.5 against the reversed ranking
-  // (the heads the training would keep made to stream instead).
+// Held out: the hard pattern at sparsity 0.5 against the reversed ranking
+// (the heads the training would keep made to stream instead); the mean
+// distillation loss of each.
+std::pair<double, double> heldout_distill(DuoRun& run, const torch::Tensor& alpha, int64_t held) {
+  torch::NoGradGuard no_grad;
+  const TrainOptions& o = run.o;
+  const DuoTrainSettings& s = run.s;
+  model::Transformer& m = *run.engine.model;
+  const torch::Device dev = m.device();
   const torch::Tensor trained = hard_pattern(alpha, 0.5, false);
   const torch::Tensor reversed = hard_pattern(alpha, 0.5, true);
+  DuoMixBackend teacher(torch::Tensor(), s.sinks, s.recent, dev);
   DuoMixBackend hard(trained, s.sinks, s.recent, dev), hard_rev(reversed, s.sinks, s.recent, dev);
   double held_trained = 0, held_reversed = 0;
-  const int64_t held = std::max<int64_t>(1, o.eval_windows);
   for (int64_t w = 0; w < held; ++w) {
     const int64_t start =
-        kvzip_window_start(w, o.seq_len, data.train_end, int64_t(data.ids.size()));
+        kvzip_window_start(w, o.seq_len, run.data.train_end, int64_t(run.data.ids.size()));
     const DuoSample smp =
-        duo_passkey_sample(*engine.tokenizer, data.ids, start, o.seq_len, s.passkeys, s.words,
-                           ~(o.seed * 1000003 + uint64_t(w)));
+        duo_passkey_sample(*run.engine.tokenizer, run.data.ids, start, o.seq_len, s.passkeys,
+                           s.words, ~(o.seed * 1000003 + uint64_t(w)));
     held_trained += distill_loss(m, smp, teacher, hard).item<double>();
     held_reversed += distill_loss(m, smp, teacher, hard_rev).item<double>();
   }
+  return {held_trained / double(held), held_reversed / double(held)};
+}
+
+}  // namespace
+
+// The phases: options, model and text; alpha's optimisation; the held-out
+// check; the pattern and its config written.
+TrainResult train_duo_attention(const TrainOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  check_duo_options(o);
+  DuoRun run{o, duo_train_settings(o), generate::open_engine(o.model), {}};
+  if (!run.engine.tokenizer)
+    throw InputError("--tokenizer", "",
+                     "duo-attention needs the model's tokenizer for its "
+                     "passkey samples");
+  DataOptions d = o.data;
+  d.window = o.seq_len;
+  d.seed = o.seed;
+  run.data = load_training_data(run.engine, d);
+  const DuoTrainSettings& s = run.s;
+  const model::ModelConfig& c = run.engine.model->config();
+  // The first sample checks that --seq-len holds the passkeys.
+  duo_passkey_sample(*run.engine.tokenizer, run.data.ids, 0, o.seq_len, s.passkeys, s.words, 0);
+  std::vector<double> curve, reg_curve;
+  const torch::Tensor alpha = optimise_alpha(run, &curve, &reg_curve);
+  const int64_t held = std::max<int64_t>(1, o.eval_windows);
+  const auto [held_trained, held_reversed] = heldout_distill(run, alpha, held);
 
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   json training = {
@@ -339,7 +377,7 @@ TrainResult train_duo_attention(const TrainOptions& o) {
        "loss = mean over the answer tokens of mean_D (h_full - h_mixed)^2 + reg * mean |alpha| "
        "on synthetic multi-passkey retrieval samples; AdamW (no weight decay), trapezoid "
        "schedule, alpha clamped to [0, 1]"},
-      {"data", data.describe},
+      {"data", run.data.describe},
       {"steps", o.steps},
       {"seq_len", o.seq_len},
       {"lr", o.lr},
@@ -349,10 +387,10 @@ TrainResult train_duo_attention(const TrainOptions& o) {
       {"distill", curve},
       {"mean_alpha", reg_curve},
       {"heldout_windows", held},
-      {"heldout_distill_sparsity_0.5", held_trained / double(held)},
-      {"heldout_distill_sparsity_0.5_reversed", held_reversed / double(held)},
+      {"heldout_distill_sparsity_0.5", held_trained},
+      {"heldout_distill_sparsity_0.5_reversed", held_reversed},
       {"seed", o.seed},
-      {"device", dev.str()},
+      {"device", run.engine.model->device().str()},
       {"command", o.command_line},
       {"wall_seconds", wall}};
   json config = {{"sink_size", s.sinks},

@@ -8,12 +8,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <sstream>
 
 #include "capture/formats/safetensors.h"
 #include "capture/gates/official_checkpoints.h"
 #include "capture/gates/torch_pickle.h"
 #include "core/common/atomic_file.h"
+#include "core/common/check.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::gates {
@@ -249,117 +252,159 @@ std::vector<LoraProjection> restorekv_projections(const GateShape& s) {
           {"gate", D, I}, {"up", D, I}, {"down", I, D}};
 }
 
+namespace {
+
+using Shapes = std::map<std::string, std::vector<int64_t>>;
+
+// A gate kind's tensors: those of each layer (names under "layers.<l>."),
+// then those the layers share.
+struct ShapeRule {
+  std::function<void(const json& h, const GateShape& s, const std::string& p, Shapes& out)> layer;
+  std::function<void(const json& h, const GateShape& s, Shapes& out)> shared;
+};
+
+// The shape rules, one entry per gate kind (a declarative table).
+const std::map<GateKind, ShapeRule>& shape_rules() {
+  static const std::map<GateKind, ShapeRule> rules = {
+      {GateKind::WriteGate,
+       {[](const json& h, const GateShape& s, const std::string& p, Shapes& out) {
+          const int64_t K = s.n_kv_heads, hd = s.head_dim;
+          const int64_t inner = int64_t(h.at("expand").get<double>() * double(hd));
+          const std::string g = p + "self_attn.g_predictors.";
+          out[g + "pre_key_norm.weight"] = {hd};
+          out[g + "post_key_norm.weight"] = {hd};
+          out[g + "conv1.weight"] = {K * inner, 2 * hd, 1};
+          out[g + "conv1.bias"] = {K * inner};
+          out[g + "conv2.weight"] = {K, inner, 1};
+          out[g + "conv2.bias"] = {K};
+        },
+        nullptr}},
+      {GateKind::AttentionGate,
+       {[](const json& h, const GateShape& s, const std::string& p, Shapes& out) {
+          const int64_t w = h.at("heads").get<int64_t>() * h.at("head_dim").get<int64_t>();
+          for (const char* m : {"q_proj", "k_proj", "v_proj"})
+            out[p + "attention_gate." + m + ".weight"] = {w, s.hidden_size};
+          out[p + "attention_gate.o_proj.weight"] = {s.n_kv_heads, w};
+        },
+        nullptr}},
+      {GateKind::Retention,
+       {[](const json& h, const GateShape& s, const std::string& p, Shapes& out) {
+          const int64_t I = h.at("hidden").get<int64_t>();
+          const std::string g = p + "self_attn.retention_gate.";
+          out[g + "linear1.weight"] = {I, s.hidden_size};
+          out[g + "linear1.bias"] = {I};
+          out[g + "linear2.weight"] = {s.n_kv_heads, I};
+          out[g + "bias"] = {s.n_kv_heads};
+        },
+        nullptr}},
+      {GateKind::RetentionGlobal,
+       {[](const json& h, const GateShape& s, const std::string& p, Shapes& out) {
+          const int64_t I = h.at("hidden").get<int64_t>();
+          const std::string g = p + "self_attn.retention_gate.";
+          out[g + "linear1.weight"] = {s.n_kv_heads * I, s.hidden_size};
+          out[g + "linear1.bias"] = {s.n_kv_heads * I};
+        },
+        [](const json& h, const GateShape&, Shapes& out) {
+          out["retention_gate_shared.linear2.weight"] = {1, h.at("hidden").get<int64_t>()};
+          out["retention_gate_shared.bias"] = {1};
+        }}},
+      {GateKind::KvpopMlp,
+       {[](const json& h, const GateShape& s, const std::string& p, Shapes& out) {
+          const int64_t K = s.n_kv_heads, hd = s.head_dim, I = h.at("hidden").get<int64_t>();
+          out[p + "kvpop.decay_logit"] = {K};
+          out[p + "kvpop.mlp.w1"] = {K, 2 * hd, I};
+          out[p + "kvpop.mlp.b1"] = {K, I};
+          out[p + "kvpop.mlp.w2"] = {K, I};
+          out[p + "kvpop.mlp.b2"] = {K};
+        },
+        nullptr}},
+      {GateKind::KvpopMlstm,
+       {[](const json& h, const GateShape& s, const std::string& p, Shapes& out) {
+          const int64_t K = s.n_kv_heads, hd = s.head_dim, P = h.at("proj").get<int64_t>();
+          const std::string g = p + "kvpop.mlstm.";
+          out[p + "kvpop.decay_logit"] = {K};
+          for (const char* m : {"wq", "wk", "wv"}) out[g + m] = {K, 2 * hd, P};
+          for (const char* m : {"wi", "wf"}) out[g + m] = {K, 2 * hd};
+          for (const char* m : {"bi", "bf", "out_b"}) out[g + m] = {K};
+          out[g + "out_w"] = {K, P};
+        },
+        nullptr}},
+      {GateKind::SfcGru,
+       {[](const json& h, const GateShape& s, const std::string& p, Shapes& out) {
+          const int64_t K = s.n_kv_heads, G = h.at("hidden").get<int64_t>(),
+                        Z = h.at("latent").get<int64_t>();
+          out[p + "sfc.latent"] = {K, s.head_dim, Z};
+          out[p + "sfc.w_ih"] = {K, 3 * G, 4 + Z};
+          out[p + "sfc.w_hh"] = {K, 3 * G, G};
+          out[p + "sfc.b_ih"] = {K, 3 * G};
+          out[p + "sfc.b_hh"] = {K, 3 * G};
+        },
+        [](const json& h, const GateShape&, Shapes& out) {
+          out["sfc_shared.head.weight"] = {2, h.at("hidden").get<int64_t>()};
+          out["sfc_shared.head.bias"] = {2};
+        }}},
+      {GateKind::QFilter,
+       {[](const json&, const GateShape& s, const std::string& p, Shapes& out) {
+          out[p + "qfilter"] = {s.n_kv_heads, s.head_dim};
+        },
+        nullptr}},
+      {GateKind::QueryStats,
+       {[](const json&, const GateShape& s, const std::string& p, Shapes& out) {
+          out[p + "query_mean"] = {s.n_heads, s.head_dim};
+          out[p + "query_cov"] = {s.n_heads, s.head_dim, s.head_dim};
+        },
+        nullptr}},
+      {GateKind::Dms,
+       {[](const json&, const GateShape& s, const std::string& p, Shapes& out) {
+          out[p + "dms.weight"] = {s.n_kv_heads, s.hidden_size};
+        },
+        nullptr}},
+      {GateKind::RestoreKv,
+       {[](const json& h, const GateShape& s, const std::string& p, Shapes& out) {
+          const int64_t r = h.at("rank").get<int64_t>();
+          for (const LoraProjection& m : restorekv_projections(s)) {
+            out[p + "lora." + m.name + ".a"] = {r, m.in};
+            out[p + "lora." + m.name + ".b"] = {m.out, r};
+          }
+        },
+        [](const json& h, const GateShape& s, Shapes& out) {
+          out["restore_embeddings"] = {h.at("tokens").get<int64_t>(), s.hidden_size};
+        }}},
+      {GateKind::Kvzap,
+       {[](const json&, const GateShape& s, const std::string& p, Shapes& out) {
+          out[p + "kvzap.weight"] = {s.n_kv_heads, s.hidden_size};
+          out[p + "kvzap.bias"] = {s.n_kv_heads};
+        },
+        nullptr}},
+      {GateKind::FastKvzip,
+       {[](const json& h, const GateShape& s, const std::string& p, Shapes& out) {
+          const int64_t dim = h.at("dim").get<int64_t>(), base = h.at("base_keys").get<int64_t>();
+          const int64_t K = s.n_kv_heads, G = s.n_heads / K;
+          const std::string f = p + "fastkvzip.";
+          out[f + "q_proj.weight"] = {K * G * dim, s.hidden_size};
+          out[f + "q_proj.bias"] = {K * G * dim};
+          out[f + "k_proj.weight"] = {K * dim, s.hidden_size};
+          out[f + "q_norm.weight"] = {dim};
+          out[f + "k_norm.weight"] = {dim};
+          out[f + "b"] = {K, 1, G};
+          if (base > 0) out[f + "k_base"] = {K, 1, base, dim};
+        },
+        nullptr}},
+  };
+  return rules;
+}
+
+}  // namespace
+
 std::map<std::string, std::vector<int64_t>> expected_parameters(GateKind kind, const json& h,
                                                                 const GateShape& s) {
-  std::map<std::string, std::vector<int64_t>> out;
-  const int64_t K = s.n_kv_heads, hd = s.head_dim, D = s.hidden_size;
-  for (int64_t l = 0; l < s.n_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    switch (kind) {
-      case GateKind::WriteGate: {
-        const int64_t inner = int64_t(h.at("expand").get<double>() * double(hd));
-        const std::string g = p + "self_attn.g_predictors.";
-        out[g + "pre_key_norm.weight"] = {hd};
-        out[g + "post_key_norm.weight"] = {hd};
-        out[g + "conv1.weight"] = {K * inner, 2 * hd, 1};
-        out[g + "conv1.bias"] = {K * inner};
-        out[g + "conv2.weight"] = {K, inner, 1};
-        out[g + "conv2.bias"] = {K};
-        break;
-      }
-      case GateKind::AttentionGate: {
-        const int64_t w = h.at("heads").get<int64_t>() * h.at("head_dim").get<int64_t>();
-        for (const char* m : {"q_proj", "k_proj", "v_proj"})
-          out[p + "attention_gate." + m + ".weight"] = {w, D};
-        out[p + "attention_gate.o_proj.weight"] = {K, w};
-        break;
-      }
-      case GateKind::Retention: {
-        const int64_t I = h.at("hidden").get<int64_t>();
-        const std::string g = p + "self_attn.retention_gate.";
-        out[g + "linear1.weight"] = {I, D};
-        out[g + "linear1.bias"] = {I};
-        out[g + "linear2.weight"] = {K, I};
-        out[g + "bias"] = {K};
-        break;
-      }
-      case GateKind::RetentionGlobal: {
-        const int64_t I = h.at("hidden").get<int64_t>();
-        const std::string g = p + "self_attn.retention_gate.";
-        out[g + "linear1.weight"] = {K * I, D};
-        out[g + "linear1.bias"] = {K * I};
-        break;
-      }
-      case GateKind::KvpopMlp: {
-        const int64_t I = h.at("hidden").get<int64_t>();
-        out[p + "kvpop.decay_logit"] = {K};
-        out[p + "kvpop.mlp.w1"] = {K, 2 * hd, I};
-        out[p + "kvpop.mlp.b1"] = {K, I};
-        out[p + "kvpop.mlp.w2"] = {K, I};
-        out[p + "kvpop.mlp.b2"] = {K};
-        break;
-      }
-      case GateKind::KvpopMlstm: {
-        const int64_t P = h.at("proj").get<int64_t>();
-        const std::string g = p + "kvpop.mlstm.";
-        out[p + "kvpop.decay_logit"] = {K};
-        for (const char* m : {"wq", "wk", "wv"}) out[g + m] = {K, 2 * hd, P};
-        for (const char* m : {"wi", "wf"}) out[g + m] = {K, 2 * hd};
-        for (const char* m : {"bi", "bf", "out_b"}) out[g + m] = {K};
-        out[g + "out_w"] = {K, P};
-        break;
-      }
-      case GateKind::SfcGru: {
-        const int64_t G = h.at("hidden").get<int64_t>(), Z = h.at("latent").get<int64_t>();
-        out[p + "sfc.latent"] = {K, hd, Z};
-        out[p + "sfc.w_ih"] = {K, 3 * G, 4 + Z};
-        out[p + "sfc.w_hh"] = {K, 3 * G, G};
-        out[p + "sfc.b_ih"] = {K, 3 * G};
-        out[p + "sfc.b_hh"] = {K, 3 * G};
-        break;
-      }
-      case GateKind::QFilter: out[p + "qfilter"] = {K, hd}; break;
-      case GateKind::QueryStats:
-        out[p + "query_mean"] = {s.n_heads, hd};
-        out[p + "query_cov"] = {s.n_heads, hd, hd};
-        break;
-      case GateKind::Dms: out[p + "dms.weight"] = {K, s.hidden_size}; break;
-      case GateKind::RestoreKv: {
-        const int64_t r = h.at("rank").get<int64_t>();
-        for (const LoraProjection& m : restorekv_projections(s)) {
-          out[p + "lora." + m.name + ".a"] = {r, m.in};
-          out[p + "lora." + m.name + ".b"] = {m.out, r};
-        }
-        break;
-      }
-      case GateKind::Kvzap:
-        out[p + "kvzap.weight"] = {K, s.hidden_size};
-        out[p + "kvzap.bias"] = {K};
-        break;
-      case GateKind::FastKvzip: {
-        const int64_t dim = h.at("dim").get<int64_t>(), base = h.at("base_keys").get<int64_t>();
-        const int64_t G = s.n_heads / K;
-        const std::string f = p + "fastkvzip.";
-        out[f + "q_proj.weight"] = {K * G * dim, s.hidden_size};
-        out[f + "q_proj.bias"] = {K * G * dim};
-        out[f + "k_proj.weight"] = {K * dim, s.hidden_size};
-        out[f + "q_norm.weight"] = {dim};
-        out[f + "k_norm.weight"] = {dim};
-        out[f + "b"] = {K, 1, G};
-        if (base > 0) out[f + "k_base"] = {K, 1, base, dim};
-        break;
-      }
-    }
-  }
-  if (kind == GateKind::SfcGru) {
-    out["sfc_shared.head.weight"] = {2, h.at("hidden").get<int64_t>()};
-    out["sfc_shared.head.bias"] = {2};
-  }
-  if (kind == GateKind::RestoreKv) out["restore_embeddings"] = {h.at("tokens").get<int64_t>(), D};
-  if (kind == GateKind::RetentionGlobal) {
-    out["retention_gate_shared.linear2.weight"] = {1, h.at("hidden").get<int64_t>()};
-    out["retention_gate_shared.bias"] = {1};
-  }
+  const auto it = shape_rules().find(kind);
+  KVSCOPE_CHECK(it != shape_rules().end(),
+                std::string("gate kind ") + gate_kind_name(kind) + " has no shape rule");
+  Shapes out;
+  for (int64_t l = 0; l < s.n_layers; ++l)
+    it->second.layer(h, s, "layers." + std::to_string(l) + ".", out);
+  if (it->second.shared) it->second.shared(h, s, out);
   return out;
 }
 

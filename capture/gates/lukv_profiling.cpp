@@ -11,13 +11,13 @@
 #include <map>
 #include <numeric>
 
+#include "capture/attention/step_driver.h"
 #include "capture/gates/kvzip_targets.h"
 #include "capture/generate/dense_kv_cache.h"
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/policies/output_projection.h"
 #include "capture/policy/registry.h"
 #include "capture/policy/scorer.h"
-#include "capture/attention/step_driver.h"
 #include "core/common/atomic_file.h"
 #include "core/common/check.h"
 #include "core/common/input_error.h"

@@ -72,6 +72,18 @@ class SfcTrainer {
   void log(const std::string& line);
   void csv_row(const char* phase, int64_t step, double lr, const json& m, double secs);
   json evaluate_heldout(int64_t step, double lr);
+  // The phases of run(): gates, outputs, traces and optimiser; the steps
+  // (the last step's loss, the last rate in *lr); the held-out numbers, the
+  // metadata and the gate file.
+  void prepare(Clock::time_point t0);
+  SfcLoss train_loop(double* lr);
+  json training_meta(const SfcLoss& last, double lr, Clock::time_point t0);
+  json loss_json(const SfcLoss& l) const {
+    return {{"loss", l.now + l.hor + loss_.latency_weight * l.latency},
+            {"loss_now", l.now},
+            {"loss_horizon", l.hor},
+            {"loss_latency", l.latency}};
+  }
 
   const TrainOptions& o_;
   std::string model_path_;
@@ -286,11 +298,7 @@ TrainResult SfcTrainer::evaluate_file(Clock::time_point t0) {
   return r;
 }
 
-TrainResult SfcTrainer::run() {
-  validate();
-  const auto t0 = Clock::now();
-  open_model();
-  if (!o_.evaluate.empty()) return evaluate_file(t0);
+void SfcTrainer::prepare(Clock::time_point t0) {
   const model::ModelConfig& c = engine_.model->config();
   const GateShape shape = GateShape::of(c);
   gates_ = init_gates(GateKind::SfcGru,
@@ -319,19 +327,17 @@ TrainResult SfcTrainer::run() {
       " steps of " + std::to_string(o_.batch) + " trace(s) x " + std::to_string(o_.sfc.tokens) +
       " tokens x " + (o_.sfc.groups > 0 ? std::to_string(o_.sfc.groups) : std::string("all")) +
       " groups");
+}
 
+SfcLoss SfcTrainer::train_loop(double* lr) {
   SfcLoss last;
-  double lr = 0;
   const auto loop0 = Clock::now();
   for (int64_t step = 0; step < o_.steps; ++step) {
     const auto s0 = Clock::now();
-    last = train_step(step, &lr);
+    last = train_step(step, lr);
     const double secs = seconds_since(s0);
-    const json m = {{"loss", last.now + last.hor + loss_.latency_weight * last.latency},
-                    {"loss_now", last.now},
-                    {"loss_horizon", last.hor},
-                    {"loss_latency", last.latency}};
-    csv_row("train", step, lr, m, secs);
+    const json m = loss_json(last);
+    csv_row("train", step, *lr, m, secs);
     char line[300];
     const double per_step = seconds_since(loop0) / double(step + 1);
     std::snprintf(line, sizeof line,
@@ -343,10 +349,14 @@ TrainResult SfcTrainer::run() {
     log(line);
     if (!heldout_.empty() && o_.eval_every > 0 && (step + 1) % o_.eval_every == 0 &&
         step + 1 < o_.steps)
-      evaluate_heldout(step + 1, lr);
+      evaluate_heldout(step + 1, *lr);
   }
+  return last;
+}
+
+json SfcTrainer::training_meta(const SfcLoss& last, double lr, Clock::time_point t0) {
+  const model::ModelConfig& c = engine_.model->config();
   json heldout, training_eval;
-  trainable_->write_to(gates_);
   if (!heldout_.empty()) {
     heldout = evaluate_heldout(o_.steps, lr);
   } else {
@@ -379,20 +389,29 @@ TrainResult SfcTrainer::run() {
                       {"dtype", generate::dtype_name(engine_.dtype)},
                       {"command", o_.command_line},
                       {"wall_seconds", wall},
-                      {"last_step",
-                       {{"loss", last.now + last.hor + loss_.latency_weight * last.latency},
-                        {"loss_now", last.now},
-                        {"loss_horizon", last.hor},
-                        {"loss_latency", last.latency}}}};
+                      {"last_step", loss_json(last)}};
   if (!heldout.is_null()) meta["training"]["heldout"] = heldout;
   if (!training_eval.is_null()) meta["training"]["training_eval"] = training_eval;
-  gates_.meta = meta;
+  return meta;
+}
+
+TrainResult SfcTrainer::run() {
+  validate();
+  const auto t0 = Clock::now();
+  open_model();
+  if (!o_.evaluate.empty()) return evaluate_file(t0);
+  prepare(t0);
+  double lr = 0;
+  const SfcLoss last = train_loop(&lr);
+  trainable_->write_to(gates_);
+  gates_.meta = training_meta(last, lr, t0);
+  const double wall = gates_.meta["training"]["wall_seconds"].get<double>();
   save_gates(gates_, o_.output);
   std::ofstream js(sidecar_path(o_.output, ".json"));
-  js << meta.dump(2) << "\n";
+  js << gates_.meta.dump(2) << "\n";
   log("wrote " + o_.output + " in " + fmt(wall) + " s");
   TrainResult r;
-  r.summary = meta["training"];
+  r.summary = gates_.meta["training"];
   r.wall_seconds = wall;
   return r;
 }

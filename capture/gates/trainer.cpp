@@ -14,6 +14,7 @@
 #include "capture/generate/failure_text.h"
 #include "capture/model/model_weights.h"
 #include "capture/model/model_writer.h"
+#include "core/common/check.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::gates {
@@ -190,6 +191,16 @@ class Trainer {
                                                     const torch::Tensor& logits_t, int64_t seed);
   std::pair<torch::Tensor, Numbers> streaming_objective(const torch::Tensor& x,
                                                         const torch::Tensor& logits_t);
+  // The gated student's window against the teacher's, one objective per
+  // method (seed 001 WG-KV, 002 Attention-Gate, DMS, seed 003 retention).
+  struct Window {
+    const GatedDenseBackend& gated;
+    const torch::Tensor &hidden_s, &hidden_t, &logp_t, &y;
+  };
+  torch::Tensor wgkv_loss(const Window& w, Numbers* n) const;
+  torch::Tensor attention_gate_loss(const Window& w, Numbers* n) const;
+  torch::Tensor dms_loss(const Window& w, Numbers* n) const;
+  torch::Tensor retention_loss(const Window& w, Numbers* n) const;
   json fingerprint() const;
   json objective_json() const;
   void save_checkpoint(int64_t next_step, double elapsed);
@@ -270,103 +281,107 @@ std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w,
   GatedDenseBackend gated(&gates_, mode);
   gated.noise_seed = noise_seed_;
   torch::Tensor hidden_s = m.forward_hidden(x, 0, gated);
+  const Window win{gated, hidden_s, hidden_t, logp_t, y};
   Numbers n;
   torch::Tensor loss;
-  const int64_t nl = int64_t(gated.gate.size());
   switch (gates_.kind) {
-    case GateKind::WriteGate: {
-      torch::Tensor g = torch::stack(gated.gate);  // [L, K, n]
-      torch::Tensor distill =
-          torch::mse_loss(hidden_s.to(torch::kFloat32), hidden_t.to(torch::kFloat32));
-      torch::Tensor reg = (g + g * (1 - g)).mean();
-      loss = distill + o_.lambda * reg;
-      const double tau = gates_.hyper("tau");
-      const int64_t W = int64_t(gates_.hyper("window"));
-      torch::Tensor admitted = (g >= tau).to(torch::kFloat32);
-      n.distill = distill.item<double>();
-      n.reg = reg.item<double>();
-      n.gate_mean = g.mean().item<double>();
-      n.keep = admitted.mean().item<double>();
-      // The cache at the end of the window: the local W plus the admitted older tokens.
-      const int64_t older = std::max<int64_t>(0, L - W);
-      const double global =
-          older > 0 ? admitted.narrow(2, 0, older).sum(2).mean().item<double>() : 0.0;
-      n.cache = (double(std::min(L, W)) + global) / double(L);
-      break;
-    }
-    case GateKind::AttentionGate: {
-      torch::Tensor logp_s = torch::log_softmax(m.logits(hidden_s), -1);
-      torch::Tensor kl = (logp_t.exp() * (logp_t - logp_s)).sum(-1).mean();
-      torch::Tensor flags = torch::stack(gated.flags);  // straight-through 0/1
-      torch::Tensor keep = flags.mean();
-      torch::Tensor evict = o_.alpha * torch::abs(keep - o_.beta);
-      loss = kl + evict;
-      n.kl = kl.item<double>();
-      n.reg = evict.item<double>();
-      n.gate_mean = torch::stack(gated.gate).mean().item<double>();
-      n.keep = keep.item<double>();
-      n.cache = n.keep;
-      break;
-    }
-    case GateKind::Dms: {
-      // The official distillation_loss: sum p_s (log p_s - log p_t), i.e.
-      // KL(student || teacher), plus clamp(target - closed, min 0) with the
-      // straight-through share of closing decisions.
-      torch::Tensor logp_s = torch::log_softmax(m.logits(hidden_s), -1);
-      torch::Tensor kl = (logp_s.exp() * (logp_s - logp_t)).sum(-1).mean();
-      torch::Tensor decisions = torch::stack(gated.flags);  // [L, K, n]
-      torch::Tensor closed = decisions.mean();
-      torch::Tensor comp = torch::relu(dms_target(step_) - closed);
-      loss = kl + comp;
-      n.kl = kl.item<double>();
-      n.reg = comp.item<double>();
-      n.gate_mean = torch::stack(gated.gate).mean().item<double>();
-      n.keep = 1.0 - closed.item<double>();
-      // The cache at the window's end: key j is gone when j < L - 1 - w and
-      // the decision at j + 1 closed it.
-      const int64_t older = std::max<int64_t>(0, L - 1 - int64_t(gates_.hyper("window")));
-      const double gone =
-          older > 0 ? decisions.detach().narrow(2, 1, older).sum(2).mean().item<double>() : 0.0;
-      n.cache = (double(L) - gone) / double(L);
-      break;
-    }
+    case GateKind::WriteGate: loss = wgkv_loss(win, &n); break;
+    case GateKind::AttentionGate: loss = attention_gate_loss(win, &n); break;
+    case GateKind::Dms: loss = dms_loss(win, &n); break;
+    case GateKind::Retention:
+    case GateKind::RetentionGlobal: loss = retention_loss(win, &n); break;
     case GateKind::KvpopMlp:
-    case GateKind::KvpopMlstm: break;  // kvpop_objective
+    case GateKind::KvpopMlstm:
     case GateKind::SfcGru:
-      throw std::logic_error("trainer: SFC forecasters train from traces (sfc_training.h)");
     case GateKind::RestoreKv:
-      throw std::logic_error("trainer: RestoreKV's embeddings train in train_restorekv");
     case GateKind::QFilter:
     case GateKind::QueryStats:
     case GateKind::Kvzap:
     case GateKind::FastKvzip:
-      throw std::logic_error(
-          "trainer: query filters, statistics, KVzap and Fast KVzip fit to recorded targets");
-    case GateKind::Retention:
-    case GateKind::RetentionGlobal: {
-      torch::Tensor logp_s = torch::log_softmax(m.logits(hidden_s), -1);
-      torch::Tensor kl = (logp_t.exp() * (logp_t - logp_s)).sum(-1).mean();
-      torch::Tensor ce = torch::nll_loss(logp_s, y);
-      torch::Tensor S = torch::stack(gated.soft_size);  // [L, K, n]
-      torch::Tensor cap;
-      if (gates_.kind == GateKind::Retention) {
-        cap = torch::relu(S - budget_).mean() / budget_;
-      } else {
-        const double total = budget_ * double(nl) * double(S.size(1));
-        cap = torch::relu(S.sum(torch::IntArrayRef{0, 1}) - total).mean() / total;
-      }
-      loss = kl + o_.ce_weight * ce + o_.cap_weight * cap;
-      n.kl = kl.item<double>();
-      n.ce = ce.item<double>();
-      n.cap = cap.item<double>();
-      n.gate_mean = torch::stack(gated.gate).exp().mean().item<double>();  // mean beta
-      // Expected cache at the window's end, relative to the budget.
-      n.cache = S.select(2, L - 1).mean().item<double>() / budget_;
-      break;
-    }
+      KVSCOPE_CHECK(false, std::string("trainer: ") + gate_kind_name(gates_.kind) +
+                               " does not train through the gated-attention objective");
   }
   n.loss = loss.item<double>();
   return {loss, n};
+}
+
+torch::Tensor Trainer::wgkv_loss(const Window& w, Numbers* n) const {
+  const int64_t L = o_.seq_len;
+  torch::Tensor g = torch::stack(w.gated.gate);  // [L, K, n]
+  torch::Tensor distill =
+      torch::mse_loss(w.hidden_s.to(torch::kFloat32), w.hidden_t.to(torch::kFloat32));
+  torch::Tensor reg = (g + g * (1 - g)).mean();
+  const double tau = gates_.hyper("tau");
+  const int64_t W = int64_t(gates_.hyper("window"));
+  torch::Tensor admitted = (g >= tau).to(torch::kFloat32);
+  n->distill = distill.item<double>();
+  n->reg = reg.item<double>();
+  n->gate_mean = g.mean().item<double>();
+  n->keep = admitted.mean().item<double>();
+  // The cache at the end of the window: the local W plus the admitted older tokens.
+  const int64_t older = std::max<int64_t>(0, L - W);
+  const double global = older > 0 ? admitted.narrow(2, 0, older).sum(2).mean().item<double>() : 0.0;
+  n->cache = (double(std::min(L, W)) + global) / double(L);
+  return distill + o_.lambda * reg;
+}
+
+torch::Tensor Trainer::attention_gate_loss(const Window& w, Numbers* n) const {
+  torch::Tensor logp_s = torch::log_softmax(engine_.model->logits(w.hidden_s), -1);
+  torch::Tensor kl = (w.logp_t.exp() * (w.logp_t - logp_s)).sum(-1).mean();
+  torch::Tensor flags = torch::stack(w.gated.flags);  // straight-through 0/1
+  torch::Tensor keep = flags.mean();
+  torch::Tensor evict = o_.alpha * torch::abs(keep - o_.beta);
+  n->kl = kl.item<double>();
+  n->reg = evict.item<double>();
+  n->gate_mean = torch::stack(w.gated.gate).mean().item<double>();
+  n->keep = keep.item<double>();
+  n->cache = n->keep;
+  return kl + evict;
+}
+
+// The official distillation_loss: sum p_s (log p_s - log p_t), i.e.
+// KL(student || teacher), plus clamp(target - closed, min 0) with the
+// straight-through share of closing decisions.
+torch::Tensor Trainer::dms_loss(const Window& w, Numbers* n) const {
+  const int64_t L = o_.seq_len;
+  torch::Tensor logp_s = torch::log_softmax(engine_.model->logits(w.hidden_s), -1);
+  torch::Tensor kl = (logp_s.exp() * (logp_s - w.logp_t)).sum(-1).mean();
+  torch::Tensor decisions = torch::stack(w.gated.flags);  // [L, K, n]
+  torch::Tensor closed = decisions.mean();
+  torch::Tensor comp = torch::relu(dms_target(step_) - closed);
+  n->kl = kl.item<double>();
+  n->reg = comp.item<double>();
+  n->gate_mean = torch::stack(w.gated.gate).mean().item<double>();
+  n->keep = 1.0 - closed.item<double>();
+  // The cache at the window's end: key j is gone when j < L - 1 - w and
+  // the decision at j + 1 closed it.
+  const int64_t older = std::max<int64_t>(0, L - 1 - int64_t(gates_.hyper("window")));
+  const double gone =
+      older > 0 ? decisions.detach().narrow(2, 1, older).sum(2).mean().item<double>() : 0.0;
+  n->cache = (double(L) - gone) / double(L);
+  return kl + comp;
+}
+
+torch::Tensor Trainer::retention_loss(const Window& w, Numbers* n) const {
+  const int64_t L = o_.seq_len, nl = int64_t(w.gated.gate.size());
+  torch::Tensor logp_s = torch::log_softmax(engine_.model->logits(w.hidden_s), -1);
+  torch::Tensor kl = (w.logp_t.exp() * (w.logp_t - logp_s)).sum(-1).mean();
+  torch::Tensor ce = torch::nll_loss(logp_s, w.y);
+  torch::Tensor S = torch::stack(w.gated.soft_size);  // [L, K, n]
+  torch::Tensor cap;
+  if (gates_.kind == GateKind::Retention) {
+    cap = torch::relu(S - budget_).mean() / budget_;
+  } else {
+    const double total = budget_ * double(nl) * double(S.size(1));
+    cap = torch::relu(S.sum(torch::IntArrayRef{0, 1}) - total).mean() / total;
+  }
+  n->kl = kl.item<double>();
+  n->ce = ce.item<double>();
+  n->cap = cap.item<double>();
+  n->gate_mean = torch::stack(w.gated.gate).exp().mean().item<double>();  // mean beta
+  // Expected cache at the window's end, relative to the budget.
+  n->cache = S.select(2, L - 1).mean().item<double>() / budget_;
+  return kl + o_.ce_weight * ce + o_.cap_weight * cap;
 }
 
 // Scorer-only (the base frozen): the boundary loss alone trains the scorers;

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <stdexcept>
 
+#include "core/common/check.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::generate {
@@ -89,155 +91,203 @@ Generator::Generator(model::Transformer& model, model::AttentionBackend& backend
                      const tokenizer::Tokenizer* tokenizer)
     : model_(model), backend_(backend), tokenizer_(tokenizer) {}
 
-GenerationResult Generator::run(const std::vector<int32_t>& prompt, const GenerationOptions& o,
-                                const TextCallback& on_text, const StepCallback& on_step) {
-  const int64_t max_positions =
-      o.max_positions > 0 ? o.max_positions : model_.config().context_length;
-  check_prompt_fits(static_cast<int64_t>(prompt.size()), max_positions);
-  const std::vector<int32_t>& forced = o.forced_tokens;
-  if (!forced.empty())
-    check_prompt_fits(static_cast<int64_t>(prompt.size() + forced.size()), max_positions,
-                      "prompt + forced tokens");
-  if (!o.stop_strings.empty() && !tokenizer_)
-    throw InputError("", "--stop", "stop strings need a tokenizer");
-  if (o.max_new_tokens <= 0) throw InputError("", "--max-new", "must be positive");
-  if (o.prefill_chunk <= 0) throw InputError("", "--prefill-chunk", "must be positive");
+namespace {
 
-  Sampler sampler(o.sampling);
-  const std::vector<int32_t> eos =
-      o.stop_at_eos ? end_of_sequence_ids(model_.config(), tokenizer_) : std::vector<int32_t>{};
-  GenerationResult r;
-  r.prompt_ids = prompt;
-  r.prefill_tokens = static_cast<int64_t>(prompt.size());
-  std::unique_ptr<tokenizer::StreamDecoder> decoder;
-  if (tokenizer_) {
-    decoder = std::make_unique<tokenizer::StreamDecoder>(*tokenizer_);
-    // The prompt is context, not output: a SentencePiece decoder strips the
-    // first space of a decode, so the first generated token would lose its
-    // leading space if decoded alone.
-    decoder->prime(prompt);
+// One run of Generator::run: its state, and the phases that move it on
+// (prefill with its side passes and inserted tokens, decode, finish).
+class GenerationRun {
+ public:
+  GenerationRun(model::Transformer& model, model::AttentionBackend& backend,
+                const tokenizer::Tokenizer* tokenizer, const std::vector<int32_t>& prompt,
+                const GenerationOptions& o, const TextCallback& on_text,
+                const StepCallback& on_step)
+      : model_(model),
+        backend_(backend),
+        o_(o),
+        on_text_(on_text),
+        on_step_(on_step),
+        sampler_(o.sampling),
+        stops_(o.stop_strings) {
+    if (o.stop_at_eos) eos_ = end_of_sequence_ids(model.config(), tokenizer);
+    r_.prompt_ids = prompt;
+    r_.prefill_tokens = int64_t(prompt.size());
+    if (tokenizer) {
+      decoder_ = std::make_unique<tokenizer::StreamDecoder>(*tokenizer);
+      // The prompt is context, not output: a SentencePiece decoder strips the
+      // first space of a decode, so the first generated token would lose its
+      // leading space if decoded alone.
+      decoder_->prime(prompt);
+    }
   }
-  StopFilter stops(o.stop_strings);
-  auto emit = [&](const std::string& text) {
-    if (text.empty()) return;
-    r.text += text;
-    if (on_text) on_text(text);
-  };
 
+  // Prefill in chunks; only the last token's logits are needed. A chunk never
+  // crosses the side passes' position nor the inserted tokens' bounds.
+  void prefill() {
+    const auto start = Clock::now();
+    const std::vector<int32_t>& prompt = r_.prompt_ids;
+    const torch::Tensor ids =
+        torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), torch::kInt64);
+    model_.announce_sequence_length(r_.prefill_tokens);
+    const int64_t side_at = o_.side_passes_at > 0 && o_.side_passes_at < r_.prefill_tokens
+                                ? o_.side_passes_at
+                                : r_.prefill_tokens;
+    model::Transformer* const ins_model = o_.inserted_model;
+    const int64_t ins_end = ins_model ? o_.inserted_at + o_.inserted : -1;
+    if (ins_model) {
+      KVSCOPE_CHECK(o_.inserted > 0 && o_.inserted_at >= 0 && ins_end <= r_.prefill_tokens,
+                    "Generator: inserted tokens outside the prompt");
+      ins_model->announce_sequence_length(r_.prefill_tokens);
+    }
+    for (int64_t p = 0; p < r_.prefill_tokens;) {
+      int64_t stop = r_.prefill_tokens;
+      for (int64_t b : {side_at, ins_model ? o_.inserted_at : int64_t(-1), ins_end})
+        if (b > p) stop = std::min(stop, b);
+      const bool inserted = ins_model && p == o_.inserted_at;
+      const int64_t n = inserted ? o_.inserted : std::min(o_.prefill_chunk, stop - p);
+      torch::Tensor step_logits =
+          (inserted ? *ins_model : model_).forward(ids.narrow(0, p, n), p, backend_);
+      if (!inserted) logits_ = step_logits;
+      // Observers see every forward pass: a capture records each chunk as a step.
+      const bool last = p + n >= r_.prefill_tokens;
+      if (last) token_ = choose(logits_);
+      if (on_step_) {
+        StepEvent ev{p, n, true, &step_logits, last ? token_ : -1, last && token_forced_};
+        ev.inserted = inserted;
+        on_step_(ev);
+      }
+      p += n;
+      if (p == side_at) side_passes(side_at);
+    }
+    r_.prefill_seconds = seconds_since(start);
+  }
+
+  // One forward step per decode position until a stop (accept() says which).
+  void decode(int64_t max_positions) {
+    torch::Tensor next = torch::empty({1}, torch::kInt64);
+    for (int64_t pos = r_.prefill_tokens; !accept(); ++pos) {
+      if (pos >= max_positions) {
+        r_.finish_reason = "context";
+        break;
+      }
+      const auto step_start = Clock::now();
+      next.data_ptr<int64_t>()[0] = token_;
+      logits_ = model_.forward(next, pos, backend_);
+      token_ = choose(logits_);
+      r_.decode_seconds += seconds_since(step_start);
+      ++r_.decode_steps;
+      if (on_step_) on_step_({pos, 1, false, &logits_, token_, token_forced_});
+    }
+  }
+
+  // The text the stop filter still holds, unless a stop string ended the run.
+  GenerationResult finish() {
+    if (decoder_ && r_.finish_reason != "stop") {
+      bool stopped = false;
+      emit(stops_.push(decoder_->finish(), &stopped));
+      emit(stops_.flush());
+    }
+    return std::move(r_);
+  }
+
+ private:
   // The token each step feeds next: the forced ones first, then samples.
-  size_t forced_chosen = 0;
-  bool token_forced = false;
-  auto choose = [&](const torch::Tensor& step_logits) {
-    token_forced = forced_chosen < forced.size();
-    return token_forced ? forced[forced_chosen++] : sampler.next(step_logits[0]);
-  };
+  int32_t choose(const torch::Tensor& step_logits) {
+    token_forced_ = forced_chosen_ < o_.forced_tokens.size();
+    return token_forced_ ? o_.forced_tokens[forced_chosen_++] : sampler_.next(step_logits[0]);
+  }
 
-  // Prefill in chunks; only the last token's logits are needed.
-  const auto start = Clock::now();
-  torch::Tensor ids =
-      torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), torch::kInt64);
-  model_.announce_sequence_length(r.prefill_tokens);
-  torch::Tensor logits;
-  int32_t token = -1;
+  // Takes the chosen token into the result; true when it ends the run (EOS,
+  // a stop string, max_new_tokens). A forced token is context, like the
+  // prompt: no output, no end of the run.
+  bool accept() {
+    if (token_forced_) {
+      ++r_.forced_tokens;
+      if (decoder_) decoder_->prime({token_});
+      return false;
+    }
+    r_.output_ids.push_back(token_);
+    if (std::find(eos_.begin(), eos_.end(), token_) != eos_.end()) {
+      r_.finish_reason = "eos";
+      return true;
+    }
+    if (decoder_) {
+      bool stopped = false;
+      emit(stops_.push(decoder_->push(token_), &stopped));
+      if (stopped) {
+        r_.finish_reason = "stop";
+        return true;
+      }
+    }
+    if (int64_t(r_.output_ids.size()) >= o_.max_new_tokens) {
+      r_.finish_reason = "length";
+      return true;
+    }
+    return false;
+  }
+
+  void emit(const std::string& text) {
+    if (text.empty()) return;
+    r_.text += text;
+    if (on_text_) on_text_(text);
+  }
+
   // Side passes at `at`: each chunk one forward step at the positions from there.
-  auto run_side_passes = [&](int64_t at) {
-    for (const std::vector<int32_t>& side : o.side_passes) {
+  void side_passes(int64_t at) {
+    for (const std::vector<int32_t>& side : o_.side_passes) {
       if (side.empty()) continue;
       const int64_t context = model_.config().context_length;
       if (at + int64_t(side.size()) > context)
         throw InputError("", "side pass",
                          "needs positions up to " + std::to_string(at + int64_t(side.size())) +
                              "; the model's context holds " + std::to_string(context));
-      if (!backend_.set_side_pass(true))
-        throw std::logic_error("Generator: the attention backend cannot run side passes");
+      const bool side_pass_on = backend_.set_side_pass(true);
+      KVSCOPE_CHECK(side_pass_on, "Generator: the attention backend cannot run side passes");
       const torch::Tensor side_ids =
           torch::tensor(std::vector<int64_t>(side.begin(), side.end()), torch::kInt64);
       torch::Tensor side_logits = model_.forward(side_ids, at, backend_);
       backend_.set_side_pass(false);
-      if (on_step) {
+      if (on_step_) {
         StepEvent ev{at, int64_t(side.size()), false, &side_logits, -1, false};
         ev.side_ids = &side;
-        on_step(ev);
+        on_step_(ev);
       }
     }
-  };
-  const int64_t side_at = o.side_passes_at > 0 && o.side_passes_at < r.prefill_tokens
-                              ? o.side_passes_at
-                              : r.prefill_tokens;
-  const int64_t ins_end = o.inserted_model ? o.inserted_at + o.inserted : -1;
-  if (o.inserted_model) {
-    if (o.inserted <= 0 || o.inserted_at < 0 || ins_end > r.prefill_tokens)
-      throw std::logic_error("Generator: inserted tokens outside the prompt");
-    o.inserted_model->announce_sequence_length(r.prefill_tokens);
   }
-  for (int64_t p = 0; p < r.prefill_tokens;) {
-    // A chunk never crosses the side passes' position nor the inserted tokens' bounds.
-    int64_t stop = r.prefill_tokens;
-    for (int64_t b : {side_at, o.inserted_model ? o.inserted_at : int64_t(-1), ins_end})
-      if (b > p) stop = std::min(stop, b);
-    const bool inserted = o.inserted_model && p == o.inserted_at;
-    const int64_t n = inserted ? o.inserted : std::min(o.prefill_chunk, stop - p);
-    torch::Tensor step_logits =
-        (inserted ? *o.inserted_model : model_).forward(ids.narrow(0, p, n), p, backend_);
-    if (!inserted) logits = step_logits;
-    // Observers see every forward pass: a capture records each chunk as a step.
-    const bool last = p + n >= r.prefill_tokens;
-    if (last) token = choose(logits);
-    if (on_step) {
-      StepEvent ev{p, n, true, &step_logits, last ? token : -1, last && token_forced};
-      ev.inserted = inserted;
-      on_step(ev);
-    }
-    p += n;
-    if (p == side_at) run_side_passes(side_at);
-  }
-  r.prefill_seconds = seconds_since(start);
 
-  int64_t pos = r.prefill_tokens;
-  torch::Tensor next = torch::empty({1}, torch::kInt64);
-  while (true) {
-    if (token_forced) {
-      // Context, like the prompt: no output, no end of the run.
-      ++r.forced_tokens;
-      if (decoder) decoder->prime({token});
-    } else {
-      r.output_ids.push_back(token);
-      if (std::find(eos.begin(), eos.end(), token) != eos.end()) {
-        r.finish_reason = "eos";
-        break;
-      }
-      if (decoder) {
-        bool stopped = false;
-        emit(stops.push(decoder->push(token), &stopped));
-        if (stopped) {
-          r.finish_reason = "stop";
-          break;
-        }
-      }
-      if (static_cast<int64_t>(r.output_ids.size()) >= o.max_new_tokens) {
-        r.finish_reason = "length";
-        break;
-      }
-    }
-    if (pos >= max_positions) {
-      r.finish_reason = "context";
-      break;
-    }
-    const auto step_start = Clock::now();
-    next.data_ptr<int64_t>()[0] = token;
-    logits = model_.forward(next, pos, backend_);
-    token = choose(logits);
-    r.decode_seconds += seconds_since(step_start);
-    ++r.decode_steps;
-    if (on_step) on_step({pos, 1, false, &logits, token, token_forced});
-    ++pos;
-  }
-  if (decoder && r.finish_reason != "stop") {
-    bool stopped = false;
-    emit(stops.push(decoder->finish(), &stopped));
-    emit(stops.flush());
-  }
-  return r;
+  model::Transformer& model_;
+  model::AttentionBackend& backend_;
+  const GenerationOptions& o_;
+  const TextCallback& on_text_;
+  const StepCallback& on_step_;
+  Sampler sampler_;
+  StopFilter stops_;
+  std::vector<int32_t> eos_;
+  std::unique_ptr<tokenizer::StreamDecoder> decoder_;
+  GenerationResult r_;
+  torch::Tensor logits_;
+  int32_t token_ = -1;
+  size_t forced_chosen_ = 0;
+  bool token_forced_ = false;
+};
+
+}  // namespace
+
+GenerationResult Generator::run(const std::vector<int32_t>& prompt, const GenerationOptions& o,
+                                const TextCallback& on_text, const StepCallback& on_step) {
+  const int64_t max_positions =
+      o.max_positions > 0 ? o.max_positions : model_.config().context_length;
+  check_prompt_fits(static_cast<int64_t>(prompt.size()), max_positions);
+  if (!o.forced_tokens.empty())
+    check_prompt_fits(static_cast<int64_t>(prompt.size() + o.forced_tokens.size()), max_positions,
+                      "prompt + forced tokens");
+  if (!o.stop_strings.empty() && !tokenizer_)
+    throw InputError("", "--stop", "stop strings need a tokenizer");
+  if (o.max_new_tokens <= 0) throw InputError("", "--max-new", "must be positive");
+  if (o.prefill_chunk <= 0) throw InputError("", "--prefill-chunk", "must be positive");
+  GenerationRun run(model_, backend_, tokenizer_, prompt, o, on_text, on_step);
+  run.prefill();
+  run.decode(max_positions);
+  return run.finish();
 }
 
 }  // namespace kvscope::generate

@@ -38,7 +38,7 @@ struct GenerationOptions {
   // The prompt position the side passes run at (the prefill stops there and
   // resumes after them); -1: after the whole prompt.
   int64_t side_passes_at = -1;
-  // Inserted tokens (a policy's, policy::Policy::inserted_tokens: RestoreKV's
+  // Inserted tokens (a policy's, policy::CapturePlan::inserted: RestoreKV's
   // restore tokens): prompt positions [inserted_at, inserted_at + inserted)
   // hold them and are fed as one step through `inserted_model` instead of the
   // run's model, right after the side passes. Their logits predict nothing:

@@ -63,7 +63,7 @@ bool tier_prefix(const std::vector<cache::TierSpec>& part,
 ComposedPolicy::ComposedPolicy(std::string spec, std::vector<Part> parts)
     : spec_(std::move(spec)), parts_(std::move(parts)) {
   for (const Part& p : parts_)
-    if (p.policy->reconstructs())
+    if (p.policy->plans_capture())
       throw InputError("--policy", spec_,
                        p.name +
                            " runs a context-reconstruction pass after the prefill and "

@@ -13,6 +13,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -87,7 +88,7 @@ struct LayerContext {
   const cache::RaggedKvCache& cache;
   Decisions& decide;
   const cache::LayerStats& stats;
-  // A context-reconstruction step (Policy::reconstruction): the chunk's index,
+  // A context-reconstruction step (CapturePlan::reconstruction): the chunk's index,
   // -1 for the sequence's own steps. Its tokens are no sequence tokens: they
   // are not in the cache any more when the hook runs.
   int64_t reconstruction = -1;
@@ -118,6 +119,46 @@ struct ReconstructionChunk {
   // step's own tokens, as a softmax over that subset would give them
   // (kvpress's chunked scoring); empty: no renormalisation.
   std::vector<std::pair<int64_t, int64_t>> softmax_keys;
+};
+
+// What Policy::plan is asked with: the prompt as tokenised (the policy's
+// inserted tokens not yet in it), the model's tokenizer (null in unit tests
+// that run without one) and the model's shape.
+struct PlanInputs {
+  const std::vector<int32_t>& prompt;
+  const tokenizer::Tokenizer* tokenizer;
+  const model::ModelConfig& model;
+};
+
+// Tokens a policy inserts into the sequence right after its reconstruction
+// pass (RestoreKV's restore tokens). They are fed at CapturePlan::at (else
+// after the prompt) through `model` and stay in the cache like the
+// sequence's own; the tokens after them move on by count() positions, and
+// setup() sees them in prompt_tokens. Their ids are the run model's
+// vocab_size + i, named names[i] in the trace.
+struct InsertedTokens {
+  std::vector<std::string> names;
+  // The model that feeds them (the run's own with the policy's adapters on);
+  // valid once setup() has run.
+  std::function<model::Transformer*()> model;
+  int64_t count() const { return int64_t(names.size()); }
+};
+
+// The capture's protocol for one policy and one prompt: what run_capture
+// does for it beyond the four primitives' hooks, in this order: the prefill
+// stops at `at`; the reconstruction pass runs at the positions from there;
+// the inserted tokens follow it; the rest of the prompt is fed after them.
+struct CapturePlan {
+  // The pass's chunks: after_attention and end_step see each chunk's step
+  // with `reconstruction` set; admit and select are not called for them.
+  std::vector<ReconstructionChunk> reconstruction;
+  // Where in the prompt the pass runs (a chat prompt's generation prompt,
+  // the question's place, stays after it); -1: after the whole prompt.
+  int64_t at = -1;
+  InsertedTokens inserted;
+  // Whether the capture has anything to do for the policy (a composite
+  // refuses such a part).
+  bool empty() const { return reconstruction.empty() && inserted.count() == 0; }
 };
 
 // The four primitives; a composite holds at most one part of each kind.
@@ -164,34 +205,13 @@ class Policy {
   // Checked by the step driver after the layer's after_attention.
   virtual HeldLimit held_limit(const LayerContext& c) const { return {}; }
 
-  // A context-reconstruction pass after the prefill: true when reconstruction()
-  // returns chunks (a composite refuses such a part).
-  virtual bool reconstructs() const { return false; }
-  // The pass's chunks for this prompt (`tokenizer` may be null); called once,
-  // before setup(). after_attention and end_step see each chunk's step with
-  // `reconstruction` set; admit and select are not called for them.
-  virtual std::vector<ReconstructionChunk> reconstruction(
-      const std::vector<int32_t>& prompt, const tokenizer::Tokenizer* tokenizer) const {
-    return {};
-  }
-  // Where in the prompt the pass runs, after reconstruction(): the prefill
-  // stops there, the pass runs at the positions from there, and the rest of
-  // the prompt (a chat prompt's generation prompt, the question's place) is
-  // fed after it. -1: after the whole prompt.
-  virtual int64_t reconstruction_at() const { return -1; }
-
-  // Tokens the policy inserts into the sequence right after its
-  // reconstruction pass (RestoreKV's restore tokens): called once, before
-  // reconstruction() and setup(); returns how many (0: none). They are fed
-  // at reconstruction_at() (else after the prompt) through inserted_model()
-  // and stay in the cache like the sequence's own; the tokens after them
-  // move on by that many positions, and setup() sees them in prompt_tokens.
-  virtual int64_t inserted_tokens(const model::ModelConfig& model) const { return 0; }
-  // After setup(): the model that feeds them (the run's own with the
-  // policy's adapters on); their ids are the run model's vocab_size + i,
-  // named inserted_names()[i] in the trace.
-  virtual model::Transformer* inserted_model() { return nullptr; }
-  virtual std::vector<std::string> inserted_names() const { return {}; }
+  // What the capture does for this policy besides calling its hooks
+  // (CapturePlan): called once per prompt, before setup(). The default asks
+  // for nothing.
+  virtual CapturePlan plan(const PlanInputs& in) { return {}; }
+  // Whether plan() may ask for anything; declared before any prompt is seen
+  // (a composite refuses such a part).
+  virtual bool plans_capture() const { return false; }
 
   virtual void admit(AdmitContext& c) {}
   virtual void select(SelectContext& c) {}

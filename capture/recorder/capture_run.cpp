@@ -11,6 +11,7 @@
 #include "capture/recorder/oracle.h"
 #include "capture/recorder/recorder.h"
 #include "capture/tasks/task_common.h"
+#include "core/common/check.h"
 #include "core/common/input_error.h"
 #include "core/common/memory_limit.h"
 #include "core/trace/writer.h"
@@ -132,179 +133,251 @@ void set_task(const tasks::TaskPrompt& task, CaptureRequest* r) {
   r->question_spans = task.question_spans;
 }
 
-CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& request) {
-  torch::InferenceMode inference;
-  const model::ModelConfig& config = engine.model->config();
-  policy::PolicyInstance pi =
-      policy::make_policy(request.policy, {int64_t(request.prompt_ids.size()), request.model_path});
-  // Tokens the policy inserts (RestoreKV's restore tokens) become prompt
-  // tokens after its reconstruction pass: the positions after them move on.
-  const int64_t inserted = pi.policy->inserted_tokens(config);
-  std::vector<policy::ReconstructionChunk> reconstruction =
-      pi.policy->reconstruction(request.prompt_ids, engine.tokenizer.get());
-  const int64_t inserted_at = pi.policy->reconstruction_at() >= 0
-                                  ? pi.policy->reconstruction_at()
-                                  : int64_t(request.prompt_ids.size());
-  const CaptureRequest req =
-      with_inserted_tokens(request, inserted_at, inserted, int32_t(config.vocab_size));
-  const int64_t prompt_tokens = static_cast<int64_t>(req.prompt_ids.size());
-  const int64_t forced_tokens = static_cast<int64_t>(req.generation.forced_tokens.size());
-  const int64_t run_tokens = prompt_tokens + forced_tokens + req.generation.max_new_tokens;
-  // Everything that can refuse the run does so before the trace exists.
-  const int64_t max_positions = std::min<int64_t>(config.context_length, run_tokens);
-  generate::check_prompt_fits(prompt_tokens, max_positions);
-  if (forced_tokens > 0)
-    generate::check_prompt_fits(prompt_tokens + forced_tokens, max_positions,
-                                "prompt + forced tokens");
+namespace {
 
-  // A policy's context-reconstruction pass (KVzip) feeds its chunks at the
-  // positions after the prompt (or after the context of a chat prompt,
-  // Policy::reconstruction_at): the cache and the trace's key axis cover them.
-  int64_t max_tokens = run_tokens;
-  for (const policy::ReconstructionChunk& chunk : reconstruction) {
-    const int64_t end = prompt_tokens + int64_t(chunk.ids.size());
+// The run as the policy's plan shapes it: the request with the inserted
+// tokens in place, and the sizes every later phase works with.
+struct PlannedRun {
+  policy::PolicyInstance pi;
+  policy::CapturePlan plan;
+  CaptureRequest req;
+  int64_t inserted_at = 0;  // where the inserted tokens go (the plan's `at`, else the prompt's end)
+  int64_t prompt_tokens = 0, forced_tokens = 0;
+  int64_t max_positions = 0;  // of the sequence: the model's context or the run's length
+  int64_t max_tokens = 0;     // of the cache and the trace: the sequence and the pass's chunks
+};
+
+// Phase 1: the policy, its plan and the sizes; everything that can refuse
+// the run does so here, before the trace exists.
+PlannedRun plan_run(const generate::Engine& engine, const CaptureRequest& request) {
+  const model::ModelConfig& config = engine.model->config();
+  PlannedRun r{policy::make_policy(request.policy,
+                                   {int64_t(request.prompt_ids.size()), request.model_path})};
+  r.plan = r.pi.policy->plan({request.prompt_ids, engine.tokenizer.get(), config});
+  r.inserted_at = r.plan.at >= 0 ? r.plan.at : int64_t(request.prompt_ids.size());
+  r.req = with_inserted_tokens(request, r.inserted_at, r.plan.inserted.count(),
+                               int32_t(config.vocab_size));
+  r.prompt_tokens = int64_t(r.req.prompt_ids.size());
+  r.forced_tokens = int64_t(r.req.generation.forced_tokens.size());
+  const int64_t run_tokens = r.prompt_tokens + r.forced_tokens + r.req.generation.max_new_tokens;
+  r.max_positions = std::min<int64_t>(config.context_length, run_tokens);
+  generate::check_prompt_fits(r.prompt_tokens, r.max_positions);
+  if (r.forced_tokens > 0)
+    generate::check_prompt_fits(r.prompt_tokens + r.forced_tokens, r.max_positions,
+                                "prompt + forced tokens");
+  // The reconstruction pass feeds its chunks at the positions after the
+  // prompt: the cache and the trace's key axis cover them.
+  r.max_tokens = run_tokens;
+  for (const policy::ReconstructionChunk& chunk : r.plan.reconstruction) {
+    const int64_t end = r.prompt_tokens + int64_t(chunk.ids.size());
     if (end > config.context_length)
-      throw InputError("--policy", req.policy,
+      throw InputError("--policy", r.req.policy,
                        "its context-reconstruction pass feeds " + std::to_string(chunk.ids.size()) +
-                           " tokens after the prompt's " + std::to_string(prompt_tokens) +
+                           " tokens after the prompt's " + std::to_string(r.prompt_tokens) +
                            ", beyond the model's context of " +
                            std::to_string(config.context_length) +
                            " positions (a smaller chunk= or a shorter prompt)");
-    max_tokens = std::max(max_tokens, end);
+    r.max_tokens = std::max(r.max_tokens, end);
   }
+  return r;
+}
+
+// Phase 3: the trace, when the levels ask for one (null for --capture none).
+std::unique_ptr<trace::TraceWriter> open_writer(const generate::Engine& engine, const PlannedRun& r,
+                                                const CaptureLevels& levels) {
+  if (levels.none) return nullptr;
+  const CaptureRequest& req = r.req;
+  if (req.output.empty()) throw InputError("", "-o", "an output trace path is required");
+  trace::RunInfo run = run_info(engine, r.pi, req, levels);
+  run.model.vocab_size +=
+      r.plan.inserted.count();  // the inserted tokens' ids follow the vocabulary
+  const trace::CaptureLayout layout =
+      capture_layout(levels, *r.pi.policy, r.max_tokens, req.oracle, req.oracle_recall_k);
+  check_fits_in_memory(
+      "", "--capture",
+      trace::TraceWriter::estimate_memory_bytes(run, layout, r.max_tokens,
+                                                req.generation.prefill_chunk, {}),
+      "the trace of " + std::to_string(r.max_tokens) + " tokens at --capture " + req.levels);
+  return trace::TraceWriter::create(req.output, run, layout);
+}
+
+// Phase 4: what each generator step becomes in the trace and the result.
+class StepSink {
+ public:
+  StepSink(const PlannedRun& r, const policy::StepDriver& driver, Recorder& recorder,
+           OracleShadow* oracle, trace::TraceWriter* writer, CaptureResult& result)
+      : r_(r),
+        driver_(driver),
+        recorder_(recorder),
+        oracle_(oracle),
+        writer_(writer),
+        result_(result) {}
+
+  void operator()(const generate::StepEvent& ev) {
+    if (ev.side_ids) return reconstruction_step(ev);
+    if (ev.prefill && ev.token >= 0) decode_policy_start_ = driver_.policy_seconds();
+    std::vector<int32_t> ids;
+    if (ev.prefill)
+      ids.assign(r_.req.prompt_ids.begin() + ev.pos0, r_.req.prompt_ids.begin() + ev.pos0 + ev.n);
+    else
+      ids.push_back(fed_generated_.back());
+    if (ev.token >= 0) fed_generated_.push_back(ev.token);
+    trace::StepData sd = oracle_ && !ev.inserted ? with_oracle(ev, ids) : finish(ev, ids);
+    mark_roles(&sd, r_.req);
+    append(sd);
+    if (r_.req.progress) r_.req.progress({ev.pos0 + ev.n, r_.max_tokens, result_.steps});
+  }
+
+  // Policy time when the prefill ended (-1: it never did).
+  double decode_policy_start() const { return decode_policy_start_; }
+
+ private:
+  // A reconstruction step: no oracle step, no sequence tokens.
+  void reconstruction_step(const generate::StepEvent& ev) {
+    trace::StepData sd = recorder_.finish_reconstruction_step(ev.pos0, *ev.side_ids);
+    decode_policy_start_ = driver_.policy_seconds();  // the prefill's policy time includes it
+    append(sd);
+  }
+
+  // A decode step feeding a forced token records it like prompt text, and
+  // text is generated only from the first sampled token on.
+  trace::StepData finish(const generate::StepEvent& ev, const std::vector<int32_t>& ids) {
+    const bool feeds_forced = !ev.prefill && ev.pos0 < r_.prompt_tokens + r_.forced_tokens;
+    return recorder_.finish_step(ev.pos0, ids, ev.prefill, ev.forced ? -1 : ev.token, feeds_forced);
+  }
+
+  // The full-cache reference runs the step first (it has no inserted
+  // tokens); its last query then judges the step's stalls.
+  trace::StepData with_oracle(const generate::StepEvent& ev, const std::vector<int32_t>& ids) {
+    recorder_.pause();
+    torch::Tensor t = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64);
+    trace::OracleRow row = oracle_->step(t, ev.pos0, *ev.logits);
+    recorder_.resume();
+    trace::StepData sd = finish(ev, ids);
+    sd.has_oracle = true;
+    sd.oracle = std::move(row);
+    for (trace::StallRow& st : sd.stalls)
+      st.needed = oracle_->needed(st.layer, st.kv_head, st.token);
+    return sd;
+  }
+
+  void append(const trace::StepData& sd) {
+    result_.peak_kv_bytes = std::max(result_.peak_kv_bytes, sd.step.kv_bytes);
+    result_.final_entries = sd.step.entries;
+    result_.final_kv_bytes = sd.step.kv_bytes;
+    if (writer_) writer_->append_step(sd);
+    ++result_.steps;
+  }
+
+  const PlannedRun& r_;
+  const policy::StepDriver& driver_;
+  Recorder& recorder_;
+  OracleShadow* oracle_;
+  trace::TraceWriter* writer_;
+  CaptureResult& result_;
+  double decode_policy_start_ = -1;
+  std::vector<int32_t> fed_generated_;  // the token each decode step feeds
+};
+
+// Phase 5's options: the plan's passes and inserted tokens for the generator.
+generate::GenerationOptions generation_options(const PlannedRun& r) {
+  generate::GenerationOptions g = r.req.generation;
+  if (g.max_positions <= 0) g.max_positions = r.max_positions;
+  for (const policy::ReconstructionChunk& chunk : r.plan.reconstruction)
+    g.side_passes.push_back(chunk.ids);
+  const int64_t inserted = r.plan.inserted.count();
+  // Inserted tokens sit where the reconstruction would start: the side
+  // passes run after them.
+  g.side_passes_at = inserted > 0 ? r.inserted_at : r.plan.at;
+  if (inserted > 0) {
+    g.inserted_model = r.plan.inserted.model ? r.plan.inserted.model() : nullptr;
+    g.inserted_at = r.inserted_at;
+    g.inserted = inserted;
+    KVSCOPE_CHECK(g.inserted_model != nullptr,
+                  "run_capture: the policy inserts tokens but has no model for them");
+  }
+  return g;
+}
+
+// Phase 6: the task's score from the generated text.
+void score_answers(const CaptureRequest& req, CaptureResult* result) {
+  const std::string& text = result->generation.text;
+  if (!req.expected_answers.empty()) {
+    result->answers_found = tasks::answers_found(req.expected_answers, text);
+    result->success = result->answers_found == int64_t(req.expected_answers.size());
+    result->score = tasks::answer_score(req.expected_answers, text);
+  } else if (!req.expected_answer.empty()) {
+    result->success = text.find(req.expected_answer) != std::string::npos;
+    result->answers_found = result->success ? 1 : 0;
+    result->score = result->success ? 1.0 : 0.0;
+  }
+}
+
+void close_writer(const CaptureRequest& req, const CaptureResult& result,
+                  trace::TraceWriter* writer) {
+  trace::GenerationSummary summary;
+  const std::string& fr = result.generation.finish_reason;
+  summary.finish_reason = fr == "context" ? "length" : fr;
+  summary.success = req.expected_answer.empty() ? -1 : (result.success ? 1 : 0);
+  if (!req.expected_answer.empty()) summary.score = result.score;
+  writer->close(summary);
+}
+
+}  // namespace
+
+// The phases: plan the run (policy, plan, sizes); build the driver, the
+// recorder and the oracle; open the trace; run the generator with a sink
+// recording each step; then the notes, the score and the trace's close.
+CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& request) {
+  torch::InferenceMode inference;
+  const model::ModelConfig& config = engine.model->config();
+  PlannedRun r = plan_run(engine, request);
+  const CaptureRequest& req = r.req;
   CaptureLevels levels = parse_capture_levels(req.levels, config.n_layers, config.n_heads);
   if (levels.none && req.oracle)
     throw InputError("--capture", "none",
                      "--oracle needs a trace to write to (drop --capture none)");
-  policy::StepDriver::Options options{req.page_rows, max_tokens, prompt_tokens};
-  pi.policy->setup({&config, max_tokens, prompt_tokens, req.page_rows, &engine.model->weights()});
-  policy::StepDriver driver(config, options, *pi.policy, pi.name);
-  driver.use_device(engine.device, cache::parse_device_prefill(req.device_prefill));
-  std::vector<std::vector<int32_t>> side_passes;
-  for (const policy::ReconstructionChunk& chunk : reconstruction) side_passes.push_back(chunk.ids);
-  driver.set_reconstruction(std::move(reconstruction));
-  const cache::RaggedKvCache& cache = driver.cache();
 
+  // Phase 2: the policy set up, its driver and what observes it.
+  policy::StepDriver::Options options{req.page_rows, r.max_tokens, r.prompt_tokens};
+  r.pi.policy->setup(
+      {&config, r.max_tokens, r.prompt_tokens, req.page_rows, &engine.model->weights()});
+  policy::StepDriver driver(config, options, *r.pi.policy, r.pi.name);
+  const cache::DevicePrefill prefill = cache::parse_device_prefill(req.device_prefill);
+  driver.use_device(engine.device, prefill);
+  driver.set_reconstruction(r.plan.reconstruction);
   Recorder recorder(driver, engine.tokenizer.get(), levels, req.prompt_text);
-  if (inserted > 0)
-    recorder.set_inserted_tokens(int32_t(config.vocab_size), pi.policy->inserted_names());
+  if (r.plan.inserted.count() > 0)
+    recorder.set_inserted_tokens(int32_t(config.vocab_size), r.plan.inserted.names);
   std::unique_ptr<OracleShadow> oracle;
   if (req.oracle) {
     recorder.set_track_attended(true);
     oracle = std::make_unique<OracleShadow>(*engine.model, options, req.oracle_recall_k, recorder,
-                                            cache, engine.device,
-                                            cache::parse_device_prefill(req.device_prefill));
+                                            driver.cache(), engine.device, prefill);
   }
   if (recorder.wants_probs(0)) driver.set_observer(&recorder);
 
-  std::unique_ptr<trace::TraceWriter> writer;
-  if (!levels.none) {
-    if (req.output.empty()) throw InputError("", "-o", "an output trace path is required");
-    trace::RunInfo run = run_info(engine, pi, req, levels);
-    run.model.vocab_size += inserted;  // the inserted tokens' ids follow the vocabulary
-    const trace::CaptureLayout layout =
-        capture_layout(levels, *pi.policy, max_tokens, req.oracle, req.oracle_recall_k);
-    check_fits_in_memory(
-        "", "--capture",
-        trace::TraceWriter::estimate_memory_bytes(run, layout, max_tokens,
-                                                  req.generation.prefill_chunk, {}),
-        "the trace of " + std::to_string(max_tokens) + " tokens at --capture " + req.levels);
-    writer = trace::TraceWriter::create(req.output, run, layout);
-  }
-
+  std::unique_ptr<trace::TraceWriter> writer = open_writer(engine, r, levels);
   CaptureResult result;
-  result.notes = pi.notes;
-  double decode_policy_start = -1;     // policy time when the prefill ended
-  std::vector<int32_t> fed_generated;  // the token each decode step feeds
-  auto on_step = [&](const generate::StepEvent& ev) {
-    if (ev.side_ids) {  // a reconstruction step: no oracle step, no sequence tokens
-      trace::StepData sd = recorder.finish_reconstruction_step(ev.pos0, *ev.side_ids);
-      decode_policy_start = driver.policy_seconds();  // the prefill's policy time includes it
-      result.peak_kv_bytes = std::max(result.peak_kv_bytes, sd.step.kv_bytes);
-      result.final_entries = sd.step.entries;
-      result.final_kv_bytes = sd.step.kv_bytes;
-      if (writer) writer->append_step(sd);
-      ++result.steps;
-      return;
-    }
-    if (ev.prefill && ev.token >= 0) decode_policy_start = driver.policy_seconds();  // prefill done
-    std::vector<int32_t> ids;
-    if (ev.prefill)
-      ids.assign(req.prompt_ids.begin() + ev.pos0, req.prompt_ids.begin() + ev.pos0 + ev.n);
-    else
-      ids.push_back(fed_generated.back());
-    if (ev.token >= 0) fed_generated.push_back(ev.token);
-    // A decode step feeding a forced token records it like prompt text, and
-    // text is generated only from the first sampled token on.
-    const bool feeds_forced = !ev.prefill && ev.pos0 < prompt_tokens + forced_tokens;
-    const int32_t sampled = ev.forced ? -1 : ev.token;
-    trace::StepData sd;
-    if (oracle && !ev.inserted) {  // the full-cache reference has no inserted tokens
-      recorder.pause();
-      torch::Tensor t = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64);
-      trace::OracleRow row = oracle->step(t, ev.pos0, *ev.logits);
-      recorder.resume();
-      sd = recorder.finish_step(ev.pos0, ids, ev.prefill, sampled, feeds_forced);
-      sd.has_oracle = true;
-      sd.oracle = std::move(row);
-      // The shadow has run this step: its last query judges the step's stalls.
-      for (trace::StallRow& st : sd.stalls)
-        st.needed = oracle->needed(st.layer, st.kv_head, st.token);
-    } else {
-      sd = recorder.finish_step(ev.pos0, ids, ev.prefill, sampled, feeds_forced);
-    }
-    mark_roles(&sd, req);
-    result.peak_kv_bytes = std::max(result.peak_kv_bytes, sd.step.kv_bytes);
-    result.final_entries = sd.step.entries;
-    result.final_kv_bytes = sd.step.kv_bytes;
-    if (writer) writer->append_step(sd);
-    ++result.steps;
-    if (req.progress) req.progress({ev.pos0 + ev.n, max_tokens, result.steps});
-  };
-
+  result.notes = r.pi.notes;
+  StepSink sink(r, driver, recorder, oracle.get(), writer.get(), result);
   generate::Generator generator(*engine.model, driver, engine.tokenizer.get());
-  generate::GenerationOptions g = req.generation;
-  if (g.max_positions <= 0) g.max_positions = max_positions;
-  g.side_passes = std::move(side_passes);
-  // Inserted tokens sit where the reconstruction would start: the side
-  // passes run after them.
-  g.side_passes_at = inserted > 0 ? inserted_at : pi.policy->reconstruction_at();
-  if (inserted > 0) {
-    g.inserted_model = pi.policy->inserted_model();
-    g.inserted_at = inserted_at;
-    g.inserted = inserted;
-    if (!g.inserted_model)
-      throw std::logic_error("run_capture: the policy inserts tokens but has no model for them");
-  }
   // On an exception the writer's destructor flushes what was captured and
   // leaves complete = 0.
-  result.generation = generator.run(req.prompt_ids, g, {}, on_step);
+  result.generation = generator.run(req.prompt_ids, generation_options(r), {},
+                                    [&sink](const generate::StepEvent& ev) { sink(ev); });
+
   result.policy_seconds = driver.policy_seconds();
+  result.decode_policy_seconds =
+      sink.decode_policy_start() < 0 ? 0 : driver.policy_seconds() - sink.decode_policy_start();
   std::vector<std::string> where{attention_note(engine.device, req.device_prefill, driver, "")};
   if (oracle)
     where.push_back(attention_note(engine.device, req.device_prefill, oracle->driver(),
                                    "the oracle's full cache: "));
   for (const std::string& note : where)
     if (!note.empty()) result.notes.push_back(note);
-  result.decode_policy_seconds =
-      decode_policy_start < 0 ? 0 : driver.policy_seconds() - decode_policy_start;
-  if (!req.expected_answers.empty()) {
-    result.answers_found = tasks::answers_found(req.expected_answers, result.generation.text);
-    result.success = result.answers_found == int64_t(req.expected_answers.size());
-    result.score = tasks::answer_score(req.expected_answers, result.generation.text);
-  } else if (!req.expected_answer.empty()) {
-    result.success = result.generation.text.find(req.expected_answer) != std::string::npos;
-    result.answers_found = result.success ? 1 : 0;
-    result.score = result.success ? 1.0 : 0.0;
-  }
-  if (writer) {
-    trace::GenerationSummary summary;
-    const std::string& fr = result.generation.finish_reason;
-    summary.finish_reason = fr == "context" ? "length" : fr;
-    summary.success = req.expected_answer.empty() ? -1 : (result.success ? 1 : 0);
-    if (!req.expected_answer.empty()) summary.score = result.score;
-    writer->close(summary);
-  }
+  score_answers(req, &result);
+  if (writer) close_writer(req, result, writer.get());
   return result;
 }
 

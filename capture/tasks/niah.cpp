@@ -56,100 +56,137 @@ std::string niah_kind(const NiahOptions& o) {
   return o.values > 1 ? "niah_multivalue" : o.keys == 1 ? "niah_single" : "niah_multikey";
 }
 
-NiahTask make_niah_task(const tokenizer::Tokenizer& tok, const NiahOptions& o) {
+namespace {
+
+// The keys (distinct, a seeded shuffle) and their 7-digit values (distinct
+// within the asked key), the asked key first.
+struct KeysAndValues {
+  std::vector<std::string> keys;
+  std::vector<std::vector<std::string>> values;
+};
+
+KeysAndValues draw_keys(const NiahOptions& o) {
   SplitMix rng{o.seed};
-  // Distinct keys (a seeded shuffle), 7-digit values (distinct within the
-  // asked key), the asked key first.
   std::vector<int64_t> order(static_cast<size_t>(kMaxKeys));
   std::iota(order.begin(), order.end(), 0);
   rng.shuffle(&order);
-  std::vector<std::string> keys;
-  std::vector<std::vector<std::string>> values(size_t(o.keys));
+  KeysAndValues kv;
+  kv.values.resize(size_t(o.keys));
   for (int64_t i = 0; i < o.keys; ++i) {
-    keys.push_back(kKeys[order[size_t(i)]]);
-    auto& v = values[size_t(i)];
+    kv.keys.push_back(kKeys[order[size_t(i)]]);
+    auto& v = kv.values[size_t(i)];
     while (int64_t(v.size()) < o.values) {
       std::string value = std::to_string(1000000 + rng.below(9000000));
       if (i > 0 || std::find(v.begin(), v.end(), value) == v.end()) v.push_back(value);
     }
   }
-  NiahTask task;
-  task.key = keys[0];
-  task.answers = values[0];
-  task.answer = join_answers(task.answers);
-  const bool multi = o.values > 1;
-  const std::string question = multi ? "What are all the special magic numbers for " + task.key +
-                                           " mentioned in the provided text?"
-                                     : "What is the special magic number for " + task.key +
-                                           " mentioned in the provided text?";
-  const std::string answer_prefix =
-      multi ? " The special magic numbers for " + task.key + " mentioned in the provided text are"
-            : " The special magic number for " + task.key + " mentioned in the provided text is";
+  return kv;
+}
 
-  // The needles: the asked key's values first, then the distractors key by key.
-  std::vector<std::string> needles;
-  for (size_t i = 0; i < keys.size(); ++i)
-    for (const std::string& value : values[i]) needles.push_back(needle_text(keys[i], value));
-  std::string needles_text;
-  for (const std::string& n : needles) needles_text += n;
-  const int64_t fixed =
-      int64_t(tok.encode(std::string(kIntro) + needles_text + question, false).size()) + 24;
+// Renders the prompt around a haystack of units: the needles (the asked
+// key's values first, then the distractors key by key) at their depths.
+class NiahRenderer {
+ public:
+  NiahRenderer(const tokenizer::Tokenizer& tok, const NiahOptions& o, const KeysAndValues& kv,
+               const std::string& key)
+      : tok_(tok), o_(o) {
+    const bool multi = o.values > 1;
+    question_ =
+        multi ? "What are all the special magic numbers for " + key +
+                    " mentioned in the provided text?"
+              : "What is the special magic number for " + key + " mentioned in the provided text?";
+    answer_prefix_ =
+        multi ? " The special magic numbers for " + key + " mentioned in the provided text are"
+              : " The special magic number for " + key + " mentioned in the provided text is";
+    for (size_t i = 0; i < kv.keys.size(); ++i)
+      for (const std::string& value : kv.values[i])
+        needles_.push_back(needle_text(kv.keys[i], value));
+  }
 
-  // Where they go among n units: the asked needle's first value at `depth`,
-  // its others every 1/values further on (round to the start past the end);
-  // distractors at evenly spaced depths (m - 1/2) / distractors, one unit
-  // later where one would share an asked needle's slot (one earlier at the end).
-  auto render = [&](const std::vector<std::string>& units) {
-    const int64_t n = int64_t(units.size());
-    std::vector<int64_t> slot(needles.size());
-    for (int64_t j = 0; j < o.values; ++j) {
-      double d = o.depth + double(j) / double(o.values);
-      if (d > 1) d -= 1;
-      slot[size_t(j)] = int64_t(d * double(n) + 0.5);
-    }
-    const int64_t distractors = int64_t(needles.size()) - o.values;
-    for (int64_t m = 1; m <= distractors; ++m) {
-      int64_t s = int64_t((double(m) - 0.5) / double(distractors) * double(n) + 0.5);
-      if (std::find(slot.begin(), slot.begin() + o.values, s) != slot.begin() + o.values)
-        s += s < n ? 1 : -1;
-      slot[size_t(o.values + m - 1)] = s;
-    }
+  // Tokens of everything but the haystack, with a margin for the template.
+  int64_t fixed_tokens() const {
+    std::string text = kIntro;
+    for (const std::string& n : needles_) text += n;
+    return int64_t(tok_.encode(text + question_, false).size()) + 24;
+  }
+
+  Rendered render(const std::vector<std::string>& units) const {
+    const std::vector<int64_t> slot = slots(int64_t(units.size()));
     std::string user = kIntro;
-    std::vector<std::pair<size_t, size_t>> asked(size_t(o.values));
-    for (int64_t f = 0; f <= n; ++f) {
-      for (size_t i = 0; i < needles.size(); ++i) {
+    std::vector<std::pair<size_t, size_t>> asked(size_t(o_.values));
+    for (int64_t f = 0; f <= int64_t(units.size()); ++f) {
+      for (size_t i = 0; i < needles_.size(); ++i) {
         if (slot[i] != f) continue;
-        if (int64_t(i) < o.values) asked[i] = {user.size(), user.size() + needles[i].size()};
-        user += needles[i];
+        if (int64_t(i) < o_.values) asked[i] = {user.size(), user.size() + needles_[i].size()};
+        user += needles_[i];
       }
-      if (f < n) user += units[size_t(f)];
+      if (f < int64_t(units.size())) user += units[size_t(f)];
     }
-    if (o.haystack.kind == HaystackKind::Text) {  // RULER's "{context}\nWhat are ..."
+    if (o_.haystack.kind == HaystackKind::Text) {  // RULER's "{context}\nWhat are ..."
       while (user.back() == ' ') user.pop_back();
       user += '\n';
     }
     const size_t question_begin = user.size();
-    user += question;
+    user += question_;
     Rendered r;
-    const UserPrompt wrapped = wrap_user_message(tok, o.chat, user, kIntro, answer_prefix);
+    const UserPrompt wrapped = wrap_user_message(tok_, o_.chat, user, kIntro, answer_prefix_);
     r.prompt_text = wrapped.text;
     const size_t offset = wrapped.offset;
     for (auto& [b, e] : asked) r.asked.emplace_back(b + offset, e + offset);
     r.question = {question_begin + offset, user.size() + offset};
     return r;
-  };
+  }
 
+ private:
+  // Where the needles go among n units: the asked needle's first value at
+  // `depth`, its others every 1/values further on (round to the start past
+  // the end); distractors at evenly spaced depths (m - 1/2) / distractors,
+  // one unit later where one would share an asked needle's slot (one earlier
+  // at the end).
+  std::vector<int64_t> slots(int64_t n) const {
+    std::vector<int64_t> slot(needles_.size());
+    for (int64_t j = 0; j < o_.values; ++j) {
+      double d = o_.depth + double(j) / double(o_.values);
+      if (d > 1) d -= 1;
+      slot[size_t(j)] = int64_t(d * double(n) + 0.5);
+    }
+    const int64_t distractors = int64_t(needles_.size()) - o_.values;
+    for (int64_t m = 1; m <= distractors; ++m) {
+      int64_t s = int64_t((double(m) - 0.5) / double(distractors) * double(n) + 0.5);
+      if (std::find(slot.begin(), slot.begin() + o_.values, s) != slot.begin() + o_.values)
+        s += s < n ? 1 : -1;
+      slot[size_t(o_.values + m - 1)] = s;
+    }
+    return slot;
+  }
+
+  const tokenizer::Tokenizer& tok_;
+  const NiahOptions& o_;
+  std::string question_, answer_prefix_;
+  std::vector<std::string> needles_;
+};
+
+}  // namespace
+
+NiahTask make_niah_task(const tokenizer::Tokenizer& tok, const NiahOptions& o) {
+  const KeysAndValues kv = draw_keys(o);
+  NiahTask task;
+  task.key = kv.keys[0];
+  task.answers = kv.values[0];
+  task.answer = join_answers(task.answers);
+  const NiahRenderer renderer(tok, o, kv, task.key);
+  const int64_t fixed = renderer.fixed_tokens();
   Rendered r;
   if (o.haystack.kind == HaystackKind::Noise) {
     // Haystack length from the tokenizer, as the passkey task does.
     const int64_t per_filler =
         std::max<int64_t>(1, int64_t(tok.encode(kPasskeyFiller, false).size()));
     const int64_t fillers = std::max<int64_t>(2, (o.tokens - fixed) / per_filler);
-    r = render(std::vector<std::string>(size_t(fillers), kPasskeyFiller));
+    r = renderer.render(std::vector<std::string>(size_t(fillers), kPasskeyFiller));
   } else {
-    r = render(fit_haystack(
+    r = renderer.render(fit_haystack(
         tok, o.haystack, "niah", o.tokens, fixed - 24,
-        [&](const std::vector<std::string>& units) { return render(units).prompt_text; }));
+        [&](const std::vector<std::string>& units) { return renderer.render(units).prompt_text; }));
   }
   task.prompt_text = r.prompt_text;
   task.ids = tok.encode(task.prompt_text, true);

@@ -240,23 +240,13 @@ int64_t SyntheticCapture::n_steps() const {
   return Synth(spec_).n_steps();
 }
 
-StepData SyntheticCapture::step(int64_t s) const {
-  const SyntheticSpec& spec = spec_;
-  const CaptureLayout& layout = layout_;
-  Synth sy(spec);
-  const int64_t R = spec.tiers > 1 ? 2 : 1;
-  const int64_t KB = spec.pooled_block > 0 ? (sy.T + spec.pooled_block - 1) / spec.pooled_block : 0;
-  const int64_t a = sy.step_first(s), b = sy.step_end(s);
-  const int32_t step = static_cast<int32_t>(s);
+namespace {
+
+// A step's tokens [a, b): ids, roles, texts and prompt offsets.
+void add_tokens(const Synth& sy, const SyntheticSpec& spec, const std::vector<std::string>& texts,
+                int64_t a, int64_t b, int32_t step, StepData* sd) {
   int64_t prompt_offset = 0;
-  for (int64_t t = 0; t < std::min(a, sy.P); ++t)
-    prompt_offset += int64_t(texts_[size_t(t)].size());
-  StepData sd;
-  sd.step.kind = s < sy.prefill_steps() ? StepKind::Prefill : StepKind::Decode;
-  sd.step.first_token = static_cast<int32_t>(a);
-  sd.step.n_tokens = static_cast<int32_t>(b - a);
-  sd.step.t_start_s = 0.01 * double(s);
-  sd.step.wall_s = 0.01;
+  for (int64_t t = 0; t < std::min(a, sy.P); ++t) prompt_offset += int64_t(texts[size_t(t)].size());
   for (int64_t t = a; t < b; ++t) {
     TokenRecord tr;
     tr.id = static_cast<int32_t>(t % 1000);
@@ -266,114 +256,148 @@ StepData SyntheticCapture::step(int64_t s) const {
       tr.role = TokenRole::Needle;
     if (t < sy.P && t >= sy.P - spec.question_tokens) tr.role = TokenRole::Question;
     tr.step = step;
-    tr.text = texts_[size_t(t)];
+    tr.text = texts[size_t(t)];
     if (t < sy.P) {
       tr.prompt_offset = prompt_offset;
       prompt_offset += static_cast<int64_t>(tr.text.size());
     } else {
-      sd.generated_text += tr.text;
+      sd->generated_text += tr.text;
     }
-    sd.tokens.push_back(tr);
+    sd->tokens.push_back(tr);
   }
-  sd.occupancy.assign(size_t(sy.L * sy.K * R), 0);
-  sd.tier_bytes.assign(size_t(R), 0);
+}
+
+// Events, occupancy per tier and gate values of each head; the entries and
+// bytes they add up to.
+void add_heads(const Synth& sy, const SyntheticSpec& spec, int64_t R, int64_t a, int64_t b,
+               int64_t s, StepData* sd) {
+  const int32_t step = static_cast<int32_t>(s);
+  sd->occupancy.assign(size_t(sy.L * sy.K * R), 0);
+  sd->tier_bytes.assign(size_t(R), 0);
   for (int64_t l = 0; l < sy.L; ++l) {
     for (int64_t k = 0; k < sy.K; ++k) {
-      add_head_events(sy, l, k, step, a, b, &sd);
+      add_head_events(sy, l, k, step, a, b, sd);
       for (int64_t j = 0; j < b; ++j) {
         int tier = sy.tier_of(l, k, j, b);
-        if (tier >= 0) ++sd.occupancy[size_t((l * sy.K + k) * R + tier)];
+        if (tier >= 0) ++sd->occupancy[size_t((l * sy.K + k) * R + tier)];
       }
       for (int64_t j = a; j < b; ++j)
         if (spec.gates) {
-          sd.gates.push_back(GateValue{0, int16_t(l), int16_t(k), int32_t(j),
-                                       synthetic_gate(spec, l, k, j), false});
-          sd.gates.push_back(
+          sd->gates.push_back(GateValue{0, int16_t(l), int16_t(k), int32_t(j),
+                                        synthetic_gate(spec, l, k, j), false});
+          sd->gates.push_back(
               GateValue{1, int16_t(l), int16_t(k), int32_t(j), unit(spec.seed, l, k, j, s), true});
         }
     }
   }
-  if (spec.series)
-    for (int64_t l = 0; l < sy.L; ++l)
-      for (int64_t k = 0; k < sy.K; ++k) sd.series.push_back(synthetic_series(spec, s, l, k));
-  sd.stalls = synthetic_stalls(spec, s);
   for (int64_t i = 0; i < sy.L * sy.K; ++i)
     for (int64_t r = 0; r < R; ++r) {
-      int64_t n = sd.occupancy[size_t(i * R + r)];
-      sd.step.entries += n;
-      sd.tier_bytes[size_t(r)] += n * 2 * 16 * 4;
+      int64_t n = sd->occupancy[size_t(i * R + r)];
+      sd->step.entries += n;
+      sd->tier_bytes[size_t(r)] += n * 2 * 16 * 4;
     }
-  sd.step.kv_bytes = std::accumulate(sd.tier_bytes.begin(), sd.tier_bytes.end(), int64_t(0));
+  sd->step.kv_bytes = std::accumulate(sd->tier_bytes.begin(), sd->tier_bytes.end(), int64_t(0));
+}
 
-  if (spec.received) {
-    for (int64_t l = 0; l < sy.L; ++l)
-      for (int64_t k = 0; k < sy.K; ++k) {
-        std::vector<double> mass(size_t(b), 0.0);
-        for (int64_t q = a; q < b; ++q)
-          for (int64_t h = k * sy.group; h < (k + 1) * sy.group; ++h)
-            for (auto [j, w] : sy.attention(l, h, q)) mass[size_t(j)] += w;
-        ReceivedRow row{int16_t(l), int16_t(k), {}, {}};
-        double norm = double((b - a) * sy.group);
-        for (int64_t j = 0; j < b; ++j)
-          if (sy.attended(l, k, j, b)) {
-            row.tokens.push_back(int32_t(j));
-            row.mass.push_back(static_cast<float>(mass[size_t(j)] / norm));
-          }
-        sd.received.push_back(std::move(row));
-      }
-  }
-  if (spec.pooled_block > 0) {
-    int64_t bsz = spec.pooled_block;
-    for (int64_t qb = a / bsz; qb <= (b - 1) / bsz; ++qb)
-      for (int64_t l = 0; l < sy.L; ++l) {
-        PooledRow row;
-        row.layer = int16_t(l);
-        row.query_block = int32_t(qb);
-        row.max.resize(size_t(sy.H * KB));
-        row.mean.resize(size_t(sy.H * KB));
-        for (int64_t h = 0; h < sy.H; ++h)
-          for (int64_t kb = 0; kb < KB; ++kb) {
-            float m = pooled_pattern(spec, l, h, qb, kb);
-            row.mean[size_t(h * KB + kb)] = m;
-            row.max[size_t(h * KB + kb)] = std::min(1.0f, 3.0f * m);
-          }
-        sd.pooled.push_back(std::move(row));
-      }
-  }
+void add_received(const Synth& sy, int64_t a, int64_t b, StepData* sd) {
+  for (int64_t l = 0; l < sy.L; ++l)
+    for (int64_t k = 0; k < sy.K; ++k) {
+      std::vector<double> mass(size_t(b), 0.0);
+      for (int64_t q = a; q < b; ++q)
+        for (int64_t h = k * sy.group; h < (k + 1) * sy.group; ++h)
+          for (auto [j, w] : sy.attention(l, h, q)) mass[size_t(j)] += w;
+      ReceivedRow row{int16_t(l), int16_t(k), {}, {}};
+      double norm = double((b - a) * sy.group);
+      for (int64_t j = 0; j < b; ++j)
+        if (sy.attended(l, k, j, b)) {
+          row.tokens.push_back(int32_t(j));
+          row.mass.push_back(static_cast<float>(mass[size_t(j)] / norm));
+        }
+      sd->received.push_back(std::move(row));
+    }
+}
+
+void add_pooled(const Synth& sy, const SyntheticSpec& spec, int64_t a, int64_t b, StepData* sd) {
+  const int64_t bsz = spec.pooled_block, KB = (sy.T + bsz - 1) / bsz;
+  for (int64_t qb = a / bsz; qb <= (b - 1) / bsz; ++qb)
+    for (int64_t l = 0; l < sy.L; ++l) {
+      PooledRow row;
+      row.layer = int16_t(l);
+      row.query_block = int32_t(qb);
+      row.max.resize(size_t(sy.H * KB));
+      row.mean.resize(size_t(sy.H * KB));
+      for (int64_t h = 0; h < sy.H; ++h)
+        for (int64_t kb = 0; kb < KB; ++kb) {
+          float m = pooled_pattern(spec, l, h, qb, kb);
+          row.mean[size_t(h * KB + kb)] = m;
+          row.max[size_t(h * KB + kb)] = std::min(1.0f, 3.0f * m);
+        }
+      sd->pooled.push_back(std::move(row));
+    }
+}
+
+// Dense rows of the layout's heads and top-k rows of every head, per query.
+void add_dense_topk(const Synth& sy, const SyntheticSpec& spec, const CaptureLayout& layout,
+                    int64_t a, int64_t b, StepData* sd) {
   for (int64_t q = a; q < b; ++q) {
     for (size_t d = 0; d < layout.dense_heads.size(); ++d) {
       DenseRow row{int32_t(d), int32_t(q), std::vector<float>(size_t(sy.T), 0.0f)};
       for (auto [j, w] : sy.attention(layout.dense_heads[d].first, layout.dense_heads[d].second, q))
         row.weight[size_t(j)] = w;
-      sd.dense.push_back(std::move(row));
+      sd->dense.push_back(std::move(row));
     }
-    if (spec.topk > 0) {
-      TopkRow row;
-      row.token = int32_t(q);
-      for (int64_t l = 0; l < sy.L; ++l)
-        for (int64_t h = 0; h < sy.H; ++h) {
-          auto att = sy.attention(l, h, q);
-          std::stable_sort(att.begin(), att.end(),
-                           [](auto& x, auto& y) { return x.second > y.second; });
-          for (int64_t i = 0; i < spec.topk; ++i) {
-            bool have = i < int64_t(att.size());
-            row.index.push_back(have ? att[size_t(i)].first : -1);
-            row.weight.push_back(have ? att[size_t(i)].second : 0.0f);
-          }
+    if (spec.topk <= 0) continue;
+    TopkRow row;
+    row.token = int32_t(q);
+    for (int64_t l = 0; l < sy.L; ++l)
+      for (int64_t h = 0; h < sy.H; ++h) {
+        auto att = sy.attention(l, h, q);
+        std::stable_sort(att.begin(), att.end(),
+                         [](auto& x, auto& y) { return x.second > y.second; });
+        for (int64_t i = 0; i < spec.topk; ++i) {
+          bool have = i < int64_t(att.size());
+          row.index.push_back(have ? att[size_t(i)].first : -1);
+          row.weight.push_back(have ? att[size_t(i)].second : 0.0f);
         }
-      sd.topk.push_back(std::move(row));
-    }
+      }
+    sd->topk.push_back(std::move(row));
   }
-  if (spec.oracle) {
-    sd.has_oracle = true;
-    sd.oracle.kl = 0.001f * unit(spec.seed, s, 0, 0, 1);
+}
+
+void add_oracle(const Synth& sy, const SyntheticSpec& spec, int64_t s, StepData* sd) {
+  sd->has_oracle = true;
+  sd->oracle.kl = 0.001f * unit(spec.seed, s, 0, 0, 1);
+  for (int64_t l = 0; l < sy.L; ++l)
+    for (int64_t h = 0; h < sy.H; ++h)
+      sd->oracle.lost_mass.push_back(0.05f * unit(spec.seed, s, l, h, 2));
+  for (int64_t l = 0; l < sy.L; ++l)
+    for (int64_t k = 0; k < sy.K; ++k)
+      sd->oracle.recall.push_back(1.0f - 0.2f * unit(spec.seed, s, l, k, 3));
+}
+
+}  // namespace
+
+StepData SyntheticCapture::step(int64_t s) const {
+  const SyntheticSpec& spec = spec_;
+  Synth sy(spec);
+  const int64_t R = spec.tiers > 1 ? 2 : 1;
+  const int64_t a = sy.step_first(s), b = sy.step_end(s);
+  StepData sd;
+  sd.step.kind = s < sy.prefill_steps() ? StepKind::Prefill : StepKind::Decode;
+  sd.step.first_token = static_cast<int32_t>(a);
+  sd.step.n_tokens = static_cast<int32_t>(b - a);
+  sd.step.t_start_s = 0.01 * double(s);
+  sd.step.wall_s = 0.01;
+  add_tokens(sy, spec, texts_, a, b, static_cast<int32_t>(s), &sd);
+  add_heads(sy, spec, R, a, b, s, &sd);
+  if (spec.series)
     for (int64_t l = 0; l < sy.L; ++l)
-      for (int64_t h = 0; h < sy.H; ++h)
-        sd.oracle.lost_mass.push_back(0.05f * unit(spec.seed, s, l, h, 2));
-    for (int64_t l = 0; l < sy.L; ++l)
-      for (int64_t k = 0; k < sy.K; ++k)
-        sd.oracle.recall.push_back(1.0f - 0.2f * unit(spec.seed, s, l, k, 3));
-  }
+      for (int64_t k = 0; k < sy.K; ++k) sd.series.push_back(synthetic_series(spec, s, l, k));
+  sd.stalls = synthetic_stalls(spec, s);
+  if (spec.received) add_received(sy, a, b, &sd);
+  if (spec.pooled_block > 0) add_pooled(sy, spec, a, b, &sd);
+  add_dense_topk(sy, spec, layout_, a, b, &sd);
+  if (spec.oracle) add_oracle(sy, spec, s, &sd);
   return sd;
 }
 

@@ -73,7 +73,7 @@ TEST_CASE("kvcompose: scores from the real second reading, kept sets and freed e
                            (mean_then_max ? ",task=mean,group=max" : "");
   PolicyRun run(*model, spec, 2 * T, T);
   const std::vector<policy::ReconstructionChunk> plan =
-      run.policy().reconstruction(prompt32, nullptr);
+      run.policy().plan({prompt32, nullptr, c}).reconstruction;
   REQUIRE(plan.size() == 1u);
   CHECK(plan[0].ids == prompt32);
   CHECK(plan[0].softmax_keys.empty());

@@ -53,12 +53,12 @@ TEST_CASE("kvgrad: attention x ||v W_O|| x the replay's gradient norm, from the 
     const std::string spec = "kvgrad:budget=" + std::to_string(budget) +
                              ",sinks=" + std::to_string(sinks) + ",chunk=" + std::to_string(chunk);
     std::vector<policy::ReconstructionChunk> plan =
-        policy::make_policy(spec).policy->reconstruction(prompt32, tok.get());
+        policy::make_policy(spec).policy->plan({prompt32, tok.get(), c}).reconstruction;
     REQUIRE(plan.size() == (chunk >= T ? 1u : 2u));
     int64_t longest = 0;
     for (const auto& p : plan) longest = std::max(longest, int64_t(p.ids.size()));
     PolicyRun run(*model, spec, T + longest, T);
-    REQUIRE(run.policy().reconstruction(prompt32, tok.get()).size() == plan.size());
+    REQUIRE(run.policy().plan({prompt32, tok.get(), c}).reconstruction.size() == plan.size());
     run.driver().set_reconstruction(plan);
     run.feed(*model, prompt, 0);
     const int64_t prefill_steps = int64_t(run.steps().size());

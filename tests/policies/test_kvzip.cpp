@@ -72,13 +72,13 @@ TEST_CASE("kvzip: scores from the real reconstruction pass, kept sets and freed 
     std::vector<policy::ReconstructionChunk> plan;
     {
       policy::PolicyInstance probe = policy::make_policy(spec);
-      plan = probe.policy->reconstruction(prompt32, tok.get());
+      plan = probe.policy->plan({prompt32, tok.get(), c}).reconstruction;
     }
     REQUIRE(plan.size() == (chunk >= T ? 1u : 2u));
     int64_t longest = 0;
     for (const auto& p : plan) longest = std::max(longest, int64_t(p.ids.size()));
     PolicyRun run(*model, spec, T + longest, T);
-    REQUIRE(run.policy().reconstruction(prompt32, tok.get()).size() == plan.size());
+    REQUIRE(run.policy().plan({prompt32, tok.get(), c}).reconstruction.size() == plan.size());
     run.driver().set_reconstruction(plan);
     run.feed(*model, prompt, 0);
     const int64_t prefill_steps = int64_t(run.steps().size());
@@ -192,7 +192,8 @@ TEST_CASE("kvzip: bad parameters and prompts are refused with their range", "[po
   CHECK_THAT(policy_error("kvzip:prefix=-2"), Catch::Contains("kvzip:prefix"));
   CHECK_THAT(policy_error("kvzip+keydiff"), Catch::Contains("context-reconstruction"));
   policy::PolicyInstance pi = policy::make_policy("kvzip:prefix=10");
-  CHECK_THROWS_AS(pi.policy->reconstruction({1, 2, 3}, nullptr), InputError);
+  const std::vector<int32_t> short_prompt{1, 2, 3};
+  CHECK_THROWS_AS(pi.policy->plan({short_prompt, nullptr, model::ModelConfig{}}), InputError);
 }
 
 TEST_CASE("kvzip: a chat prompt's template prefix is no context and its generation prompt waits",
@@ -210,10 +211,11 @@ TEST_CASE("kvzip: a chat prompt's template prefix is no context and its generati
   const std::vector<int32_t> suffix = tok->encode("<|im_end|>\n<|im_start|>assistant\n", false);
   REQUIRE(suffix.size() == 6u);
   policy::PolicyInstance chat = policy::make_policy("kvzip:budget=4,chunk=4");
-  const std::vector<policy::ReconstructionChunk> plan =
-      chat.policy->reconstruction(prompt, tok.get());
+  const model::ModelConfig none;  // KVzip's plan reads no model shape
+  const policy::CapturePlan chat_plan = chat.policy->plan({prompt, tok.get(), none});
+  const std::vector<policy::ReconstructionChunk>& plan = chat_plan.reconstruction;
   const int64_t n = T - int64_t(suffix.size());
-  CHECK(chat.policy->reconstruction_at() == n);
+  CHECK(chat_plan.at == n);
   REQUIRE(plan.size() == size_t((n - int64_t(prefix.size()) + 3) / 4));
   // Each chunk: repeat prompt, the template's suffix, then its context from the prefix on.
   const std::vector<int32_t>& first = plan[0].ids;
@@ -229,14 +231,13 @@ TEST_CASE("kvzip: a chat prompt's template prefix is no context and its generati
                   std::pair<std::string, double>{"question", 6.0}) != resolved.end());
   // chat=false, or a prompt without the template: the plain prompts after the whole prompt.
   policy::PolicyInstance plain = policy::make_policy("kvzip:budget=4,chunk=4,chat=false");
-  const std::vector<policy::ReconstructionChunk> p2 =
-      plain.policy->reconstruction(prompt, tok.get());
-  CHECK(plain.policy->reconstruction_at() == -1);
+  const policy::CapturePlan plain_plan = plain.policy->plan({prompt, tok.get(), none});
+  const std::vector<policy::ReconstructionChunk>& p2 = plain_plan.reconstruction;
+  CHECK(plain_plan.at == -1);
   CHECK(p2.back().softmax_keys.back().second == T);
   const std::vector<int32_t> bare = tok->encode("Lily had a red ball. She kicked it.", false);
   policy::PolicyInstance unwrapped = policy::make_policy("kvzip:budget=4,chunk=4");
-  unwrapped.policy->reconstruction(bare, tok.get());
-  CHECK(unwrapped.policy->reconstruction_at() == -1);
+  CHECK(unwrapped.policy->plan({bare, tok.get(), none}).at == -1);
 }
 
 }  // namespace kvscope::test

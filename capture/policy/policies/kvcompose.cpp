@@ -141,15 +141,14 @@ class KvcomposePolicy : public Policy {
            " from the L*" + (o_.structured ? "" : "K*") + "budget best ranks of all layers";
   }
 
-  bool reconstructs() const override { return true; }
-  std::vector<ReconstructionChunk> reconstruction(const std::vector<int32_t>& prompt,
-                                                  const tokenizer::Tokenizer*) const override {
-    if (prompt.empty()) throw InputError("--policy", "kvcompose", "the prompt is empty");
+  bool plans_capture() const override { return true; }
+  CapturePlan plan(const PlanInputs& in) override {
+    if (in.prompt.empty()) throw InputError("--policy", "kvcompose", "the prompt is empty");
     // One step holding the whole prompt again; its queries' softmax is over
     // the whole cache and their own tokens (kvpress's eager attention).
-    ReconstructionChunk c;
-    c.ids = prompt;
-    return {c};
+    CapturePlan p;
+    p.reconstruction.push_back({in.prompt, {}});
+    return p;
   }
 
   void setup(const PolicySetup& s) override {

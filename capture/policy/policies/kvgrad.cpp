@@ -9,7 +9,7 @@
 // adds to the residual stream at p, and Phi = sum_p ||x_p||^2 over the
 // residual stream after the last layer. Selection as KVzip's (sinks above all,
 // the lowest over all layers and heads evicted). The pass is KVzip's
-// (Policy::reconstruction: the trace records it); the attribution replays
+// (CapturePlan::reconstruction: the trace records it); the attribution replays
 // each chunk once more through the model with autograd at its first layer
 // (kvgrad_attribution.cpp). docs/policies/kvgrad.md
 #include "capture/policy/policies/descriptors.h"

@@ -17,7 +17,7 @@
 // multiplied by ||v_j W_O^g||, what the entry's value writes into the
 // residual stream through query head g:
 //   s(l, h, j) = max over g of ||v_j W_O^g|| * max over i of p_lgi(j) / ||h_i||.
-// The engine runs the pass (Policy::reconstruction, StepDriver side steps);
+// The engine runs the pass (CapturePlan::reconstruction, StepDriver side steps);
 // the pass's own entries never stay. docs/policies/kvzip.md
 #include <algorithm>
 #include <vector>
@@ -142,7 +142,6 @@ class KvzipPolicy : public Policy {
         grad_(o.grad),
         restore_(o.restore) {}
 
-  int64_t reconstruction_at() const override { return question_ > 0 ? T_full_ - question_ : -1; }
   // The prefix and the question tail the pass used (the chat template's when
   // the prompt was built with it).
   std::vector<std::pair<std::string, double>> resolved_params() const override {
@@ -192,9 +191,17 @@ class KvzipPolicy : public Policy {
            (layerwise_ ? "K*budget per layer" : "L*K*budget over all layers and heads");
   }
 
-  bool reconstructs() const override { return true; }
-  std::vector<ReconstructionChunk> reconstruction(
-      const std::vector<int32_t>& prompt, const tokenizer::Tokenizer* tokenizer) const override {
+  bool plans_capture() const override { return true; }
+  CapturePlan plan(const PlanInputs& in) override {
+    CapturePlan p;
+    p.reconstruction = reconstruction(in.prompt, in.tokenizer);
+    p.at = question_ > 0 ? T_full_ - question_ : -1;
+    return p;
+  }
+
+  // The pass's chunks; sets where the context starts and ends.
+  std::vector<ReconstructionChunk> reconstruction(const std::vector<int32_t>& prompt,
+                                                  const tokenizer::Tokenizer* tokenizer) {
     const int64_t T = int64_t(prompt.size());
     if (prefix_ >= T)
       throw InputError("--policy", name_ + ":prefix",
@@ -318,9 +325,9 @@ class KvzipPolicy : public Policy {
   int64_t budget_, sinks_, chunk_, prefix_;
   bool layerwise_, plus_, chat_, grad_;
   int64_t restore_;
-  // Set by reconstruction(): where the context starts, the prompt's tokens
-  // after it (a chat prompt's generation prompt), the prompt's length.
-  mutable int64_t context_begin_ = 0, question_ = 0, T_full_ = 0;
+  // Set by plan(): where the context starts, the prompt's tokens after it (a
+  // chat prompt's generation prompt), the prompt's length.
+  int64_t context_begin_ = 0, question_ = 0, T_full_ = 0;
   std::vector<torch::Tensor> wo_;  // KVzip+: per layer W_O as [H, hd, D]
   int64_t T_ = 0;
   std::vector<float> scores_;                                 // [L][K][T]

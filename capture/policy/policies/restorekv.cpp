@@ -33,32 +33,14 @@ class RestoreKvPolicy : public Policy {
   RestoreKvPolicy(KvzipOptions o, std::string path)
       : options_(std::move(o)), path_(std::move(path)), kvzip_(make_kvzip_policy(options_)) {}
 
-  int64_t inserted_tokens(const model::ModelConfig& c) const override {
-    gates::check_restorekv_model(c, "restorekv");
-    gates_ = gates::load_gates(path_, c);
-    if (gates_.kind != gates::GateKind::RestoreKv)
-      throw InputError(path_, "policy",
-                       std::string("restorekv needs restore tokens and LoRA adapters (kind "
-                                   "restorekv); this file holds ") +
-                           gates::gate_kind_name(gates_.kind) + " gates");
-    const int64_t n = gates_.param("restore_embeddings").size(0);
-    if (options_.budget <= n + options_.sinks)
-      throw InputError(
-          "--policy", "restorekv:budget",
-          "'" + std::to_string(options_.budget) + "' leaves no room for the context: the " +
-              std::to_string(n) + " restore tokens and " + std::to_string(options_.sinks) +
-              " sinks come out of it (expected > " + std::to_string(n + options_.sinks) + ")");
-    KvzipOptions o = options_;
-    o.restore = n;
-    kvzip_ = make_kvzip_policy(o);
-    return n;
-  }
-  model::Transformer* inserted_model() override { return adapted_.get(); }
-  std::vector<std::string> inserted_names() const override {
-    std::vector<std::string> names;
-    const int64_t n = gates_.params.empty() ? 0 : gates_.param("restore_embeddings").size(0);
-    for (int64_t i = 0; i < n; ++i) names.push_back("<restore " + std::to_string(i) + ">");
-    return names;
+  bool plans_capture() const override { return true; }
+  // The restore tokens follow KVzip's pass, where it runs.
+  CapturePlan plan(const PlanInputs& in) override {
+    const int64_t n = load_restore_tokens(in.model);
+    CapturePlan p = kvzip_->plan(in);
+    for (int64_t i = 0; i < n; ++i) p.inserted.names.push_back("<restore " + std::to_string(i) + ">");
+    p.inserted.model = [this] { return adapted_.get(); };
+    return p;
   }
 
   void setup(const PolicySetup& s) override {
@@ -87,21 +69,38 @@ class RestoreKvPolicy : public Policy {
            ") with a restore pass: learned restore tokens fed once through the LoRA-adapted "
            "model over the full cache before the eviction, their entries counted in the budget";
   }
-  bool reconstructs() const override { return true; }
-  std::vector<ReconstructionChunk> reconstruction(
-      const std::vector<int32_t>& prompt, const tokenizer::Tokenizer* tokenizer) const override {
-    return kvzip_->reconstruction(prompt, tokenizer);
-  }
-  int64_t reconstruction_at() const override { return kvzip_->reconstruction_at(); }
   void after_attention(LayerContext& c) override { kvzip_->after_attention(c); }
   void end_step(StepContext& c) override { kvzip_->end_step(c); }
 
  private:
+  // Loads the gate file and remakes the KVzip part with the restore tokens'
+  // count; returns the count.
+  int64_t load_restore_tokens(const model::ModelConfig& c) {
+    gates::check_restorekv_model(c, "restorekv");
+    gates_ = gates::load_gates(path_, c);
+    if (gates_.kind != gates::GateKind::RestoreKv)
+      throw InputError(path_, "policy",
+                       std::string("restorekv needs restore tokens and LoRA adapters (kind "
+                                   "restorekv); this file holds ") +
+                           gates::gate_kind_name(gates_.kind) + " gates");
+    const int64_t n = gates_.param("restore_embeddings").size(0);
+    if (options_.budget <= n + options_.sinks)
+      throw InputError(
+          "--policy", "restorekv:budget",
+          "'" + std::to_string(options_.budget) + "' leaves no room for the context: the " +
+              std::to_string(n) + " restore tokens and " + std::to_string(options_.sinks) +
+              " sinks come out of it (expected > " + std::to_string(n + options_.sinks) + ")");
+    KvzipOptions o = options_;
+    o.restore = n;
+    kvzip_ = make_kvzip_policy(o);
+    return n;
+  }
+
   KvzipOptions options_;
   std::string path_;
-  // Set by inserted_tokens(): the gate file and the KVzip part that knows n.
-  mutable gates::GateSet gates_;
-  mutable std::unique_ptr<Policy> kvzip_;
+  // Set by plan(): the gate file and the KVzip part that knows n.
+  gates::GateSet gates_;
+  std::unique_ptr<Policy> kvzip_;
   std::unique_ptr<model::Transformer> adapted_;  // the restore pass's model
 };
 
