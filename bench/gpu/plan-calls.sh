@@ -26,7 +26,7 @@ limit=$(((64 - 2) * 1024 * 1024))
 die() { echo "plan-calls: ERROR: $*" >&2; exit 1; }
 
 # Tracked paths the device stages never read (run-capture.sh, train-gates.sh
-# and the parity scripts read tests/capture, tests/gates, resources/gates/
+# and the parity scripts read tests/capture, tests/train, resources/gates/
 # stories260K-*, bench/ and the sources).
 bulky=(resources/gates/SmolLM2-135M-Instruct-* docs/images tests/fuzz/corpus
        tests/fuzz/regressions tests/fixtures/tokenizer/llama2 tests/fixtures/tokenizer/smollm2

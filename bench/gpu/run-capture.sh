@@ -63,10 +63,10 @@ if want parity; then
 fi
 
 # 1a. kvscope train --device cuda against --device cpu: every trainer that runs
-#     on a GPU, three steps each (tests/gates/cuda_train_parity.py).
+#     on a GPU, three steps each (tests/train/cuda_train_parity.py).
 if want train; then
   log "train parity: stories260K"
-  "$py" tests/gates/cuda_train_parity.py "$kv" "$S" "$t/train" --jsonl "$out/train-parity.jsonl" >>"$out/log.txt" 2>&1 \
+  "$py" tests/train/cuda_train_parity.py "$kv" "$S" "$t/train" --jsonl "$out/train-parity.jsonl" >>"$out/log.txt" 2>&1 \
     || log "train parity: failures (log.txt)"
 fi
 

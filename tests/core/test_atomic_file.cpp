@@ -29,7 +29,7 @@ size_t entries(const std::string& dir) {
 
 }  // namespace
 
-TEST_CASE("an atomic write replaces the target whole; a failed one leaves the old file alone",
+TEST_CASE("an atomic write replaces the target whole, a failed one leaves the old file alone",
           "[core][atomic_file]") {
   const std::string dir = kvscope::test::temp_dir(), path = dir + "/out.bin";
   kvscope::write_file_atomically(path, "first");

@@ -75,7 +75,7 @@ TEST_CASE("results table: CSV round trip keeps quotes, commas and newlines") {
   CHECK(sweep::csv_row(back[0]) == sweep::csv_row(rows[0]));
 }
 
-TEST_CASE("results table: read by header names; a torn last row is dropped; bad fields named") {
+TEST_CASE("results table: read by header names, a torn last row is dropped, bad fields named") {
   const std::string dir = test::temp_dir();
   const std::string path = dir + "/results.csv";
   // An older table: no task_base column, columns in another order.

@@ -118,7 +118,7 @@ TEST_CASE("reconstruction steps round-trip", "[trace][reconstruction]") {
   check_valid(path);
 }
 
-TEST_CASE("a 1.4 trace (no reconstruction) stays valid; a kind-2 step in one is not",
+TEST_CASE("a 1.4 trace (no reconstruction) stays valid, a kind-2 step in one is not",
           "[trace][reconstruction]") {
   const std::string dir = test::temp_dir();
   const std::string old = Run().write(dir + "/old14.kvtrace.h5", Run::steps(false));

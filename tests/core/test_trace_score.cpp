@@ -84,7 +84,7 @@ TEST_CASE("the task score round-trips and is checked against success", "[trace][
   }
 }
 
-TEST_CASE("a 1.5 trace (no score) stays valid; its score comes from success", "[trace][score]") {
+TEST_CASE("a 1.5 trace (no score) stays valid, its score comes from success", "[trace][score]") {
   const std::string dir = test::temp_dir();
   for (int8_t success : {int8_t(1), int8_t(0), int8_t(-1)}) {
     const std::string p =

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "capture/attention/step_driver.h"
 #include "capture/policy/registry.h"
-#include "capture/policy/step_driver.h"
 #include "tests/support/paths.h"
 
 namespace kvscope::test {
@@ -49,6 +49,19 @@ void randomize(gates::GateSet& set, uint64_t seed, double scale) {
   torch::NoGradGuard g;
   torch::manual_seed(seed);
   for (auto& [name, t] : set.params) t.normal_(0.0, scale);
+}
+
+gates::GateSet kvpop_set(gates::GateKind kind, const model::ModelConfig& c, nlohmann::json given,
+                         uint64_t seed) {
+  const gates::GateShape shape = gates::GateShape::of(c);
+  gates::GateSet set =
+      gates::init_gates(kind, gates::resolve_hyperparameters(kind, shape, given, ""), shape, seed);
+  randomize(set, seed);
+  return set;
+}
+
+nlohmann::json small_gate() {
+  return {{"dim", 4}, {"base_keys", 3}};
 }
 
 std::string save_temp(const gates::GateSet& set, const std::string& name) {

@@ -1,5 +1,7 @@
-// Helpers of the gate tests: model shapes, scripted attention inputs, and
-// the stories260K model.
+// Helpers of the learned gates' tests, shared by gate_tests (tests/gates),
+// policy_tests (tests/policies: the learned policies) and train_tests
+// (tests/train: the trainers): model shapes, scripted attention inputs,
+// random gate files, and the stories260K model.
 #pragma once
 
 #include <torch/torch.h>
@@ -29,6 +31,12 @@ model::AttentionInputs gate_inputs(const model::ModelConfig& c, int64_t layer, i
 // Every parameter of `set` replaced by N(0, scale) noise (seeded), so tests do
 // not depend on an initialisation that makes terms vanish.
 void randomize(gates::GateSet& set, uint64_t seed, double scale = 0.5);
+// Gates of `kind` for shape c, hyperparameters `given` resolved, every
+// parameter randomized (seeded): KVpop's scorers and policy.
+gates::GateSet kvpop_set(gates::GateKind kind, const model::ModelConfig& c, nlohmann::json given,
+                         uint64_t seed);
+// The hyperparameters of a small Fast KVzip gate: dim 4, 3 sink keys.
+nlohmann::json small_gate();
 // Saves `set` into a fresh temp file and returns its path.
 std::string save_temp(const gates::GateSet& set, const std::string& name);
 std::string stories_model_path();

@@ -101,7 +101,7 @@ double retention_reference(const gates::GateSet& g, int64_t l, const torch::Tens
 
 }  // namespace
 
-TEST_CASE("wgkv gate matches sigma(W2 GELU(W1 [RMSNorm(k); RMSNorm(k_rope)] + b1) + b2)", "[gates][nets]") {
+TEST_CASE("wgkv gate matches sigma(W2 GELU(W1 [RMSNorm(k), RMSNorm(k_rope)] + b1) + b2)", "[gates][nets]") {
   torch::NoGradGuard guard;
   model::ModelConfig c = test::gate_config(2, 4, 2, 8, 32);
   auto shape = gates::GateShape::of(c);

@@ -386,7 +386,7 @@ TEST_CASE("kvpop: the target from the sparse lse runs the same transposed pass",
   REQUIRE((sparse_t >= dense_t - 1e-5).all().item<bool>());
 }
 
-TEST_CASE("kvpop: loss pieces equal hand arithmetic; boundary loss gradient by differences",
+TEST_CASE("kvpop: loss pieces equal hand arithmetic, boundary loss gradient by differences",
           "[kvpop]") {
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   // Eq. 23, w_min = 0.2, tau_w = 1: margin 0 -> 0.2 + 0.8 * 0.5 = 0.6;

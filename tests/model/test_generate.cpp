@@ -156,7 +156,7 @@ TEST_CASE("generation rejects prompts that cannot run", "[generate]") {
   CHECK_THROWS_WITH(greedy(*model, {1, 600}, 4, 512), Catch::Contains("outside the vocabulary"));
 }
 
-TEST_CASE("greedy picks the first maximum; top-k 1 and tiny top-p are greedy too", "[sampler]") {
+TEST_CASE("greedy picks the first maximum, top-k 1 and tiny top-p are greedy too", "[sampler]") {
   torch::Tensor logits = torch::tensor({0.5f, 2.0f, -1.0f, 2.0f, 1.9f});
   CHECK(Sampler(SamplingOptions{}).next(logits) == 1);
   for (uint64_t seed : {1, 2, 3, 4, 5}) {

@@ -15,10 +15,10 @@
 #include <tuple>
 #include <vector>
 
+#include "capture/attention/step_driver.h"
 #include "capture/cache/ragged_cache.h"
 #include "capture/model/transformer.h"
 #include "capture/policy/registry.h"
-#include "capture/policy/step_driver.h"
 
 namespace kvscope::test {
 

@@ -107,7 +107,7 @@ TEST_CASE("chunk: entries leave by whole chunks of consecutive positions", "[com
 }
 
 TEST_CASE(
-    "budget=0.25 is a quarter of the prompt; cadence and layer ratios shape when and how much",
+    "budget=0.25 is a quarter of the prompt, cadence and layer ratios shape when and how much",
     "[composition]") {
   const int64_t n = int64_t(story_prompt_ids().size());
   std::unique_ptr<model::Transformer> model = load_stories();

@@ -95,7 +95,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("dms_learned: window= overrides the trained window; bad gate files are refused by name",
+TEST_CASE("dms_learned: window= overrides the trained window, bad gate files are refused by name",
           "[policy][dms_learned]") {
   std::unique_ptr<model::Transformer> m = load_stories();
   const std::vector<int64_t> ids = story_prompt_ids();

@@ -1,5 +1,5 @@
 """What the GPU parity scripts share (tests/capture/cuda_capture_parity.py,
-tests/gates/cuda_train_parity.py): the skip where no CUDA device is present,
+tests/train/cuda_train_parity.py): the skip where no CUDA device is present,
 and one result line per case, printed and appended to a JSON-lines file."""
 import json
 

@@ -185,7 +185,7 @@ TEST_CASE("vt: the asked chain is planted in order and every statement is marked
   }
 }
 
-TEST_CASE("vt: deterministic in the seed; distractor chains hold other values", "[tasks][vt]") {
+TEST_CASE("vt: deterministic in the seed, distractor chains hold other values", "[tasks][vt]") {
   const tokenizer::Tokenizer& tok = smol_tok();
   tasks::VtOptions o = tasks::parse_vt_spec("vt:tokens=600,chains=4,hops=3,seed=9");
   CHECK(o.chains == 4);
@@ -216,7 +216,7 @@ TEST_CASE("vt: deterministic in the seed; distractor chains hold other values", 
   CHECK(prompts.size() == 12);
 }
 
-TEST_CASE("cwe: common words occur freq times, the others rare times; each occurrence marked",
+TEST_CASE("cwe: common words occur freq times, the others rare times, each occurrence marked",
           "[tasks][cwe]") {
   for (const Tok& tk : kTokenizers) {
     const tokenizer::Tokenizer& tok = tk.get();

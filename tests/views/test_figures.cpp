@@ -467,7 +467,7 @@ TEST_CASE(
   CHECK(zoomed != first);
 }
 
-TEST_CASE("gate scores spanning decades get a log axis; a narrow range stays linear") {
+TEST_CASE("gate scores spanning decades get a log axis, a narrow range stays linear") {
   GatesFigure wgkv;
   wgkv.values = {0.0005f, 0.001f, 0.002f, NAN, 0.9f};  // WG-KV-like: most near 1e-3
   wgkv.threshold = 0.1;

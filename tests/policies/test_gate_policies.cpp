@@ -14,7 +14,7 @@
 #include "capture/cache/ragged_cache.h"
 #include "capture/gates/gate_nets.h"
 #include "capture/policy/registry.h"
-#include "capture/policy/step_driver.h"
+#include "capture/attention/step_driver.h"
 #include "core/common/input_error.h"
 #include "tests/gates/gate_test_util.h"
 #include "tests/support/paths.h"

@@ -4,9 +4,8 @@
 // fewer context entries than KVzip's budget and never a restore entry; the
 // decode reads exactly what the trainer's dense student reads (greedy tokens
 // and the oracle's KL recomputed from the trace's kept sets with
-// gates::restored_logits); bad gate files and budgets are refused by name.
-#include "tests/capture/capture_test_util.h"
-
+// gates::restored_logits); bad gate files and budgets are refused by name. The
+// trainer: tests/train/test_training.cpp ("restorekv training").
 #include "capture/gates/gate_set.h"
 #include "capture/gates/restorekv_model.h"
 #include "capture/generate/engine.h"
@@ -15,6 +14,7 @@
 #include "core/common/input_error.h"
 #include "core/trace/reader.h"
 #include "core/trace/validate.h"
+#include "tests/gates/gate_test_util.h"
 #include "tests/support/paths.h"
 
 using namespace kvscope;
@@ -25,8 +25,8 @@ constexpr int64_t kRestore = 4, kBudget = 16;
 
 generate::Engine stories_engine() {
   generate::ModelOptions o;
-  o.model = test::stories_dir() + "/stories260K.bin";
-  o.tokenizer = test::stories_dir() + "/tok512.bin";
+  o.model = test::stories_model_path();
+  o.tokenizer = test::stories_tokenizer_path();
   return generate::open_engine(o);
 }
 
