@@ -51,3 +51,27 @@ function(kvscope_forbid_links target patterns)
     endforeach()
   endforeach()
 endfunction()
+
+# kvscope_forbid_includes(folder "prefix;prefix"): fails configuration when a
+# source or header under `folder` (relative to the source root) includes a
+# header under one of the prefixes ("capture/policy/"). The folders inside
+# one library (capture/) share a link target, so their direction is checked
+# on the includes. Re-checked whenever CMake re-runs (a changed
+# sources.cmake, a new file): CMAKE_CONFIGURE_DEPENDS on the folder's glob.
+function(kvscope_forbid_includes folder prefixes)
+  file(GLOB_RECURSE files CONFIGURE_DEPENDS "${KVSCOPE_SOURCE_ROOT}/${folder}/*.h"
+       "${KVSCOPE_SOURCE_ROOT}/${folder}/*.cpp" "${KVSCOPE_SOURCE_ROOT}/${folder}/*.cu")
+  foreach(file ${files})
+    file(STRINGS "${file}" includes REGEX "^#include \"")
+    foreach(line ${includes})
+      foreach(prefix ${prefixes})
+        string(FIND "${line}" "#include \"${prefix}" pos)
+        if(pos EQUAL 0)
+          file(RELATIVE_PATH rel "${KVSCOPE_SOURCE_ROOT}" "${file}")
+          message(FATAL_ERROR "Layering violation: ${rel} has `${line}`: ${folder}/ includes "
+                              "nothing under ${prefix} (see docs/architecture.md)")
+        endif()
+      endforeach()
+    endforeach()
+  endforeach()
+endfunction()

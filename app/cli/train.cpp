@@ -4,16 +4,16 @@
 // kvscope train --policy sfc --traces A,B [--holdout C] [--model M] --steps N
 //   [--lr X] [--gate key=value ...] -o forecaster.safetensors
 //   learns the Salience Forecasting Cache's forecaster from full-cache traces
-//   (capture/gates/sfc_trainer.cpp, docs/policies/sfc.md "Training").
+//   (capture/train/sfc_trainer.cpp, docs/policies/sfc.md "Training").
 // kvscope train --policy lukv --model M --data PATH --seq-len T --steps N
 //   [--gate scorer=NAME,...] -o curve.npy
-//   profiles LU-KV's budget curve (capture/gates/lukv_profiling.h).
+//   profiles LU-KV's budget curve (capture/train/lukv_profiling.h).
 // --device cuda runs every trainer where the model is: the gates, the data
 // windows and the optimiser state live on the model's device; sequential
 // scans (KVpop's ranks, KVzip's selection, DuoAttention's hard pattern) and
 // the small fits on recorded targets (kvzap, fastkvzip, the query
 // calibrations) stay on the host (docs/training.md "On a GPU").
-// Learns a seed paper's gates for a frozen model (capture/gates/trainer.h,
+// Learns a seed paper's gates for a frozen model (capture/train/trainer.h,
 // docs/training.md). Writes the gate file, its .json metadata, the .log and
 // the .csv loss curve, and a .ckpt to --resume from. KVpop's fine-tuning
 // settings also train the base and write it as a model file:
@@ -28,10 +28,10 @@
 #include <set>
 
 #include "app/cli/command.h"
-#include "capture/gates/duo_attention_training.h"
-#include "capture/gates/lukv_profiling.h"
-#include "capture/gates/trainer.h"
 #include "capture/generate/engine_cli.h"
+#include "capture/train/duo_attention_training.h"
+#include "capture/train/lukv_profiling.h"
+#include "capture/train/trainer.h"
 #include "core/common/cli_checks.h"
 #include "core/common/input_error.h"
 

@@ -6,9 +6,12 @@
 //   horizon  P(its attention is above tau at some step in t .. t+H-1)
 // This is the capture-time form, plain loops over one token at a time (the
 // forecaster runs every step for every held token: O(G (F + G)) per token);
-// training uses the batched LibTorch form (sfc_training.h), and a test holds
+// training uses the batched LibTorch form (capture/train/sfc_training.h, on SfcParams and
+// sfc_gru_step below), and a test holds
 // the two equal.
 #pragma once
+
+#include <torch/types.h>
 
 #include <cmath>
 #include <cstdint>
@@ -73,5 +76,29 @@ class SfcForecaster {
 inline float sfc_sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
 }
+
+// ---- the batched (LibTorch) form: the policy's per-layer steps and training
+
+// The parameters of every group stacked [NG = L * K, ...], autograd-connected
+// to the gate set's tensors.
+struct SfcParams {
+  torch::Tensor latent;          // [NG, hd, Z]
+  torch::Tensor w_ih, b_ih;      // [NG, 3G, F], [NG, 3G]
+  torch::Tensor w_hh, b_hh;      // [NG, 3G, G], [NG, 3G]
+  torch::Tensor head_w, head_b;  // [2, G], [2]
+  static SfcParams of(const GateSet& g);
+  SfcParams groups(const torch::Tensor& index) const;  // the rows of these groups
+};
+
+// The GRU cell of docs/policies/sfc.md (torch.nn.GRU's, gates r, z, n),
+// batched over groups: x [B, N, F], h [B, N, G], weights per group
+// [B, 3G, F] / [B, 3G, G] / [B, 3G] -> h' [B, N, G].
+torch::Tensor sfc_input_gates(const torch::Tensor& x, const torch::Tensor& w_ih,
+                              const torch::Tensor& b_ih);  // [B, N, 3G]
+torch::Tensor sfc_gru_update(const torch::Tensor& gi, const torch::Tensor& h,
+                             const torch::Tensor& w_hh, const torch::Tensor& b_hh);
+torch::Tensor sfc_gru_step(const torch::Tensor& x, const torch::Tensor& h,
+                           const torch::Tensor& w_ih, const torch::Tensor& w_hh,
+                           const torch::Tensor& b_ih, const torch::Tensor& b_hh);
 
 }  // namespace kvscope::gates

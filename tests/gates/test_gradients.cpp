@@ -5,7 +5,7 @@
 // * sigma'(s + gamma)), and the dense attention itself against a loop.
 #include <cmath>
 
-#include "capture/gates/gated_attention.h"
+#include "capture/train/gated_attention.h"
 #include "tests/gates/gate_test_util.h"
 
 using namespace kvscope;
@@ -43,7 +43,8 @@ double central_difference(torch::Tensor& x, int64_t flat_index, F f, double eps 
 
 }  // namespace
 
-TEST_CASE("dense attention equals a loop over softmax(q.k * scale + bias) v, GQA and causal", "[gates][grad]") {
+TEST_CASE("dense attention equals a loop over softmax(q.k * scale + bias) v, GQA and causal",
+          "[gates][grad]") {
   Qkv x = random_qkv(5, 4, 2, 3, 1);
   torch::Tensor bias = torch::randn({2, 5, 5}, torch::kFloat64);
   torch::Tensor out = gates::dense_attention(x.q, x.k, x.v, 0.5, 0, bias, torch::Tensor());
@@ -53,7 +54,8 @@ TEST_CASE("dense attention equals a loop over softmax(q.k * scale + bias) v, GQA
       std::vector<double> w;
       double z = 0;
       for (int64_t j = 0; j <= i; ++j) {
-        double s = (x.q[i][h] * x.k[j][kv]).sum().item<double>() * 0.5 + bias[kv][i][j].item<double>();
+        double s =
+            (x.q[i][h] * x.k[j][kv]).sum().item<double>() * 0.5 + bias[kv][i][j].item<double>();
         w.push_back(std::exp(s));
         z += w.back();
       }
@@ -65,7 +67,8 @@ TEST_CASE("dense attention equals a loop over softmax(q.k * scale + bias) v, GQA
     }
 }
 
-TEST_CASE("WG-KV log-gate bias: d loss / d g matches finite differences, zero inside the window", "[gates][grad]") {
+TEST_CASE("WG-KV log-gate bias: d loss / d g matches finite differences, zero inside the window",
+          "[gates][grad]") {
   const int64_t n = 9, W = 3;
   Qkv x = random_qkv(n, 4, 2, 4, 2);
   torch::manual_seed(3);
@@ -82,7 +85,8 @@ TEST_CASE("WG-KV log-gate bias: d loss / d g matches finite differences, zero in
   CHECK(grad.abs().sum().item<double>() > 1e-3);
 }
 
-TEST_CASE("retention bias (i - j) log beta_j: d loss / d log beta matches finite differences", "[gates][grad]") {
+TEST_CASE("retention bias (i - j) log beta_j: d loss / d log beta matches finite differences",
+          "[gates][grad]") {
   const int64_t n = 8;
   Qkv x = random_qkv(n, 2, 2, 4, 4);
   torch::manual_seed(5);
@@ -91,12 +95,16 @@ TEST_CASE("retention bias (i - j) log beta_j: d loss / d log beta matches finite
   f().backward();
   torch::Tensor grad = lb.grad().clone();
   for (int64_t idx = 0; idx < 2 * n; ++idx)
-    CHECK(grad.view(-1)[idx].item<double>() == Approx(central_difference(lb, idx, f)).margin(1e-7).epsilon(1e-5));
+    CHECK(grad.view(-1)[idx].item<double>() ==
+          Approx(central_difference(lb, idx, f)).margin(1e-7).epsilon(1e-5));
   // The last key is only read by itself at distance 0: no gradient.
   CHECK(grad[1][n - 1].item<double>() == 0.0);
   // And the soft cache size S_t = sum_{i<=t} beta_i^(t-i): differentiate it too.
   auto size_at_end = [&] {
-    return (torch::exp(gates::retention_bias(lb)) * torch::ones({n, n}, torch::kFloat64).tril()).sum(-1).select(1, n - 1).sum();
+    return (torch::exp(gates::retention_bias(lb)) * torch::ones({n, n}, torch::kFloat64).tril())
+        .sum(-1)
+        .select(1, n - 1)
+        .sum();
   };
   lb.grad().zero_();
   size_at_end().backward();
@@ -105,8 +113,10 @@ TEST_CASE("retention bias (i - j) log beta_j: d loss / d log beta matches finite
           Approx(central_difference(lb, idx, size_at_end)).margin(1e-7).epsilon(1e-5));
 }
 
-TEST_CASE("Attention-Gate straight-through flags: hard forward, sigma' backward, = finite differences of the mask",
-          "[gates][grad]") {
+TEST_CASE(
+    "Attention-Gate straight-through flags: hard forward, sigma' backward, = finite differences of "
+    "the mask",
+    "[gates][grad]") {
   const int64_t n = 7;
   const double gamma = 0.5, tau = 0.5;
   Qkv x = random_qkv(n, 4, 2, 4, 6);
@@ -127,23 +137,27 @@ TEST_CASE("Attention-Gate straight-through flags: hard forward, sigma' backward,
   for (int64_t idx = 0; idx < 2 * n; ++idx) {
     const double dm = central_difference(hard, idx, f);
     const double p = prob.view(-1)[idx].item<double>();
-    CHECK(s.grad().view(-1)[idx].item<double>() == Approx(dm * p * (1 - p)).margin(1e-8).epsilon(1e-5));
+    CHECK(s.grad().view(-1)[idx].item<double>() ==
+          Approx(dm * p * (1 - p)).margin(1e-8).epsilon(1e-5));
   }
   // An evicted key still gets a gradient (the multiplicative mask), so the
   // gate can learn to keep it; the additive -INF form would give it none.
   bool evicted_has_grad = false;
   for (int64_t idx = 0; idx < 2 * n - 2; ++idx)  // the last key is read only by itself
-    if (hard.view(-1)[idx].item<double>() == 0 && std::abs(s.grad().view(-1)[idx].item<double>()) > 1e-9)
+    if (hard.view(-1)[idx].item<double>() == 0 &&
+        std::abs(s.grad().view(-1)[idx].item<double>()) > 1e-9)
       evicted_has_grad = true;
   CHECK(evicted_has_grad);
 }
 
-TEST_CASE("Attention-Gate mask: a flag-0 key is invisible to every other query, the diagonal always kept",
-          "[gates][grad]") {
+TEST_CASE(
+    "Attention-Gate mask: a flag-0 key is invisible to every other query, the diagonal always kept",
+    "[gates][grad]") {
   const int64_t n = 6;
   Qkv x = random_qkv(n, 2, 1, 4, 8);
   torch::Tensor flags = torch::tensor({{1.0, 0.0, 1.0, 0.0, 0.0, 1.0}}, torch::kFloat64);
-  torch::Tensor out = gates::dense_attention(x.q, x.k, x.v, 0.5, 0, torch::Tensor(), gates::attention_gate_mask(flags));
+  torch::Tensor out = gates::dense_attention(x.q, x.k, x.v, 0.5, 0, torch::Tensor(),
+                                             gates::attention_gate_mask(flags));
   // Query 4 reads keys 0, 2 and itself.
   torch::Tensor idx = torch::tensor({0, 2, 4});
   torch::Tensor s = torch::mv(x.k.index_select(0, idx).select(1, 0), x.q[4][1]) * 0.5;
@@ -152,6 +166,7 @@ TEST_CASE("Attention-Gate mask: a flag-0 key is invisible to every other query, 
   // Query 1 (flag 0) still reads key 0 and itself.
   torch::Tensor idx1 = torch::tensor({0, 1});
   torch::Tensor s1 = torch::mv(x.k.index_select(0, idx1).select(1, 0), x.q[1][0]) * 0.5;
-  CHECK(torch::allclose(out[1][0], torch::mv(x.v.index_select(0, idx1).select(1, 0).t(), torch::softmax(s1, 0)),
-                        1e-12, 1e-12));
+  CHECK(torch::allclose(
+      out[1][0], torch::mv(x.v.index_select(0, idx1).select(1, 0).t(), torch::softmax(s1, 0)),
+      1e-12, 1e-12));
 }

@@ -4,7 +4,7 @@
 // token by token; what it evicts is what the decisions closed; bad files.
 #include "capture/gates/gate_nets.h"
 #include "capture/gates/gate_set.h"
-#include "capture/gates/gated_attention.h"
+#include "capture/train/gated_attention.h"
 #include "core/common/input_error.h"
 #include "tests/policies/policy_test_util.h"
 #include "tests/support/paths.h"

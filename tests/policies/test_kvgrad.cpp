@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "capture/gates/gated_attention.h"
 #include "capture/tokenizer/tokenizer.h"
+#include "capture/train/gated_attention.h"
 #include "tests/policies/policy_test_util.h"
 #include "tests/support/paths.h"
 

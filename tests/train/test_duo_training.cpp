@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "capture/gates/duo_attention_training.h"
 #include "capture/generate/engine.h"
+#include "capture/train/duo_attention_training.h"
 #include "core/common/input_error.h"
 #include "tests/gates/gate_test_util.h"
 #include "tests/support/paths.h"

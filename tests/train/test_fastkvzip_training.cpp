@@ -1,6 +1,6 @@
 // Fast KVzip's training (`kvscope train --policy fastkvzip`): it lowers the
 // BCE against the KVzip targets. The gate: tests/gates/test_fastkvzip_gate.cpp.
-#include "capture/gates/trainer.h"
+#include "capture/train/trainer.h"
 #include "tests/gates/gate_test_util.h"
 #include "tests/support/paths.h"
 

@@ -1,9 +1,9 @@
 // KVzap's fit (`kvscope train --policy kvzap`): the fitted surrogate against
 // KVzip+ targets recomputed here from one dense forward pass and a ridge
 // regression solved another way. The policy: tests/policies/test_kvzap.cpp.
-#include "capture/gates/trainer.h"
 #include "capture/generate/dense_kv_cache.h"
 #include "capture/tokenizer/tokenizer.h"
+#include "capture/train/trainer.h"
 #include "core/common/input_error.h"
 #include "tests/gates/gate_test_util.h"
 #include "tests/support/paths.h"

@@ -11,8 +11,8 @@
 #include <random>
 #include <sstream>
 
-#include "capture/gates/lukv_profiling.h"
 #include "capture/policy/registry.h"
+#include "capture/train/lukv_profiling.h"
 #include "core/common/input_error.h"
 #include "core/common/npy_reader.h"
 #include "tests/gates/gate_test_util.h"

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <set>
 
-#include "capture/gates/trainer.h"
 #include "capture/generate/dense_kv_cache.h"
 #include "capture/policy/held_rows.h"
+#include "capture/train/trainer.h"
 #include "core/common/input_error.h"
 #include "tests/gates/gate_test_util.h"
 #include "tests/support/paths.h"

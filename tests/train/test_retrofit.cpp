@@ -12,13 +12,13 @@
 #include <sstream>
 #include <vector>
 
-#include "capture/gates/gated_attention.h"
-#include "capture/gates/kvpop_training.h"
-#include "capture/gates/trainer.h"
 #include "capture/model/model_loader.h"
 #include "capture/model/model_weights.h"
 #include "capture/model/model_writer.h"
 #include "capture/policy/registry.h"
+#include "capture/train/gated_attention.h"
+#include "capture/train/kvpop_training.h"
+#include "capture/train/trainer.h"
 #include "core/common/input_error.h"
 #include "tests/gates/gate_test_util.h"
 #include "tests/support/paths.h"

@@ -11,11 +11,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "capture/gates/sfc_data.h"
-#include "capture/gates/sfc_training.h"
-#include "capture/gates/trainer.h"
 #include "capture/generate/engine.h"
 #include "capture/model/model_loader.h"
+#include "capture/train/sfc_data.h"
+#include "capture/train/sfc_training.h"
+#include "capture/train/trainer.h"
 #include "core/common/input_error.h"
 #include "tests/gates/gate_test_util.h"
 #include "tests/support/paths.h"

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "capture/gates/trainer.h"
+#include "capture/train/trainer.h"
 #include "core/common/input_error.h"
 #include "tests/gates/gate_test_util.h"
 #include "tests/support/paths.h"

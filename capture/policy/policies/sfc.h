@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "capture/gates/sfc_forecaster.h"
-#include "capture/gates/sfc_training.h"
 #include "capture/policy/policy.h"
 #include "capture/tiering/hot_budget.h"
 #include "capture/tiering/transfer_link.h"

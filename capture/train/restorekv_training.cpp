@@ -22,12 +22,12 @@
 #include <chrono>
 #include <cmath>
 
-#include "capture/gates/kvzip_targets.h"
 #include "capture/gates/restorekv_model.h"
-#include "capture/gates/trainer.h"
 #include "capture/model/transformer.h"
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/policies/kvzip_selection.h"
+#include "capture/train/kvzip_targets.h"
+#include "capture/train/trainer.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::gates {

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "capture/gates/trainer.h"
 #include "capture/tokenizer/tokenizer.h"
+#include "capture/train/trainer.h"
 
 namespace kvscope::gates {
 

@@ -1,5 +1,5 @@
 // DuoAttention's head-pattern optimisation (duo_attention_training.h).
-#include "capture/gates/duo_attention_training.h"
+#include "capture/train/duo_attention_training.h"
 
 #include <torch/torch.h>
 
@@ -14,9 +14,9 @@
 #include <random>
 #include <sstream>
 
-#include "capture/gates/gated_attention.h"
-#include "capture/gates/kvzip_targets.h"
 #include "capture/model/transformer.h"
+#include "capture/train/gated_attention.h"
+#include "capture/train/kvzip_targets.h"
 #include "core/common/atomic_file.h"
 #include "core/common/input_error.h"
 

@@ -1,4 +1,4 @@
-#include "capture/gates/sfc_data.h"
+#include "capture/train/sfc_data.h"
 
 #include <torch/torch.h>
 

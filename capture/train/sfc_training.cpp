@@ -1,4 +1,4 @@
-#include "capture/gates/sfc_training.h"
+#include "capture/train/sfc_training.h"
 
 #include <torch/torch.h>
 
@@ -9,61 +9,6 @@
 namespace kvscope::gates {
 
 using nlohmann::json;
-
-SfcParams SfcParams::of(const GateSet& g) {
-  std::vector<torch::Tensor> latent, w_ih, b_ih, w_hh, b_hh;
-  for (int64_t l = 0; l < g.shape.n_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".sfc.";
-    latent.push_back(g.param(p + "latent"));
-    w_ih.push_back(g.param(p + "w_ih"));
-    b_ih.push_back(g.param(p + "b_ih"));
-    w_hh.push_back(g.param(p + "w_hh"));
-    b_hh.push_back(g.param(p + "b_hh"));
-  }
-  return {torch::cat(latent),
-          torch::cat(w_ih),
-          torch::cat(b_ih),
-          torch::cat(w_hh),
-          torch::cat(b_hh),
-          g.param("sfc_shared.head.weight"),
-          g.param("sfc_shared.head.bias")};
-}
-
-SfcParams SfcParams::groups(const torch::Tensor& index) const {
-  return {latent.index_select(0, index),
-          w_ih.index_select(0, index),
-          b_ih.index_select(0, index),
-          w_hh.index_select(0, index),
-          b_hh.index_select(0, index),
-          head_w,
-          head_b};
-}
-
-// ---- the GRU, written out --------------------------------------------------------
-
-torch::Tensor sfc_input_gates(const torch::Tensor& x, const torch::Tensor& w_ih,
-                              const torch::Tensor& b_ih) {
-  return torch::bmm(x, w_ih.transpose(1, 2)) + b_ih.unsqueeze(1);  // W_i x + b_i
-}
-
-// r and u in one sigmoid over the first 2G gate rows; h' = (1 - u) n + u h
-// as n + u (h - n) (the same value, one operation less per step).
-torch::Tensor sfc_gru_update(const torch::Tensor& gi, const torch::Tensor& h,
-                             const torch::Tensor& w_hh, const torch::Tensor& b_hh) {
-  const int64_t G = h.size(-1);
-  const torch::Tensor gh =
-      torch::baddbmm(b_hh.unsqueeze(1), h, w_hh.transpose(1, 2));  // W_h h + b_h
-  const torch::Tensor ru = torch::sigmoid(gi.narrow(-1, 0, 2 * G) + gh.narrow(-1, 0, 2 * G));
-  const torch::Tensor r = ru.narrow(-1, 0, G), u = ru.narrow(-1, G, G);
-  const torch::Tensor n = torch::tanh(gi.narrow(-1, 2 * G, G) + r * gh.narrow(-1, 2 * G, G));
-  return n + u * (h - n);
-}
-
-torch::Tensor sfc_gru_step(const torch::Tensor& x, const torch::Tensor& h,
-                           const torch::Tensor& w_ih, const torch::Tensor& w_hh,
-                           const torch::Tensor& b_ih, const torch::Tensor& b_hh) {
-  return sfc_gru_update(sfc_input_gates(x, w_ih, b_ih), h, w_hh, b_hh);
-}
 
 // ---- the batched forecaster ------------------------------------------------------
 
@@ -85,11 +30,11 @@ torch::Tensor features(const SfcParams& p, const SfcConfig& c, const SfcSequence
   const int64_t Bg = groups.size(0), Bt = tokens.size(0), St = s.S - t0, Z = c.latent;
   const double inv_sqrt_hd = 1.0 / std::sqrt(double(c.head_dim));
   torch::Tensor first =
-      int_tensor(s.first, s.keys.device()).narrow(0, t0, St).to(torch::kFloat32);   // T of step t
-  torch::Tensor keys = s.keys.index_select(0, groups).index_select(1, tokens);      // [Bg, Bt, hd]
-  torch::Tensor q = s.qmean.index_select(0, groups).narrow(1, t0, St);              // [Bg, St, hd]
-  torch::Tensor zk = torch::bmm(keys, p.latent);                                    // [Bg, Bt, Z]
-  torch::Tensor zq = torch::bmm(q, p.latent);                                       // [Bg, St, Z]
+      int_tensor(s.first, s.keys.device()).narrow(0, t0, St).to(torch::kFloat32);  // T of step t
+  torch::Tensor keys = s.keys.index_select(0, groups).index_select(1, tokens);     // [Bg, Bt, hd]
+  torch::Tensor q = s.qmean.index_select(0, groups).narrow(1, t0, St);             // [Bg, St, hd]
+  torch::Tensor zk = torch::bmm(keys, p.latent);                                   // [Bg, Bt, Z]
+  torch::Tensor zq = torch::bmm(q, p.latent);                                      // [Bg, St, Z]
   torch::Tensor a = s.ewma.narrow(0, t0, St).index_select(1, groups).index_select(2, tokens);
   torch::Tensor x0 = torch::log1p(a.permute({1, 0, 2}) * first.view({1, St, 1}));
   // Distance from the step's first position; clamped at 0 for tokens not fed

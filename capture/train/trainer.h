@@ -42,9 +42,9 @@
 #include <vector>
 
 #include "capture/gates/gate_set.h"
-#include "capture/gates/kvpop_training.h"
-#include "capture/gates/train_data.h"
 #include "capture/generate/engine.h"
+#include "capture/train/kvpop_training.h"
+#include "capture/train/train_data.h"
 
 namespace kvscope::gates {
 

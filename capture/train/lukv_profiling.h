@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "capture/gates/trainer.h"
+#include "capture/train/trainer.h"
 
 namespace kvscope::gates {
 

@@ -1,4 +1,4 @@
-#include "capture/gates/train_data.h"
+#include "capture/train/train_data.h"
 
 #include <torch/torch.h>
 
@@ -66,7 +66,8 @@ std::vector<std::vector<int32_t>> generated_samples(generate::Engine& engine, co
     std::string line;
     while (std::getline(in, line) && have < o.generate_tokens) {
       json j = json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.contains("ids")) throw InputError(o.generated_cache, "ids", "bad cache line");
+      if (j.is_discarded() || !j.contains("ids"))
+        throw InputError(o.generated_cache, "ids", "bad cache line");
       samples.push_back(j["ids"].get<std::vector<int32_t>>());
       have += int64_t(samples.back().size());
     }
@@ -75,7 +76,8 @@ std::vector<std::vector<int32_t>> generated_samples(generate::Engine& engine, co
   std::ofstream cache;
   if (!o.generated_cache.empty()) cache.open(o.generated_cache, std::ios::app);
   const model::ModelConfig& c = engine.model->config();
-  const int64_t cap = std::min<int64_t>(c.context_length > 0 ? c.context_length : 4096, o.window + 32);
+  const int64_t cap =
+      std::min<int64_t>(c.context_length > 0 ? c.context_length : 4096, o.window + 32);
   generate::DenseKvCache kv(c, cap, engine.device, engine.dtype);
   generate::Generator gen(*engine.model, kv, engine.tokenizer.get());
   const int32_t bos = engine.tokenizer->bos_id();
@@ -99,7 +101,8 @@ std::vector<std::vector<int32_t>> generated_samples(generate::Engine& engine, co
     std::vector<int32_t> ids = prompt;
     ids.insert(ids.end(), r.output_ids.begin(), r.output_ids.end());
     if (cache.is_open())
-      cache << json{{"prompt_ids", prompt}, {"ids", ids}, {"text", engine.tokenizer->decode(ids)}}.dump()
+      cache << json{{"prompt_ids", prompt}, {"ids", ids}, {"text", engine.tokenizer->decode(ids)}}
+                   .dump()
             << std::endl;
     have += int64_t(ids.size());
     samples.push_back(std::move(ids));
@@ -110,9 +113,11 @@ std::vector<std::vector<int32_t>> generated_samples(generate::Engine& engine, co
 }  // namespace
 
 TokenData load_training_data(generate::Engine& engine, const DataOptions& o) {
-  if (!engine.tokenizer) throw InputError("", "--tokenizer", "training needs the model's tokenizer");
+  if (!engine.tokenizer)
+    throw InputError("", "--tokenizer", "training needs the model's tokenizer");
   if (o.paths.empty() && o.generate_tokens <= 0)
-    throw InputError("", "--data", "give text files (--data) and/or model-generated tokens (--generate N)");
+    throw InputError("", "--data",
+                     "give text files (--data) and/or model-generated tokens (--generate N)");
   TokenData out;
   out.describe = {{"files", json::array()}};
   std::vector<std::vector<int32_t>> sources;
@@ -134,13 +139,13 @@ TokenData load_training_data(generate::Engine& engine, const DataOptions& o) {
     std::vector<std::vector<int32_t>> gen = generated_samples(engine, o, all_text);
     std::vector<int32_t> g;
     for (auto& s : gen) g.insert(g.end(), s.begin(), s.end());
-    out.describe["generated"] = {{"tokens", g.size()},
-                                 {"samples", gen.size()},
-                                 {"temperature", o.temperature},
-                                 {"seed", o.seed},
-                                 {"prompts", all_text.empty() ? "BOS only"
-                                                              : "16-token snippets of the text data"},
-                                 {"cache", o.generated_cache}};
+    out.describe["generated"] = {
+        {"tokens", g.size()},
+        {"samples", gen.size()},
+        {"temperature", o.temperature},
+        {"seed", o.seed},
+        {"prompts", all_text.empty() ? "BOS only" : "16-token snippets of the text data"},
+        {"cache", o.generated_cache}};
     sources.push_back(std::move(g));
   }
   // Each source gives its tail to the held-out part, so both halves mix the
@@ -157,8 +162,9 @@ TokenData load_training_data(generate::Engine& engine, const DataOptions& o) {
   out.describe["heldout_tokens"] = held.size();
   if (out.train_end < o.window + 1 || int64_t(held.size()) < o.window + 1)
     throw InputError("", "--data",
-                     "too little text: " + std::to_string(out.ids.size()) + " tokens cannot fill a " +
-                         std::to_string(o.window + 1) + "-token training window and a held-out one (" +
+                     "too little text: " + std::to_string(out.ids.size()) +
+                         " tokens cannot fill a " + std::to_string(o.window + 1) +
+                         "-token training window and a held-out one (" +
                          std::to_string(int(o.holdout * 100)) + "% held out)");
   return out;
 }

@@ -15,9 +15,9 @@
 #include <chrono>
 
 #include "capture/gates/fastkvzip_gate.h"
-#include "capture/gates/kvzip_targets.h"
-#include "capture/gates/trainer.h"
 #include "capture/tokenizer/tokenizer.h"
+#include "capture/train/kvzip_targets.h"
+#include "capture/train/trainer.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::gates {

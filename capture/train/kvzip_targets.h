@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "capture/gates/train_data.h"
 #include "capture/generate/dense_kv_cache.h"
 #include "capture/generate/engine.h"
 #include "capture/model/model_weights.h"
+#include "capture/train/train_data.h"
 
 namespace kvscope::gates {
 

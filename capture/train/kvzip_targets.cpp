@@ -1,11 +1,11 @@
 // KVzip and KVzip+ scores of a read-back as training targets (kvzip_targets.h).
-#include "capture/gates/kvzip_targets.h"
+#include "capture/train/kvzip_targets.h"
 
 #include <limits>
 
-#include "capture/gates/trainer.h"
 #include "capture/policy/policies/output_projection.h"
 #include "capture/tokenizer/tokenizer.h"
+#include "capture/train/trainer.h"
 #include "core/common/check.h"
 #include "core/common/input_error.h"
 

@@ -19,8 +19,8 @@
 #include <numeric>
 #include <random>
 
-#include "capture/gates/sfc_training.h"
-#include "capture/gates/trainer.h"
+#include "capture/train/sfc_training.h"
+#include "capture/train/trainer.h"
 #include "core/common/input_error.h"
 #include "core/trace/reader.h"
 

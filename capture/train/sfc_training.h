@@ -18,21 +18,10 @@
 #include <vector>
 
 #include "capture/gates/gate_set.h"
-#include "capture/gates/sfc_data.h"
 #include "capture/gates/sfc_forecaster.h"
+#include "capture/train/sfc_data.h"
 
 namespace kvscope::gates {
-
-// The parameters of every group stacked [NG = L * K, ...], autograd-connected
-// to the gate set's tensors.
-struct SfcParams {
-  torch::Tensor latent;          // [NG, hd, Z]
-  torch::Tensor w_ih, b_ih;      // [NG, 3G, F], [NG, 3G]
-  torch::Tensor w_hh, b_hh;      // [NG, 3G, G], [NG, 3G]
-  torch::Tensor head_w, head_b;  // [2, G], [2]
-  static SfcParams of(const GateSet& g);
-  SfcParams groups(const torch::Tensor& index) const;  // the rows of these groups
-};
 
 // The parameters training moves (docs/policies/sfc.md, "Training"): the
 // doc's features differ in scale by two orders of magnitude (x1 in [0, 1],
@@ -67,17 +56,6 @@ class SfcTrainable {
   int64_t L_ = 0, K_ = 0;
   torch::Tensor v_, w_, b_, w_hh_, b_hh_, head_w_, head_b_;
 };
-
-// The GRU cell of docs/policies/sfc.md (torch.nn.GRU's, gates r, z, n),
-// batched over groups: x [B, N, F], h [B, N, G], weights per group
-// [B, 3G, F] / [B, 3G, G] / [B, 3G] -> h' [B, N, G].
-torch::Tensor sfc_input_gates(const torch::Tensor& x, const torch::Tensor& w_ih,
-                              const torch::Tensor& b_ih);  // [B, N, 3G]
-torch::Tensor sfc_gru_update(const torch::Tensor& gi, const torch::Tensor& h,
-                             const torch::Tensor& w_hh, const torch::Tensor& b_hh);
-torch::Tensor sfc_gru_step(const torch::Tensor& x, const torch::Tensor& h,
-                           const torch::Tensor& w_ih, const torch::Tensor& w_hh,
-                           const torch::Tensor& b_ih, const torch::Tensor& b_hh);
 
 // Groups `groups` (int64 [Bg]) and tokens `tokens` (int64 [Bt], ascending)
 // of a sequence, steps t0 .. S - 1 (t0 = min fed_at + 1 of the tokens).

@@ -1,4 +1,4 @@
-#include "capture/gates/gated_attention.h"
+#include "capture/train/gated_attention.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>

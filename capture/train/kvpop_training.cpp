@@ -1,4 +1,4 @@
-#include "capture/gates/kvpop_training.h"
+#include "capture/train/kvpop_training.h"
 
 #include <torch/torch.h>
 

@@ -19,9 +19,9 @@
 #include <chrono>
 #include <string>
 
-#include "capture/gates/trainer.h"
 #include "capture/generate/dense_kv_cache.h"
 #include "capture/policy/query_moments.h"
+#include "capture/train/trainer.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::gates {

@@ -1,5 +1,5 @@
 // LU-KV's offline profile: the budget curve of `lukv` (lukv_profiling.h).
-#include "capture/gates/lukv_profiling.h"
+#include "capture/train/lukv_profiling.h"
 
 #include <torch/torch.h>
 
@@ -12,12 +12,12 @@
 #include <numeric>
 
 #include "capture/attention/step_driver.h"
-#include "capture/gates/kvzip_targets.h"
 #include "capture/generate/dense_kv_cache.h"
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/policies/output_projection.h"
 #include "capture/policy/registry.h"
 #include "capture/policy/scorer.h"
+#include "capture/train/kvzip_targets.h"
 #include "core/common/atomic_file.h"
 #include "core/common/check.h"
 #include "core/common/input_error.h"

@@ -1,4 +1,4 @@
-#include "capture/gates/trainer.h"
+#include "capture/train/trainer.h"
 
 #include <torch/torch.h>
 
@@ -10,10 +10,10 @@
 #include <random>
 #include <sstream>
 
-#include "capture/gates/gated_attention.h"
 #include "capture/generate/failure_text.h"
 #include "capture/model/model_weights.h"
 #include "capture/model/model_writer.h"
+#include "capture/train/gated_attention.h"
 #include "core/common/check.h"
 #include "core/common/input_error.h"
 
