@@ -17,6 +17,7 @@
 #include "capture/model/transformer.h"
 #include "capture/train/gated_attention.h"
 #include "capture/train/kvzip_targets.h"
+#include "capture/train/trainers.h"
 #include "core/common/atomic_file.h"
 #include "core/common/input_error.h"
 
@@ -407,6 +408,21 @@ TrainResult train_duo_attention(const TrainOptions& o) {
   r.summary = training;
   r.wall_seconds = wall;
   return r;
+}
+
+TrainerDescriptor duo_attention_trainer() {
+  return {"duo-attention",
+          "DuoAttention's head pattern: each head's full/streaming mix optimised on passkey "
+          "samples",
+          "Xiao et al., DuoAttention: Efficient Long-Context LLM Inference with Retrieval and "
+          "Streaming Heads, ICLR 2025",
+          "docs/policies/duo_attention.md",
+          TrainInput::Text,
+          TrainOutput::Directory,
+          "-o a pattern directory: full_attention_heads.tsv and config.json",
+          "sinks, recent, passkeys, words, reg",
+          {},
+          [](TrainOptions o, const Params&) { return train_duo_attention(o); }};
 }
 
 }  // namespace kvscope::gates

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "capture/tokenizer/tokenizer.h"
-#include "capture/train/trainer.h"
+#include "capture/train/train_options.h"
 
 namespace kvscope::gates {
 

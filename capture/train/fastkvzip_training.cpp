@@ -17,7 +17,7 @@
 #include "capture/gates/fastkvzip_gate.h"
 #include "capture/tokenizer/tokenizer.h"
 #include "capture/train/kvzip_targets.h"
-#include "capture/train/trainer.h"
+#include "capture/train/trainers.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::gates {
@@ -70,6 +70,8 @@ std::pair<torch::Tensor, double> loss_and_accuracy(const torch::Tensor& pred,
 }
 
 }  // namespace
+
+namespace {
 
 TrainResult train_fastkvzip(const TrainOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -155,6 +157,26 @@ TrainResult train_fastkvzip(const TrainOptions& o) {
        {"heldout_bce", held_bce},
        {"heldout_accuracy", held_acc}},
       t0);
+}
+
+}  // namespace
+
+TrainerDescriptor fastkvzip_trainer() {
+  return {"fastkvzip",
+          "Fast KVzip's gates: KVzip scores of the text read back, the gates trained on them by "
+          "BCE",
+          "Kim, Han, Yun, Fast KVzip: Efficient and Accurate LLM Inference with Gated KV "
+          "Eviction, 2026",
+          "docs/policies/fastkvzip.md",
+          TrainInput::Text,
+          TrainOutput::File,
+          "-o the gate file (.safetensors) + .json metadata",
+          hyper_keys({GateKind::FastKvzip}),
+          {},
+          [](TrainOptions o, const Params&) {
+            o.kind = GateKind::FastKvzip;
+            return train_fastkvzip(o);
+          }};
 }
 
 }  // namespace kvscope::gates

@@ -33,9 +33,9 @@ namespace kvscope::gates {
 // mult is given (k = the kv head of query head h). bias, mult: [K, n, n] or
 // undefined. q [n, H, hd], k/v [n, K, hd]; window > 0: the model's sliding
 // window. Differentiable in every input.
-torch::Tensor dense_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              double scale, int64_t window, const torch::Tensor& bias,
-                              const torch::Tensor& mult);
+torch::Tensor dense_attention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, double scale, int64_t window,
+                              const torch::Tensor& bias, const torch::Tensor& mult);
 
 // Straight-through keep flags of Attention-Gate: forward (sigmoid(s + gamma)
 // > tau) as 0/1, backward d/ds sigmoid(s + gamma) (seed 001 §3.5).

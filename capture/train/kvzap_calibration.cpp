@@ -18,7 +18,7 @@
 
 #include "capture/tokenizer/tokenizer.h"
 #include "capture/train/kvzip_targets.h"
-#include "capture/train/trainer.h"
+#include "capture/train/trainers.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::gates {
@@ -38,6 +38,8 @@ std::pair<torch::Tensor, torch::Tensor> ridge(const torch::Tensor& xtx, const to
 }
 
 }  // namespace
+
+namespace {
 
 TrainResult calibrate_kvzap(const TrainOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -85,6 +87,26 @@ TrainResult calibrate_kvzap(const TrainOptions& o) {
        {"heldout_windows", held_windows},
        {"heldout_r2", r2}},
       t0);
+}
+
+}  // namespace
+
+TrainerDescriptor kvzap_trainer() {
+  return {"kvzap",
+          "KVzap's surrogate: KVzip+ scores of the text read back, fitted by ridge regression "
+          "from the layer inputs",
+          "Jegou et al., KVzap: Fast, Adaptive, and Faithful KV Cache Pruning, 2026 (kvpress "
+          "kvzap/train.py)",
+          "docs/policies/kvzap.md",
+          TrainInput::Text,
+          TrainOutput::File,
+          "-o the gate file (.safetensors) + .json metadata",
+          hyper_keys({GateKind::Kvzap}),
+          {},
+          [](TrainOptions o, const Params&) {
+            o.kind = GateKind::Kvzap;
+            return calibrate_kvzap(o);
+          }};
 }
 
 }  // namespace kvscope::gates

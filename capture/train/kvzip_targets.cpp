@@ -5,7 +5,7 @@
 
 #include "capture/policy/policies/output_projection.h"
 #include "capture/tokenizer/tokenizer.h"
-#include "capture/train/trainer.h"
+#include "capture/train/train_options.h"
 #include "core/common/check.h"
 #include "core/common/input_error.h"
 

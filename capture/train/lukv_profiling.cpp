@@ -18,6 +18,7 @@
 #include "capture/policy/registry.h"
 #include "capture/policy/scorer.h"
 #include "capture/train/kvzip_targets.h"
+#include "capture/train/trainers.h"
 #include "core/common/atomic_file.h"
 #include "core/common/check.h"
 #include "core/common/input_error.h"
@@ -396,6 +397,21 @@ TrainResult profile_lukv(const TrainOptions& o) {
   r.summary = training;
   r.wall_seconds = wall;
   return r;
+}
+
+TrainerDescriptor lukv_trainer() {
+  return {"lukv",
+          "LU-KV's budget curve: --steps windows of --seq-len context tokens, the scorer's order "
+          "against the future's attention",
+          "Tang et al., Predicting Future Utility: Global Combinatorial Optimization for "
+          "Task-Agnostic KV Cache Eviction, 2026",
+          "docs/policies/lukv.md",
+          TrainInput::Text,
+          TrainOutput::File,
+          "-o the budget curve (.npy, [99, layers, kv heads]) + .json",
+          "scorer and its parameters, keep_first, keep_last, future",
+          {},
+          [](TrainOptions o, const Params&) { return profile_lukv(o); }};
 }
 
 }  // namespace kvscope::gates

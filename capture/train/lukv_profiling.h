@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "capture/train/trainer.h"
+#include "capture/train/train_options.h"
 
 namespace kvscope::gates {
 

@@ -21,7 +21,7 @@
 
 #include "capture/generate/dense_kv_cache.h"
 #include "capture/policy/query_moments.h"
-#include "capture/train/trainer.h"
+#include "capture/train/trainers.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::gates {
@@ -108,6 +108,8 @@ void query_stats(const policy::QueryMoments& m, const model::ModelConfig& c, Gat
 
 }  // namespace
 
+namespace {
+
 TrainResult calibrate_queries(const TrainOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   generate::Engine engine = generate::open_engine(o.model);
@@ -153,6 +155,43 @@ TrainResult calibrate_queries(const TrainOptions& o) {
       {"queries_per_kv_head", rec.queries}};
   if (!stats) training["explained_share"] = explained;
   return save_fitted_gates(std::move(set), c, o, training, t0);
+}
+
+}  // namespace
+
+TrainerDescriptor qfilter_trainer() {
+  return {"qfilter",
+          "Q-Filters' query directions: the principal direction of each head's queries "
+          "(--steps windows of --seq-len tokens of the text; a calibration, nothing trains)",
+          "Godey et al., Q-Filters: Leveraging QK Geometry for Efficient KV Cache Compression, "
+          "2025",
+          "docs/policies/qfilter.md",
+          TrainInput::Text,
+          TrainOutput::File,
+          "-o the gate file (.safetensors) + .json metadata",
+          hyper_keys({GateKind::QFilter}),
+          {},
+          [](TrainOptions o, const Params&) {
+            o.kind = GateKind::QFilter;
+            return calibrate_queries(o);
+          }};
+}
+
+TrainerDescriptor query_stats_trainer() {
+  return {"query-stats",
+          "Expected Attention's query statistics: mean and covariance of each head's pre-RoPE "
+          "queries (a calibration, likewise)",
+          "Devoto et al., Expected Attention, 2025 (kvpress ExpectedAttentionStatsPress)",
+          "docs/policies/expected_attention_stats.md",
+          TrainInput::Text,
+          TrainOutput::File,
+          "-o the gate file (.safetensors) + .json metadata",
+          hyper_keys({GateKind::QueryStats}),
+          {},
+          [](TrainOptions o, const Params&) {
+            o.kind = GateKind::QueryStats;
+            return calibrate_queries(o);
+          }};
 }
 
 }  // namespace kvscope::gates

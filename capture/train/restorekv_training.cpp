@@ -27,7 +27,7 @@
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/policies/kvzip_selection.h"
 #include "capture/train/kvzip_targets.h"
-#include "capture/train/trainer.h"
+#include "capture/train/trainers.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::gates {
@@ -108,6 +108,8 @@ torch::Tensor kl(const torch::Tensor& teacher_logp, const torch::Tensor& student
 }
 
 }  // namespace
+
+namespace {
 
 TrainResult train_restorekv(const TrainOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -208,6 +210,25 @@ TrainResult train_restorekv(const TrainOptions& o) {
        {"heldout_kl_restorekv", kl_restore / double(held)},
        {"heldout_kl_kvzip_same_budget", kl_kvzip / double(held)}},
       t0);
+}
+
+}  // namespace
+
+TrainerDescriptor restorekv_trainer() {
+  return {"restorekv",
+          "RestoreKV's restore tokens and LoRA adapters: self-distillation under KVzip's eviction",
+          "Baek et al., RestoreKV: Recovering Full-Cache Behavior Under Aggressive Query-Agnostic "
+          "KV Cache Eviction, arXiv 2608.01247",
+          "docs/policies/restorekv.md",
+          TrainInput::Text,
+          TrainOutput::File,
+          "-o the gate file (.safetensors) + .json metadata",
+          hyper_keys({GateKind::RestoreKv}),
+          {},
+          [](TrainOptions o, const Params&) {
+            o.kind = GateKind::RestoreKv;
+            return train_restorekv(o);
+          }};
 }
 
 }  // namespace kvscope::gates

@@ -20,7 +20,7 @@
 #include <random>
 
 #include "capture/train/sfc_training.h"
-#include "capture/train/trainer.h"
+#include "capture/train/trainers.h"
 #include "core/common/input_error.h"
 #include "core/trace/reader.h"
 
@@ -57,7 +57,7 @@ double number(const json& j, const char* a, const char* b = nullptr) {
 
 class SfcTrainer {
  public:
-  explicit SfcTrainer(const TrainOptions& o) : o_(o) {}
+  SfcTrainer(const TrainOptions& o, const SfcTrainOptions& s) : o_(o), s_(s) {}
   TrainResult run();
 
  private:
@@ -86,6 +86,7 @@ class SfcTrainer {
   }
 
   const TrainOptions& o_;
+  const SfcTrainOptions& s_;
   std::string model_path_;
   generate::Engine engine_;
   std::vector<SfcTraceHeader> headers_;
@@ -99,7 +100,7 @@ class SfcTrainer {
 };
 
 void SfcTrainer::validate() const {
-  const SfcTrainOptions& s = o_.sfc;
+  const SfcTrainOptions& s = s_;
   if (o_.evaluate.empty() && o_.output.empty())
     throw InputError("", "-o", "an output gate file is required");
   if (s.traces.empty() && (o_.evaluate.empty() || s.holdout.empty()))
@@ -124,8 +125,8 @@ void SfcTrainer::validate() const {
 // Every trace checked (policy, received attention) before the model loads,
 // then against the model (sha256 or name and shape).
 void SfcTrainer::open_model() {
-  std::vector<std::string> all = o_.sfc.traces;
-  all.insert(all.end(), o_.sfc.holdout.begin(), o_.sfc.holdout.end());
+  std::vector<std::string> all = s_.traces;
+  all.insert(all.end(), s_.holdout.begin(), s_.holdout.end());
   for (const std::string& p : all) headers_.push_back(check_sfc_trace(p));
   model_path_ = sfc_model_path(headers_.front(), o_.model.model);
   generate::ModelOptions mo = o_.model;
@@ -206,12 +207,12 @@ SfcLoss SfcTrainer::train_step(int64_t step, double* lr) {
     const SfcSequence& s = train_[size_t(rng() % train_.size())];
     int64_t forecast = 0;  // tokens fed before the last step: they have forecasts
     while (forecast < s.T && s.fed_at[size_t(forecast)] + 1 < s.S) ++forecast;
-    const int64_t ng = o_.sfc.groups > 0 ? std::min(o_.sfc.groups, s.NG) : s.NG;
+    const int64_t ng = s_.groups > 0 ? std::min(s_.groups, s.NG) : s.NG;
     const torch::Tensor groups =
         torch::tensor(sample(rng, s.NG, ng), torch::kInt64).to(engine_.device);
     const torch::Tensor tokens =
-        torch::tensor(sample(rng, forecast, o_.sfc.tokens), torch::kInt64).to(engine_.device);
-    const SfcForward f = sfc_forward(p, cfg_, s, groups, tokens, o_.sfc.bptt);
+        torch::tensor(sample(rng, forecast, s_.tokens), torch::kInt64).to(engine_.device);
+    const SfcForward f = sfc_forward(p, cfg_, s, groups, tokens, s_.bptt);
     const SfcLoss l = sfc_loss(f, sfc_targets(s, f, groups, tokens, loss_), loss_);
     (l.total / double(o_.batch)).backward();
     sum.now += l.now / double(o_.batch);
@@ -270,7 +271,7 @@ std::string heldout_line(const json& m) {
 json SfcTrainer::evaluate_heldout(int64_t step, double lr) {
   const auto t0 = Clock::now();
   trainable_->write_to(gates_);
-  json m = sfc_evaluate(gates_, heldout_, o_.sfc.eval_cells).to_json();
+  json m = sfc_evaluate(gates_, heldout_, s_.eval_cells).to_json();
   csv_row("eval", step, lr, m, seconds_since(t0));
   log("  held-out: " + heldout_line(m));
   return m;
@@ -287,10 +288,10 @@ TrainResult SfcTrainer::evaluate_file(Clock::time_point t0) {
         std::string("holds ") + gate_kind_name(gates_.kind) + " gates, --policy asks for sfc-gru");
   cfg_ = SfcConfig::of(gates_);
   loss_ = SfcLossOptions::of(gates_);
-  const std::vector<std::string>& paths = o_.sfc.holdout.empty() ? o_.sfc.traces : o_.sfc.holdout;
+  const std::vector<std::string>& paths = s_.holdout.empty() ? s_.traces : s_.holdout;
   const std::vector<SfcSequence> data = load(paths);
   TrainResult r;
-  r.summary = sfc_evaluate(gates_, data, o_.sfc.eval_cells).to_json();
+  r.summary = sfc_evaluate(gates_, data, s_.eval_cells).to_json();
   r.summary["gates"] = o_.evaluate;
   r.summary["hyperparameters"] = gates_.meta["hyperparameters"];
   r.summary["traces"] = describe(data, paths);
@@ -313,8 +314,8 @@ void SfcTrainer::prepare(Clock::time_point t0) {
   csv_ << "phase,step,lr,loss,loss_now,loss_horizon,loss_latency,auroc_now,auroc_horizon,"
           "precision_now,recall_now,precision_horizon,recall_horizon,onsets_forecast_lead,"
           "seconds\n";
-  train_ = load(o_.sfc.traces);
-  heldout_ = load(o_.sfc.holdout);
+  train_ = load(s_.traces);
+  heldout_ = load(s_.holdout);
   const double load_seconds = seconds_since(t0);
   trainable_ = std::make_unique<SfcTrainable>(gates_, train_);
   opt_ = std::make_unique<torch::optim::AdamW>(
@@ -324,9 +325,8 @@ void SfcTrainer::prepare(Clock::time_point t0) {
   log("train sfc-gru for " + c.name + ": " + std::to_string(params) + " parameters; " +
       std::to_string(train_.size()) + " training traces, " + std::to_string(heldout_.size()) +
       " held out (read in " + fmt(load_seconds) + " s); " + std::to_string(o_.steps) +
-      " steps of " + std::to_string(o_.batch) + " trace(s) x " + std::to_string(o_.sfc.tokens) +
-      " tokens x " + (o_.sfc.groups > 0 ? std::to_string(o_.sfc.groups) : std::string("all")) +
-      " groups");
+      " steps of " + std::to_string(o_.batch) + " trace(s) x " + std::to_string(s_.tokens) +
+      " tokens x " + (s_.groups > 0 ? std::to_string(s_.groups) : std::string("all")) + " groups");
 }
 
 SfcLoss SfcTrainer::train_loop(double* lr) {
@@ -361,35 +361,35 @@ json SfcTrainer::training_meta(const SfcLoss& last, double lr, Clock::time_point
     heldout = evaluate_heldout(o_.steps, lr);
   } else {
     // No held-out traces: the numbers on the training traces, named so.
-    training_eval = sfc_evaluate(gates_, train_, o_.sfc.eval_cells).to_json();
+    training_eval = sfc_evaluate(gates_, train_, s_.eval_cells).to_json();
     csv_row("eval_train", o_.steps, lr, training_eval, 0);
     log("  on the training traces: " + heldout_line(training_eval));
   }
   const double wall = seconds_since(t0);
   json meta = gates_.meta;
   meta["base_model"] = model_json(c, c.name, model_path_, model_path_);
-  meta["training"] = {{"data",
-                       {{"traces", describe(train_, o_.sfc.traces)},
-                        {"holdout", describe(heldout_, o_.sfc.holdout)}}},
-                      {"steps", o_.steps},
-                      {"batch", o_.batch},
-                      {"tokens", o_.sfc.tokens},
-                      {"groups", o_.sfc.groups},
-                      {"bptt", o_.sfc.bptt},
-                      {"seed", o_.seed},
-                      {"lr", o_.lr},
-                      {"lr_min", o_.lr_min},
-                      {"weight_decay", o_.weight_decay},
-                      {"warmup", o_.warmup},
-                      {"schedule", "linear warmup, cosine decay (AdamW)"},
-                      {"objective", objective_json()},
-                      {"preconditioning", trainable_->describe()},
-                      {"threads", at::get_num_threads()},
-                      {"device", engine_.device.str()},
-                      {"dtype", generate::dtype_name(engine_.dtype)},
-                      {"command", o_.command_line},
-                      {"wall_seconds", wall},
-                      {"last_step", loss_json(last)}};
+  meta["training"] = {
+      {"data",
+       {{"traces", describe(train_, s_.traces)}, {"holdout", describe(heldout_, s_.holdout)}}},
+      {"steps", o_.steps},
+      {"batch", o_.batch},
+      {"tokens", s_.tokens},
+      {"groups", s_.groups},
+      {"bptt", s_.bptt},
+      {"seed", o_.seed},
+      {"lr", o_.lr},
+      {"lr_min", o_.lr_min},
+      {"weight_decay", o_.weight_decay},
+      {"warmup", o_.warmup},
+      {"schedule", "linear warmup, cosine decay (AdamW)"},
+      {"objective", objective_json()},
+      {"preconditioning", trainable_->describe()},
+      {"threads", at::get_num_threads()},
+      {"device", engine_.device.str()},
+      {"dtype", generate::dtype_name(engine_.dtype)},
+      {"command", o_.command_line},
+      {"wall_seconds", wall},
+      {"last_step", loss_json(last)}};
   if (!heldout.is_null()) meta["training"]["heldout"] = heldout;
   if (!training_eval.is_null()) meta["training"]["training_eval"] = training_eval;
   return meta;
@@ -418,8 +418,60 @@ TrainResult SfcTrainer::run() {
 
 }  // namespace
 
-TrainResult train_sfc(const TrainOptions& options) {
-  return SfcTrainer(options).run();
+TrainResult train_sfc(const TrainOptions& o, const SfcTrainOptions& s) {
+  return SfcTrainer(o, s).run();
+}
+
+namespace {
+
+// A comma-separated list of existing files.
+std::vector<std::string> trace_list(const std::string& text, const char* option) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (begin <= text.size() && !text.empty()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string path = text.substr(begin, end - begin);
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) throw InputError(path, option, "no such trace file");
+    out.push_back(path);
+    begin = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+TrainerDescriptor sfc_trainer() {
+  return {
+      "sfc",
+      "the Salience Forecasting Cache's forecaster (sfc-gru) from full-cache traces",
+      "seed 004 (Salience Forecasting Cache), the asymmetric salience loss",
+      "docs/policies/sfc.md",
+      TrainInput::Traces,
+      TrainOutput::File,
+      "-o the forecaster gate file (.safetensors) + .json metadata, .log, .csv loss curve",
+      hyper_keys({GateKind::SfcGru}),
+      {{"traces", ParamType::String, "",
+        "full-cache traces (--policy full --capture received), comma-separated"},
+       {"holdout", ParamType::String, "",
+        "held-out traces, evaluated and never trained on, comma-separated"},
+       {"tokens", ParamType::Int, "128", "tokens sampled per trace and step", 1,
+        double(int64_t(1) << 24)},
+       {"groups", ParamType::Int, "0",
+        "(layer, kv head) groups sampled per trace and step (0: all)", 0, double(int64_t(1) << 24)},
+       {"bptt", ParamType::Int, "0",
+        "truncate backpropagation through time every N steps (0: the whole trace)", 0,
+        double(int64_t(1) << 24)}},
+      [](TrainOptions o, const Params& p) {
+        o.kind = GateKind::SfcGru;
+        SfcTrainOptions s;
+        s.traces = trace_list(p.get_string("traces"), "--traces");
+        s.holdout = trace_list(p.get_string("holdout"), "--holdout");
+        s.tokens = p.get_int("tokens");
+        s.groups = p.get_int("groups");
+        s.bptt = p.get_int("bptt");
+        return train_sfc(o, s);
+      }};
 }
 
 }  // namespace kvscope::gates

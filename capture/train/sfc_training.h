@@ -20,8 +20,24 @@
 #include "capture/gates/gate_set.h"
 #include "capture/gates/sfc_forecaster.h"
 #include "capture/train/sfc_data.h"
+#include "capture/train/train_options.h"
 
 namespace kvscope::gates {
+
+// sfc's own options: the traces it trains from and how they are sampled
+// (docs/policies/sfc.md "Training"; the batch is traces per step).
+struct SfcTrainOptions {
+  std::vector<std::string> traces;   // --traces: captured with --policy full --capture received
+  std::vector<std::string> holdout;  // --holdout: evaluated, never trained on
+  int64_t tokens = 128;              // tokens sampled per trace and step
+  int64_t groups = 0;                // (layer, kv head) groups sampled per step; 0: all
+  int64_t bptt = 0;                  // truncated backprop every N steps; 0: whole trace
+  int64_t eval_cells = int64_t(1) << 20;  // (group, step, token) entries per evaluation chunk
+};
+
+// Trains (or, with o.evaluate, evaluates) the sfc-gru forecaster
+// (sfc_trainer.cpp).
+TrainResult train_sfc(const TrainOptions& o, const SfcTrainOptions& s);
 
 // The parameters training moves (docs/policies/sfc.md, "Training"): the
 // doc's features differ in scale by two orders of magnitude (x1 in [0, 1],

@@ -6,7 +6,10 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/kvpop_training.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gated_attention.cpp
   ${CMAKE_CURRENT_LIST_DIR}/train_data.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/train_outputs.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/registry.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gated_trainer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gated_methods.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sfc_data.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sfc_training.cpp
   ${CMAKE_CURRENT_LIST_DIR}/sfc_trainer.cpp

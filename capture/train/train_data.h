@@ -19,8 +19,8 @@ struct DataOptions {
   std::string generated_cache;     // where generated text is kept (reused when present)
   double temperature = 1.0;        // sampling of the generated text
   uint64_t seed = 0;
-  double holdout = 0.1;            // share of the stream held out (at least 4 windows)
-  int64_t window = 256;            // the training sequence length
+  double holdout = 0.1;  // share of the stream held out (at least 4 windows)
+  int64_t window = 256;  // the training sequence length
 };
 
 struct TokenData {

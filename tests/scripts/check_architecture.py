@@ -5,7 +5,7 @@
 
 Policies: `kvscope policies --json`; views: the choices of `kvscope export
 --view` (its CLI11 help lists the view registry's names); trainers: the
-methods `kvscope train --policy` lists. Exit 1 naming each count that differs.
+trainers `kvscope train --list` lists. Exit 1 naming each count that differs.
 """
 import json
 import re
@@ -24,14 +24,10 @@ def registry_counts(kvscope):
     views = re.search(r"--view TEXT:\{([^}]*)\}", help_text(kvscope, "export"))
     if not views:
         sys.exit("check_architecture: `kvscope export --help` lists no --view choices")
-    # The --policy option's help: "wgkv | attention-gate | ... | lukv (...)",
-    # one line in CLI11's output; parentheticals (which hold '|' too) dropped.
-    line = next((l for l in help_text(kvscope, "train").splitlines()
-                 if l.lstrip().startswith("--policy ")), None)
-    if line is None or "REQUIRED" not in line:
-        sys.exit("check_architecture: `kvscope train --help` has no --policy line")
-    methods = re.sub(r"\([^()]*\)", "", line.split("REQUIRED", 1)[1])
-    names = [m.strip() for m in methods.split("|") if m.strip()]
+    # One line per trainer of the registry.
+    listed = subprocess.run([kvscope, "train", "--list"], capture_output=True, text=True,
+                            check=True).stdout
+    names = [l.split()[0] for l in listed.splitlines() if l.strip()]
     return {"policies": len(policies), "views": len(views.group(1).split(",")),
             "trainers": len(names)}
 

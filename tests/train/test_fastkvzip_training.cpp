@@ -1,8 +1,9 @@
 // Fast KVzip's training (`kvscope train --policy fastkvzip`): it lowers the
 // BCE against the KVzip targets. The gate: tests/gates/test_fastkvzip_gate.cpp.
-#include "capture/train/trainer.h"
+#include "capture/train/train_options.h"
 #include "tests/gates/gate_test_util.h"
 #include "tests/support/paths.h"
+#include "tests/train/train_runner.h"
 
 namespace kvscope::test {
 
@@ -26,7 +27,7 @@ TEST_CASE("fastkvzip: training lowers the BCE against the KVzip targets", "[gate
   o.quiet = true;
   o.hyper_given = {{"iters", 150}, {"batch", 32}};
   o.output = temp_dir() + "/stories-fastkvzip.safetensors";
-  const gates::TrainResult r = gates::train_gates(o);
+  const gates::TrainResult r = test::train_kind(o);
   generate::Engine engine = generate::open_engine(o.model);
   const gates::GateSet g = gates::load_gates(o.output, engine.model->config());
   CHECK(g.kind == GateKind::FastKvzip);

@@ -3,10 +3,11 @@
 // regression solved another way. The policy: tests/policies/test_kvzap.cpp.
 #include "capture/generate/dense_kv_cache.h"
 #include "capture/tokenizer/tokenizer.h"
-#include "capture/train/trainer.h"
+#include "capture/train/train_options.h"
 #include "core/common/input_error.h"
 #include "tests/gates/gate_test_util.h"
 #include "tests/support/paths.h"
+#include "tests/train/train_runner.h"
 
 namespace kvscope::test {
 
@@ -86,7 +87,7 @@ TEST_CASE("kvzap: the surrogate is the ridge fit of h to the log KVzip+ scores o
           "[gates][kvzap]") {
   const std::string out = temp_dir() + "/stories-kvzap.safetensors";
   const gates::TrainOptions o = kvzap_options(out);
-  gates::train_gates(o);
+  test::train_kind(o);
   generate::Engine engine = generate::open_engine(o.model);
   const model::ModelConfig& c = engine.model->config();
   const gates::GateSet g = gates::load_gates(out, c);

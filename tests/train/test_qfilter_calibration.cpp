@@ -8,10 +8,11 @@
 
 #include "capture/generate/dense_kv_cache.h"
 #include "capture/policy/held_rows.h"
-#include "capture/train/trainer.h"
+#include "capture/train/train_options.h"
 #include "core/common/input_error.h"
 #include "tests/gates/gate_test_util.h"
 #include "tests/support/paths.h"
+#include "tests/train/train_runner.h"
 
 namespace kvscope::test {
 
@@ -55,7 +56,7 @@ TEST_CASE("qfilter: the calibrated filter is the top right singular vector of th
           "[gates][qfilter]") {
   const std::string out = temp_dir() + "/stories-qfilter.safetensors";
   const gates::TrainOptions o = qfilter_options(out);
-  gates::calibrate_queries(o);
+  test::train_kind(o);
   generate::Engine engine = generate::open_engine(o.model);
   const model::ModelConfig& c = engine.model->config();
   const gates::GateSet g = gates::load_gates(out, c);
@@ -91,7 +92,7 @@ TEST_CASE("query-stats: the calibrated mean and covariance of the pre-RoPE queri
   const std::string out = temp_dir() + "/stories-query-stats.safetensors";
   gates::TrainOptions o = qfilter_options(out);
   o.kind = GateKind::QueryStats;
-  gates::calibrate_queries(o);
+  test::train_kind(o);
   generate::Engine engine = generate::open_engine(o.model);
   const model::ModelConfig& c = engine.model->config();
   const gates::GateSet g = gates::load_gates(out, c);

@@ -17,15 +17,16 @@
 #include "capture/model/model_writer.h"
 #include "capture/policy/registry.h"
 #include "capture/train/gated_attention.h"
+#include "capture/train/gated_trainer.h"
 #include "capture/train/kvpop_training.h"
-#include "capture/train/trainer.h"
+#include "capture/train/registry.h"
 #include "core/common/input_error.h"
 #include "tests/gates/gate_test_util.h"
 #include "tests/support/paths.h"
 
 using namespace kvscope;
 using gates::GateKind;
-using Base = gates::TrainOptions::Base;
+using Base = gates::GatedSettings::Base;
 
 namespace {
 
@@ -65,11 +66,8 @@ nlohmann::json read_json(const std::string& path) {
 // the paper's base rate, 8e-5, moves the KL on fresh text by noise alone; on
 // text it revisits, the KL it is trained on must fall). Table 3's
 // optimiser, the scorers' schedule shortened to 100 steps.
-gates::TrainOptions stories_run(Base base, const std::string& out, int64_t steps) {
+gates::TrainOptions stories_run(const std::string& out, int64_t steps) {
   gates::TrainOptions o;
-  o.kind = GateKind::KvpopMlp;
-  o.base = base;
-  gates::apply_table3_defaults(o, {});
   o.model.model = test::stories_model_path();
   o.model.tokenizer = test::stories_tokenizer_path();
   o.model.threads = 1;
@@ -79,6 +77,7 @@ gates::TrainOptions stories_run(Base base, const std::string& out, int64_t steps
   o.lr = 1e-2;
   o.lr_min = 1e-3;
   o.warmup_steps = 10;
+  o.given = {"--lr", "--lr-min", "--warmup-steps"};  // the rest: Table 3's
   o.seed = 3;
   o.eval_windows = 2;
   o.quiet = true;
@@ -86,6 +85,12 @@ gates::TrainOptions stories_run(Base base, const std::string& out, int64_t steps
   o.output = out;
   o.hyper_given = {{"sinks", 4}, {"window", 8}, {"topk", 20}};
   return o;
+}
+
+// As `kvscope train --policy kvpop --scorer mlp --retrofit` or `--policy streaming-plus`.
+gates::TrainResult train(const gates::TrainOptions& o, Base base) {
+  if (base == Base::StreamingPlus) return gates::run_trainer("streaming-plus", o);
+  return gates::run_trainer("kvpop", o, {{"scorer", "mlp"}, {"retrofit", "true"}});
 }
 
 }  // namespace
@@ -195,8 +200,8 @@ TEST_CASE(
     "scorer's base",
     "[retrofit]") {
   const std::string dir = test::temp_dir();
-  gates::TrainOptions o = stories_run(Base::Retrofit, dir + "/retro.safetensors", 100);
-  gates::TrainResult r = gates::train_gates(o);
+  gates::TrainOptions o = stories_run(dir + "/retro.safetensors", 100);
+  gates::TrainResult r = train(o, Base::Retrofit);
   const std::string csv = gates::sidecar_path(o.output, ".csv");
   std::vector<double> loss = test::csv_column(csv, "loss"), kl = test::csv_column(csv, "kl");
   REQUIRE(loss.size() == 100);
@@ -239,33 +244,33 @@ TEST_CASE(
 
 TEST_CASE("a resumed retrofit ends with the model of an uninterrupted one", "[retrofit]") {
   const std::string dir = test::temp_dir();
-  gates::TrainOptions a = stories_run(Base::Retrofit, dir + "/a.safetensors", 6);
+  gates::TrainOptions a = stories_run(dir + "/a.safetensors", 6);
   a.checkpoint_every = 3;
-  gates::train_gates(a);
+  train(a, Base::Retrofit);
   gates::TrainOptions c = a;
   c.output = dir + "/c.safetensors";
   c.stop_after = 3;
-  gates::train_gates(c);
+  train(c, Base::Retrofit);
   CHECK_FALSE(std::filesystem::exists(dir + "/c.bin"));
   c.stop_after = 0;
   c.resume = true;
-  gates::train_gates(c);
+  train(c, Base::Retrofit);
   CHECK(same_weights(*load(dir + "/a.bin"), *load(dir + "/c.bin")));
   // Bad settings are refused, naming the option.
   gates::TrainOptions w = a;
-  w.kind = GateKind::WriteGate;
   w.hyper_given = nlohmann::json::object();
-  CHECK_THROWS_WITH(gates::train_gates(w), Catch::Contains("--retrofit"));
+  CHECK_THROWS_WITH(gates::run_trainer("wgkv", w, {{"retrofit", "true"}}),
+                    Catch::Contains("--retrofit: is an option of kvpop, not of wgkv"));
   gates::TrainOptions e = a;
   e.evaluate = a.output;
-  CHECK_THROWS_WITH(gates::train_gates(e), Catch::Contains("--evaluate"));
+  CHECK_THROWS_WITH(train(e, Base::Retrofit), Catch::Contains("--evaluate"));
 }
 
 TEST_CASE("StreamingLLM+ on stories260K: the KL under the sinks + window pattern falls",
           "[retrofit]") {
   const std::string dir = test::temp_dir();
-  gates::TrainOptions o = stories_run(Base::StreamingPlus, dir + "/stream.bin", 100);
-  gates::TrainResult r = gates::train_gates(o);
+  gates::TrainOptions o = stories_run(dir + "/stream.bin", 100);
+  gates::TrainResult r = train(o, Base::StreamingPlus);
   std::vector<double> kl = test::csv_column(gates::sidecar_path(o.output, ".csv"), "kl");
   REQUIRE(kl.size() == 100);
   CHECK(test::mean(kl, 80, 100) < 0.7 * test::mean(kl, 0, 20));

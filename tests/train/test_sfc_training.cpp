@@ -15,7 +15,6 @@
 #include "capture/model/model_loader.h"
 #include "capture/train/sfc_data.h"
 #include "capture/train/sfc_training.h"
-#include "capture/train/trainer.h"
 #include "core/common/input_error.h"
 #include "tests/gates/gate_test_util.h"
 #include "tests/support/paths.h"
@@ -339,13 +338,18 @@ std::string capture_stories(const std::string& dir, const std::string& name, uin
   return out;
 }
 
-gates::TrainOptions sfc_options(const std::vector<std::string>& traces,
-                                const std::vector<std::string>& holdout, const std::string& out) {
+gates::SfcTrainOptions sfc_traces(const std::vector<std::string>& traces,
+                                  const std::vector<std::string>& holdout) {
+  gates::SfcTrainOptions s;
+  s.traces = traces;
+  s.holdout = holdout;
+  s.tokens = 48;
+  return s;
+}
+
+gates::TrainOptions sfc_options(const std::string& out) {
   gates::TrainOptions o;
   o.kind = GateKind::SfcGru;
-  o.sfc.traces = traces;
-  o.sfc.holdout = holdout;
-  o.sfc.tokens = 48;
   o.model.model = test::stories_model_path();
   o.model.threads = 1;
   o.hyper_given = {{"horizon", 8}};
@@ -363,7 +367,7 @@ TEST_CASE("sfc: training on a stories260K trace lowers the loss", "[gates][sfc][
   const std::string dir = test::temp_dir();
   const std::string a = capture_stories(dir, "a", 1), b = capture_stories(dir, "b", 2);
   const std::string out = dir + "/sfc.safetensors";
-  const gates::TrainResult r = gates::train_gates(sfc_options({a}, {b}, out));
+  const gates::TrainResult r = gates::train_sfc(sfc_options(out), sfc_traces({a}, {b}));
   const std::vector<double> loss = test::csv_column(dir + "/sfc.csv", "loss");
   REQUIRE(loss.size() == 30);
   INFO("first steps " << test::mean(loss, 0, 5) << ", last steps " << test::mean(loss, 25, 30));
@@ -432,9 +436,9 @@ TEST_CASE("sfc: training is deterministic for a seed", "[gates][sfc][sfc_train]"
   const std::string a = capture_stories(dir, "a", 1);
   std::vector<gates::GateSet> runs;
   for (const char* name : {"/one.safetensors", "/two.safetensors"}) {
-    gates::TrainOptions o = sfc_options({a}, {}, dir + name);
+    gates::TrainOptions o = sfc_options(dir + name);
     o.steps = 4;
-    gates::train_gates(o);
+    gates::train_sfc(o, sfc_traces({a}, {}));
     runs.push_back(gates::load_gates(dir + name, test::stories_shape()));
   }
   REQUIRE(runs[0].params.size() == runs[1].params.size());

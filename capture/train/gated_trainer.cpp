@@ -1,4 +1,4 @@
-#include "capture/train/trainer.h"
+#include "capture/train/gated_trainer.h"
 
 #include <torch/torch.h>
 
@@ -22,69 +22,6 @@ namespace kvscope::gates {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string sidecar_path(const std::string& output, const std::string& ext) {
-  std::string base = output;
-  for (const std::string st : {".safetensors", ".bin", ".npy"})
-    if (base.size() > st.size() && base.compare(base.size() - st.size(), st.size(), st) == 0) {
-      base.resize(base.size() - st.size());
-      break;
-    }
-  return base + ext;
-}
-
-TrainResult save_fitted_gates(GateSet set, const model::ModelConfig& c, const TrainOptions& o,
-                              json training, std::chrono::steady_clock::time_point t0) {
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  training["seed"] = o.seed;
-  training["device"] = o.model.device;
-  training["command"] = o.command_line;
-  training["wall_seconds"] = wall;
-  set.meta["base_model"] = model_json(c, c.name, o.model.model, o.model.model);
-  set.meta["training"] = training;
-  save_gates(set, o.output);
-  std::ofstream js(sidecar_path(o.output, ".json"));
-  js << set.meta.dump(2) << "\n";
-  TrainResult r;
-  r.summary = training;
-  r.wall_seconds = wall;
-  return r;
-}
-
-double warmup_cosine_lr(const TrainOptions& o, int64_t step) {
-  const double share =
-      o.warmup_steps >= 0 ? double(std::min(o.warmup_steps, o.steps)) : o.warmup * double(o.steps);
-  const double warm = std::max(1.0, share);
-  if (double(step) < warm) return o.lr * double(step + 1) / warm;
-  const double t = (double(step) - warm) / std::max(1.0, double(o.steps) - warm);
-  return o.lr_min + (o.lr - o.lr_min) * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, t)));
-}
-
-void apply_table3_defaults(TrainOptions& o, const std::set<std::string>& given) {
-  if (o.base == TrainOptions::Base::Frozen) return;
-  auto set = [&](const char* option, auto& field, auto value) {
-    if (!given.count(option)) field = value;
-  };
-  set("--lr", o.lr, 1e-3);
-  set("--lr-min", o.lr_min, 8e-5);
-  set("--warmup-steps", o.warmup_steps, int64_t(100));
-  set("--weight-decay", o.weight_decay, 1e-4);
-  set("--beta2", o.beta2, 0.95);
-  set("--grad-clip", o.grad_clip, 1.0);
-}
-
-// `name` is checked by the kvpop policy; `sha256` finds shipped gates
-// (gate_search.cpp).
-json model_json(const model::ModelConfig& c, const std::string& name, const std::string& path,
-                const std::string& hashed_file) {
-  return {{"name", name},
-          {"file", fs::path(path).filename().string()},
-          {"sha256", file_sha256(hashed_file)},
-          {"n_layers", c.n_layers},
-          {"n_kv_heads", c.n_kv_heads},
-          {"head_dim", c.head_dim},
-          {"hidden_size", c.hidden_size}};
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -102,7 +39,7 @@ bool is_kvpop(GateKind k) {
   return k == GateKind::KvpopMlp || k == GateKind::KvpopMlstm;
 }
 
-using Base = TrainOptions::Base;
+using Base = GatedSettings::Base;
 
 const char* setting_name(Base b) {
   return b == Base::Retrofit        ? "retrofit"
@@ -134,7 +71,7 @@ std::string fmt(double v) {
 
 class Trainer {
  public:
-  explicit Trainer(const TrainOptions& o) : o_(o) {}
+  Trainer(const TrainOptions& o, const GatedSettings& s) : o_(o), s_(s) {}
 
   TrainResult run();
   void check_kvpop_budget() const;
@@ -165,9 +102,9 @@ class Trainer {
     return 1.0 - 1.0 / (c0 + (c1 - c0) * progress);
   }
   // The rate the CSV records: the gates', or the base's when only it trains.
-  double csv_lr(int64_t step) const { return trains_gates() ? lr_at(step) : o_.base_lr; }
-  bool trains_base() const { return o_.base != Base::Frozen; }
-  bool trains_gates() const { return o_.base != Base::StreamingPlus; }
+  double csv_lr(int64_t step) const { return trains_gates() ? lr_at(step) : s_.base_lr; }
+  bool trains_base() const { return s_.base != Base::Frozen; }
+  bool trains_gates() const { return s_.base != Base::StreamingPlus; }
   // The model under training: the fine-tuned copy, or the frozen original
   // (which is always the teacher).
   model::Transformer& student() { return student_ ? *student_ : *engine_.model; }
@@ -211,6 +148,7 @@ class Trainer {
   json gate_meta(int64_t steps_done, double wall, const Numbers& last, const Numbers& eval) const;
 
   const TrainOptions& o_;
+  const GatedSettings& s_;
   generate::Engine engine_;
   TokenData data_;
   GateSet gates_;
@@ -238,8 +176,8 @@ void Trainer::validate() {
   if (o_.steps < 1) throw InputError("", "--steps", "at least 1 step expected");
   if (o_.batch < 1) throw InputError("", "--batch", "at least 1 window per step expected");
   if (!(o_.lr > 0)) throw InputError("", "--lr", "a positive learning rate expected");
-  if (o_.beta < 0 || o_.beta > 1) throw InputError("", "--beta", "a keep ratio in [0, 1] expected");
-  if (o_.lambda < 0 || o_.alpha < 0 || o_.cap_weight < 0 || o_.ce_weight < 0)
+  if (s_.beta < 0 || s_.beta > 1) throw InputError("", "--beta", "a keep ratio in [0, 1] expected");
+  if (s_.lambda < 0 || s_.alpha < 0 || s_.cap_weight < 0 || s_.ce_weight < 0)
     throw InputError("", "--lambda/--alpha/--cap-weight/--ce-weight",
                      "non-negative weights expected");
   if (!(o_.lr_min >= 0 && o_.lr_min <= o_.lr))
@@ -253,9 +191,9 @@ void Trainer::validate() {
   if (!o_.evaluate.empty())
     throw InputError("", "--evaluate",
                      std::string("evaluates a scorer on a frozen model, not with ") +
-                         setting_option(o_.base) +
+                         setting_option(s_.base) +
                          " (expected --model the fine-tuned model, and no --retrofit)");
-  if (!(o_.base_lr > 0)) throw InputError("", "--base-lr", "a positive learning rate expected");
+  if (!(s_.base_lr > 0)) throw InputError("", "--base-lr", "a positive learning rate expected");
   std::error_code ec;
   if (!fs::exists(o_.model.model, ec)) return;  // open_engine says what is wrong
   format_ = model::detect_model_format(o_.model.model);
@@ -276,7 +214,7 @@ std::pair<torch::Tensor, Numbers> Trainer::objective(const torch::Tensor& w,
     if (wants_logits) logits_t = m.logits(hidden_t);
     if (wants_logits) logp_t = torch::log_softmax(logits_t, -1);
   }
-  if (o_.base == Base::StreamingPlus) return streaming_objective(x, logits_t);
+  if (s_.base == Base::StreamingPlus) return streaming_objective(x, logits_t);
   if (is_kvpop(gates_.kind)) return kvpop_objective(x, logits_t, w[0].item<int64_t>());
   GatedDenseBackend gated(&gates_, mode);
   gated.noise_seed = noise_seed_;
@@ -322,7 +260,7 @@ torch::Tensor Trainer::wgkv_loss(const Window& w, Numbers* n) const {
   const int64_t older = std::max<int64_t>(0, L - W);
   const double global = older > 0 ? admitted.narrow(2, 0, older).sum(2).mean().item<double>() : 0.0;
   n->cache = (double(std::min(L, W)) + global) / double(L);
-  return distill + o_.lambda * reg;
+  return distill + s_.lambda * reg;
 }
 
 torch::Tensor Trainer::attention_gate_loss(const Window& w, Numbers* n) const {
@@ -330,7 +268,7 @@ torch::Tensor Trainer::attention_gate_loss(const Window& w, Numbers* n) const {
   torch::Tensor kl = (w.logp_t.exp() * (w.logp_t - logp_s)).sum(-1).mean();
   torch::Tensor flags = torch::stack(w.gated.flags);  // straight-through 0/1
   torch::Tensor keep = flags.mean();
-  torch::Tensor evict = o_.alpha * torch::abs(keep - o_.beta);
+  torch::Tensor evict = s_.alpha * torch::abs(keep - s_.beta);
   n->kl = kl.item<double>();
   n->reg = evict.item<double>();
   n->gate_mean = torch::stack(w.gated.gate).mean().item<double>();
@@ -381,7 +319,7 @@ torch::Tensor Trainer::retention_loss(const Window& w, Numbers* n) const {
   n->gate_mean = torch::stack(w.gated.gate).exp().mean().item<double>();  // mean beta
   // Expected cache at the window's end, relative to the budget.
   n->cache = S.select(2, L - 1).mean().item<double>() / budget_;
-  return kl + o_.ce_weight * ce + o_.cap_weight * cap;
+  return kl + s_.ce_weight * ce + s_.cap_weight * cap;
 }
 
 // Scorer-only (the base frozen): the boundary loss alone trains the scorers;
@@ -392,19 +330,19 @@ torch::Tensor Trainer::retention_loss(const Window& w, Numbers* n) const {
 std::pair<torch::Tensor, Numbers> Trainer::kvpop_objective(const torch::Tensor& x,
                                                            const torch::Tensor& logits_t,
                                                            int64_t seed) {
-  KvpopLossOptions lo = o_.kvpop;
+  KvpopLossOptions lo = s_.kvpop;
   lo.seed = o_.seed * 1000003ULL + uint64_t(seed);
   KvpopTrainBackend sparse(gates_, lo);
   torch::Tensor hidden_s = student().forward_hidden(x, 0, sparse);
   torch::Tensor score = sparse.mean_loss(), loss = score;
   Numbers n;
-  if (o_.base == Base::Retrofit) {
-    torch::Tensor kl = topk_kl(logits_t, student().logits(hidden_s), o_.kl_topk);
+  if (s_.base == Base::Retrofit) {
+    torch::Tensor kl = topk_kl(logits_t, student().logits(hidden_s), s_.kl_topk);
     loss = kl + score;
     n.kl = kl.item<double>();
   } else {
     torch::NoGradGuard no_grad;
-    n.kl = topk_kl(logits_t, student().logits(hidden_s.detach()), o_.kl_topk).item<double>();
+    n.kl = topk_kl(logits_t, student().logits(hidden_s.detach()), s_.kl_topk).item<double>();
   }
   n.score = score.item<double>();
   n.loss = loss.item<double>();
@@ -429,7 +367,7 @@ std::pair<torch::Tensor, Numbers> Trainer::streaming_objective(const torch::Tens
   const KvpopConfig c = kvpop_config(gates_);
   StreamingTrainBackend pattern(c.sinks, c.window + c.topk);
   torch::Tensor kl =
-      topk_kl(logits_t, student().logits(student().forward_hidden(x, 0, pattern)), o_.kl_topk);
+      topk_kl(logits_t, student().logits(student().forward_hidden(x, 0, pattern)), s_.kl_topk);
   Numbers n;
   n.kl = n.loss = kl.item<double>();
   n.cache = std::min(1.0, double(c.sinks + c.window + c.topk) / double(o_.seq_len));
@@ -490,13 +428,13 @@ Numbers Trainer::evaluate() {
 }
 
 json Trainer::objective_json() const {
-  if (o_.base == Base::StreamingPlus)
+  if (s_.base == Base::StreamingPlus)
     return {{"loss", "KL(teacher || student) on the teacher's top logits"},
-            {"kl_topk", o_.kl_topk},
+            {"kl_topk", s_.kl_topk},
             {"pattern", streaming_spec()},
             {"setting", "StreamingLLM+ (base fine-tuned, fixed sinks + window; seed 003 §4)"}};
   if (is_kvpop(gates_.kind)) {
-    const KvpopLossOptions& k = o_.kvpop;
+    const KvpopLossOptions& k = s_.kvpop;
     return {{"loss", "boundary-aware logistic (seed 003 eq. 7)"},
             {"target_lse", k.dense_lse ? "dense" : "sparse"},
             {"target_agg", k.target.agg == kvpop::TargetOptions::Max ? "max" : "mean"},
@@ -510,8 +448,8 @@ json Trainer::objective_json() const {
             {"c_min", k.c_min},
             {"c_max", k.c_max},
             {"pairs", k.max_pairs},
-            {"kl_topk", o_.kl_topk},
-            {"setting", o_.base == Base::Retrofit
+            {"kl_topk", s_.kl_topk},
+            {"setting", s_.base == Base::Retrofit
                             ? "full retrofit (Algorithm 1): base + scorers, loss = KL(teacher || "
                               "sparse student) on the teacher's top logits + L_score"
                             : "scorer-only (base frozen)"}};
@@ -521,8 +459,8 @@ json Trainer::objective_json() const {
              "KL(student || teacher) of the next-token distributions + max(0, 1 - 1/cr - share "
              "of closing decisions) (DMS; cr ramped from initial_cr to target_cr)"},
             {"target_cr", gates_.hyper("target_cr")}};
-  return {{"lambda", o_.lambda}, {"alpha", o_.alpha},           {"beta", o_.beta},
-          {"budget", budget_},   {"cap_weight", o_.cap_weight}, {"ce_weight", o_.ce_weight}};
+  return {{"lambda", s_.lambda}, {"alpha", s_.alpha},           {"beta", s_.beta},
+          {"budget", budget_},   {"cap_weight", s_.cap_weight}, {"ce_weight", s_.ce_weight}};
 }
 
 json Trainer::fingerprint() const {
@@ -538,9 +476,9 @@ json Trainer::fingerprint() const {
           {"weight_decay", o_.weight_decay},
           {"warmup", o_.warmup},
           {"objective", objective_json()},
-          {"setting", setting_name(o_.base)},
+          {"setting", setting_name(s_.base)},
           {"optimizer",
-           {{"base_lr", trains_base() ? o_.base_lr : 0.0},
+           {{"base_lr", trains_base() ? s_.base_lr : 0.0},
             {"lr_min", o_.lr_min},
             {"warmup_steps", o_.warmup_steps},
             {"beta2", o_.beta2},
@@ -670,12 +608,12 @@ json Trainer::gate_meta(int64_t steps_done, double wall, const Numbers& last,
       {"last_step", numbers_json(last)},
       {"heldout", numbers_json(eval)},
       {"heldout_mode", hard                             ? "hard (inference-time decisions)"
-                       : o_.base == Base::StreamingPlus ? "hard (the sinks + window pattern)"
+                       : s_.base == Base::StreamingPlus ? "hard (the sinks + window pattern)"
                        : is_kvpop(gates_.kind) ? "hard (the sparse top-k attention inference uses)"
                                                : "soft (retention-gated attention)"}};
   if (trains_base()) {
     json& t = meta["training"];
-    t["setting"] = setting_name(o_.base);
+    t["setting"] = setting_name(s_.base);
     t["original_model"] = original;  // the teacher
     t["optimizer"] = fp["optimizer"];
     t["optimizer"]["schedule"] =
@@ -750,7 +688,7 @@ void Trainer::make_optimizer() {
   }
   if (trains_base()) {
     base_group_ = int(groups.size());
-    groups.emplace_back(base_params_, options(o_.base_lr));
+    groups.emplace_back(base_params_, options(s_.base_lr));
   }
   opt_ = std::make_unique<torch::optim::AdamW>(std::move(groups), *options(o_.lr));
 }
@@ -763,7 +701,7 @@ double Trainer::set_learning_rates(int64_t step) {
           .lr(lr);
   };
   set(gate_group_, lr_at(step));
-  set(base_group_, o_.base_lr);
+  set(base_group_, s_.base_lr);
   return csv_lr(step);
 }
 
@@ -783,8 +721,8 @@ std::string Trainer::streaming_spec() const {
 }
 
 std::string Trainer::model_out_path() const {
-  if (o_.base == Base::StreamingPlus) return o_.output;
-  if (!o_.model_out.empty()) return o_.model_out;
+  if (s_.base == Base::StreamingPlus) return o_.output;
+  if (!s_.model_out.empty()) return s_.model_out;
   return sidecar_path(o_.output, format_ == model::ModelFormat::Llama2c ? ".bin" : "");
 }
 
@@ -792,12 +730,12 @@ std::string Trainer::model_out_path() const {
 // cannot go, would lose the run.
 void Trainer::check_model_out() const {
   if (format_ == model::ModelFormat::Gguf)
-    throw InputError(o_.model.model, setting_option(o_.base),
+    throw InputError(o_.model.model, setting_option(s_.base),
                      "a GGUF model cannot be written back after fine-tuning (KVScope reads GGUF, "
                      "it does not write it; expected a llama2.c .bin or a Hugging Face directory)");
   const std::string out = model_out_path();
-  const char* option = o_.base == Base::StreamingPlus ? "-o" : "--model-out";
-  if (out == o_.output && o_.base == Base::Retrofit)
+  const char* option = s_.base == Base::StreamingPlus ? "-o" : "--model-out";
+  if (out == o_.output && s_.base == Base::Retrofit)
     throw InputError(out, option, "is the scorer file -o (expected another path for the model)");
   const bool dir_out = format_ == model::ModelFormat::HfDirectory;
   std::error_code ec;
@@ -817,7 +755,7 @@ void Trainer::check_model_out() const {
 json Trainer::write_finetuned_model() {
   const std::string out = model_out_path();
   const std::string hashed =
-      model::write_model_like(student(), o_.model.model, out, setting_option(o_.base));
+      model::write_model_like(student(), o_.model.model, out, setting_option(s_.base));
   const std::string name = model::inspect_model(out).config.name;
   json j = model_json(student().config(), name, out, hashed);
   j["fine_tuned_from"] = file_sha256(o_.model.model);
@@ -838,7 +776,7 @@ json Trainer::write_outputs(int64_t steps_done, double wall, const Numbers& last
     const KvpopConfig c = kvpop_config(gates_);
     meta = {{"format", "kvscope-finetune"},
             {"version", 1},
-            {"setting", setting_name(o_.base)},
+            {"setting", setting_name(s_.base)},
             {"policy", streaming_spec()},
             {"budget", {{"sinks", c.sinks}, {"window", c.window}, {"topk", c.topk}}},
             {"model", model_written_},
@@ -869,7 +807,7 @@ void Trainer::prepare() {
   gates_ = init_gates(o_.kind, hyper, shape, o_.seed);
   gates_.to(engine_.device);
   gates_.source = o_.output;
-  budget_ = o_.budget > 0 ? o_.budget : double(o_.seq_len) / 4.0;
+  budget_ = s_.budget > 0 ? s_.budget : double(o_.seq_len) / 4.0;
   if (o_.kind == GateKind::Dms && o_.seq_len < int64_t(gates_.hyper("window")) + 2)
     throw InputError("", "--seq-len",
                      std::to_string(o_.seq_len) + " tokens leave no key outside the DMS window " +
@@ -902,7 +840,7 @@ void Trainer::open_outputs(int64_t step0) {
     for (auto& t : group.params()) ++tensors, params += t.numel();
   const model::ModelConfig& c = engine_.model->config();
   log("train " + std::string(trains_gates() ? gate_kind_name(o_.kind) : "streaming-plus") +
-      " for " + c.name + " (" + setting_name(o_.base) + "): " + std::to_string(tensors) +
+      " for " + c.name + " (" + setting_name(s_.base) + "): " + std::to_string(tensors) +
       " tensors, " + std::to_string(params) + " parameters; " + std::to_string(data_.train_end) +
       " training tokens, " + std::to_string(int64_t(data_.ids.size()) - data_.train_end) +
       " held out; " + std::to_string(o_.steps) + " steps of " + std::to_string(o_.seq_len) +
@@ -1007,14 +945,21 @@ TrainResult Trainer::run() {
 
 }  // namespace
 
-TrainResult train_gates(const TrainOptions& options) {
-  if (options.kind == GateKind::SfcGru) return train_sfc(options);
-  if (options.kind == GateKind::QFilter || options.kind == GateKind::QueryStats)
-    return calibrate_queries(options);
-  if (options.kind == GateKind::Kvzap) return calibrate_kvzap(options);
-  if (options.kind == GateKind::FastKvzip) return train_fastkvzip(options);
-  if (options.kind == GateKind::RestoreKv) return train_restorekv(options);
-  return Trainer(options).run();
+void apply_table3_defaults(TrainOptions& o, GatedSettings::Base base) {
+  if (base == GatedSettings::Base::Frozen) return;
+  auto set = [&](const char* option, auto& field, auto value) {
+    if (!o.given.count(option)) field = value;
+  };
+  set("--lr", o.lr, 1e-3);
+  set("--lr-min", o.lr_min, 8e-5);
+  set("--warmup-steps", o.warmup_steps, int64_t(100));
+  set("--weight-decay", o.weight_decay, 1e-4);
+  set("--beta2", o.beta2, 0.95);
+  set("--grad-clip", o.grad_clip, 1.0);
+}
+
+TrainResult train_gated(const TrainOptions& o, const GatedSettings& s) {
+  return Trainer(o, s).run();
 }
 
 }  // namespace kvscope::gates
