@@ -1,5 +1,5 @@
-// One entry point from a view name to its figure, shared by the GUI's export
-// menu and the headless `kvscope export`.
+// One entry point from a view name to its figure, shared by the GUI's
+// widgets and the headless `kvscope export`.
 #pragma once
 
 #include <QRectF>
@@ -7,30 +7,17 @@
 #include <QStringList>
 #include <memory>
 
-#include "views/budget_figure.h"
-#include "views/compare_figure.h"
-#include "views/cutoff_figure.h"
-#include "views/forecast_figure.h"
-#include "views/gates_figure.h"
-#include "views/heatmap_figure.h"
-#include "views/overview_figure.h"
-#include "views/survival_figure.h"
-#include "views/timeline_figure.h"
-#include "views/tokens_figure.h"
+#include "views/current_state.h"
+#include "views/figure.h"
+#include "views/trace_data.h"
+#include "views/view_options.h"
 
 namespace kvscope::views {
 
 struct FigureRequest {
   QString view = "heatmap";
   Selection selection;
-  HeatmapOptions heatmap;
-  TokenColoring coloring = TokenColoring::AllHeads;
-  OverviewMetric metric = OverviewMetric::Head;
-  int gate = 0;
-  int series = 0;                                 // cutoff: index into the trace's /series
-  int budget_series = BudgetFigure::kAutoSeries;  // budget: a /series index, auto or none
-  int forecast_gate = -1;  // forecast: index into the trace's gates (-1: first time-varying)
-  int64_t horizon = -1;
+  ViewOptions options;      // the view's own (its descriptor's), by name
   QSizeF pixels{900, 700};  // plot size the figure is made for
   QRectF viewport;          // heatmap/timeline window (empty: everything)
 };

@@ -12,6 +12,9 @@
 #include <QPainter>
 #include <QSpinBox>
 
+#include "core/common/check.h"
+#include "views/view_registry.h"
+
 namespace kvscope::views {
 
 FigureWidget::FigureWidget(const QString& name, CurrentState* state, TraceService* service,
@@ -62,9 +65,33 @@ void FigureWidget::reload() {
   update();
 }
 
+void FigureWidget::set_option(const std::string& name, const std::string& value) {
+  options_[name] = value;
+  reload();
+}
+
+FigureRequest FigureWidget::request(const Selection& sel) const {
+  FigureRequest q;
+  q.view = name_;
+  q.selection = sel;
+  q.options = options_;
+  q.pixels = QSizeF(size());
+  return q;
+}
+
+std::function<std::shared_ptr<Figure>(TraceData&)> FigureWidget::loader(const Selection& sel) {
+  const ViewDescriptor* d = find_view(name_);
+  KVSCOPE_CHECK(d, "no registered view is named " + name_.toStdString());
+  return [d, q = request(sel)](TraceData& data) -> std::shared_ptr<Figure> {
+    TraceData* compare = q.selection.compare.empty() ? nullptr : &data.peer(q.selection.compare);
+    return d->figure(data, compare, q);
+  };
+}
+
 int FigureWidget::priority() const {
-  // The heatmap is the central view; then views on screen; hidden tabs last.
-  if (name_ == "heatmap") return 2;
+  // The central view first; then views on screen; hidden tabs last.
+  const ViewDescriptor* d = find_view(name_);
+  if (d && d->area == DockArea::Central) return 2;
   return isVisible() ? 1 : 0;
 }
 

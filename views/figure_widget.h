@@ -10,7 +10,9 @@
 
 #include "views/current_state.h"
 #include "views/figure.h"
+#include "views/figure_factory.h"
 #include "views/trace_service.h"
+#include "views/view_options.h"
 
 namespace kvscope::views {
 
@@ -29,6 +31,10 @@ class FigureWidget : public QWidget, public StateObserver {
   bool loading() const { return loading_; }
   QString error() const { return error_; }
   double last_frame_ms() const { return last_frame_ms_; }
+  // The view's own options (its descriptor's), as its controls set them.
+  const ViewOptions& view_options() const { return options_; }
+  // Sets one and reloads.
+  void set_option(const std::string& name, const std::string& value);
   // Exports what the widget shows; size and DPI as given.
   void export_to(const QString& path, const ExportOptions& options) const;
 
@@ -42,8 +48,11 @@ class FigureWidget : public QWidget, public StateObserver {
  protected:
   // Which changes make this view reload (default: trace, step, head, growth).
   virtual uint32_t reload_on() const;
-  // The work to run on the worker for a selection.
-  virtual std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) = 0;
+  // The work to run on the worker for a selection: by default the view's
+  // figure made from request(sel), as `kvscope export` makes it.
+  virtual std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel);
+  // The request for a selection: this view, its options, the widget's size.
+  FigureRequest request(const Selection& sel) const;
   // Called on the GUI thread when a new figure arrived (keep view state).
   virtual void adopt(std::shared_ptr<Figure> previous) { Q_UNUSED(previous); }
   void paintEvent(QPaintEvent* event) override;
@@ -55,6 +64,7 @@ class FigureWidget : public QWidget, public StateObserver {
   CurrentState* state_;
   TraceService* service_;
   std::shared_ptr<Figure> figure_;
+  ViewOptions options_;
 
  private:
   void export_dialog();

@@ -1,10 +1,16 @@
 #include "views/heatmap_view.h"
 
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QKeyEvent>
 #include <QMouseEvent>
 #include <QToolTip>
 #include <QWheelEvent>
 #include <cmath>
+
+#include "views/view_controls.h"
+#include "views/view_descriptors.h"
 
 namespace kvscope::views {
 
@@ -12,6 +18,7 @@ HeatmapView::HeatmapView(CurrentState* state, TraceService* service, QWidget* pa
     : FigureWidget("heatmap", state, service, parent) {
   setMouseTracking(true);
   setFocusPolicy(Qt::ClickFocus);
+  options_ = heatmap_view_options(heatmap_options_);
 }
 
 QSizeF HeatmapView::plot_pixels() const {
@@ -19,7 +26,7 @@ QSizeF HeatmapView::plot_pixels() const {
 }
 
 std::function<std::shared_ptr<Figure>(TraceData&)> HeatmapView::loader(const Selection& sel) {
-  HeatmapOptions o = options_;
+  HeatmapOptions o = heatmap_options_;
   QSizeF px = plot_pixels();
   HeatmapFigure* f = heatmap();
   if (f && sel.trace == f->trace && f->layer == sel.layer && f->head == sel.head &&
@@ -32,8 +39,10 @@ std::function<std::shared_ptr<Figure>(TraceData&)> HeatmapView::loader(const Sel
       return copy->at_step(data, sel.step);
     };
   }
-  return [sel, o, px](TraceData& data) -> std::shared_ptr<Figure> {
-    return HeatmapFigure::load(data, sel, o, px);
+  FigureRequest q = request(sel);
+  q.pixels = px;
+  return [q](TraceData& data) -> std::shared_ptr<Figure> {
+    return find_view("heatmap")->figure(data, nullptr, q);
   };
 }
 
@@ -56,7 +65,8 @@ void HeatmapView::state_changed(const Selection& selection, uint32_t changes) {
 }
 
 void HeatmapView::set_options(const HeatmapOptions& o) {
-  options_ = o;
+  heatmap_options_ = o;
+  options_ = heatmap_view_options(o);
   if (heatmap()) heatmap()->set_options(o);
   update();
 }
@@ -182,6 +192,127 @@ void HeatmapView::keyPressEvent(QKeyEvent* e) {
   if (e->key() == Qt::Key_Minus) return zoom_at(c, 1.25);
   if (e->key() == Qt::Key_0) return reset_view();
   FigureWidget::keyPressEvent(e);
+}
+
+ViewOptions heatmap_view_options(const HeatmapOptions& o) {
+  auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+  return {{"colormap", color_map_name(o.map).toStdString()},
+          {"linear", flag(!o.log)},
+          {"max", flag(o.use_max)},
+          {"no_evicted", flag(!o.show_evicted)},
+          {"auto_range", flag(o.auto_range)},
+          {"lo", option_number(o.lo)},
+          {"hi", option_number(o.hi)},
+          {"dense", flag(o.prefer_dense)},
+          {"coarse_cells", option_number(o.coarse_cells)}};
+}
+
+HeatmapOptions heatmap_options(const ViewOptions& v) {
+  HeatmapOptions o;
+  o.map = color_map_from_name(QString::fromStdString(option_text(v, "colormap", "viridis")));
+  o.log = !option_set(v, "linear");
+  o.use_max = option_set(v, "max");
+  o.show_evicted = !option_set(v, "no_evicted");
+  o.auto_range = option_text(v, "auto_range", "true") == "true";
+  o.lo = float(option_double(v, "lo", o.lo));
+  o.hi = float(option_double(v, "hi", o.hi));
+  o.prefer_dense = option_text(v, "dense", "true") == "true";
+  o.coarse_cells = option_double(v, "coarse_cells", o.coarse_cells);
+  return o;
+}
+
+namespace {
+
+QWidget* heatmap_controls(FigureWidget* widget) {
+  auto* view = static_cast<HeatmapView*>(widget);
+  QHBoxLayout* l;
+  QWidget* w = controls_row(&l);
+  auto* map = new QComboBox;
+  map->addItems(color_map_names());
+  auto* log = new QCheckBox("log");
+  log->setChecked(true);
+  auto* max = new QCheckBox("max");
+  max->setToolTip("pooled max instead of mean");
+  auto* evicted = new QCheckBox("mark evicted keys");
+  evicted->setChecked(true);
+  auto* dense = new QCheckBox("dense rows");
+  dense->setChecked(true);
+  dense->setToolTip("token-resolution rows for heads captured at level 'dense'");
+  auto* autorange = new QCheckBox("auto range");
+  autorange->setChecked(true);
+  auto* lo = new QDoubleSpinBox;
+  auto* hi = new QDoubleSpinBox;
+  for (QDoubleSpinBox* s : {lo, hi}) {
+    s->setDecimals(5);
+    s->setRange(0, 1);
+    s->setSingleStep(0.01);
+    s->setEnabled(false);
+  }
+  lo->setValue(0.0001);
+  hi->setValue(1.0);
+  auto apply = [=] {
+    HeatmapOptions o = view->options();
+    o.map = color_map_from_name(map->currentText());
+    o.log = log->isChecked();
+    o.use_max = max->isChecked();
+    o.show_evicted = evicted->isChecked();
+    o.auto_range = autorange->isChecked();
+    o.prefer_dense = dense->isChecked();
+    o.lo = float(lo->value());
+    o.hi = float(hi->value());
+    lo->setEnabled(!o.auto_range);
+    hi->setEnabled(!o.auto_range);
+    view->set_options(o);
+  };
+  QObject::connect(map, &QComboBox::currentTextChanged, view, apply);
+  for (QCheckBox* c : {log, max, evicted, autorange})
+    QObject::connect(c, &QCheckBox::toggled, view, apply);
+  // The source changes what is read: reload rather than recolour.
+  QObject::connect(dense, &QCheckBox::toggled, view, [=] {
+    apply();
+    view->reload();
+  });
+  for (QDoubleSpinBox* s : {lo, hi})
+    QObject::connect(s, &QDoubleSpinBox::valueChanged, view, apply);
+  l->addWidget(new QLabel("colours"));
+  l->addWidget(map);
+  for (QWidget* c : std::initializer_list<QWidget*>{log, max, evicted, dense, autorange})
+    l->addWidget(c);
+  l->addWidget(new QLabel("range"));
+  l->addWidget(lo);
+  l->addWidget(hi);
+  l->addStretch();
+  l->addWidget(controls_hint("wheel: zoom · drag: pan · double-click: reset"));
+  return w;
+}
+
+std::shared_ptr<Figure> heatmap_figure(TraceData& data, TraceData*, const FigureRequest& q) {
+  auto f = HeatmapFigure::load(data, q.selection, heatmap_options(q.options), q.pixels);
+  if (!q.viewport.isEmpty()) {
+    f->set_viewport(q.viewport);
+    if (f->wants_detail(q.pixels))
+      f->set_detail(HeatmapFigure::load_detail(data, f->layer, f->head, f->viewport(), q.pixels,
+                                               f->block, f->dense_index));
+  }
+  return f;
+}
+
+}  // namespace
+
+ViewDescriptor heatmap_view() {
+  ViewDescriptor d;
+  d.name = "heatmap";
+  d.title = "Attention";
+  d.options = {{"colormap", "heatmap: the colour map", {"viridis", "magma", "cividis", "grey"}},
+               {"linear", "heatmap: linear colour scale (default log)", {}, true},
+               {"max", "heatmap: pooled max instead of mean", {}, true},
+               {"no_evicted", "heatmap: do not mark keys no longer held", {}, true}};
+  d.figure = heatmap_figure;
+  d.widget = make_view<HeatmapView>;
+  d.controls = heatmap_controls;
+  d.area = DockArea::Central;
+  d.reads_lod = true;
+  return d;
 }
 
 }  // namespace kvscope::views

@@ -9,13 +9,17 @@
 
 namespace kvscope::views {
 
+// The heatmap's options as a request carries them, and back (lossless).
+ViewOptions heatmap_view_options(const HeatmapOptions& options);
+HeatmapOptions heatmap_options(const ViewOptions& options);
+
 class HeatmapView : public FigureWidget {
   Q_OBJECT
  public:
   HeatmapView(CurrentState* state, TraceService* service, QWidget* parent = nullptr);
   HeatmapFigure* heatmap() const { return static_cast<HeatmapFigure*>(figure_.get()); }
   void set_options(const HeatmapOptions& options);
-  const HeatmapOptions& options() const { return options_; }
+  const HeatmapOptions& options() const { return heatmap_options_; }
   // Zooms by `factor` (< 1 zooms in) about a widget point; pans by pixels.
   void zoom_at(const QPointF& point, double factor);
   void pan_by(const QPointF& pixels);
@@ -37,7 +41,7 @@ class HeatmapView : public FigureWidget {
  private:
   void viewport_changed();
   QSizeF plot_pixels() const;
-  HeatmapOptions options_;
+  HeatmapOptions heatmap_options_;
   QPointF drag_from_;
   bool dragging_ = false;
   int64_t detail_requests_ = 0;

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "views/view_descriptors.h"
+
 namespace kvscope::views {
 
 TimelineView::TimelineView(TimelineMode mode, CurrentState* state, TraceService* service,
@@ -33,13 +35,6 @@ void TimelineView::follow(const Selection& sel) {
 void TimelineView::state_changed(const Selection& sel, uint32_t changes) {
   if (changes & (kStepChanged | kTokensChanged)) follow(sel);
   FigureWidget::state_changed(sel, changes);
-}
-
-std::function<std::shared_ptr<Figure>(TraceData&)> TimelineView::loader(const Selection& sel) {
-  TimelineMode mode = mode_;
-  return [sel, mode](TraceData& data) -> std::shared_ptr<Figure> {
-    return TimelineFigure::load(data, sel, mode);
-  };
 }
 
 void TimelineView::adopt(std::shared_ptr<Figure> previous) {
@@ -126,6 +121,42 @@ void TimelineView::mouseDoubleClickEvent(QMouseEvent*) {
   if (!timeline()) return;
   timeline()->set_viewport(timeline()->extent());
   update();
+}
+
+namespace {
+
+ViewDescriptor timeline_descriptor(TimelineMode mode) {
+  ViewDescriptor d;
+  d.figure = [mode](TraceData& data, TraceData*,
+                    const FigureRequest& q) -> std::shared_ptr<Figure> {
+    auto f = TimelineFigure::load(data, q.selection, mode);
+    if (!q.viewport.isEmpty()) f->set_viewport(q.viewport);
+    return f;
+  };
+  d.widget = [mode](CurrentState* s, TraceService* t) -> FigureWidget* {
+    return new TimelineView(mode, s, t);
+  };
+  d.area = DockArea::Right;
+  return d;
+}
+
+}  // namespace
+
+ViewDescriptor timeline_view() {
+  ViewDescriptor d = timeline_descriptor(TimelineMode::Head);
+  d.name = "timeline";
+  d.title = "Eviction timeline";
+  d.raised = true;
+  d.share = {0.34, 0.3};
+  return d;
+}
+
+ViewDescriptor layers_view() {
+  ViewDescriptor d = timeline_descriptor(TimelineMode::Layers);
+  d.name = "layers";
+  d.title = "Heads holding tokens";
+  d.tab_with = "timeline";
+  return d;
 }
 
 }  // namespace kvscope::views

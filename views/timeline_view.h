@@ -22,7 +22,6 @@ class TimelineView : public FigureWidget {
  protected:
   uint32_t reload_on() const override;
   void state_changed(const Selection& selection, uint32_t changes) override;
-  std::function<std::shared_ptr<Figure>(TraceData&)> loader(const Selection& sel) override;
   void adopt(std::shared_ptr<Figure> previous) override;
   void wheelEvent(QWheelEvent* event) override;
   void mousePressEvent(QMouseEvent* event) override;

@@ -29,9 +29,7 @@
 #include "app/gui/view_panels.h"
 #include "core/analysis/perfetto.h"
 #include "core/common/atomic_file.h"
-#include "views/heatmap_view.h"
-#include "views/timeline_view.h"
-#include "views/view_widgets.h"
+#include "core/common/check.h"
 
 namespace kvscope::gui {
 
@@ -64,16 +62,12 @@ MainWindow::MainWindow(QWidget* parent)
                                     .arg(done)
                                     .arg(total));
             // Coarse first: the overview shows the heads built so far.
-            if (t.toStdString() == state_.selection().trace && done < total)
-              view("overview")->reload();
+            if (t.toStdString() == state_.selection().trace && done < total) reload_lod_views();
           });
   connect(service_, &views::TraceService::lodReady, this, [this](QString t, QString cache) {
     lod_label_->setText("level-of-detail cache: " + cache);
     info_->set_lod_status(t, cache);
-    if (t.toStdString() == state_.selection().trace) {
-      view("overview")->reload();
-      view("heatmap")->reload();
-    }
+    if (t.toStdString() == state_.selection().trace) reload_lod_views();
   });
   connect(service_, &views::TraceService::lodFailed, this, [this](QString t, QString e) {
     lod_label_->setText("level-of-detail cache failed: " + e);
@@ -83,9 +77,10 @@ MainWindow::MainWindow(QWidget* parent)
     info_->set_lod_status(t, "none (the trace has no pooled attention, or is still being written)");
   });
   // First-view timing: from open_trace() to the heatmap's first painted figure.
-  connect(view("heatmap"), &views::FigureWidget::figureLoaded, this, [this] {
+  // The central view is the one first painted.
+  connect(central_view_, &views::FigureWidget::figureLoaded, this, [this] {
     if (timing_trace_.isEmpty() || timing_trace_.toStdString() != state_.selection().trace) return;
-    view("heatmap")->repaint();
+    central_view_->repaint();
     first_view_ms_ = double(open_clock_.nsecsElapsed()) / 1e6;
     QString t = timing_trace_;
     timing_trace_.clear();
@@ -123,33 +118,45 @@ void MainWindow::build_docks() {
   for (const views::ViewDescriptor& d : views::view_registry()) {
     views::FigureWidget* v = d.widget(&state_, service_);
     views_[d.name] = v;
-    QWidget* content = panel(controls_for(d.name, v), v);
+    QWidget* content = panel(d.controls ? d.controls(v) : nullptr, v);
     if (d.area == views::DockArea::Central) {
       setCentralWidget(content);
+      central_view_ = v;
       continue;
     }
     add_dock(d.name, d.title, content, areas.value(d.area));
     if (!d.tab_with.isEmpty()) tabifyDockWidget(docks_[d.tab_with], docks_[d.name]);
-    if (d.name == "overview") {
+    // The trace's facts share the first left dock.
+    if (d.area == views::DockArea::Left && !info_) {
       info_ = new TraceInfoPanel(&state_, service_);
       add_dock("info", "Trace info", info_, Qt::LeftDockWidgetArea);
-      tabifyDockWidget(docks_["overview"], docks_["info"]);
+      tabifyDockWidget(docks_[d.name], docks_["info"]);
     }
   }
+  KVSCOPE_CHECK(central_view_ && info_, "the view registry has no central or no left view");
   for (const views::ViewDescriptor& d : views::view_registry())
     if (d.raised) docks_[d.name]->raise();
   for (views::FigureWidget* v : views_)
     connect(v, &views::FigureWidget::maximiseRequested, this, &MainWindow::toggle_maximised);
 }
 
+// Each view's dock starts at the share of the window its descriptor gives.
 void MainWindow::fit_docks() {
   if (!maximised_.isEmpty()) return;
-  const double w = width(), h = height();
-  resizeDocks({docks_["overview"], docks_["timeline"], docks_["budget"]},
-              {int(w * 0.22), int(w * 0.34), int(w * 0.34)}, Qt::Horizontal);
-  resizeDocks({docks_["timeline"], docks_["budget"]}, {int(h * 0.3), int(h * 0.3)}, Qt::Vertical);
-  resizeDocks({docks_["tokens"], docks_["history"]}, {int(h * 0.3), int(h * 0.3)}, Qt::Vertical);
-  resizeDocks({docks_["tokens"], docks_["history"]}, {int(w * 0.5), int(w * 0.5)}, Qt::Horizontal);
+  QList<QDockWidget*> wide, tall;
+  QList<int> widths, heights;
+  for (const views::ViewDescriptor& d : views::view_registry()) {
+    if (!docks_.contains(d.name)) continue;
+    if (d.share.width() > 0) wide << docks_[d.name], widths << int(width() * d.share.width());
+    if (d.share.height() > 0) tall << docks_[d.name], heights << int(height() * d.share.height());
+  }
+  resizeDocks(wide, widths, Qt::Horizontal);
+  resizeDocks(tall, heights, Qt::Vertical);
+}
+
+void MainWindow::reload_lod_views() {
+  for (const views::ViewDescriptor& d : views::view_registry())
+    if (d.reads_lod) view(d.name)->reload();
 }
 
 void MainWindow::showEvent(QShowEvent* event) {
@@ -170,9 +177,7 @@ void MainWindow::resizeEvent(QResizeEvent* event) {
 
 bool MainWindow::go_to_needle() {
   if (needle_.empty()) return false;
-  state_.set_tokens(needle_);
-  if (auto* tokens = dynamic_cast<views::TokensView*>(views_.value("tokens")))
-    tokens->scroll_to_token(needle_.front());
+  state_.set_tokens(needle_);  // the token view scrolls to them
   statusBar()->showMessage(QString("needle: %1 tokens from token %2 selected in every view")
                                .arg(needle_.size())
                                .arg(needle_.front()),
@@ -356,7 +361,6 @@ void MainWindow::open_trace(const QString& given, bool make_current) {
         h.steps = r.n_steps();
         h.tokens = r.n_tokens();
         h.complete = r.complete();
-        for (const trace::GateSpec& g : r.layout().gates) h.gates << QString::fromStdString(g.name);
         const trace::RunInfo& run = r.run();
         if (!run.task_kind.empty()) {
           h.task = QString::fromStdString(run.task_kind);
@@ -397,12 +401,6 @@ void MainWindow::activate(const Header& h, bool make_current) {
     return;
   }
   trace_combo_->setCurrentIndex(trace_combo_->findData(path));
-  if (auto* gates = findChild<QComboBox*>("gateCombo")) {
-    gates->blockSignals(true);
-    gates->clear();
-    gates->addItems(h.gates);
-    gates->blockSignals(false);
-  }
   // The task's outcome in the title bar: what the researcher came to debug.
   QString title = "KVScope — " + QFileInfo(path).fileName();
   if (!h.task.isEmpty()) {

@@ -60,6 +60,7 @@ class MainWindow : public QMainWindow, public views::StateObserver {
   // Gives the docks their share of the window: left 22 % and right 34 % of
   // the width, bottom 30 % of the height, groups split evenly.
   void fit_docks();
+  void reload_lod_views();
   // Selects the current trace's needle tokens (every view marks them) and
   // scrolls the token text to them; false when the trace has no needle.
   bool go_to_needle();
@@ -85,7 +86,6 @@ class MainWindow : public QMainWindow, public views::StateObserver {
     std::string path;
     int64_t layers = 0, heads = 0, kv_heads = 0, steps = 0, tokens = 0;
     bool complete = false;
-    QStringList gates;
     // The retrieval task, when the trace has one: for the title bar.
     QString task, expected, answer;
     int success = -1;             // 1 found, 0 missed, -1 unfinished or no task
@@ -108,6 +108,7 @@ class MainWindow : public QMainWindow, public views::StateObserver {
   views::TraceService* service_;
   StepBar* step_bar_ = nullptr;
   TraceInfoPanel* info_ = nullptr;
+  views::FigureWidget* central_view_ = nullptr;  // the registry's central view
   class SweepPanel* sweep_ = nullptr;
   // A trace to show at a step with tokens selected once it is open (a sweep cell).
   struct Pending {

@@ -19,6 +19,9 @@
 #include "app/gui/main_window.h"
 #include "core/analysis/attention_lod.h"
 #include "views/figure_factory.h"
+#include "views/heatmap_figure.h"
+#include "views/overview_figure.h"
+#include "views/timeline_figure.h"
 
 using namespace kvscope;
 using namespace kvscope::views;

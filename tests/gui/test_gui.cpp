@@ -28,11 +28,12 @@
 #include "tests/views/qt_app.h"
 #include "tests/views/synthetic_fixture.h"
 #include "views/budget_figure.h"
+#include "views/compare_figure.h"
 #include "views/heatmap_view.h"
 #include "views/layout_check.h"
 #include "views/overview_figure.h"
+#include "views/overview_view.h"
 #include "views/timeline_view.h"
-#include "views/view_widgets.h"
 
 using namespace kvscope;
 using gui::MainWindow;
@@ -358,10 +359,10 @@ TEST_CASE("a real stories260K capture under H2O: capture, open in the GUI, scree
   std::string shots = dir + "/shots";
   CHECK(w.save_screenshots(QString::fromStdString(shots)).size() == w.all_views().size() + 2);
   // The kvscope-gui binary end to end, and a headless export of the same trace.
-  rc = test::run_command(
-      std::string(KVSCOPE_GUI_EXE) + " " + trace + " --needle --raise budget,pie" +
-          " --screenshot-dir " + dir + "/shots2 --quit",
-      &out);
+  rc = test::run_command(std::string(KVSCOPE_GUI_EXE) + " " + trace +
+                             " --needle --raise budget,pie" + " --screenshot-dir " + dir +
+                             "/shots2 --quit",
+                         &out);
   INFO(out);
   CHECK(rc == 0);
   CHECK(QFileInfo::exists(QString::fromStdString(dir + "/shots2/main-window.png")));

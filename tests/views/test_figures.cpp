@@ -12,17 +12,20 @@
 #include "core/analysis/why.h"
 #include "tests/views/qt_app.h"
 #include "tests/views/synthetic_fixture.h"
+#include "views/budget_figure.h"
 #include "views/compare_figure.h"
+#include "views/cutoff_view.h"
 #include "views/figure_factory.h"
 #include "views/gates_figure.h"
 #include "views/heatmap_view.h"
 #include "views/layout_check.h"
 #include "views/needle_figure.h"
 #include "views/overview_figure.h"
+#include "views/overview_view.h"
 #include "views/task_marks.h"
 #include "views/timeline_figure.h"
 #include "views/timeline_view.h"
-#include "views/view_widgets.h"
+#include "views/tokens_figure.h"
 
 using namespace kvscope;
 using namespace kvscope::views;

@@ -14,7 +14,10 @@
 #include "core/trace/writer.h"
 #include "tests/views/qt_app.h"
 #include "tests/views/synthetic_fixture.h"
+#include "views/budget_figure.h"
 #include "views/figure_factory.h"
+#include "views/forecast_figure.h"
+#include "views/timeline_figure.h"
 
 using namespace kvscope;
 using namespace kvscope::views;

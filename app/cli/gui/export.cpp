@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 
 #include "app/cli/command.h"
@@ -25,20 +26,21 @@
 #include "core/sweep/results_table.h"
 #include "views/figure_factory.h"
 #include "views/sweep_figure.h"
+#include "views/view_registry.h"
 
 namespace kvscope::cli {
 
 namespace {
 
 struct ExportOptions {
-  std::string trace, output, view = "heatmap", compare, colormap = "viridis", zoom, preset;
+  std::string trace, output, view = "heatmap", compare, zoom, preset;
   int layer = 0, head = 0;
-  int64_t step = -1, token = -1, horizon = -1;
+  int64_t step = -1, token = -1;
   int width = 1600, height = 1000;
   double dpi = 150;
-  bool linear = false, max = false, no_evicted = false, build_lod = false;
-  std::string coloring = "all", metric = "head", series, gate;
+  bool build_lod = false;
   std::vector<int> perfetto_layers;
+  views::ViewOptions given;  // the views' own options (their descriptors'), by name
 };
 
 // Headless Qt: fonts and painting without a display server.
@@ -54,18 +56,6 @@ std::unique_ptr<QGuiApplication> headless_app() {
   static char name[] = "kvscope";
   static char* argv[] = {name, nullptr};
   return std::make_unique<QGuiApplication>(argc, argv);
-}
-
-// --metric values: the overview's metric names with '-' for ' ', the first
-// word of "head index" and "lost mass (oracle)".
-std::vector<std::string> overview_metric_options() {
-  std::vector<std::string> out;
-  for (QString name : views::overview_metric_names()) {
-    name = name.section(" (", 0, 0);
-    if (name == "head index") name = "head";
-    out.push_back(name.replace(' ', '-').toStdString());
-  }
-  return out;
 }
 
 // "q0:q1,k0:k1" in tokens (heatmap) or "s0:s1,t0:t1" (timeline).
@@ -91,70 +81,6 @@ int run_perfetto(const ExportOptions& o, const trace::TraceReader& reader) {
   return kExitOk;
 }
 
-// A name or a small index into `names` (-1: neither).
-int name_or_index(const std::string& value, const std::vector<std::string>& names) {
-  for (size_t i = 0; i < names.size(); ++i)
-    if (names[i] == value) return int(i);
-  if (!value.empty() && value.find_first_not_of("0123456789") == std::string::npos &&
-      value.size() < 9)
-    return std::stoi(value);
-  return -1;
-}
-
-std::string joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out.empty() ? "none" : out;
-}
-
-// --series: a name of the trace's /series or its index. "": the first for
-// the cutoff view, for the budget view the first "*hot_budget*" one; the
-// budget view also takes "none" (entries by tier).
-int series_option(const std::string& value, const std::string& view,
-                  const trace::TraceReader& reader) {
-  if (value.empty()) return view == "budget" ? views::BudgetFigure::kAutoSeries : 0;
-  if (view == "budget" && value == "none") return views::BudgetFigure::kNoSeries;
-  std::vector<std::string> names;
-  for (const trace::SeriesSpec& s : reader.series()) names.push_back(s.name);
-  int index = name_or_index(value, names);
-  if (index >= 0 && index < static_cast<int>(names.size())) return index;
-  throw InputError(
-      reader.path(), "--series",
-      "'" + value + "' is not a series of the trace (its series: " + joined(names) + ")");
-}
-
-// --gate: a name of the trace's /gates or its index. "": gate 0 for the
-// gates view; for the forecast view the first time-varying gate, and a
-// named one must be time-varying (have per-step samples).
-int gate_option(std::string value, const std::string& view, const trace::TraceReader& reader) {
-  const std::vector<trace::GateSpec>& gates = reader.layout().gates;
-  std::vector<std::string> names, varying;
-  for (const trace::GateSpec& g : gates) {
-    names.push_back(g.name);
-    if (g.time_varying) varying.push_back(g.name);
-  }
-  if (value.empty() && view == "forecast") return -1;
-  if (value.empty() && view != "gates") return 0;
-  if (value.empty()) value = "0";  // the gates view needs a gate
-  int index = name_or_index(value, names);
-  const bool number = value.find_first_not_of("0123456789") == std::string::npos;
-  if (index < 0 || index >= static_cast<int>(names.size())) {
-    if (number)
-      throw InputError(reader.path(), "--gate",
-                       value + " is outside [0, " + std::to_string(names.size()) +
-                           ") (the trace's gates: /gates)");
-    throw InputError(
-        reader.path(), "--gate",
-        "'" + value + "' is not a gate of the trace (its gates: " + joined(names) + ")");
-  }
-  if (view == "forecast" && !gates[size_t(index)].time_varying)
-    throw InputError(
-        reader.path(), "--gate",
-        "'" + names[size_t(index)] +
-            "' has no per-step samples (the trace's time-varying gates: " + joined(varying) + ")");
-  return index;
-}
-
 // --view sweep: TRACE is a sweep's folder (or its results.csv); the grid of
 // every policy and task, coloured by --metric success, score or needle-survival.
 int run_sweep_export(const ExportOptions& o) {
@@ -165,7 +91,7 @@ int run_sweep_export(const ExportOptions& o) {
     throw InputError(
         o.trace, "TRACE",
         "--view sweep takes a sweep's output folder (with results.csv); none at " + table);
-  const std::string metric = o.metric == "head" ? "success" : o.metric;
+  const std::string metric = views::option_text(o.given, "metric", "success");
   const views::SweepFigure::Metric m =
       views::SweepFigure::metric_from_name(QString::fromStdString(metric));
   auto app = headless_app();
@@ -177,22 +103,48 @@ int run_sweep_export(const ExportOptions& o) {
   return kExitOk;
 }
 
+// An option of another view (or of none, for perfetto) is refused by name.
+void check_view_options(const ExportOptions& o) {
+  const views::ViewDescriptor* d = views::find_view(QString::fromStdString(o.view));
+  for (const auto& [name, value] : o.given) {
+    bool own = false;
+    if (d)
+      for (const views::ViewOption& option : d->options) own = own || option.name == name;
+    if (!own)
+      throw InputError("", views::view_option_flag(name),
+                       "the " + o.view + " view takes no " + views::view_option_flag(name) +
+                           " (it is " + views::views_taking(name) + "'s)");
+  }
+}
+
+// The figure of a registered view, as the GUI makes it: the request's
+// options are the view's own, read against the trace by the view.
+std::shared_ptr<views::Figure> export_view(const ExportOptions& o, views::TraceData& data,
+                                           views::TraceData* compare) {
+  const views::ViewDescriptor& d = *views::find_view(QString::fromStdString(o.view));
+  const trace::TraceReader& reader = data.reader();
+  views::FigureRequest q;
+  q.view = d.name;
+  q.selection = views::selection_for(reader, o.layer, o.head, o.step, o.token);
+  q.options = d.parse ? d.parse(o.given, reader, q) : o.given;
+  q.viewport = parse_zoom(o.zoom);
+  const double scale = o.dpi / 96.0;
+  q.pixels = QSizeF(o.width / scale * 0.85, o.height / scale * 0.85);
+  return views::make_figure(data, compare, q);
+}
+
 int run_export(const ExportOptions& o) {
   check_output_path(o.output, "-o");
   if (o.view == "sweep") return run_sweep_export(o);
-  if (views::SweepFigure::metric_names().contains(QString::fromStdString(o.metric)))
-    throw InputError("", "--metric", "'" + o.metric + "' colours the sweep view only");
+  const std::string metric = views::option_text(o.given, "metric");
+  if (views::SweepFigure::metric_names().contains(QString::fromStdString(metric)))
+    throw InputError("", "--metric", "'" + metric + "' colours the sweep view only");
+  check_view_options(o);
   if (std::filesystem::is_directory(o.trace))
     throw InputError(o.trace, "TRACE",
                      "is a folder: a trace file is expected (a sweep folder "
                      "takes --view sweep)");
   auto reader = trace::TraceReader::open(o.trace);
-  const int gate = gate_option(o.gate, o.view, *reader);
-  const int series = series_option(o.series, o.view, *reader);
-  if (o.view == "forecast" && o.token < 0)
-    throw InputError(o.trace, "--token",
-                     "the forecast view follows one token: give --token T (0 <= T < " +
-                         std::to_string(reader->n_tokens()) + ")");
   if (o.view == "perfetto") return run_perfetto(o, *reader);
   auto app = headless_app();
   views::TraceData data(*reader);
@@ -209,35 +161,43 @@ int run_export(const ExportOptions& o) {
     other = trace::TraceReader::open(o.compare);
     other_data = std::make_unique<views::TraceData>(*other);
   }
-  views::FigureRequest q;
-  q.view = QString::fromStdString(o.view);
-  q.selection = views::selection_for(*reader, o.layer, o.head, o.step, o.token);
-  q.heatmap.map = views::color_map_from_name(QString::fromStdString(o.colormap));
-  q.heatmap.log = !o.linear;
-  q.heatmap.use_max = o.max;
-  q.heatmap.show_evicted = !o.no_evicted;
-  static const std::map<std::string, views::TokenColoring> colorings = {
-      {"all", views::TokenColoring::AllHeads},
-      {"layer", views::TokenColoring::Layer},
-      {"head", views::TokenColoring::Head},
-      {"score", views::TokenColoring::Score}};
-  q.coloring = colorings.at(o.coloring);
-  const std::vector<std::string> metrics = overview_metric_options();
-  q.metric =
-      views::OverviewMetric(std::find(metrics.begin(), metrics.end(), o.metric) - metrics.begin());
-  q.gate = std::max(0, gate);
-  q.forecast_gate = gate;
-  q.series = std::max(0, series);
-  q.budget_series = series;
-  q.horizon = o.horizon;
-  q.viewport = parse_zoom(o.zoom);
-  double scale = o.dpi / 96.0;
-  q.pixels = QSizeF(o.width / scale * 0.85, o.height / scale * 0.85);
-  std::shared_ptr<views::Figure> fig = views::make_figure(data, other_data.get(), q);
+  std::shared_ptr<views::Figure> fig = export_view(o, data, other_data.get());
   views::ExportOptions eo{o.width, o.height, o.dpi};
   views::export_figure(*fig, QString::fromStdString(o.output), eo);
   std::cout << "wrote " << o.output << ": " << fig->title().toStdString() << "\n";
   return kExitOk;
+}
+
+// One option per view option of any view (a flag, or text checked against
+// its choices; --metric also takes the sweep's colourings), its help naming
+// the views that take it.
+void add_view_options(CLI::App* sub, ExportOptions* o) {
+  std::map<std::string, std::vector<std::string>> choices;
+  std::map<std::string, std::string> help;
+  std::map<std::string, const views::ViewOption*> first;
+  for (const views::ViewDescriptor& d : views::view_registry())
+    for (const views::ViewOption& v : d.options) {
+      for (const std::string& c : v.choices)
+        if (std::find(choices[v.name].begin(), choices[v.name].end(), c) == choices[v.name].end())
+          choices[v.name].push_back(c);
+      help[v.name] += (help[v.name].empty() ? "" : "; ") + v.help;
+      first.emplace(v.name, &v);
+    }
+  for (const QString& m : views::SweepFigure::metric_names())
+    choices["metric"].push_back(m.toStdString());
+  help["metric"] += "; sweep: colour by success (default), score or needle-survival";
+  for (const auto& [name, spec] : first) {
+    const std::string flag = views::view_option_flag(name), key = name;
+    if (spec->flag) {
+      sub->add_flag_function(
+          flag, [o, key](int64_t) { o->given[key] = "true"; }, help[name]);
+      continue;
+    }
+    CLI::Option* opt = sub->add_option_function<std::string>(
+        flag, [o, key](const std::string& v) { o->given[key] = v; }, help[name]);
+    if (!choices[name].empty()) opt->check(CLI::IsMember(choices[name]));
+    if (spec->max > spec->min) opt->check(CLI::Range(spec->min, spec->max));
+  }
 }
 
 Command add_export_command(CLI::App& app) {
@@ -277,28 +237,8 @@ Command add_export_command(CLI::App& app) {
   sub->add_option("--preset", o->preset,
                   preset_help + " --width, --height and --dpi given as well override it")
       ->check(CLI::IsMember(presets));
-  sub->add_option("--colormap", o->colormap, "viridis, magma, cividis or grey")
-      ->check(CLI::IsMember({"viridis", "magma", "cividis", "grey"}));
-  sub->add_flag("--linear", o->linear, "heatmap: linear colour scale (default log)");
-  sub->add_flag("--max", o->max, "heatmap: pooled max instead of mean");
-  sub->add_flag("--no-evicted", o->no_evicted, "heatmap: do not mark keys no longer held");
   sub->add_option("--zoom", o->zoom, "heatmap: Q0:Q1,K0:K1 tokens; timeline: T0:T1,S0:S1");
-  sub->add_option("--coloring", o->coloring, "tokens: all, layer, head or score")
-      ->check(CLI::IsMember({"all", "layer", "head", "score"}));
-  std::vector<std::string> metrics = overview_metric_options();
-  for (const QString& m : views::SweepFigure::metric_names()) metrics.push_back(m.toStdString());
-  sub->add_option("--metric", o->metric,
-                  "overview sort: head, sink-mass, local-mass, entropy, entries-held, lost-mass; "
-                  "sweep colour: success (default), score or needle-survival")
-      ->check(CLI::IsMember(metrics));
-  sub->add_option("--gate", o->gate,
-                  "gates, forecast: gate name or index (default: the first; forecast: the first "
-                  "time-varying gate)");
-  sub->add_option("--series", o->series,
-                  "cutoff, budget: series name or index (default: cutoff the first, budget the "
-                  "first *hot_budget* one; budget: none shows entries by tier)");
-  sub->add_option("--horizon", o->horizon, "survival: horizon h for the per-head map")
-      ->check(CLI::Range(1, INT32_MAX));
+  add_view_options(sub, o.get());
   sub->add_option("--layers", o->perfetto_layers, "perfetto: layers to include (default all)");
   sub->add_flag(
       "--build-lod", o->build_lod,
