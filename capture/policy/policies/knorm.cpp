@@ -1,14 +1,15 @@
 // knorm: key-norm eviction (Devoto et al., "A Simple and Effective L2
 // Norm-Based Strategy for KV Cache Compression", EMNLP 2024). Keys with a low
 // L2 norm draw high attention, so each head keeps the `budget` keys of lowest
-// norm: score = -||k||_2. RoPE rotates pairs of channels, so the norm of the
-// cached (rotated) key is the norm before RoPE, but only up to rounding: the
-// norm is taken before RoPE, where the keys of one token repeated at several
-// positions (layer 0) are equal bit for bit and tie exactly (the older one
-// leaves), instead of being ordered by RoPE's rounding, which differs between
-// CPUs. Needs no attention at all.
+// norm: score = -||k||_2, taken before RoPE (a rotation: the same norm).
+// Equal layer inputs give equal keys, so their norms tie exactly (the older
+// one leaves): a row seen before in the layer reuses its norms, because the
+// same key computed in a prefill GEMM and in a decode GEMV differs in its
+// last bits, by an amount that differs between CPUs. Needs no attention.
 // docs/policies/knorm.md
 #include <cmath>
+#include <string_view>
+#include <unordered_map>
 
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/scorer.h"
@@ -21,10 +22,13 @@ namespace {
 class KnormScorer : public HeadScorer {
  public:
   cache::StatsNeeds stats_needs() const override {
-    return cache::StatsNeeds::reading(&cache::StatsNeeds::key_pre_rope);
+    cache::StatsNeeds n = cache::StatsNeeds::reading(&cache::StatsNeeds::key_pre_rope);
+    n.hidden = true;  // to know a key seen before (observe)
+    return n;
   }
   void setup(const PolicySetup& s) override {
     norms_.resize(s.model->n_layers, s.model->n_kv_heads, s.max_tokens);
+    first_seen_.assign(size_t(s.model->n_layers), {});
   }
   std::string score_name() const override { return "knorm_negative_key_norm"; }
   std::string score_meaning() const override {
@@ -35,16 +39,22 @@ class KnormScorer : public HeadScorer {
   bool compresses(const LayerContext&) const override { return true; }
 
   void observe(LayerContext& c) override {
-    torch::Tensor k = c.in.k_pre_rope.to(torch::kFloat32).contiguous();  // [n, K, hd]
+    const torch::Tensor k = c.in.k_pre_rope.to(torch::kFloat32).contiguous();  // [n, K, hd]
+    const torch::Tensor x = c.in.hidden.to(torch::kFloat32).contiguous();      // [n, D]
     const float* kp = k.data_ptr<float>();
-    const int64_t K = c.cache.n_kv_heads(), hd = c.cache.head_dim();
-    for (int64_t i = 0; i < c.n; ++i)
-      for (int64_t h = 0; h < K; ++h) {
-        double s = 0;
-        for (int64_t d = 0; d < hd; ++d)
-          s += double(kp[(i * K + h) * hd + d]) * kp[(i * K + h) * hd + d];
-        norms_.at(c.layer, h)[c.pos0 + i] = float(-std::sqrt(s));
-      }
+    const int64_t K = c.cache.n_kv_heads(), hd = c.cache.head_dim(), D = x.size(1);
+    for (int64_t i = 0; i < c.n; ++i) {
+      const int64_t pos = c.pos0 + i;
+      const std::string_view input(reinterpret_cast<const char*>(x.data_ptr<float>() + i * D),
+                                   size_t(D) * sizeof(float));
+      auto [first, fresh] =
+          first_seen_.at(size_t(c.layer)).try_emplace(std::hash<std::string_view>{}(input), pos);
+      const bool same =
+          !fresh && first->second != pos && same_key(c, first->second, kp + i * K * hd);
+      for (int64_t h = 0; h < K; ++h)
+        norms_.at(c.layer, h)[pos] =
+            same ? norms_.at(c.layer, h)[first->second] : -norm(kp + (i * K + h) * hd, hd);
+    }
   }
   Subsets subsets() const override { return Subsets::Entry; }
   void score(LayerContext& c, int64_t kv_head, float* out) override {
@@ -53,7 +63,26 @@ class KnormScorer : public HeadScorer {
   }
 
  private:
+  static float norm(const float* k, int64_t hd) {
+    double s = 0;
+    for (int64_t d = 0; d < hd; ++d) s += double(k[d]) * k[d];
+    return float(std::sqrt(s));
+  }
+  // The row at `first` had the same input (by hash): its norms are this
+  // key's up to rounding. The check guards against a hash collision and a
+  // position written again since (a reconstruction pass).
+  bool same_key(const LayerContext& c, int64_t first, const float* k) const {
+    const int64_t K = c.cache.n_kv_heads(), hd = c.cache.head_dim();
+    for (int64_t h = 0; h < K; ++h) {
+      const float mine = norm(k + h * hd, hd), theirs = -norms_.at(c.layer, h)[first];
+      if (!(std::fabs(mine - theirs) <= 1e-5f * mine)) return false;
+    }
+    return true;
+  }
+
   HeadScores norms_;
+  // [layer]: hash of a layer input row -> the first position it was fed at.
+  std::vector<std::unordered_map<uint64_t, int64_t>> first_seen_;
 };
 
 std::unique_ptr<HeadScorer> make_knorm(const Params&) {
