@@ -72,6 +72,7 @@
 
 namespace kvscope::gates {
 
+// One entry each in gate_kinds.cpp's table (name, defaults, shapes, initialisation).
 enum class GateKind {
   WriteGate,
   AttentionGate,

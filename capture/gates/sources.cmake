@@ -7,6 +7,7 @@ target_link_libraries(kvscope_capture PRIVATE OpenSSL::Crypto)
 target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/torch_pickle.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gate_set.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gate_kinds.cpp
   ${CMAKE_CURRENT_LIST_DIR}/official_checkpoints.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gate_nets.cpp
   ${CMAKE_CURRENT_LIST_DIR}/kvpop_scorer.cpp
