@@ -51,6 +51,7 @@ int run_capture_cli(const CaptureCliOptions& o) {
   generate::Engine engine = generate::open_engine(o.model);
   if (!engine.tokenizer)
     throw InputError(o.model.model, "--tokenizer", "no tokenizer: " + engine.tokenizer_source);
+  generate::configure_chat(*engine.tokenizer, o.prompt);
   recorder::CaptureRequest req;
   req.generation = generate::generation_options(o.prompt);
   if (!o.task.empty()) {

@@ -31,6 +31,7 @@ int run_generate(const GenerateOptions& o) {
   generate::Engine engine = generate::open_engine(o.model);
   if (!engine.tokenizer)
     throw InputError(o.model.model, "--tokenizer", "no tokenizer: " + engine.tokenizer_source);
+  generate::configure_chat(*engine.tokenizer, o.prompt);
   const std::vector<int32_t> ids = generate::prompt_ids(*engine.tokenizer, o.prompt);
   generate::GenerationOptions g = generate::generation_options(o.prompt);
 

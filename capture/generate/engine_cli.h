@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -46,6 +47,8 @@ struct PromptCliOptions {
   std::string prompt_file;
   std::string system;
   bool chat = false;
+  std::string chat_template;           // a template file replacing the model's
+  std::vector<std::string> chat_vars;  // NAME=JSON template variables
   bool greedy = false;
   double temperature = 0;  // 0: not given
   int64_t top_k = 0;
@@ -62,7 +65,12 @@ inline void add_prompt_options(CLI::App* app, PromptCliOptions* o) {
   auto* file = app->add_option("--prompt-file", o->prompt_file, "read the prompt from a file")
                    ->check(CLI::ExistingFile);
   prompt->excludes(file);
-  app->add_flag("--chat", o->chat, "wrap the prompt in the model's chat template (ChatML)");
+  app->add_flag("--chat", o->chat, "wrap the prompt in the model's chat template");
+  app->add_option("--chat-template", o->chat_template,
+                  "a Jinja chat template file to use instead of the model's")
+      ->check(CLI::ExistingFile);
+  app->add_option("--chat-var", o->chat_vars,
+                  "chat template variable NAME=JSON (e.g. enable_thinking=false; repeatable)");
   app->add_option("--system", o->system, "system message for --chat");
   auto* greedy = app->add_flag("--greedy", o->greedy, "argmax decoding (the default)");
   auto* temp = app->add_option("--temperature", o->temperature, "sample at this temperature")
@@ -80,9 +88,10 @@ inline void add_prompt_options(CLI::App* app, PromptCliOptions* o) {
       ->check(CLI::Range(int64_t(1), kMaxNewTokens))
       ->capture_default_str();
   app->add_option("--stop", o->stop, "stop before this text (repeatable)");
-  app->add_flag("--ignore-eos", o->ignore_eos,
-                "keep generating past end-of-sequence tokens: exactly --max-new tokens (fixed-length "
-                "runs: decode benchmarks, cross-checks)");
+  app->add_flag(
+      "--ignore-eos", o->ignore_eos,
+      "keep generating past end-of-sequence tokens: exactly --max-new tokens (fixed-length "
+      "runs: decode benchmarks, cross-checks)");
 }
 
 // The prompt text (from --prompt or --prompt-file); throws InputError.
@@ -112,6 +121,26 @@ inline GenerationOptions generation_options(const PromptCliOptions& o) {
   g.sampling.top_p = o.top_p;
   g.sampling.seed = o.seed;
   return g;
+}
+
+// --chat-template and --chat-var on the tokenizer every chat prompt goes
+// through (the prompt's, a task's, a policy's); either without --chat is an
+// InputError.
+inline void configure_chat(tokenizer::Tokenizer& tok, const PromptCliOptions& o) {
+  if (!o.chat && !o.chat_template.empty())
+    throw InputError("", "--chat-template", "only applies with --chat");
+  if (!o.chat && !o.chat_vars.empty())
+    throw InputError("", "--chat-var", "only applies with --chat");
+  if (!o.chat_template.empty()) {
+    const tokenizer::ChatTemplate t = tokenizer::read_chat_template_file(o.chat_template);
+    tok.set_chat_template(t.source, t.origin);
+  }
+  nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+  for (const std::string& spec : o.chat_vars) tokenizer::add_chat_var(spec, "--chat-var", &vars);
+  if (!vars.empty() && !tok.chat_template().empty())
+    for (const std::string& w : tokenizer::unread_chat_vars(tok.chat_template_with_origin(), vars))
+      std::cerr << "warning: " << w << "\n";
+  tok.set_chat_vars(std::move(vars));
 }
 
 // The text the model reads: the prompt as is, or wrapped in the chat

@@ -41,7 +41,6 @@ class HfTokenizer : public Tokenizer {
   const PostProcessor* post_processor() const { return parts_.post_processor.get(); }
   void set_bos(int32_t id) { bos_id_ = id; }
   void set_eos(std::vector<int32_t> ids) { eos_ids_ = std::move(ids); }
-  void set_chat_template(std::string t) { chat_template_ = std::move(t); }
 
  private:
   // The string decoding starts from (added tokens: AddedToken::decode_text).

@@ -133,7 +133,8 @@ std::unique_ptr<Tokenizer> load_gpt2(const formats::GgufFile& g) {
                                            "byte-level BPE (GGUF gpt2, pre=" + pre + ")");
   tok->set_bos(bos);
   tok->set_eos(eos_list(g, eos, n));
-  tok->set_chat_template(g.get_string_or("tokenizer.chat_template", ""));
+  tok->set_chat_template(g.get_string_or("tokenizer.chat_template", ""),
+                         g.path() + ": tokenizer.chat_template");
   return tok;
 }
 

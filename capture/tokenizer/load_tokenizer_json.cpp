@@ -139,16 +139,18 @@ void read_config(const std::string& dir, HfTokenizer* tok) {
     if (c.has("chat_template")) {
       JsonAt t = c.child("chat_template");
       if (t.value.is_string()) {
-        tok->set_chat_template(t.str());
+        tok->set_chat_template(t.str(), config_path + ": chat_template");
       } else if (t.value.is_array()) {
         for (size_t i = 0; i < t.value.size(); ++i)
           if (t.at(i).str_or("name", "") == "default")
-            tok->set_chat_template(t.at(i).child("template").str());
+            tok->set_chat_template(t.at(i).child("template").str(),
+                                   config_path + ": chat_template[" + std::to_string(i) + "]");
       }
     }
   }
   std::string jinja = dir + "/chat_template.jinja";
-  if (tok->chat_template().empty() && file_exists(jinja)) tok->set_chat_template(read_file(jinja));
+  if (tok->chat_template().empty() && file_exists(jinja))
+    tok->set_chat_template(read_file(jinja), jinja);
 
   if (!bos.empty() && tok->token_to_id(bos) >= 0) tok->set_bos(tok->token_to_id(bos));
   std::vector<int32_t> eos_ids;

@@ -17,5 +17,6 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/load_tokenizer_json.cpp
   ${CMAKE_CURRENT_LIST_DIR}/load_gguf.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tokenizer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/chat_template.cpp
 )
 target_link_libraries(kvscope_capture PRIVATE ICU::uc)

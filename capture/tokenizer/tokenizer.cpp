@@ -1,4 +1,4 @@
-// Loader dispatch, the ChatML chat template and the streaming decoder.
+// Loader dispatch, the chat template and the streaming decoder.
 #include "capture/tokenizer/tokenizer.h"
 
 #include <sys/stat.h>
@@ -32,29 +32,6 @@ bool has_gguf_magic(const std::string& path) {
 const char* const kSmolLM2System =
     "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
 
-// The default system prompt a ChatML template inserts when the conversation
-// has none: the text between "<|im_start|>system\n" and "<|im_end|>" inside a
-// template that tests for a missing system message (SmolLM2, Qwen2.5).
-bool default_system_prompt(const std::string& tmpl, std::string* out) {
-  if (tmpl.empty()) {
-    *out = kSmolLM2System;
-    return true;
-  }
-  if (tmpl.find("!= 'system'") == std::string::npos &&
-      tmpl.find("!= \"system\"") == std::string::npos)
-    return false;
-  for (const char* open : {"<|im_start|>system\n", "<|im_start|>system\\n"}) {
-    size_t a = tmpl.find(open);
-    if (a == std::string::npos) continue;
-    a += std::string(open).size();
-    size_t b = tmpl.find("<|im_end|>", a);
-    if (b == std::string::npos) return false;
-    *out = tmpl.substr(a, b - a);
-    return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path, int64_t vocab_size) {
@@ -75,20 +52,39 @@ std::unique_ptr<Tokenizer> Tokenizer::from_llama2c(const std::string& path, int6
   return std::make_unique<Llama2cTokenizer>(path, vocab_size);
 }
 
+std::string Tokenizer::chat_bos_token() const {
+  return bos_id_ >= 0 ? token_text(bos_id_) : std::string();
+}
+
+std::string Tokenizer::chat_eos_token() const {
+  return eos_ids_.empty() ? std::string() : token_text(eos_ids_[0]);
+}
+
 std::string Tokenizer::apply_chat_template(const std::vector<ChatMessage>& messages,
                                            bool add_generation_prompt) const {
-  if (!chat_template_.empty() && chat_template_.find("<|im_start|>") == std::string::npos)
-    throw InputError("", "tokenizer.chat_template",
-                     "this model's chat template is not ChatML; KVScope implements ChatML only");
+  if (chat_template_.empty()) return smollm2_chatml(messages, add_generation_prompt);
+  ChatRequest r;
+  for (const ChatMessage& m : messages)
+    r.messages.push_back({{"role", m.role}, {"content", m.content}});
+  r.add_generation_prompt = add_generation_prompt;
+  r.vars = chat_vars_;
+  r.bos_token = chat_bos_token();
+  r.eos_token = chat_eos_token();
+  return render_chat(chat_template_with_origin(), r);
+}
+
+// A tokenizer file without a template (tokenizer.json alone, an older GGUF):
+// ChatML as SmolLM2-Instruct's template writes it, with its default system
+// prompt, where the vocabulary has ChatML's tokens.
+std::string Tokenizer::smollm2_chatml(const std::vector<ChatMessage>& messages,
+                                      bool add_generation_prompt) const {
   if (token_to_id("<|im_start|>") < 0 || token_to_id("<|im_end|>") < 0)
-    throw InputError(
-        "", "chat",
-        "this tokenizer has no <|im_start|>/<|im_end|> tokens, so ChatML does not apply");
+    throw InputError("", "chat_template",
+                     "this tokenizer has no chat template and no <|im_start|>/<|im_end|> tokens "
+                     "for ChatML (give one with --chat-template FILE)");
   std::string out;
-  std::string system;
-  if (!messages.empty() && messages[0].role != "system" &&
-      default_system_prompt(chat_template_, &system))
-    out += "<|im_start|>system\n" + system + "<|im_end|>\n";
+  if (!messages.empty() && messages[0].role != "system")
+    out += std::string("<|im_start|>system\n") + kSmolLM2System + "<|im_end|>\n";
   for (const ChatMessage& m : messages)
     out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
   if (add_generation_prompt) out += "<|im_start|>assistant\n";

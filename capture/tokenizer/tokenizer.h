@@ -9,8 +9,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "capture/tokenizer/chat_template.h"
 
 namespace kvscope::formats {
 class GgufFile;
@@ -61,21 +64,38 @@ class Tokenizer {
   // "SentencePiece-style BPE (GGUF llama)", "llama2.c tokenizer.bin (...)".
   const std::string& kind() const { return kind_; }
 
-  // ChatML as SmolLM2-Instruct uses it (with its default system prompt when
-  // none is given), ending with the assistant prefix when
-  // add_generation_prompt. The default system prompt is read from the file's
-  // own template when it has one of SmolLM2's shape. Throws InputError when the
-  // tokenizer has no <|im_start|>/<|im_end|> tokens or its template is not
-  // ChatML.
-  virtual std::string apply_chat_template(const std::vector<ChatMessage>& messages,
-                                          bool add_generation_prompt = true) const;
+  // The conversation as the model's chat template renders it (transformers'
+  // apply_chat_template(..., tokenize=False), core/jinja), ending with the
+  // assistant prefix when add_generation_prompt, with the variables of
+  // set_chat_vars. A tokenizer without a template falls back to ChatML as
+  // SmolLM2-Instruct writes it when it has <|im_start|>/<|im_end|> tokens.
+  // Throws InputError when there is no template to apply, or the template
+  // does not parse, raises (its own message) or passes a limit.
+  std::string apply_chat_template(const std::vector<ChatMessage>& messages,
+                                  bool add_generation_prompt = true) const;
   const std::string& chat_template() const { return chat_template_; }
+  ChatTemplate chat_template_with_origin() const { return {chat_template_, chat_origin_}; }
+  // Replaces the file's template (--chat-template); origin names it in messages.
+  void set_chat_template(std::string source, std::string origin) {
+    chat_template_ = std::move(source);
+    chat_origin_ = std::move(origin);
+  }
+  // Template variables every apply_chat_template passes (--chat-var).
+  void set_chat_vars(nlohmann::ordered_json vars) { chat_vars_ = std::move(vars); }
+  // The bos_token / eos_token texts a template reads ("" when none).
+  std::string chat_bos_token() const;
+  std::string chat_eos_token() const;
 
  protected:
+  std::string smollm2_chatml(const std::vector<ChatMessage>& messages,
+                             bool add_generation_prompt) const;
+
   int32_t bos_id_ = -1;
   std::vector<int32_t> eos_ids_;
   std::string kind_;
   std::string chat_template_;  // as found in the file, may be empty
+  std::string chat_origin_ = "chat_template";
+  nlohmann::ordered_json chat_vars_ = nlohmann::ordered_json::object();
 };
 
 // Turns a stream of token ids into text, holding back incomplete UTF-8 so

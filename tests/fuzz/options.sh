@@ -18,6 +18,7 @@ fuzz_target_flags() {
     gguf | tokenizer_json | torch_pickle | gate_set | safetensors) echo -max_len=262144 ;;
     llama2c_checkpoint | llama2c_tokenizer) echo -max_len=65536 ;;
     hf_config | policy_spec) echo -max_len=4096 ;;
+    chat_template) echo -max_len=32768 ;;  # real templates are 0.4-17 KB
   esac
   [ -f "$dir/dict/$name.dict" ] && echo "-dict=$dir/dict/$name.dict"
   return 0
