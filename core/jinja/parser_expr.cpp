@@ -140,6 +140,14 @@ ExprPtr Parser::parse_pow() {
   return binary_chain(ExprKind::Binary, [this] { return parse_unary(); }, {"**"});
 }
 
+// `callee(args...)`, the current token the opening parenthesis.
+ExprPtr Parser::parse_call(ExprPtr callee, const Token& at) {
+  auto call = make(ExprKind::Call, at);
+  call->children.push_back(std::move(callee));
+  parse_call_args(*call);
+  return call;
+}
+
 ExprPtr Parser::parse_unary(bool with_filter) {
   DepthGuard guard(depth_, max_depth_);
   ExprPtr node;
@@ -239,10 +247,7 @@ ExprPtr Parser::parse_postfix(ExprPtr node) {
     } else if (is_op("[")) {
       node = parse_subscript(std::move(node));
     } else if (is_op("(")) {
-      auto call = make(ExprKind::Call, at);
-      call->children.push_back(std::move(node));
-      parse_call_args(*call);
-      node = std::move(call);
+      node = parse_call(std::move(node), at);
     } else {
       return node;
     }
@@ -336,11 +341,7 @@ ExprPtr Parser::parse_filter_expr(ExprPtr node) {
     } else if (is_name("is")) {
       node = parse_test(std::move(node));
     } else if (is_op("(")) {
-      const Token at = cur();
-      auto call = make(ExprKind::Call, at);
-      call->children.push_back(std::move(node));
-      parse_call_args(*call);
-      node = std::move(call);
+      node = parse_call(std::move(node), cur());
     } else {
       return node;
     }

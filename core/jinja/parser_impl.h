@@ -77,6 +77,7 @@ class Parser {
   ExprPtr parse_expression(bool with_condexpr = true);
   ExprPtr binary_chain(ExprKind kind, const std::function<ExprPtr()>& next,
                        std::initializer_list<const char*> ops, bool names = false);
+  ExprPtr parse_call(ExprPtr callee, const Token& at);
   ExprPtr parse_or();
   ExprPtr parse_and();
   ExprPtr parse_not();
