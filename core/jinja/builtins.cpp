@@ -42,8 +42,12 @@ std::string str_param(const Args& a, size_t i, const char* name, const std::stri
 Value attr_path(const Value& v, const std::string& path) {
   Value cur = v;
   for (const std::string& part : split_sep(path, ".", -1, false)) {
-    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    cur = get_item(cur, digits ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
+    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+    errno = 0;
+    const long long index = digits ? std::strtoll(part.c_str(), nullptr, 10) : 0;
+    // An index past int64 finds nothing either way: look it up as the string.
+    cur =
+        get_item(cur, digits && errno != ERANGE ? Value(static_cast<int64_t>(index)) : Value(part));
   }
   return cur;
 }

@@ -325,13 +325,27 @@ void Lexer::lex_number(size_t& pos) {
     return out;
   };
   if (src_[pos] == '0' && pos + 1 < src_.size() && std::strchr("xXoObB", src_[pos + 1])) {
-    char base_char = static_cast<char>(src_[pos + 1] | 0x20);
-    int base = base_char == 'x' ? 16 : base_char == 'o' ? 8 : 2;
+    const char base_char = static_cast<char>(src_[pos + 1] | 0x20);
+    const int base = base_char == 'x' ? 16 : base_char == 'o' ? 8 : 2;
     pos += 2;
-    size_t begin = pos;
-    digits([&](char ch) { return std::isxdigit(static_cast<unsigned char>(ch)) != 0; });
+    const size_t begin = pos;
+    // Without a digit of its base after the prefix, jinja2 lexes a plain 0
+    // (and the prefix letter starts a name).
+    if (!digits([&](char ch) {
+          if (base == 16) return std::isxdigit(static_cast<unsigned char>(ch)) != 0;
+          return ch >= '0' && ch < char('0' + base);
+        })) {
+      pos = start + 1;
+      emit(TokenType::Integer, start, "0");
+      tokens_.back().int_value = 0;
+      return;
+    }
+    const std::string text = strip(src_.substr(begin, pos - begin));
     emit(TokenType::Integer, start);
-    tokens_.back().int_value = std::stoll(strip(src_.substr(begin, pos - begin)), nullptr, base);
+    errno = 0;
+    tokens_.back().int_value = std::strtoll(text.c_str(), nullptr, base);
+    if (errno == ERANGE)
+      fail(start, "integer literal too large: " + src_.substr(start, pos - start));
     return;
   }
   digits(is_digit);
