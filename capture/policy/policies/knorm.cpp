@@ -10,6 +10,7 @@
 #include <cmath>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/scorer.h"
@@ -43,17 +44,17 @@ class KnormScorer : public HeadScorer {
     const torch::Tensor x = c.in.hidden.to(torch::kFloat32).contiguous();      // [n, D]
     const float* kp = k.data_ptr<float>();
     const int64_t K = c.cache.n_kv_heads(), hd = c.cache.head_dim(), D = x.size(1);
+    std::vector<float> mine(static_cast<size_t>(K));
     for (int64_t i = 0; i < c.n; ++i) {
       const int64_t pos = c.pos0 + i;
+      for (int64_t h = 0; h < K; ++h) mine[size_t(h)] = norm(kp + (i * K + h) * hd, hd);
       const std::string_view input(reinterpret_cast<const char*>(x.data_ptr<float>() + i * D),
                                    size_t(D) * sizeof(float));
       auto [first, fresh] =
           first_seen_.at(size_t(c.layer)).try_emplace(std::hash<std::string_view>{}(input), pos);
-      const bool same =
-          !fresh && first->second != pos && same_key(c, first->second, kp + i * K * hd);
+      const bool same = !fresh && first->second != pos && agrees(c, first->second, mine);
       for (int64_t h = 0; h < K; ++h)
-        norms_.at(c.layer, h)[pos] =
-            same ? norms_.at(c.layer, h)[first->second] : -norm(kp + (i * K + h) * hd, hd);
+        norms_.at(c.layer, h)[pos] = same ? norms_.at(c.layer, h)[first->second] : -mine[size_t(h)];
     }
   }
   Subsets subsets() const override { return Subsets::Entry; }
@@ -68,14 +69,13 @@ class KnormScorer : public HeadScorer {
     for (int64_t d = 0; d < hd; ++d) s += double(k[d]) * k[d];
     return float(std::sqrt(s));
   }
-  // The row at `first` had the same input (by hash): its norms are this
-  // key's up to rounding. The check guards against a hash collision and a
-  // position written again since (a reconstruction pass).
-  bool same_key(const LayerContext& c, int64_t first, const float* k) const {
-    const int64_t K = c.cache.n_kv_heads(), hd = c.cache.head_dim();
-    for (int64_t h = 0; h < K; ++h) {
-      const float mine = norm(k + h * hd, hd), theirs = -norms_.at(c.layer, h)[first];
-      if (!(std::fabs(mine - theirs) <= 1e-5f * mine)) return false;
+  // The row at `first` had the same input (by hash): its norms are `mine`
+  // up to rounding. The check guards against a hash collision and a position
+  // written again since (a reconstruction pass).
+  bool agrees(const LayerContext& c, int64_t first, const std::vector<float>& mine) const {
+    for (size_t h = 0; h < mine.size(); ++h) {
+      const float theirs = -norms_.at(c.layer, int64_t(h))[first];
+      if (!(std::fabs(mine[h] - theirs) <= 1e-5f * mine[h])) return false;
     }
     return true;
   }
