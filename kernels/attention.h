@@ -53,14 +53,24 @@ std::vector<torch::Tensor> attention_multi_heads(const std::vector<torch::Tensor
                                                  const torch::Tensor& key_pos, int64_t q_pos0,
                                                  double scale, int64_t window);
 
-// Rows of K and V stored in one contiguous run: keys k[i * stride], values
-// v[i * stride], i < rows. A ragged cache passes one segment per page, a
-// dense cache one segment for everything.
+// How a segment's rows are stored: float32, or 16-bit floats (bfloat16,
+// IEEE half) that the kernels widen to float32 as they read them. Widening
+// is exact, so rows read as bf16 give the bits the same rows widened into a
+// float32 copy give (accumulation is float32 either way).
+enum class RowType : uint8_t { F32, BF16, F16 };
+inline int64_t row_type_bytes(RowType t) {
+  return t == RowType::F32 ? 4 : 2;
+}
+
+// Rows of K and V stored in one contiguous run: keys at k + i * stride,
+// values at v + i * stride (in elements of `type`), i < rows. A ragged cache
+// passes one segment per page, a dense cache one segment for everything.
 struct Segment {
-  const float* k = nullptr;
-  const float* v = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
   int64_t rows = 0;
-  int64_t stride = 0;  // floats between consecutive rows
+  int64_t stride = 0;  // elements between consecutive rows
+  RowType type = RowType::F32;
 };
 
 // Adds the column sums of a row-major [rows, cols] float matrix into

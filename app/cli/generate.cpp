@@ -41,7 +41,7 @@ int run_generate(const GenerateOptions& o) {
   // leaves no room in it).
   g.max_positions =
       std::min<int64_t>(c.context_length, static_cast<int64_t>(ids.size()) + g.max_new_tokens);
-  generate::DenseKvCache cache(c, g.max_positions, engine.device, engine.dtype);
+  generate::DenseKvCache cache(c, g.max_positions, engine.device, engine.kv_dtype);
   generate::Generator generator(*engine.model, cache, engine.tokenizer.get());
 
   if (o.echo) std::cout << engine.tokenizer->decode(ids, /*skip_special=*/false) << std::flush;

@@ -61,6 +61,7 @@ nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSu
                 {"n_kv_heads", run.model.n_kv_heads},
                 {"head_dim", run.model.head_dim},
                 {"dtype", run.model.dtype},
+                {"kv_dtype", run.model.kv_dtype},
                 {"device", run.model.device}};
   nlohmann::json params = nlohmann::json::parse(run.policy_params_json, nullptr, false);
   j["policy"] = {
@@ -73,6 +74,7 @@ nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSu
   j["capture_levels"] = run.capture_levels;
   j["tiers"] = run.tier_names;
   j["tier_attended"] = r.tier_attended();  // one 0/1 flag per tier
+  j["tier_formats"] = run.tier_formats;    // empty before minor version 8
   j["steps"] = {{"total", s.steps}, {"prefill", s.prefill_steps}, {"decode", s.decode_steps}};
   if (s.reconstruction_steps > 0) {
     j["steps"]["reconstruction"] = s.reconstruction_steps;
@@ -164,6 +166,13 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
     o << " " << j["tiers"][t].get<std::string>()
       << (j["tier_attended"][t].get<int>() ? "" : " (not attended)");
   o << "\n";
+  if (!j["tier_formats"].empty()) {
+    o << "storage   KV cache " << m["kv_dtype"].get<std::string>() << ";";
+    for (size_t t = 0; t < j["tier_formats"].size(); ++t)
+      o << (t ? ", " : " ") << j["tiers"][t].get<std::string>() << " "
+        << j["tier_formats"][t].get<std::string>();
+    o << "\n";
+  }
   o << "steps     " << j["steps"]["total"] << " (prefill " << j["steps"]["prefill"] << ", decode "
     << j["steps"]["decode"]
     << (j["steps"].contains("reconstruction")

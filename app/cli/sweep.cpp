@@ -151,6 +151,7 @@ generate::Engine open_model(const SweepPlan& plan, const std::string& model,
   mo.tokenizer = plan.tokenizer;
   mo.device = o.device;
   mo.dtype = plan.dtype;
+  mo.kv_dtype = plan.kv_dtype;
   mo.threads = o.threads;
   generate::Engine engine = generate::open_engine(mo);
   if (!engine.tokenizer)

@@ -116,6 +116,12 @@ KeyReaders key_readers(const std::string& path, SweepPlan& p) {
          if (p.dtype != "fp32" && p.dtype != "bf16" && p.dtype != "fp16")
            bad(path, v, "dtype", "\"" + p.dtype + "\" (expected fp32, bf16 or fp16)");
        }},
+      {"kv_dtype",
+       [&path, &p](const toml::value& v) {
+         p.kv_dtype = scalar<std::string>(path, v, "kv_dtype", "a string");
+         if (p.kv_dtype != "fp32" && p.kv_dtype != "bf16" && p.kv_dtype != "fp16")
+           bad(path, v, "kv_dtype", "\"" + p.kv_dtype + "\" (expected fp32, bf16 or fp16)");
+       }},
       {"max_new", integer("max_new", &p.max_new)},
       {"prefill_chunk", integer("prefill_chunk", &p.prefill_chunk)},
       {"capture", text("capture", &p.capture)},
@@ -212,7 +218,8 @@ std::vector<SweepCell> sweep_cells(const SweepPlan& p) {
                                (p.oracle ? "oracle" : "") +
                                // fp32 adds nothing: the ids of plans written before
                                // dtype existed stay what they were.
-                               (p.dtype == "fp32" ? "" : "|" + p.dtype));
+                               (p.dtype == "fp32" ? "" : "|" + p.dtype) +
+                               (p.kv_dtype.empty() ? "" : "|kv=" + p.kv_dtype));
               if (seen.insert(c.id).second) cells.push_back(c);
             }
   return cells;

@@ -16,6 +16,7 @@ struct SweepPlan {
   std::string tokenizer;  // optional: for llama2.c checkpoints without a tokenizer beside them
   bool chat = false;
   std::string dtype = "fp32";  // the weights' (fp32 | bf16 | fp16): part of what a cell computes
+  std::string kv_dtype;        // the KV cache's rows (--kv-dtype); empty: the weights' dtype
   int64_t max_new = 16;
   int64_t prefill_chunk = 512;
   std::string capture = "received";

@@ -60,7 +60,9 @@ QString TraceInfoPanel::describe(views::TraceData& data) {
     return "<tr><td><b>" + k + "</b></td><td>" + v + "</td></tr>";
   };
   QString tiers;
-  for (const std::string& t : run.tier_names) tiers += q(t) + " ";
+  for (size_t t = 0; t < run.tier_names.size(); ++t)
+    tiers += q(run.tier_names[t]) +
+             (t < run.tier_formats.size() ? " (" + q(run.tier_formats[t]) + ")" : QString()) + " ";
   QString gates;
   for (const trace::GateSpec& g : r.layout().gates) gates += q(g.name) + " ";
   QString series;
@@ -78,6 +80,7 @@ QString TraceInfoPanel::describe(views::TraceData& data) {
                                .arg(run.model.head_dim)
                                .arg(q(run.model.dtype))
                                .arg(q(run.model.device)));
+  html += row("KV cache", q(run.model.kv_dtype) + " rows");
   html += row("policy", q(run.policy));
   html += row("parameters", "<code>" + q(run.policy_params_json) + "</code>");
   html += row("budget", q(run.budget_kind) + " " + QString::number(run.budget));

@@ -102,7 +102,7 @@ std::vector<int64_t> parse_list(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, ids_path, lengths = "512,2048", dtype = "fp32";
+  std::string model, ids_path, lengths = "512,2048", dtype = "fp32", kv_dtype;
   int threads = 2;
   int64_t decode = 64, chunk = 512;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -121,6 +121,8 @@ int main(int argc, char** argv) {
       chunk = std::stoll(v);
     else if (a == "--dtype")
       dtype = v;
+    else if (a == "--kv-dtype")
+      kv_dtype = v;
     else {
       std::cerr << "unknown option " << a << "\n";
       return 2;
@@ -128,7 +130,8 @@ int main(int argc, char** argv) {
   }
   if (model.empty() || ids_path.empty()) {
     std::cerr << "usage: bench_engine --model M --ids ids.json [--lengths 512,2048] [--decode 64] "
-                 "[--threads 2] [--chunk 512 (0: whole prompt)] [--dtype fp32|bf16]\n";
+                 "[--threads 2] [--chunk 512 (0: whole prompt)] [--dtype fp32|bf16] "
+                 "[--kv-dtype fp32|bf16|fp16 (default: --dtype)]\n";
     return 2;
   }
   torch::NoGradGuard no_grad;
@@ -136,6 +139,7 @@ int main(int argc, char** argv) {
   mo.model = model;
   mo.threads = threads;
   mo.dtype = dtype;
+  mo.kv_dtype = kv_dtype;
   const auto load_start = Clock::now();
   kvscope::generate::Engine engine = kvscope::generate::open_engine(mo);
   const double load_s = since(load_start);
@@ -148,6 +152,7 @@ int main(int argc, char** argv) {
   out["model"] = model;
   out["threads"] = threads;
   out["dtype"] = dtype;
+  out["kv_dtype"] = kvscope::generate::dtype_name(engine.kv_dtype);
   out["libtorch"] = TORCH_VERSION;
   out["blas"] = blas_info();
   out["prefill_chunk"] = chunk;
@@ -166,10 +171,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     torch::Tensor ids = torch::tensor(std::vector<int64_t>(all_ids.begin(), all_ids.begin() + n));
-    kvscope::generate::DenseKvCache cache(m.config(), n + decode, torch::kCPU, m.dtype());
+    kvscope::generate::DenseKvCache cache(m.config(), n + decode, torch::kCPU, engine.kv_dtype);
     // Warm-up on a short prefix (first-touch of weights and buffers).
     {
-      kvscope::generate::DenseKvCache warm(m.config(), 64, torch::kCPU, m.dtype());
+      kvscope::generate::DenseKvCache warm(m.config(), 64, torch::kCPU, engine.kv_dtype);
       m.forward(ids.narrow(0, 0, 32), 0, warm);
       for (int64_t p = 32; p < 40; ++p) m.forward(ids.narrow(0, p, 1), p, warm);
     }
@@ -202,6 +207,7 @@ int main(int argc, char** argv) {
     for (double s : steps) decode_s += s;
     nlohmann::json r;
     r["prompt_tokens"] = n;
+    r["kv_bytes"] = cache.bytes();  // n + decode positions at the stored width
     r["prefill_seconds"] = prefill_s;
     r["prefill_tokens_per_second"] = static_cast<double>(n) / prefill_s;
     r["decode_steps"] = decode;

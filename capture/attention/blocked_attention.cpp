@@ -77,10 +77,14 @@ torch::Tensor dequantize_int4_rows(const torch::Tensor& bytes, int64_t hd) {
 std::pair<torch::Tensor, torch::Tensor> page_rows(const torch::Tensor& held, const KvPool& pool,
                                                   int64_t m) {
   const int64_t np = held.size(0), rows = pool.page_rows(), hd = pool.head_dim();
-  if (pool.format() == RowFormat::F32) {
-    const torch::Tensor f = held.view(torch::kFloat32).view({np, 2, rows, hd});
-    return {f.select(1, 0).reshape({-1, hd}).narrow(0, 0, m),
-            f.select(1, 1).reshape({-1, hd}).narrow(0, 0, m)};
+  if (is_float_format(pool.format())) {
+    // 16-bit rows widen to float32 (exactly): the products accumulate in float32.
+    const torch::ScalarType stored = pool.format() == RowFormat::BF16  ? torch::kBFloat16
+                                     : pool.format() == RowFormat::F16 ? torch::kHalf
+                                                                       : torch::kFloat32;
+    const torch::Tensor f = held.view(stored).view({np, 2, rows, hd});
+    return {f.select(1, 0).reshape({-1, hd}).narrow(0, 0, m).to(torch::kFloat32),
+            f.select(1, 1).reshape({-1, hd}).narrow(0, 0, m).to(torch::kFloat32)};
   }
   const torch::Tensor b = held.view({np, 2, rows, -1});
   const int64_t row_bytes = b.size(3);

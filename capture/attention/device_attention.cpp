@@ -90,7 +90,7 @@ DeviceTables build_tables(RaggedKvCache& cache, int64_t layer, int tier, torch::
   t.meta = torch::tensor(meta, torch::kInt64).to(device);
   t.pages = torch::tensor(addr, torch::kInt64).to(device);
   const int64_t* m = t.meta.data_ptr<int64_t>();
-  const auto* a = reinterpret_cast<const float* const*>(t.pages.data_ptr<int64_t>());
+  const int64_t* a = t.pages.data_ptr<int64_t>();
   t.heads.n_heads = K;
   t.heads.head_dim = cache.head_dim();
   t.heads.page_rows = cache.page_rows();
@@ -98,8 +98,17 @@ DeviceTables build_tables(RaggedKvCache& cache, int64_t layer, int tier, torch::
   t.heads.row_begin = m;
   t.heads.page_begin = m + K + 1;
   t.heads.key_pos = m + 2 * (K + 1);
-  t.heads.k_pages = a;
-  t.heads.v_pages = a + k_addr.size();
+  // The pages' addresses, as the pointer type of the pool's rows.
+  if (pool.format() == RowFormat::BF16 || pool.format() == RowFormat::F16) {
+    t.heads.k_half = reinterpret_cast<const uint16_t* const*>(a);
+    t.heads.v_half = reinterpret_cast<const uint16_t* const*>(a + k_addr.size());
+    t.heads.half_kind = pool.format() == RowFormat::BF16 ? kc::kHalfBF16 : kc::kHalfF16;
+  } else {
+    KVSCOPE_CHECK(pool.format() == RowFormat::F32,
+                  "build_tables: the kernels read float32, bfloat16 or float16 pages");
+    t.heads.k_pages = reinterpret_cast<const float* const*>(a);
+    t.heads.v_pages = reinterpret_cast<const float* const*>(a + k_addr.size());
+  }
   return t;
 }
 

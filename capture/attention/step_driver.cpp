@@ -164,12 +164,23 @@ model::AttentionInputs on_host(model::AttentionInputs in) {
 // key_pre_rope; KVzip+'s norms read the input too), on the host. The others
 // stay undefined on every device: on a GPU they are never copied, and a
 // policy that reads one undeclared fails in the CPU tests too.
-model::AttentionInputs policy_inputs(const model::AttentionInputs& in, const StatsNeeds& needs) {
+// The keys and values come as the cache stores them (a float32 model's rows
+// rounded to a 16-bit --kv-dtype): a policy scores what a deployed cache
+// holds, and what it scores is what the attention reads.
+model::AttentionInputs policy_inputs(const model::AttentionInputs& in, const StatsNeeds& needs,
+                                     cache::RowFormat kv_format) {
   model::AttentionInputs given = in;
   if (!needs.query) given.q = torch::Tensor();
   if (!needs.reads_hidden()) given.hidden = torch::Tensor();
   if (!needs.key_pre_rope) given.k_pre_rope = torch::Tensor();
-  return on_host(std::move(given));
+  given = on_host(std::move(given));
+  const torch::ScalarType stored = kv_format == cache::RowFormat::BF16  ? torch::kBFloat16
+                                   : kv_format == cache::RowFormat::F16 ? torch::kHalf
+                                                                        : torch::kFloat32;
+  for (torch::Tensor* t : {&given.k, &given.v})
+    if (stored != torch::kFloat32 && t->scalar_type() != stored)
+      *t = t->to(stored).to(t->scalar_type());
+  return given;
 }
 
 }  // namespace
@@ -178,7 +189,7 @@ StepDriver::StepDriver(const model::ModelConfig& config, const Options& options,
                        const std::string& name)
     : options_(options),
       policy_(policy),
-      cache_(config, {options.page_rows, options.max_tokens}, policy.tiers()),
+      cache_(config, {options.page_rows, options.max_tokens, options.kv_format}, policy.tiers()),
       decide_(cache_, name, uint16_t(policy.reason_names().size()), int32_t(policy.gates().size()),
               int32_t(policy.series().size())),
       needs_(policy.stats_needs()),
@@ -441,7 +452,7 @@ torch::Tensor StepDriver::attend_side(const model::AttentionInputs& in) {
 torch::Tensor StepDriver::attend(const model::AttentionInputs& in_any) {
   const torch::Device device = in_any.q.device();
   if (side_) return attend_side(on_host(in_any)).to(device);
-  const model::AttentionInputs in = policy_inputs(in_any, needs_);
+  const model::AttentionInputs in = policy_inputs(in_any, needs_, options_.kv_format);
   const int64_t l = in.layer, n = in_any.q.size(0);
   const bool prefill = pos0_ < options_.prompt_tokens;
   const bool prompt_complete = pos0_ + n >= options_.prompt_tokens;

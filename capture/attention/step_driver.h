@@ -29,6 +29,8 @@ class StepDriver : public model::AttentionBackend {
     int64_t page_rows = 16;
     int64_t max_tokens = 0;     // positions the run may reach
     int64_t prompt_tokens = 0;  // the prompt's length (prefill ends there)
+    // How full-precision tiers store rows (--kv-dtype): F32, BF16 or F16.
+    cache::RowFormat kv_format = cache::RowFormat::F32;
   };
 
   // `policy` must be set up; `name` names it in errors (its spec name).

@@ -8,8 +8,34 @@
 
 #include "core/common/check.h"
 #include "kernels/quant_int4.h"
+#include "kernels/row_convert.h"
 
 namespace kvscope::cache {
+
+kernels::RowType row_type(RowFormat f) {
+  KVSCOPE_CHECK(is_float_format(f), "row_type: INT4 rows are codes, not floats");
+  return f == RowFormat::BF16  ? kernels::RowType::BF16
+         : f == RowFormat::F16 ? kernels::RowType::F16
+                               : kernels::RowType::F32;
+}
+
+RowFormat float_format(torch::ScalarType dtype) {
+  KVSCOPE_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kHalf,
+                "float_format: rows are stored as float32, bfloat16 or float16");
+  return dtype == torch::kBFloat16 ? RowFormat::BF16
+         : dtype == torch::kHalf   ? RowFormat::F16
+                                   : RowFormat::F32;
+}
+
+const char* row_format_name(RowFormat f) {
+  switch (f) {
+    case RowFormat::F32: return "float32";
+    case RowFormat::Int4: return "int4";
+    case RowFormat::BF16: return "bfloat16";
+    case RowFormat::F16: return "float16";
+  }
+  return "?";
+}
 
 KvPool::KvPool(int64_t head_dim, int64_t page_rows, RowFormat format, int64_t initial_pages,
                int64_t key_dim)
@@ -20,13 +46,14 @@ KvPool::KvPool(int64_t head_dim, int64_t page_rows, RowFormat format, int64_t in
       initial_pages_(initial_pages) {
   if (format == RowFormat::Int4 && head_dim % 2 != 0)
     throw std::invalid_argument("INT4 pool: head_dim must be even (two codes a byte)");
-  if (key_dim_ > head_dim_ || (key_dim_ != head_dim_ && format != RowFormat::F32))
-    throw std::invalid_argument("KvPool: narrower key rows need F32 rows, at most head_dim wide");
+  if (key_dim_ > head_dim_ || (key_dim_ != head_dim_ && !is_float_format(format)))
+    throw std::invalid_argument("KvPool: narrower key rows need float rows, at most head_dim wide");
   grow(initial_pages_);
 }
 
 int64_t KvPool::row_bytes(int kv) const {
-  if (format_ == RowFormat::F32) return (kv == 0 ? key_dim_ : head_dim_) * 4;
+  if (is_float_format(format_))
+    return (kv == 0 ? key_dim_ : head_dim_) * kernels::row_type_bytes(row_type(format_));
   return kernels::int4_code_bytes(head_dim_) + kernels::int4_groups(head_dim_) * 2 * 4;
 }
 
@@ -122,11 +149,10 @@ void KvPool::sync_mirror() {
   dirty_list_.clear();
 }
 
-const float* KvPool::mirror_rows(int32_t page, int kv) const {
-  KVSCOPE_CHECK(format_ == RowFormat::F32,
-                "KvPool::mirror_rows: the CUDA kernels read float32 pages only");
-  return reinterpret_cast<const float*>(mirror_.data_ptr<uint8_t>() + int64_t(page) * page_bytes() +
-                                        row_offset(kv, 0));
+const void* KvPool::mirror_rows(int32_t page, int kv) const {
+  KVSCOPE_CHECK(is_float_format(format_),
+                "KvPool::mirror_rows: the CUDA kernels read float pages only");
+  return mirror_.data_ptr<uint8_t>() + int64_t(page) * page_bytes() + row_offset(kv, 0);
 }
 
 int64_t KvPool::row_offset(int kv, int64_t r) const {
@@ -134,16 +160,26 @@ int64_t KvPool::row_offset(int kv, int64_t r) const {
 }
 
 float* KvPool::row(int32_t page, int kv, int64_t r) {
-  return reinterpret_cast<float*>(storage_.data_ptr<uint8_t>() + int64_t(page) * page_bytes() +
-                                  row_offset(kv, r));
+  KVSCOPE_CHECK(format_ != RowFormat::BF16 && format_ != RowFormat::F16,
+                "KvPool::row: a 16-bit pool's rows are not float32 (row_data)");
+  return reinterpret_cast<float*>(at(page, kv, r));
 }
 
 const float* KvPool::row(int32_t page, int kv, int64_t r) const {
   return const_cast<KvPool*>(this)->row(page, kv, r);
 }
 
+uint8_t* KvPool::at(int32_t page, int kv, int64_t r) const {
+  return storage_.data_ptr<uint8_t>() + int64_t(page) * page_bytes() + row_offset(kv, r);
+}
+
+const void* KvPool::row_data(int32_t page, int kv, int64_t r) const {
+  return at(page, kv, r);
+}
+
 uint8_t* KvPool::codes(int32_t page, int kv, int64_t r) {
-  return reinterpret_cast<uint8_t*>(row(page, kv, r));
+  KVSCOPE_CHECK(format_ == RowFormat::Int4, "KvPool::codes: not an INT4 pool");
+  return at(page, kv, r);
 }
 
 float* KvPool::params(int32_t page, int kv, int64_t r) {
@@ -152,9 +188,9 @@ float* KvPool::params(int32_t page, int kv, int64_t r) {
 
 void KvPool::write_row(int32_t page, int64_t r, const float* k, const float* v) {
   touch(page);
-  if (format_ == RowFormat::F32) {
-    std::memcpy(row(page, 0, r), k, size_t(key_dim_) * 4);
-    std::memcpy(row(page, 1, r), v, size_t(head_dim_) * 4);
+  if (is_float_format(format_)) {
+    kernels::store_row(row_type(format_), k, key_dim_, at(page, 0, r));
+    kernels::store_row(row_type(format_), v, head_dim_, at(page, 1, r));
   } else {
     kernels::quantize_int4(k, 1, head_dim_, codes(page, 0, r), params(page, 0, r));
     kernels::quantize_int4(v, 1, head_dim_, codes(page, 1, r), params(page, 1, r));
@@ -163,9 +199,9 @@ void KvPool::write_row(int32_t page, int64_t r, const float* k, const float* v) 
 
 void KvPool::read_row(int32_t page, int64_t r, float* k, float* v) const {
   KvPool* self = const_cast<KvPool*>(this);
-  if (format_ == RowFormat::F32) {
-    std::memcpy(k, row(page, 0, r), size_t(key_dim_) * 4);
-    std::memcpy(v, row(page, 1, r), size_t(head_dim_) * 4);
+  if (is_float_format(format_)) {
+    kernels::load_row(row_type(format_), row_data(page, 0, r), key_dim_, k);
+    kernels::load_row(row_type(format_), row_data(page, 1, r), head_dim_, v);
   } else {
     kernels::dequantize_int4(self->codes(page, 0, r), self->params(page, 0, r), 1, head_dim_, k);
     kernels::dequantize_int4(self->codes(page, 1, r), self->params(page, 1, r), 1, head_dim_, v);
@@ -175,7 +211,7 @@ void KvPool::read_row(int32_t page, int64_t r, float* k, float* v) const {
 void KvPool::copy_row(int32_t from_page, int64_t from_r, int32_t to_page, int64_t to_r) {
   touch(to_page);
   for (int kv = 0; kv < 2; ++kv)
-    std::memcpy(row(to_page, kv, to_r), row(from_page, kv, from_r), size_t(row_bytes(kv)));
+    std::memcpy(at(to_page, kv, to_r), at(from_page, kv, from_r), size_t(row_bytes(kv)));
 }
 
 }  // namespace kvscope::cache

@@ -12,19 +12,34 @@
 #include <functional>
 #include <vector>
 
+#include "kernels/attention.h"
+
 namespace kvscope::cache {
 
 enum class RowFormat : uint8_t {
   F32,   // rows of hd float32 values
   Int4,  // 4-bit codes with per-group scale and minimum (kernels/quant_int4.h)
+  BF16,  // rows of hd bfloat16 values (--kv-dtype bf16), widened as they are read
+  F16,   // rows of hd IEEE half values (--kv-dtype fp16)
 };
+
+// Whether rows of the format are floats of some width (not INT4 codes).
+inline bool is_float_format(RowFormat f) {
+  return f != RowFormat::Int4;
+}
+// The kernels' element type of a float format.
+kernels::RowType row_type(RowFormat f);
+// "float32", "int4", "bfloat16", "float16" (the trace's /run tier_formats).
+const char* row_format_name(RowFormat f);
+// The float format storing a tensor dtype's values (float32, bfloat16, float16).
+RowFormat float_format(torch::ScalarType dtype);
 
 class KvPool {
  public:
   // Called when compaction moves a page: (owner tag, old page, new page).
   using Relocate = std::function<void(int64_t owner, int32_t from, int32_t to)>;
 
-  // key_dim 0: keys as wide as values (head_dim). Narrower keys need F32 rows.
+  // key_dim 0: keys as wide as values (head_dim). Narrower keys need float rows.
   KvPool(int64_t head_dim, int64_t page_rows, RowFormat format, int64_t initial_pages = 64,
          int64_t key_dim = 0);
 
@@ -37,14 +52,16 @@ class KvPool {
   // Row access (F32 pools): k = 0 for keys, 1 for values.
   float* row(int32_t page, int kv, int64_t r);
   const float* row(int32_t page, int kv, int64_t r) const;
+  // A row's bytes in any float format (row_type(format()) elements).
+  const void* row_data(int32_t page, int kv, int64_t r) const;
   int64_t row_stride() const { return head_dim_; }  // of value rows; key rows: key_dim()
   // Int4 pools: codes and (scale, min) pairs of a row.
   uint8_t* codes(int32_t page, int kv, int64_t r);
   float* params(int32_t page, int kv, int64_t r);
 
-  // k holds key_dim() floats, v head_dim().
+  // k holds key_dim() floats, v head_dim(); 16-bit formats round them.
   void write_row(int32_t page, int64_t r, const float* k, const float* v);
-  void read_row(int32_t page, int64_t r, float* k, float* v) const;  // dequantises Int4
+  void read_row(int32_t page, int64_t r, float* k, float* v) const;  // dequantises, widens
   void copy_row(int32_t from_page, int64_t from_r, int32_t to_page, int64_t to_r);
 
   int64_t page_rows() const { return page_rows_; }
@@ -66,8 +83,8 @@ class KvPool {
   bool mirrored() const { return mirror_.defined(); }
   void sync_mirror();
   // Device address of a page's key rows (kv 0) or value rows (kv 1): page_rows
-  // rows of row_stride floats (F32 pools only).
-  const float* mirror_rows(int32_t page, int kv) const;
+  // rows of row_stride elements of row_type(format()) (float pools only).
+  const void* mirror_rows(int32_t page, int kv) const;
   // The pages as one tensor, uint8 [capacity, page_bytes]: the host storage,
   // or its device mirror (undefined when not mirrored). For gathers of whole
   // pages by tensor ops (device_attention.cpp's blocked prefill).
@@ -79,7 +96,8 @@ class KvPool {
   void grow(int64_t capacity);
   int64_t row_bytes(int kv) const;
   int64_t row_offset(int kv, int64_t r) const;
-  void touch(int32_t page);  // marks a page for the next sync_mirror
+  uint8_t* at(int32_t page, int kv, int64_t r) const;  // a row's first byte
+  void touch(int32_t page);                            // marks a page for the next sync_mirror
 
   int64_t head_dim_, key_dim_, page_rows_;
   RowFormat format_;

@@ -24,8 +24,11 @@ RaggedKvCache::RaggedKvCache(const model::ModelConfig& config, const Options& op
       tiers_(std::move(tiers)) {
   if (M_ <= 0) throw std::invalid_argument("RaggedKvCache: max_tokens must be positive");
   if (tiers_.empty() || tiers_.size() > 8) throw std::invalid_argument("RaggedKvCache: 1..8 tiers");
+  if (!is_float_format(options.kv_format))
+    throw std::invalid_argument("RaggedKvCache: kv_format must be F32, BF16 or F16");
   int64_t narrow_keys = 0;
-  for (const TierSpec& t : tiers_) {
+  for (TierSpec& t : tiers_) {
+    if (t.format == RowFormat::F32) t.format = options.kv_format;
     if (!(t.key_prune_ratio >= 0 && t.key_prune_ratio < 1))
       throw std::invalid_argument("RaggedKvCache: tier '" + t.name +
                                   "': key_prune_ratio must be in [0, 1)");
@@ -161,19 +164,21 @@ void RaggedKvCache::read_slot(const HeadState& hs, size_t tier, int32_t page, in
   for (size_t i = 0; i < kept.size(); ++i) k[hs.key_channels[i]] = kept[i];
 }
 
-// Rows of one tier of one head as decode segments, read in place; copied into
-// a scratch buffer (dequantised, or keys widened back) when the tier's rows
-// are not whole float32 rows.
+// Rows of one tier of one head as decode segments, read in place (float32 or
+// 16-bit rows, which the kernel widens); copied into a float32 scratch buffer
+// (dequantised, or keys widened back to head_dim) for INT4 or pruned keys.
 void RaggedKvCache::tier_segments(const HeadState& hs, size_t tier,
                                   std::vector<kernels::Segment>* segs,
                                   std::vector<float>* scratch) const {
   const KvPool& pool = *pools_[tier];
   const std::vector<int32_t>& pages = hs.tiers[tier].pages;
   const int64_t count = int64_t(hs.tiers[tier].positions.size()), P = page_rows_;
-  if (pool.format() == RowFormat::F32 && !narrow(tier)) {
+  if (is_float_format(pool.format()) && !narrow(tier)) {
+    const kernels::RowType type = row_type(pool.format());
     for (int64_t r = 0; r < count; r += P)
-      segs->push_back({pool.row(pages[size_t(r / P)], 0, 0), pool.row(pages[size_t(r / P)], 1, 0),
-                       std::min(P, count - r), hd_});
+      segs->push_back({pool.row_data(pages[size_t(r / P)], 0, 0),
+                       pool.row_data(pages[size_t(r / P)], 1, 0), std::min(P, count - r), hd_,
+                       type});
     return;
   }
   scratch->resize(size_t(count * hd_ * 2));
@@ -312,7 +317,7 @@ int RaggedKvCache::whole_row_tier() const {
     if (tier >= 0) return -1;
     tier = static_cast<int>(t);
   }
-  if (tier < 0 || pools_[size_t(tier)]->format() != RowFormat::F32 || narrow(size_t(tier)))
+  if (tier < 0 || !is_float_format(pools_[size_t(tier)]->format()) || narrow(size_t(tier)))
     return -1;
   return tier;
 }

@@ -25,6 +25,8 @@ namespace kvscope::cache {
 
 struct TierSpec {
   std::string name;
+  // F32 declares full precision: the cache stores such a tier in its
+  // Options::kv_format (--kv-dtype); tiers() reports the stored format.
   RowFormat format = RowFormat::F32;
   bool attended = true;  // false: offloaded, not read until promoted back
   // Keys of this tier drop floor(ratio x head_dim) channels (ThinK's pruned
@@ -91,7 +93,8 @@ class RaggedKvCache {
  public:
   struct Options {
     int64_t page_rows = 16;
-    int64_t max_tokens = 0;  // positions the run may reach
+    int64_t max_tokens = 0;                // positions the run may reach
+    RowFormat kv_format = RowFormat::F32;  // full-precision tiers: F32, BF16 or F16
   };
 
   RaggedKvCache(const model::ModelConfig& config, const Options& options,
@@ -157,11 +160,11 @@ class RaggedKvCache {
   // whole (float32 or INT4 rows; KvPool::mirror_to); the host pages stay the
   // truth.
   void mirror_to(torch::Device device);
-  // The one attended tier when its rows are whole float32 rows (what the
-  // device kernels read); -1 when there are several attended tiers, or INT4
-  // or pruned keys.
+  // The one attended tier when its rows are whole float rows, 32 or 16 bits
+  // (what the device kernels read); -1 when there are several attended
+  // tiers, or INT4 or pruned keys.
   int whole_row_tier() const;
-  // The attended tiers when each holds whole keys, float32 or INT4 (what the
+  // The attended tiers when each holds whole keys, float or INT4 (what the
   // blocked path reads, attention/blocked_attention.h); empty when one holds
   // pruned keys or none is attended.
   std::vector<int> whole_key_tiers() const;

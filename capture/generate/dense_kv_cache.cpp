@@ -12,6 +12,18 @@
 
 namespace kvscope::generate {
 
+namespace {
+
+kernels::RowType kernels_row_type(torch::ScalarType t) {
+  KVSCOPE_CHECK(t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kHalf,
+                "DenseKvCache: rows are float32, bfloat16 or float16");
+  return t == torch::kBFloat16 ? kernels::RowType::BF16
+         : t == torch::kHalf   ? kernels::RowType::F16
+                               : kernels::RowType::F32;
+}
+
+}  // namespace
+
 DenseKvCache::DenseKvCache(const model::ModelConfig& c, int64_t capacity, torch::Device device,
                            torch::ScalarType dtype)
     : n_layers_(c.n_layers),
@@ -77,21 +89,21 @@ torch::Tensor DenseKvCache::attend(const model::AttentionInputs& in) {
   torch::Tensor keys = k_[l].narrow(1, start, L - start);
   torch::Tensor values = v_[l].narrow(1, start, L - start);
 
-  // float32 on the CPU: the kernels the ragged cache uses, so a ragged cache
-  // holding every entry (policy "full") computes bit-identical logits.
-  if (keys.device().is_cpu()) {
-    if (keys.scalar_type() == torch::kFloat32)
-      return attend_shared_kernels(in, keys, values, start);
-    // bf16/fp16 on the CPU: the same kernels on float32 copies of the held
-    // keys and values. LibTorch 1.13's CPU bmm accumulates reduced-precision
-    // products in the reduced type (bf16, head_dim 64, 300 keys: 0.34 max
-    // error on q.k against 0.06 for one rounding of the exact product),
-    // where transformers (and every GPU library) accumulates in float32.
-    torch::Tensor out =
-        attend_shared_kernels(in, keys.to(torch::kFloat32), values.to(torch::kFloat32), start);
-    return out.to(in.q.scalar_type());
-  }
+  // On the CPU: the kernels the ragged cache uses, so a ragged cache holding
+  // every entry (policy "full") computes bit-identical logits. They read
+  // float32 or 16-bit rows and accumulate in float32 (LibTorch 1.13's CPU
+  // bmm accumulates reduced-precision products in the reduced type: bf16,
+  // head_dim 64, 300 keys, 0.34 max error on q.k against 0.06 for one
+  // rounding of the exact product; transformers and every GPU library
+  // accumulate in float32).
+  if (keys.device().is_cpu())
+    return attend_shared_kernels(in, keys, values, start).to(in.q.scalar_type());
 
+  // A --kv-dtype other than the model's: the products in the model's dtype.
+  if (keys.scalar_type() != in.q.scalar_type()) {
+    keys = keys.to(in.q.scalar_type());
+    values = values.to(in.q.scalar_type());
+  }
   // Query heads grouped by their kv head: [K, R * n, hd] (HF repeat_kv order).
   torch::Tensor q = in.q.permute({1, 0, 2}).reshape({K, R * n, hd});
   torch::Tensor scores = torch::bmm(q, keys.transpose(1, 2));
@@ -121,9 +133,10 @@ torch::Tensor DenseKvCache::attend_shared_kernels(const model::AttentionInputs& 
     torch::Tensor out = torch::empty({1, n_heads_, hd}, torch::kFloat32);
     std::vector<std::vector<kernels::Segment>> segs(static_cast<size_t>(K));
     std::vector<kernels::DecodeHead> heads;
+    const kernels::RowType type = kernels_row_type(keys.scalar_type());
     for (int64_t h = 0; h < K; ++h) {
       torch::Tensor kh = keys[h], vh = values[h];  // [m, hd], rows hd apart
-      segs[size_t(h)] = {{kh.data_ptr<float>(), vh.data_ptr<float>(), m, hd}};
+      segs[size_t(h)] = {{kh.data_ptr(), vh.data_ptr(), m, hd, type}};
       heads.push_back({q.data_ptr<float>() + h * R * hd, &segs[size_t(h)], pos.data_ptr<int64_t>(),
                        out.data_ptr<float>() + h * R * hd, nullptr});
     }
@@ -134,8 +147,8 @@ torch::Tensor DenseKvCache::attend_shared_kernels(const model::AttentionInputs& 
   std::vector<torch::Tensor> q, k, v;
   for (int64_t h = 0; h < K; ++h) {
     q.push_back(in.q.narrow(1, h * R, R).permute({1, 0, 2}).to(torch::kFloat32).contiguous());
-    k.push_back(keys[h]);
-    v.push_back(values[h]);
+    k.push_back(keys[h].to(torch::kFloat32));  // 16-bit rows: float32 copies for BLAS
+    v.push_back(values[h].to(torch::kFloat32));
   }
   const std::vector<torch::Tensor> oh =
       kernels::attention_multi_heads(q, k, v, pos, in.pos0, in.scale, in.sliding_window);

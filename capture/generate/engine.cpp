@@ -84,6 +84,14 @@ torch::ScalarType parse_dtype(const std::string& dtype, torch::Device device) {
   return t;
 }
 
+torch::ScalarType parse_kv_dtype(const std::string& kv_dtype, torch::ScalarType weights) {
+  if (kv_dtype.empty()) return weights;
+  if (kv_dtype == "fp32" || kv_dtype == "float32") return torch::kFloat32;
+  if (kv_dtype == "bf16" || kv_dtype == "bfloat16") return torch::kBFloat16;
+  if (kv_dtype == "fp16" || kv_dtype == "float16") return torch::kFloat16;
+  throw InputError("", "--kv-dtype", "\"" + kv_dtype + "\" (expected fp32, bf16 or fp16)");
+}
+
 void set_threads(int threads) {
   if (threads < 0) throw InputError("", "--threads", "must be positive (0: one per core)");
   // 0: one per core, split between the pools as below (LibTorch's and
@@ -168,6 +176,7 @@ Engine open_engine(const ModelOptions& o) {
   Engine e;
   e.device = parse_device(o.device);
   e.dtype = parse_dtype(o.dtype, e.device);
+  e.kv_dtype = parse_kv_dtype(o.kv_dtype, e.dtype);
   set_threads(o.threads);
   keep_buffers_in_heap();
   e.format = model::detect_model_format(o.model);

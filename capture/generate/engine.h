@@ -22,6 +22,7 @@ struct ModelOptions {
   std::string tokenizer;  // optional override
   std::string device = "cpu";
   std::string dtype = "fp32";  // fp32 | bf16 | fp16
+  std::string kv_dtype;        // the KV cache's rows: fp32 | bf16 | fp16; empty: dtype's
   int threads = 0;             // 0: leave LibTorch's default
 };
 
@@ -32,12 +33,17 @@ struct Engine {
   std::string tokenizer_source;  // where the tokenizer came from, or why there is none
   torch::Device device = torch::kCPU;
   torch::ScalarType dtype = torch::kFloat32;
+  torch::ScalarType kv_dtype = torch::kFloat32;  // how the KV cache stores rows
   double load_seconds = 0;
 };
 
 // Throws InputError (naming --device/--dtype/--threads/--model/--tokenizer).
 torch::Device parse_device(const std::string& device);
 torch::ScalarType parse_dtype(const std::string& dtype, torch::Device device);
+// --kv-dtype; empty: the weights' dtype (a bf16 model's keys are bf16 already,
+// so its bf16 cache holds them exactly). The kernels accumulate in float32
+// whatever the rows' width, on every device.
+torch::ScalarType parse_kv_dtype(const std::string& kv_dtype, torch::ScalarType weights);
 void set_threads(int threads);  // LibTorch, OpenBLAS and kernel threads (0: one per core)
 const char* dtype_name(torch::ScalarType t);
 

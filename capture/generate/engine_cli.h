@@ -36,6 +36,10 @@ inline void add_model_options(CLI::App* app, ModelOptions* o) {
   app->add_option("--dtype", o->dtype, "fp32, bf16 or fp16")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
+  app->add_option("--kv-dtype", o->kv_dtype,
+                  "how the KV cache stores keys and values: fp32, bf16 or fp16 (default: the "
+                  "--dtype of the weights; kernels accumulate in float32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app->add_option("--threads", o->threads, "compute threads (0: one per core)")
       ->check(CLI::Range(0, kMaxThreads))
       ->capture_default_str();

@@ -29,6 +29,7 @@ trace::RunInfo run_info(const generate::Engine& engine, const policy::PolicyInst
   run.model.path = req.model_path;
   run.model.architecture = model::architecture_name(c.arch);
   run.model.dtype = generate::dtype_name(engine.dtype);
+  run.model.kv_dtype = generate::dtype_name(engine.kv_dtype);
   run.model.device = engine.device.str();
   run.model.n_layers = c.n_layers;
   run.model.n_heads = c.n_heads;
@@ -48,9 +49,13 @@ trace::RunInfo run_info(const generate::Engine& engine, const policy::PolicyInst
   run.run_json = req.run_json;
   run.tier_names.clear();
   run.tier_attended.clear();
+  // A tier declared F32 is stored at the run's --kv-dtype (TierSpec).
+  const cache::RowFormat full = cache::float_format(engine.kv_dtype);
   for (const cache::TierSpec& t : pi.policy->tiers()) {
     run.tier_names.push_back(t.name);
     run.tier_attended.push_back(t.attended ? 1 : 0);
+    run.tier_formats.push_back(
+        cache::row_format_name(t.format == cache::RowFormat::F32 ? full : t.format));
   }
   run.reason_names = pi.policy->reason_names();
   run.task_kind = req.task_kind;
@@ -339,7 +344,8 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& reques
                      "--oracle needs a trace to write to (drop --capture none)");
 
   // Phase 2: the policy set up, its driver and what observes it.
-  policy::StepDriver::Options options{req.page_rows, r.max_tokens, r.prompt_tokens};
+  policy::StepDriver::Options options{req.page_rows, r.max_tokens, r.prompt_tokens,
+                                      cache::float_format(engine.kv_dtype)};
   r.pi.policy->setup(
       {&config, r.max_tokens, r.prompt_tokens, req.page_rows, &engine.model->weights()});
   policy::StepDriver driver(config, options, *r.pi.policy, r.pi.name);

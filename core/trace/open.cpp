@@ -256,6 +256,45 @@ void read_tier_attended(hid_t file, hid_t run_group, RunInfo* run, std::vector<P
   }
 }
 
+// Minor version 8: /run kv_dtype and tier_formats. Older traces stored
+// every full-precision row as float32 and did not record the formats.
+void read_storage_formats(hid_t file, hid_t run_group, RunInfo* run,
+                          std::vector<Problem>* problems) {
+  int64_t minor = 0;
+  h5::read_attr_i64(file, "minor_version", &minor);
+  if (minor < 8 && H5Aexists(run_group, "kv_dtype") <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    run->model.kv_dtype = "fp32";
+    run->tier_formats.clear();
+    return;
+  }
+  std::string why;
+  if (!h5::read_attr_string(run_group, "kv_dtype", &run->model.kv_dtype, &why))
+    problems->push_back({ErrorCode::Schema, "/run attribute kv_dtype", why});
+  else if (run->model.kv_dtype != "fp32" && run->model.kv_dtype != "bf16" &&
+           run->model.kv_dtype != "fp16")
+    problems->push_back({ErrorCode::Schema, "/run attribute kv_dtype",
+                         "is \"" + run->model.kv_dtype + "\" (expected fp32, bf16 or fp16)"});
+  if (!h5::read_attr_strings(run_group, "tier_formats", &run->tier_formats,
+                             static_cast<size_t>(kMaxTiers), &why)) {
+    problems->push_back({ErrorCode::Schema, "/run attribute tier_formats", why});
+    return;
+  }
+  if (run->tier_formats.size() != run->tier_names.size()) {
+    problems->push_back({ErrorCode::Schema, "/run attribute tier_formats",
+                         "has " + std::to_string(run->tier_formats.size()) +
+                             " formats (expected one per tier_names entry: " +
+                             std::to_string(run->tier_names.size()) + ")"});
+    return;
+  }
+  for (const std::string& f : run->tier_formats)
+    if (f != "float32" && f != "bfloat16" && f != "float16" && f != "int4") {
+      problems->push_back({ErrorCode::Schema, "/run attribute tier_formats",
+                           "holds \"" + f + "\" (expected float32, bfloat16, float16 or int4)"});
+      return;
+    }
+}
+
 void read_layout(hid_t file, const RunInfo& run, CaptureLayout* layout,
                  std::vector<Problem>* problems) {
   auto group_attr = [&](const char* group, const char* name, int64_t* out, int64_t lo, int64_t hi) {
@@ -465,6 +504,7 @@ void read_run_info(hid_t file, RunInfo* run, CaptureLayout* layout,
     r.problem(ErrorCode::Schema, "budget_kind",
               "is \"" + run->budget_kind + "\" (expected none, head, layer or global)");
   read_tier_attended(file, g.get(), run, problems);
+  read_storage_formats(file, g.get(), run, problems);
   if (problems->size() != before) return;
   read_layout(file, *run, layout, problems);
   if (problems->size() != before) return;

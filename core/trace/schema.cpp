@@ -407,6 +407,9 @@ const std::vector<AttributeSpec>& attribute_catalogue() {
       {"/run", "model_sha256", "string", "SHA-256 of the weight file, or empty"},
       {"/run", "architecture", "string", "llama, qwen2, qwen3, gpt2, ..."},
       {"/run", "dtype", "string", "compute dtype"},
+      {"/run", "kv_dtype", "string",
+       "how the KV cache stored full-precision rows: fp32, bf16 or fp16 (minor version 8; "
+       "absent before: fp32)"},
       {"/run", "device", "string", "cpu or cuda"},
       {"/run", "n_layers", "int64", "L"},
       {"/run", "n_heads", "int64", "H, query heads per layer"},
@@ -432,6 +435,9 @@ const std::vector<AttributeSpec>& attribute_catalogue() {
       {"/run", "tier_attended", "uint8[]",
        "R flags: 1 the attention reads entries of tier r, 0 they are held unread until promoted "
        "(minor version 3; absent before: every tier attended)"},
+      {"/run", "tier_formats", "string[]",
+       "R storage formats, one per tier: float32, bfloat16, float16 or int4 (minor version 8; "
+       "absent before)"},
       {"/run", "gate_names", "string[]",
        "names of the /gates groups the policy declared (minor version 1; absent before)"},
       {"/run", "tool_version", "string", "KVScope version"},

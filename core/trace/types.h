@@ -15,8 +15,8 @@ inline constexpr const char* kFormatName = "kvscope-trace";
 inline constexpr int kFormatVersion = 1;  // major: readers refuse other majors
 // Minor: additive changes only. 1: /run gate_names; 2: /series; 3: /stalls, /run tier_attended;
 // 4: /merges, /rerotations; 5: step kind 2 (context reconstruction), /reconstruction;
-// 6: /generation/score; 7: /key_channels.
-inline constexpr int kFormatMinorVersion = 7;
+// 6: /generation/score; 7: /key_channels; 8: /run kv_dtype, tier_formats.
+inline constexpr int kFormatMinorVersion = 8;
 inline constexpr int kOldestReadableVersion = 1;
 
 // A tier index meaning "not in the cache" (from_tier of an admission, to_tier
@@ -64,6 +64,10 @@ struct ModelInfo {
   int64_t head_dim = 0;
   int64_t vocab_size = 0;
   int64_t context_length = 0;
+  // How the cache stored full-precision rows (minor version 8; older traces:
+  // "fp32", the only width they had). Last, so positional initialisers of the
+  // fields above stay valid.
+  std::string kv_dtype = "fp32";
 };
 
 struct GateSpec {
@@ -114,6 +118,11 @@ struct RunInfo {
   // that tier, 0 it holds them unread until they are promoted (an offloaded
   // tier). Empty: every tier is attended (the writer writes 1s).
   std::vector<uint8_t> tier_attended;
+  // One storage format per tier_names entry, as the cache held its rows
+  // (minor version 8): "float32", "bfloat16", "float16" or "int4". Empty in
+  // older traces (not recorded); the writer writes "float32" for each tier
+  // when empty.
+  std::vector<std::string> tier_formats;
   std::vector<std::string> reason_names{"none"};
   std::string task_kind;        // e.g. "needle"; empty when the run is no task
   std::string expected_answer;  // what a successful generation contains

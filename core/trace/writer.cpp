@@ -219,6 +219,10 @@ struct TraceWriter::Impl {
                                      std::to_string(run.tier_names.size()) + ") or none");
     for (uint8_t flag : run.tier_attended)
       if (flag > 1) fail("/run tier_attended", "flags must be 0 or 1");
+    if (!run.tier_formats.empty() && run.tier_formats.size() != run.tier_names.size())
+      fail("/run tier_formats",
+           "has " + std::to_string(run.tier_formats.size()) +
+               " formats (expected one per tier: " + std::to_string(run.tier_names.size()) + ")");
     std::vector<std::string> gate_names, series_names;
     for (const GateSpec& g : layout.gates) gate_names.push_back(g.name);
     for (const SeriesSpec& s : layout.series) series_names.push_back(s.name);
@@ -370,6 +374,7 @@ struct TraceWriter::Impl {
     h5::write_attr_string(r, "model_sha256", m.sha256);
     h5::write_attr_string(r, "architecture", m.architecture);
     h5::write_attr_string(r, "dtype", m.dtype);
+    h5::write_attr_string(r, "kv_dtype", m.kv_dtype);
     h5::write_attr_string(r, "device", m.device);
     h5::write_attr_i64(r, "n_layers", m.n_layers);
     h5::write_attr_i64(r, "n_heads", m.n_heads);
@@ -394,6 +399,10 @@ struct TraceWriter::Impl {
     std::vector<uint8_t> attended = run.tier_attended;
     if (attended.empty()) attended.assign(run.tier_names.size(), 1);
     h5::write_attr_u8s(r, "tier_attended", attended);
+    // Minor version 8: how each tier stored its rows.
+    std::vector<std::string> formats = run.tier_formats;
+    if (formats.empty()) formats.assign(run.tier_names.size(), "float32");
+    h5::write_attr_strings(r, "tier_formats", formats);
     // Minor version 1: the gates the policy declared, so a validator knows
     // which /gates groups the file must hold.
     std::vector<std::string> gate_names;

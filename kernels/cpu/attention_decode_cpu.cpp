@@ -36,18 +36,25 @@ namespace {
 // R query heads walk them.
 constexpr int64_t kChunk = 256;
 
-using cpu::dot;
+using cpu::add_scaled_elems;
+using cpu::add_scaled_row;
+using cpu::BF16Elems;
+using cpu::dot_row;
 using cpu::exp_nonpositive;
+using cpu::F16Elems;
+using cpu::F32Elems;
 using cpu::kNegInf;
 using cpu::sum8;
 
-// One chunk of n <= kChunk rows for the R query heads of a group. Writes
+// One chunk of n <= kChunk rows for the R query heads of a group (row j
+// stored as type[j], kernels/attention.h RowType). Writes
 // w[r * ws + j] = exp(s_rj - mx[r]) (0 for hidden rows), mx[r], sum[r] and
 // o[r * hd ..] = sum_j w_rj v_j. HD > 0 fixes head_dim at compile time so the
 // value sum stays in registers; HD = 0 reads it from hd.
 template <int HD>
 inline __attribute__((always_inline)) void chunk_body(const float* q, int64_t R, int64_t hd,
-                                                      const float* const* k, const float* const* v,
+                                                      const void* const* k, const void* const* v,
+                                                      const RowType* type,
                                                       const unsigned char* visible, int64_t n,
                                                       float scale, float* w, int64_t ws, float* mx,
                                                       float* sum, float* o) {
@@ -57,7 +64,7 @@ inline __attribute__((always_inline)) void chunk_body(const float* q, int64_t R,
     float* wr = w + r * ws;
     float m = kNegInf;
     for (int64_t j = 0; j < n; ++j) {
-      const float s = visible[j] ? dot(qr, k[j], D) * scale : kNegInf;
+      const float s = visible[j] ? dot_row(qr, k[j], type[j], D) * scale : kNegInf;
       wr[j] = s;
       m = std::max(m, s);
     }
@@ -76,8 +83,11 @@ inline __attribute__((always_inline)) void chunk_body(const float* q, int64_t R,
       for (int64_t j = 0; j < n; ++j) {
         const float p = wr[j];
         if (p == 0.0f) continue;
-        const float* vr = v[j];
-        for (int d = 0; d < HD; ++d) acc[d] += p * vr[d];
+        switch (type[j]) {  // the type outside the loop over d: it stays a vector loop
+          case RowType::F32: add_scaled_elems<F32Elems>(acc, p, v[j], HD); break;
+          case RowType::BF16: add_scaled_elems<BF16Elems>(acc, p, v[j], HD); break;
+          case RowType::F16: add_scaled_elems<F16Elems>(acc, p, v[j], HD); break;
+        }
       }
       std::copy(acc, acc + HD, orow);
     } else {
@@ -85,32 +95,31 @@ inline __attribute__((always_inline)) void chunk_body(const float* q, int64_t R,
       for (int64_t j = 0; j < n; ++j) {
         const float p = wr[j];
         if (p == 0.0f) continue;
-        const float* vr = v[j];
-        for (int64_t d = 0; d < D; ++d) orow[d] += p * vr[d];
+        add_scaled_row(orow, p, v[j], type[j], D);
       }
     }
   }
 }
 
 // The chunk body per head_dim (each built for AVX2 and the baseline).
-#define KVSCOPE_CHUNK_ARGS                                                                   \
-  const float *q, int64_t R, int64_t hd, const float *const *k, const float *const *v,       \
-      const unsigned char *visible, int64_t n, float scale, float *w, int64_t ws, float *mx, \
-      float *sum, float *o
+#define KVSCOPE_CHUNK_ARGS                                                                 \
+  const float *q, int64_t R, int64_t hd, const void *const *k, const void *const *v,       \
+      const RowType *type, const unsigned char *visible, int64_t n, float scale, float *w, \
+      int64_t ws, float *mx, float *sum, float *o
 KVSCOPE_CPU_CLONES void chunk_hd64(KVSCOPE_CHUNK_ARGS) {
-  chunk_body<64>(q, R, hd, k, v, visible, n, scale, w, ws, mx, sum, o);
+  chunk_body<64>(q, R, hd, k, v, type, visible, n, scale, w, ws, mx, sum, o);
 }
 KVSCOPE_CPU_CLONES void chunk_hd128(KVSCOPE_CHUNK_ARGS) {
-  chunk_body<128>(q, R, hd, k, v, visible, n, scale, w, ws, mx, sum, o);
+  chunk_body<128>(q, R, hd, k, v, type, visible, n, scale, w, ws, mx, sum, o);
 }
 KVSCOPE_CPU_CLONES void chunk_any(KVSCOPE_CHUNK_ARGS) {
-  chunk_body<0>(q, R, hd, k, v, visible, n, scale, w, ws, mx, sum, o);
+  chunk_body<0>(q, R, hd, k, v, type, visible, n, scale, w, ws, mx, sum, o);
 }
 #undef KVSCOPE_CHUNK_ARGS
 
-using ChunkFn = void (*)(const float*, int64_t, int64_t, const float* const*, const float* const*,
-                         const unsigned char*, int64_t, float, float*, int64_t, float*, float*,
-                         float*);
+using ChunkFn = void (*)(const float*, int64_t, int64_t, const void* const*, const void* const*,
+                         const RowType*, const unsigned char*, int64_t, float, float*, int64_t,
+                         float*, float*, float*);
 
 ChunkFn chunk_fn(int64_t hd) {
   return hd == 64 ? chunk_hd64 : hd == 128 ? chunk_hd128 : chunk_any;
@@ -148,16 +157,19 @@ HeadPlan plan_head(const std::vector<Segment>& segments, int64_t first_item) {
 void run_chunk(const DecodeHead& h, const HeadPlan& plan, int64_t c, int64_t R, int64_t hd,
                int64_t q_pos, float scale, int64_t window, float* part) {
   const int64_t c0 = c * kChunk, n = std::min(kChunk, plan.rows - c0);
-  const float* k[kChunk];
-  const float* v[kChunk];
+  const void* k[kChunk];
+  const void* v[kChunk];
+  RowType type[kChunk];
   unsigned char visible[kChunk];
   size_t s = plan.starts[size_t(c)].segment;
   int64_t row = plan.starts[size_t(c)].row;
   for (int64_t j = 0; j < n; ++j, ++row) {
     while (row >= (*h.segments)[s].rows) ++s, row = 0;  // empty segments too
     const Segment& seg = (*h.segments)[s];
-    k[j] = seg.k + row * seg.stride;
-    v[j] = seg.v + row * seg.stride;
+    const int64_t offset = row * seg.stride * row_type_bytes(seg.type);
+    k[j] = static_cast<const char*>(seg.k) + offset;
+    v[j] = static_cast<const char*>(seg.v) + offset;
+    type[j] = seg.type;
     visible[j] = key_visible(h.key_pos[c0 + j], q_pos, window) ? 1 : 0;
   }
   // Weights go straight to probs when asked for (rescaled in the combine).
@@ -172,7 +184,7 @@ void run_chunk(const DecodeHead& h, const HeadPlan& plan, int64_t c, int64_t R, 
     w = scratch.data();
     ws = kChunk;
   }
-  chunk_fn(hd)(h.q, R, hd, k, v, visible, n, scale, w, ws, part, part + R, part + 2 * R);
+  chunk_fn(hd)(h.q, R, hd, k, v, type, visible, n, scale, w, ws, part, part + R, part + 2 * R);
 }
 
 // Combines the chunks of one head in order (see the top of the file).

@@ -5,10 +5,13 @@
 // lets GCC turn the exp's selects into vector blends; it changes no result.
 #pragma once
 
+#include <c10/util/Half.h>
+
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
+#include "kernels/attention.h"
 #include "kernels/softmax_rules.h"
 
 namespace kvscope::kernels::cpu {
@@ -24,6 +27,60 @@ inline float dot(const float* a, const float* b, int64_t n) {
   float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   for (int64_t d = full; d < n; ++d) s += a[d] * b[d];
   return s;
+}
+
+// Elements of a stored row, widened to float32 (exactly) as they are read.
+struct F32Elems {
+  static float at(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
+};
+struct BF16Elems {  // bfloat16: the top 16 bits of a float32
+  static float at(const void* p, int64_t i) {
+    const uint32_t u = uint32_t(static_cast<const uint16_t*>(p)[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  }
+};
+struct F16Elems {  // IEEE half (c10's branch-free conversion)
+  static float at(const void* p, int64_t i) {
+    return c10::detail::fp16_ieee_to_fp32_value(static_cast<const uint16_t*>(p)[i]);
+  }
+};
+
+// dot() with b a stored row of any element type: the same partial sums in
+// the same order, so a bf16 row gives the bits its float32 widening gives.
+template <class Elems>
+inline float dot_elems(const float* a, const void* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const int64_t full = n / 8 * 8;
+  for (int64_t d = 0; d < full; d += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[d + j] * Elems::at(b, d + j);
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (int64_t d = full; d < n; ++d) s += a[d] * Elems::at(b, d);
+  return s;
+}
+
+inline float dot_row(const float* a, const void* b, RowType type, int64_t n) {
+  switch (type) {
+    case RowType::BF16: return dot_elems<BF16Elems>(a, b, n);
+    case RowType::F16: return dot_elems<F16Elems>(a, b, n);
+    case RowType::F32: break;
+  }
+  return dot(a, static_cast<const float*>(b), n);
+}
+
+// out[d] += p * v[d] for a stored row v of any element type.
+template <class Elems>
+inline void add_scaled_elems(float* out, float p, const void* v, int64_t n) {
+  for (int64_t d = 0; d < n; ++d) out[d] += p * Elems::at(v, d);
+}
+inline void add_scaled_row(float* out, float p, const void* v, RowType type, int64_t n) {
+  switch (type) {
+    case RowType::BF16: return add_scaled_elems<BF16Elems>(out, p, v, n);
+    case RowType::F16: return add_scaled_elems<F16Elems>(out, p, v, n);
+    case RowType::F32: break;
+  }
+  add_scaled_elems<F32Elems>(out, p, v, n);
 }
 
 // Sum with eight partial sums.

@@ -56,6 +56,7 @@ struct RowReader {
   const PagedHeads& H;
   int64_t first_page, page = -1;
   const float *k = nullptr, *v = nullptr;
+  const uint16_t *kh = nullptr, *vh = nullptr;
   const uint8_t *kc = nullptr, *vc = nullptr;
   const float *kp = nullptr, *vp = nullptr;
 
@@ -68,12 +69,25 @@ struct RowReader {
       page = p;
       if (H.k_codes) {
         kc = H.k_codes[p], vc = H.v_codes[p], kp = H.k_params[p], vp = H.v_params[p];
+      } else if (H.k_half) {
+        kh = H.k_half[p], vh = H.v_half[p];
       } else {
         k = H.k_pages[p], v = H.v_pages[p];
       }
     }
     const int64_t d0 = lane * SLOTS;
-    if (!H.k_codes && SLOTS == 4 && hd % 4 == 0 && d0 + 4 <= hd) {  // 16-byte aligned
+    if (H.k_half && SLOTS == 4 && hd % 4 == 0 && d0 + 4 <= hd) {  // 8-byte aligned
+      const uint2 a = *reinterpret_cast<const uint2*>(kh + slot * hd + d0);
+      const uint2 b = *reinterpret_cast<const uint2*>(vh + slot * hd + d0);
+      const uint32_t kw[2] = {a.x, a.y}, vw[2] = {b.x, b.y};
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        x.k[s] = half_bits_to_float(uint16_t(kw[s / 2] >> (16 * (s % 2))), H.half_kind);
+        x.v[s] = half_bits_to_float(uint16_t(vw[s / 2] >> (16 * (s % 2))), H.half_kind);
+      }
+      return;
+    }
+    if (!H.k_codes && !H.k_half && SLOTS == 4 && hd % 4 == 0 && d0 + 4 <= hd) {  // 16-byte aligned
       const float4 a = *reinterpret_cast<const float4*>(k + slot * hd + d0);
       const float4 b = *reinterpret_cast<const float4*>(v + slot * hd + d0);
       x.k[0] = a.x, x.k[1] = a.y, x.k[2] = a.z, x.k[3] = a.w;
@@ -95,6 +109,9 @@ struct RowReader {
       } else if (H.k_codes) {
         x.k[s] = int4_value(kc, kp, hd, slot, d);
         x.v[s] = int4_value(vc, vp, hd, slot, d);
+      } else if (H.k_half) {
+        x.k[s] = half_bits_to_float(kh[slot * hd + d], H.half_kind);
+        x.v[s] = half_bits_to_float(vh[slot * hd + d], H.half_kind);
       } else {
         x.k[s] = k[slot * hd + d];
         x.v[s] = v[slot * hd + d];

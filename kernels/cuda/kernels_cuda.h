@@ -42,7 +42,15 @@ struct PagedHeads {
   const float* const* k_params = nullptr;
   const uint8_t* const* v_codes = nullptr;
   const float* const* v_params = nullptr;
+  // 16-bit float pages (--kv-dtype bf16 / fp16), used when k_half is set:
+  // page p holds [page_rows, hd] keys / values; the kernels widen each
+  // value to float32 as they read it (exact) and accumulate in float32.
+  const uint16_t* const* k_half = nullptr;
+  const uint16_t* const* v_half = nullptr;
+  int half_kind = 0;  // 1: bfloat16, 2: IEEE half
 };
+inline constexpr int kHalfBF16 = 1;
+inline constexpr int kHalfF16 = 2;
 
 // Decode: one query per query head, q [K, R, hd] at position q_pos, over each
 // kv head's rows. Split by chunks of 256 rows as attention_decode_segments

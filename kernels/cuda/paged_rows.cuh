@@ -2,6 +2,7 @@
 // small reductions the attention kernels share.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -44,13 +45,20 @@ __device__ inline float int4_at(const uint8_t* const* codes, const float* const*
   return int4_value(codes[r.page], params[r.page], hd, r.slot, d);
 }
 
+// A stored 16-bit float widened to float32 (exact), as the CPU kernels do.
+__device__ inline float half_bits_to_float(uint16_t b, int kind) {
+  return kind == kHalfBF16 ? __uint_as_float(uint32_t(b) << 16) : __half2float(__ushort_as_half(b));
+}
+
 __device__ inline float key_at(const PagedHeads& H, RowRef r, int64_t d) {
   if (H.k_codes) return int4_at(H.k_codes, H.k_params, H.head_dim, r, d);
+  if (H.k_half) return half_bits_to_float(H.k_half[r.page][r.slot * H.head_dim + d], H.half_kind);
   return H.k_pages[r.page][r.slot * H.head_dim + d];
 }
 
 __device__ inline float value_at(const PagedHeads& H, RowRef r, int64_t d) {
   if (H.v_codes) return int4_at(H.v_codes, H.v_params, H.head_dim, r, d);
+  if (H.v_half) return half_bits_to_float(H.v_half[r.page][r.slot * H.head_dim + d], H.half_kind);
   return H.v_pages[r.page][r.slot * H.head_dim + d];
 }
 

@@ -68,6 +68,40 @@ TEST_CASE("policy full gives logits identical to the plain engine", "[capture][f
   }
 }
 
+TEST_CASE("policy full over a bf16 or fp16 cache gives the dense cache's logits at that width",
+          "[capture][full]") {
+  // --kv-dtype: both caches store 16-bit rows of the fp32 model's keys and
+  // values, and the kernels read them in place; the ragged cache must still
+  // compute the plain engine's logits bit for bit, and they must differ
+  // from the fp32 cache's (the rows really were rounded).
+  torch::InferenceMode guard;
+  auto model = test::load_stories();
+  generate::set_threads(1);
+  generate::DenseKvCache wide(model->config(), 256, torch::kCPU, torch::kFloat32);
+  const std::vector<torch::Tensor> fp32 = step_logits(*model, wide, 4, 24);
+  for (const auto& [dtype, format] : {std::pair{torch::kBFloat16, cache::RowFormat::BF16},
+                                      std::pair{torch::kHalf, cache::RowFormat::F16}}) {
+    INFO(torch::toString(dtype));
+    generate::DenseKvCache dense(model->config(), 256, torch::kCPU, dtype);
+    std::vector<torch::Tensor> want = step_logits(*model, dense, 4, 24);
+    policy::PolicyInstance full = policy::make_policy("full");
+    full.policy->setup({&model->config(), 256, int64_t(kPrompt.size()), 16});
+    policy::StepDriver ragged(model->config(), {16, 256, int64_t(kPrompt.size()), format},
+                              *full.policy, "full");
+    std::vector<torch::Tensor> got = step_logits(*model, ragged, 4, 24);
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) REQUIRE(torch::equal(got[i], want[i]));
+    CHECK_FALSE(torch::equal(got.back(), fp32.back()));
+    CHECK(ragged.cache().tiers()[0].format == format);
+    // Two bytes a value, in whole pages of 16 rows of keys and values.
+    const model::ModelConfig& c = model->config();
+    const int64_t pages = (ragged.cache().count(0, 0) + 15) / 16;
+    CHECK(ragged.cache().count(0, 0) == int64_t(kPrompt.size()) + 23);
+    CHECK(ragged.cache().bytes_in_use() ==
+          c.n_layers * c.n_kv_heads * pages * 2 * 16 * c.head_dim * 2);
+  }
+}
+
 TEST_CASE("budgets, sinks and windows hold at every step of real captures",
           "[capture][invariants]") {
   torch::InferenceMode guard;

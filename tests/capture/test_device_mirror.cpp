@@ -56,7 +56,8 @@ void require_mirror_matches(RaggedKvCache& c) {
       for (int64_t r = 0; r < count; ++r)
         for (int kv = 0; kv < 2; ++kv) {
           const float* host = pool.row(pages[size_t(r / P)], kv, r % P);
-          const float* twin = pool.mirror_rows(pages[size_t(r / P)], kv) + (r % P) * hd;
+          const float* twin =
+              static_cast<const float*>(pool.mirror_rows(pages[size_t(r / P)], kv)) + (r % P) * hd;
           REQUIRE(std::memcmp(host, twin, size_t(hd) * 4) == 0);
         }
     }

@@ -79,10 +79,21 @@ class RandomPolicy : public policy::Policy {
 // (if any) each position is in according to the replayed decisions.
 struct Oracle {
   int64_t K, R, hd;
+  cache::RowFormat full = cache::RowFormat::F32;          // how full-precision tiers store rows
   std::vector<std::vector<std::map<int64_t, int>>> held;  // [layer][kv head]: pos -> tier
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::pair<torch::Tensor, torch::Tensor>> kv;
 
-  torch::Tensor value_as_read(const torch::Tensor& x, int tier) const {
+  // What a float32 value reads back as from a full-precision row.
+  torch::Tensor stored(const torch::Tensor& x) const {
+    if (full == cache::RowFormat::F32) return x;
+    return x.to(full == cache::RowFormat::BF16 ? torch::kBFloat16 : torch::kHalf)
+        .to(torch::kFloat32);
+  }
+
+  torch::Tensor value_as_read(const torch::Tensor& x_in, int tier) const {
+    // Every written value is rounded to the cache's width first (the policy
+    // sees, and the INT4 tier quantises, the stored value).
+    const torch::Tensor x = stored(x_in);
     if (tier != 1) return x;  // warm entries are read back from INT4
     std::vector<uint8_t> codes(size_t(kernels::int4_code_bytes(hd)));
     std::vector<float> params(size_t(kernels::int4_groups(hd) * 2));
@@ -110,8 +121,8 @@ struct Oracle {
       for (int64_t i = 0; i < n; ++i) {
         if (held[size_t(in.layer)][size_t(h)].count(in.pos0 + i)) continue;
         pos.push_back(in.pos0 + i);
-        ks.push_back(in.k[i][h]);
-        vs.push_back(in.v[i][h]);
+        ks.push_back(stored(in.k[i][h]));
+        vs.push_back(stored(in.v[i][h]));
       }
       torch::Tensor Kt = torch::stack(ks).to(torch::kFloat64),
                     Vt = torch::stack(vs).to(torch::kFloat64);
@@ -165,14 +176,14 @@ class KeyWatcher : public cache::FullMatrixObserver {
   int64_t last_layer = -1, last_head = -1;
 };
 
-void run_random(uint64_t seed, bool tiered) {
+void run_random(uint64_t seed, bool tiered, cache::RowFormat full = cache::RowFormat::F32) {
   const model::ModelConfig c = test::small_config();
   RandomPolicy policy(seed, tiered);
   const int64_t M = 200, prompt = 40, page = 16;
   policy.setup({&c, M, prompt, page});
-  policy::StepDriver driver(c, {page, M, prompt}, policy, "test");
+  policy::StepDriver driver(c, {page, M, prompt, full}, policy, "test");
   const cache::RaggedKvCache& cache = driver.cache();
-  Oracle oracle{c.n_kv_heads, c.n_heads / c.n_kv_heads, c.head_dim, {}, {}};
+  Oracle oracle{c.n_kv_heads, c.n_heads / c.n_kv_heads, c.head_dim, full, {}, {}};
   oracle.held.assign(size_t(c.n_layers), std::vector<std::map<int64_t, int>>(size_t(c.n_kv_heads)));
   std::vector<std::pair<int64_t, int64_t>> steps = {{0, 16}, {16, 16}, {32, 8}};
   for (int64_t p = 40; p < 120; ++p) steps.push_back({p, 1});
@@ -223,10 +234,12 @@ void run_random(uint64_t seed, bool tiered) {
       for (int64_t l = 0; l < c.n_layers; ++l)
         for (int64_t h = 0; h < c.n_kv_heads; ++h)
           tier_pages += (cache.count(l, h, t) + page - 1) / page;
-      int64_t row =
-          cache.tiers()[size_t(t)].format == cache::RowFormat::F32
-              ? c.head_dim * 4
-              : kernels::int4_code_bytes(c.head_dim) + kernels::int4_groups(c.head_dim) * 8;
+      const cache::RowFormat f = cache.tiers()[size_t(t)].format;
+      REQUIRE((f == cache::RowFormat::Int4) == (tiered && t == 1));  // F32 tiers stored at `full`
+      int64_t row = f == cache::RowFormat::Int4 ? kernels::int4_code_bytes(c.head_dim) +
+                                                      kernels::int4_groups(c.head_dim) * 8
+                                                : c.head_dim * (f == cache::RowFormat::F32 ? 4 : 2);
+      if (f != cache::RowFormat::Int4) REQUIRE(f == full);
       expected_bytes += tier_pages * 2 * page * row;
     }
     REQUIRE(cache.bytes_in_use() == expected_bytes);
@@ -247,6 +260,15 @@ TEST_CASE("ragged attention equals the masked dense oracle for random keep patte
 TEST_CASE("ragged attention with INT4 warm and unread cold tiers equals the oracle", "[cache]") {
   torch::InferenceMode guard;
   for (uint64_t seed : {4, 5}) run_random(seed, true);
+}
+
+TEST_CASE("a bf16 or fp16 cache equals the oracle over the values it stores, at half the bytes",
+          "[cache]") {
+  torch::InferenceMode guard;
+  for (cache::RowFormat full : {cache::RowFormat::BF16, cache::RowFormat::F16}) {
+    run_random(6, false, full);
+    run_random(7, true, full);
+  }
 }
 
 TEST_CASE("an evicted entry is never read again", "[cache]") {

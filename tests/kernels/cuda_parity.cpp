@@ -24,6 +24,7 @@
 #include "kernels/attention.h"
 #include "kernels/cuda/kernels_cuda.h"
 #include "kernels/quant_int4.h"
+#include "kernels/row_convert.h"
 
 namespace {
 
@@ -107,6 +108,7 @@ std::vector<T> to_host(const T* d, size_t n) {
 struct HostLayer {
   int64_t hd = 0, page_rows = 16;
   bool int4 = false;
+  int half_kind = 0;  // 16-bit pages (cuda::kHalfBF16 / kHalfF16); k, v hold their widening
   std::vector<std::vector<float>> k, v;  // [rows_h * hd]
   std::vector<std::vector<int64_t>> pos;
   int64_t heads() const { return int64_t(k.size()); }
@@ -146,6 +148,16 @@ HostLayer make_layer(std::mt19937& rng, int64_t hd,
   return L;
 }
 
+// The layer stored as 16-bit pages (--kv-dtype): the host rows become what
+// the pages widen back to, so the CPU twin reads the same floats.
+HostLayer as_half(HostLayer L, int kind) {
+  const RowType type = kind == cuda::kHalfBF16 ? RowType::BF16 : RowType::F16;
+  L.half_kind = kind;
+  for (auto* side : {&L.k, &L.v})
+    for (std::vector<float>& rows : *side) round_row(type, rows.data(), int64_t(rows.size()));
+  return L;
+}
+
 std::vector<int64_t> range(int64_t a, int64_t b) {
   std::vector<int64_t> r(static_cast<size_t>(std::max<int64_t>(0, b - a)));
   std::iota(r.begin(), r.end(), a);
@@ -164,6 +176,8 @@ struct DeviceLayer {
     std::vector<int64_t> row_begin{0}, page_begin{0}, key_pos, sorted;
     std::vector<const float*> kp, vp, kpar, vpar;
     std::vector<const uint8_t*> kc, vc;
+    std::vector<const uint16_t*> kh, vh;
+    const RowType half = L.half_kind == cuda::kHalfBF16 ? RowType::BF16 : RowType::F16;
     int64_t max_rows = 0;
     for (int64_t h = 0; h < K; ++h) {
       const int64_t rows = L.rows(h);
@@ -189,6 +203,13 @@ struct DeviceLayer {
             (side == 0 ? kc : vc).push_back(arena.copy(codes));
             (side == 0 ? kpar : vpar).push_back(arena.copy(params));
           }
+        } else if (L.half_kind) {
+          for (int side = 0; side < 2; ++side) {
+            const std::vector<float>& page = side == 0 ? kpage : vpage;
+            std::vector<uint16_t> bits(page.size());
+            store_row(half, page.data(), int64_t(page.size()), bits.data());
+            (side == 0 ? kh : vh).push_back(arena.copy(bits));
+          }
         } else {
           kp.push_back(arena.copy(kpage));
           vp.push_back(arena.copy(vpage));
@@ -209,6 +230,10 @@ struct DeviceLayer {
       heads.v_codes = arena.copy(vc);
       heads.k_params = arena.copy(kpar);
       heads.v_params = arena.copy(vpar);
+    } else if (L.half_kind) {
+      heads.k_half = arena.copy(kh);
+      heads.v_half = arena.copy(vh);
+      heads.half_kind = L.half_kind;
     } else {
       heads.k_pages = arena.copy(kp);
       heads.v_pages = arena.copy(vp);
@@ -459,6 +484,22 @@ int main() {
   decode_case("decode INT4 hd128", make_layer(rng, 128, {range(0, 700), range(0, 300)}, true, true),
               4, 700, 0, rng);
   decode_case("decode INT4 hd8", make_layer(rng, 8, {range(0, 100)}, true, true), 2, 100, 32, rng);
+
+  decode_case(
+      "decode bf16 hd64",
+      as_half(make_layer(rng, 64, {range(0, 513), range(0, 40)}, true, false), cuda::kHalfBF16), 4,
+      600, 0, rng);
+  decode_case(
+      "decode fp16 hd128",
+      as_half(make_layer(rng, 128, {range(0, 700), range(0, 300)}, true, false), cuda::kHalfF16), 4,
+      700, 0, rng);
+  decode_case("decode bf16 hd8",
+              as_half(make_layer(rng, 8, {range(0, 100)}, true, false), cuda::kHalfBF16), 2, 100,
+              32, rng);
+  prefill_case(
+      "prefill bf16 hd64",
+      as_half(make_layer(rng, 64, {range(0, 340), range(100, 339)}, true, false), cuda::kHalfBF16),
+      3, 40, 300, 0, rng);
 
   prefill_case("prefill hd64 ragged",
                make_layer(rng, 64, {range(0, 340), {}, range(100, 339)}, true, false), 3, 40, 300,

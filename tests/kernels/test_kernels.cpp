@@ -392,3 +392,48 @@ TEST_CASE("INT4 group quantisation stays within half a step", "[kernels]") {
   for (int64_t i = 0; i < hd; ++i) CHECK(back[size_t(i)] == grid[size_t(i)]);
   CHECK(params[2] == 0.0f);
 }
+
+TEST_CASE("decode reads bf16 and fp16 rows as their float32 widening, bit for bit", "[kernels]") {
+  // A 16-bit cache (--kv-dtype) is read in place and widened as read: the
+  // same bits as the kernel over float32 copies of the stored values, for
+  // every head_dim path (64, 128 fixed at compile time; any other), with
+  // pages of both widths mixed in one head (a float32 INT4 scratch beside
+  // bf16 pages).
+  torch::manual_seed(41);
+  std::mt19937 rng(41);
+  for (const auto [dtype, type] :
+       {std::pair{torch::kBFloat16, RowType::BF16}, std::pair{torch::kHalf, RowType::F16}}) {
+    for (int64_t hd : {64, 128, 40}) {
+      const int64_t R = 3, m = 700;
+      const torch::Tensor q = torch::randn({R, hd});
+      const torch::Tensor k16 = torch::randn({m, hd}).to(dtype),
+                          v16 = torch::randn({m, hd}).to(dtype);
+      const torch::Tensor k32 = k16.to(torch::kFloat32), v32 = v16.to(torch::kFloat32);
+      std::vector<int64_t> pos(static_cast<size_t>(m));
+      for (int64_t i = 0; i < m; ++i) pos[size_t(i)] = 2 * i;
+      std::shuffle(pos.begin(), pos.end(), rng);
+      std::vector<float> out_ref(size_t(R * hd)), probs_ref(size_t(R * m));
+      attention_decode_segments(q.data_ptr<float>(), R, hd,
+                                {{k32.data_ptr(), v32.data_ptr(), m, hd}}, pos.data(), 2 * m, 0.125,
+                                0, out_ref.data(), probs_ref.data());
+      std::vector<Segment> segs;
+      for (int64_t r = 0, i = 0; r < m; ++i) {
+        const int64_t len = std::min<int64_t>(m - r, 1 + int64_t(rng() % 40));
+        const bool wide = i % 3 == 2;  // every third page float32
+        const torch::Tensor& k = wide ? k32 : k16;
+        const torch::Tensor& v = wide ? v32 : v16;
+        const int64_t bytes = r * hd * k.element_size();
+        segs.push_back({static_cast<const char*>(k.data_ptr()) + bytes,
+                        static_cast<const char*>(v.data_ptr()) + bytes, len, hd,
+                        wide ? RowType::F32 : type});
+        r += len;
+      }
+      std::vector<float> out(out_ref.size()), probs(probs_ref.size());
+      attention_decode_segments(q.data_ptr<float>(), R, hd, segs, pos.data(), 2 * m, 0.125, 0,
+                                out.data(), probs.data());
+      INFO(torch::toString(dtype) << " head_dim " << hd);
+      CHECK(same_bits(out, out_ref));
+      CHECK(same_bits(probs, probs_ref));
+    }
+  }
+}
