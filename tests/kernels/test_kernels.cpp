@@ -401,7 +401,7 @@ TEST_CASE("decode reads bf16 and fp16 rows as their float32 widening, bit for bi
   // bf16 pages).
   torch::manual_seed(41);
   std::mt19937 rng(41);
-  for (const auto [dtype, type] :
+  for (const auto& [dtype, type] :
        {std::pair{torch::kBFloat16, RowType::BF16}, std::pair{torch::kHalf, RowType::F16}}) {
     for (int64_t hd : {64, 128, 40}) {
       const int64_t R = 3, m = 700;
