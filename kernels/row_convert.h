@@ -7,12 +7,25 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <torch/types.h>
+
 #include <cstdint>
 #include <cstring>
 
+#include "core/common/check.h"
 #include "kernels/attention.h"
 
 namespace kvscope::kernels {
+
+// The tensor dtype of a row type, and back (float32, bfloat16, float16 only).
+inline torch::ScalarType scalar_type_of(RowType t) {
+  return t == RowType::BF16 ? torch::kBFloat16 : t == RowType::F16 ? torch::kHalf : torch::kFloat32;
+}
+inline RowType row_type_of(torch::ScalarType t) {
+  KVSCOPE_CHECK(t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kHalf,
+                "row_type_of: rows are float32, bfloat16 or float16");
+  return t == torch::kBFloat16 ? RowType::BF16 : t == torch::kHalf ? RowType::F16 : RowType::F32;
+}
 
 // x [n] float32 into dst [n] of `type`.
 inline void store_row(RowType type, const float* x, int64_t n, void* dst) {

@@ -12,6 +12,7 @@
 
 #include "core/common/check.h"
 #include "kernels/quant_int4.h"
+#include "kernels/row_convert.h"
 
 namespace kvscope::cache {
 
@@ -79,9 +80,7 @@ std::pair<torch::Tensor, torch::Tensor> page_rows(const torch::Tensor& held, con
   const int64_t np = held.size(0), rows = pool.page_rows(), hd = pool.head_dim();
   if (is_float_format(pool.format())) {
     // 16-bit rows widen to float32 (exactly): the products accumulate in float32.
-    const torch::ScalarType stored = pool.format() == RowFormat::BF16  ? torch::kBFloat16
-                                     : pool.format() == RowFormat::F16 ? torch::kHalf
-                                                                       : torch::kFloat32;
+    const torch::ScalarType stored = kernels::scalar_type_of(cache::row_type(pool.format()));
     const torch::Tensor f = held.view(stored).view({np, 2, rows, hd});
     return {f.select(1, 0).reshape({-1, hd}).narrow(0, 0, m).to(torch::kFloat32),
             f.select(1, 1).reshape({-1, hd}).narrow(0, 0, m).to(torch::kFloat32)};

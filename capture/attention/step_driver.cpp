@@ -6,6 +6,7 @@
 #include "capture/attention/blocked_attention.h"
 #include "capture/attention/device_attention.h"
 #include "core/common/check.h"
+#include "kernels/row_convert.h"
 
 #include <algorithm>
 #include <chrono>
@@ -174,9 +175,7 @@ model::AttentionInputs policy_inputs(const model::AttentionInputs& in, const Sta
   if (!needs.reads_hidden()) given.hidden = torch::Tensor();
   if (!needs.key_pre_rope) given.k_pre_rope = torch::Tensor();
   given = on_host(std::move(given));
-  const torch::ScalarType stored = kv_format == cache::RowFormat::BF16  ? torch::kBFloat16
-                                   : kv_format == cache::RowFormat::F16 ? torch::kHalf
-                                                                        : torch::kFloat32;
+  const torch::ScalarType stored = kernels::scalar_type_of(cache::row_type(kv_format));
   for (torch::Tensor* t : {&given.k, &given.v})
     if (stored != torch::kFloat32 && t->scalar_type() != stored)
       *t = t->to(stored).to(t->scalar_type());

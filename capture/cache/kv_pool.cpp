@@ -20,11 +20,10 @@ kernels::RowType row_type(RowFormat f) {
 }
 
 RowFormat float_format(torch::ScalarType dtype) {
-  KVSCOPE_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kHalf,
-                "float_format: rows are stored as float32, bfloat16 or float16");
-  return dtype == torch::kBFloat16 ? RowFormat::BF16
-         : dtype == torch::kHalf   ? RowFormat::F16
-                                   : RowFormat::F32;
+  const kernels::RowType t = kernels::row_type_of(dtype);
+  return t == kernels::RowType::BF16  ? RowFormat::BF16
+         : t == kernels::RowType::F16 ? RowFormat::F16
+                                      : RowFormat::F32;
 }
 
 const char* row_format_name(RowFormat f) {

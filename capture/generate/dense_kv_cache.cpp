@@ -9,20 +9,9 @@
 
 #include "core/common/check.h"
 #include "kernels/attention.h"
+#include "kernels/row_convert.h"
 
 namespace kvscope::generate {
-
-namespace {
-
-kernels::RowType kernels_row_type(torch::ScalarType t) {
-  KVSCOPE_CHECK(t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kHalf,
-                "DenseKvCache: rows are float32, bfloat16 or float16");
-  return t == torch::kBFloat16 ? kernels::RowType::BF16
-         : t == torch::kHalf   ? kernels::RowType::F16
-                               : kernels::RowType::F32;
-}
-
-}  // namespace
 
 DenseKvCache::DenseKvCache(const model::ModelConfig& c, int64_t capacity, torch::Device device,
                            torch::ScalarType dtype)
@@ -133,7 +122,7 @@ torch::Tensor DenseKvCache::attend_shared_kernels(const model::AttentionInputs& 
     torch::Tensor out = torch::empty({1, n_heads_, hd}, torch::kFloat32);
     std::vector<std::vector<kernels::Segment>> segs(static_cast<size_t>(K));
     std::vector<kernels::DecodeHead> heads;
-    const kernels::RowType type = kernels_row_type(keys.scalar_type());
+    const kernels::RowType type = kernels::row_type_of(keys.scalar_type());
     for (int64_t h = 0; h < K; ++h) {
       torch::Tensor kh = keys[h], vh = values[h];  // [m, hd], rows hd apart
       segs[size_t(h)] = {{kh.data_ptr(), vh.data_ptr(), m, hd, type}};
