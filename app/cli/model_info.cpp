@@ -51,6 +51,16 @@ int run_model_info(const ModelInfoOptions& o) {
     j["n_layers"] = c.n_layers;
     j["hidden_size"] = c.hidden_size;
     j["intermediate_size"] = c.intermediate_size;
+    if (c.moe.n_experts > 0) {
+      std::vector<int64_t> sparse;
+      for (int64_t l = 0; l < c.n_layers; ++l)
+        if (c.moe_layer(l)) sparse.push_back(l);
+      j["moe"] = {{"n_experts", c.moe.n_experts},
+                  {"experts_per_token", c.moe.top_k},
+                  {"expert_intermediate_size", c.moe.intermediate_size},
+                  {"normalize_top_k", c.moe.normalize_top_k},
+                  {"layers", sparse}};
+    }
     j["n_heads"] = c.n_heads;
     j["n_kv_heads"] = c.n_kv_heads;
     j["head_dim"] = c.head_dim;

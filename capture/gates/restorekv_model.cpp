@@ -48,6 +48,11 @@ model::ModelWeights restorekv_weights(const model::ModelWeights& base, const Gat
   for (int64_t l = 0; l < int64_t(base.layers.size()); ++l) {
     const model::LayerWeights& b = base.layers[size_t(l)];
     model::LayerWeights& a = w.layers[size_t(l)];
+    if (!b.w_up.defined())
+      throw InputError("", "model",
+                       "layer " + std::to_string(l) +
+                           " is a mixture of experts; RestoreKV's LoRA adapts a dense MLP "
+                           "(expected a model without MoE layers)");
     a.wqkv = b.wqkv + torch::cat({lora_delta(set, l, "q", scale, b.wqkv),
                                   lora_delta(set, l, "k", scale, b.wqkv),
                                   lora_delta(set, l, "v", scale, b.wqkv)},

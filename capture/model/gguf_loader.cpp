@@ -27,12 +27,9 @@ class GgufSource : public WeightSource {
     if (!t) throw InputError(f_->path(), name, "tensor is missing");
     using formats::GgmlType;
     switch (static_cast<GgmlType>(t->type)) {
-      case GgmlType::F32:
-        return mapped_tensor(f_, f_->data(*t), t->shape(), torch::kFloat32);
-      case GgmlType::F16:
-        return mapped_tensor(f_, f_->data(*t), t->shape(), torch::kFloat16);
-      case GgmlType::BF16:
-        return mapped_tensor(f_, f_->data(*t), t->shape(), torch::kBFloat16);
+      case GgmlType::F32: return mapped_tensor(f_, f_->data(*t), t->shape(), torch::kFloat32);
+      case GgmlType::F16: return mapped_tensor(f_, f_->data(*t), t->shape(), torch::kFloat16);
+      case GgmlType::BF16: return mapped_tensor(f_, f_->data(*t), t->shape(), torch::kBFloat16);
       default: {
         // Quantised blocks: dequantised once into the tensor that is used.
         torch::Tensor out = torch::empty(t->shape(), torch::kFloat32);
@@ -67,6 +64,29 @@ std::vector<int32_t> special_ids(const formats::GgufFile& g,
   return ids;
 }
 
+// The experts, as llama.cpp reads them: expert_count and expert_used_count,
+// the expert width in expert_feed_forward_length (Qwen3-MoE) or
+// feed_forward_length, a layer routed when it has ffn_gate_inp. llama.cpp's
+// graphs renormalise the top-k weights for llama (Mixtral) and qwen3moe, not
+// for olmoe; expert_weights_norm, where written, says so explicitly.
+void gguf_moe(const formats::GgufFile& g, const std::string& p, ModelConfig* c) {
+  const bool moe_arch = c->arch == Architecture::Mixtral || c->arch == Architecture::Qwen3Moe ||
+                        c->arch == Architecture::Olmoe;
+  if (!moe_arch) return;
+  MoeConfig& m = c->moe;
+  m.n_experts = positive_int(g, p + "expert_count", ModelLimits::kMaxExperts);
+  m.top_k = positive_int(g, p + "expert_used_count", m.n_experts);
+  m.intermediate_size =
+      g.has(p + "expert_feed_forward_length")
+          ? positive_int(g, p + "expert_feed_forward_length", ModelLimits::kMaxIntermediate)
+          : c->intermediate_size;
+  m.normalize_top_k = g.get_bool_or(p + "expert_weights_norm", c->arch != Architecture::Olmoe);
+  m.sparse.assign(static_cast<size_t>(c->n_layers), false);
+  for (int64_t l = 0; l < c->n_layers; ++l)
+    m.sparse[static_cast<size_t>(l)] =
+        g.find_tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") != nullptr;
+}
+
 }  // namespace
 
 ModelConfig gguf_model_config(const formats::GgufFile& g) {
@@ -81,10 +101,18 @@ ModelConfig gguf_model_config(const formats::GgufFile& g) {
     c.arch = Architecture::Qwen3;
   else if (arch == "gpt2")
     c.arch = Architecture::Gpt2;
+  else if (arch == "qwen3moe")
+    c.arch = Architecture::Qwen3Moe;
+  else if (arch == "olmoe")
+    c.arch = Architecture::Olmoe;
   else
-    throw InputError(
-        g.path(), "general.architecture",
-        "unknown architecture \"" + arch + "\" (KVScope runs llama, qwen2, qwen3 and gpt2 GGUFs)");
+    throw InputError(g.path(), "general.architecture",
+                     "unknown architecture \"" + arch +
+                         "\" (KVScope runs llama (Mixtral too), qwen2, qwen3, qwen3moe, olmoe and "
+                         "gpt2 GGUFs)");
+  // llama.cpp's converter writes Mixtral as a llama with experts.
+  if (arch == "llama" && g.get_int_or(arch + ".expert_count", 0) > 0)
+    c.arch = Architecture::Mixtral;
   c.name = g.get_string_or("general.name", std::filesystem::path(g.path()).stem().string());
   const std::string p = arch + ".";
   using L = ModelLimits;
@@ -123,7 +151,11 @@ ModelConfig gguf_model_config(const formats::GgufFile& g) {
     c.qkv_bias = c.arch == Architecture::Qwen2 || g.find_tensor("blk.0.attn_q.bias");
     c.o_bias = g.find_tensor("blk.0.attn_output.bias") != nullptr;
     c.mlp_bias = g.find_tensor("blk.0.ffn_gate.bias") != nullptr;
-    c.qk_norm = c.arch == Architecture::Qwen3;
+    c.qk_norm = c.arch == Architecture::Qwen3 || c.arch == Architecture::Qwen3Moe ||
+                c.arch == Architecture::Olmoe;
+    c.qk_norm_whole = c.arch == Architecture::Olmoe;
+    c.clip_qkv = g.get_float_or(p + "attention.clamp_kqv", 0.0);
+    gguf_moe(g, p, &c);
     RopeConfig& r = c.rope;
     r.theta = g.get_float_or(p + "rope.freq_base", 10000.0);
     r.dim = g.get_int_or(p + "rope.dimension_count", c.head_dim);
@@ -167,7 +199,8 @@ std::unique_ptr<Transformer> load_gguf_model(const std::string& path,
           std::string("tensor type ") + formats::ggml_type_name(t.type) +
               " is not supported (KVScope dequantises F32, F16, BF16, Q8_0, Q4_0, Q4_1)");
   ModelConfig config = gguf_model_config(*gguf);
-  GgufSource source(gguf, config.arch == Architecture::Llama);
+  GgufSource source(gguf,
+                    config.arch == Architecture::Llama || config.arch == Architecture::Mixtral);
   ModelWeights weights = build_weights(config, source, target);
   return std::make_unique<Transformer>(std::move(config), std::move(weights));
 }

@@ -90,6 +90,14 @@ Architecture architecture_of(const json& j, const std::string& file) {
       type = "qwen3";
     else if (a == "GPT2LMHeadModel")
       type = "gpt2";
+    else if (a == "MixtralForCausalLM")
+      type = "mixtral";
+    else if (a == "Qwen3MoeForCausalLM")
+      type = "qwen3_moe";
+    else if (a == "OlmoeForCausalLM")
+      type = "olmoe";
+    else if (a == "Phi3ForCausalLM")
+      type = "phi3";
     else
       type = a;
   } else {
@@ -100,9 +108,14 @@ Architecture architecture_of(const json& j, const std::string& file) {
   if (type == "qwen2") return Architecture::Qwen2;
   if (type == "qwen3") return Architecture::Qwen3;
   if (type == "gpt2") return Architecture::Gpt2;
-  throw InputError(
-      file, "model_type",
-      "unknown architecture \"" + type + "\" (KVScope runs llama, mistral, qwen2, qwen3 and gpt2)");
+  if (type == "mixtral") return Architecture::Mixtral;
+  if (type == "qwen3_moe") return Architecture::Qwen3Moe;
+  if (type == "olmoe") return Architecture::Olmoe;
+  if (type == "phi3") return Architecture::Phi3;
+  throw InputError(file, "model_type",
+                   "unknown architecture \"" + type +
+                       "\" (KVScope runs llama, mistral, qwen2, qwen3, gpt2, mixtral, qwen3_moe, "
+                       "olmoe and phi3)");
 }
 
 // A token id: an integer in [0, 2^31 - 1]. get<int32_t>() would keep the
@@ -129,6 +142,8 @@ std::vector<int32_t> token_ids(const json& v, const std::string& file, const cha
   return ids;
 }
 
+void parse_longrope(const Fields& f, const json& s, const std::string& key, ModelConfig* c);
+
 // rope_parameters (transformers v5) or rope_scaling + rope_theta (legacy).
 void parse_rope(const Fields& f, ModelConfig* c) {
   RopeConfig& r = c->rope;
@@ -147,6 +162,7 @@ void parse_rope(const Fields& f, ModelConfig* c) {
   if (sf.present("rope_theta")) r.theta = sf.number_or("rope_theta", r.theta);
   std::string type = sf.string_or("rope_type", sf.string_or("type", "default"));
   if (type == "default") return;
+  if (type == "longrope" || type == "su") return parse_longrope(f, s, k, c);
   r.factor = sf.number_or("factor", 0.0);
   if (!(r.factor > 0)) throw InputError(f.file(), k + ".factor", "required and must be positive");
   if (type == "linear") {
@@ -167,7 +183,120 @@ void parse_rope(const Fields& f, ModelConfig* c) {
     throw InputError(
         f.file(), k + ".rope_type",
         "RoPE scaling \"" + type +
-            "\" is not supported (KVScope implements default, linear, dynamic, llama3)");
+            "\" is not supported (KVScope implements default, linear, dynamic, llama3, longrope)");
+  }
+}
+
+// A list of `n` positive numbers at `name` of `s` (`parent` names `s` in errors).
+std::vector<double> factor_list(const json& s, const std::string& file, const std::string& parent,
+                                const char* name, size_t n) {
+  const std::string key = parent + "." + name;
+  if (!s.contains(name) || !s[name].is_array())
+    throw InputError(file, key,
+                     "required for longrope: a list of " + std::to_string(n) + " numbers");
+  const json& list = s[name];
+  if (list.size() != n)
+    throw InputError(file, key,
+                     "has " + std::to_string(list.size()) +
+                         " entries, expected rotary dim / 2 = " + std::to_string(n));
+  std::vector<double> out;
+  for (size_t i = 0; i < n; ++i) {
+    if (!list[i].is_number() || !(list[i].get<double>() > 0))
+      throw InputError(file, key + "[" + std::to_string(i) + "]", "must be a positive number");
+    out.push_back(list[i].get<double>());
+  }
+  return out;
+}
+
+// LongRoPE (Phi-3; older configs say "su"): transformers'
+// _compute_longrope_parameters. The factor defaults to max_position_embeddings
+// / original_max_position_embeddings, the attention factor to
+// sqrt(1 + ln(factor) / ln(original)) (1 when factor <= 1).
+void parse_longrope(const Fields& f, const json& s, const std::string& key, ModelConfig* c) {
+  RopeConfig& r = c->rope;
+  Fields sf(s, f.file());
+  r.scaling = RopeConfig::Scaling::LongRope;
+  r.original_max_positions =
+      sf.integer_or("original_max_position_embeddings",
+                    f.integer_or("original_max_position_embeddings", c->context_length));
+  if (r.original_max_positions <= 0)
+    throw InputError(f.file(), "original_max_position_embeddings", "must be positive");
+  const size_t half = static_cast<size_t>(std::max<int64_t>(r.dim, 0) / 2);
+  r.short_factor = factor_list(s, f.file(), key, "short_factor", half);
+  r.long_factor = factor_list(s, f.file(), key, "long_factor", half);
+  r.factor = sf.present("factor") ? sf.number_or("factor", 1.0)
+                                  : double(c->context_length) / double(r.original_max_positions);
+  if (sf.present("attention_factor")) {
+    r.attention_factor = sf.number_or("attention_factor", 1.0);
+  } else {
+    r.attention_factor =
+        r.factor <= 1.0
+            ? 1.0
+            : std::sqrt(1 + std::log(r.factor) / std::log(double(r.original_max_positions)));
+  }
+  if (!(r.attention_factor > 0))
+    throw InputError(f.file(), key + ".attention_factor", "must be positive");
+}
+
+// OLMoE: one RMSNorm over all of q (hidden_size wide) and one over all of k,
+// and clip_qkv. Its norms are sized from hidden_size, so head_dim must be
+// hidden_size / num_attention_heads.
+void parse_olmoe_attention(const Fields& f, ModelConfig* c) {
+  c->qk_norm_whole = true;
+  if (c->q_dim() != c->hidden_size)
+    throw InputError(f.file(), "head_dim",
+                     std::to_string(c->head_dim) +
+                         " x num_attention_heads=" + std::to_string(c->n_heads) +
+                         " must equal hidden_size=" + std::to_string(c->hidden_size) +
+                         " (OLMoE's q norm is hidden_size wide)");
+  c->clip_qkv = f.number_or("clip_qkv", 0.0);
+  if (!(c->clip_qkv >= 0)) throw InputError(f.file(), "clip_qkv", "must be positive or null");
+}
+
+// The router and experts (formats.md §2.3): Mixtral routes every layer and
+// always renormalises; Qwen3-MoE routes the layers that are not in
+// mlp_only_layers and fall on decoder_sparse_step; both Qwen3-MoE and OLMoE
+// renormalise only with norm_topk_prob.
+void parse_moe(const Fields& f, ModelConfig* c) {
+  const Architecture a = c->arch;
+  MoeConfig& m = c->moe;
+  const char* experts_key =
+      a == Architecture::Mixtral || !f.present("num_experts") ? "num_local_experts" : "num_experts";
+  m.n_experts = f.integer_or(experts_key, a == Architecture::Mixtral    ? 8
+                                          : a == Architecture::Qwen3Moe ? 128
+                                                                        : 64);
+  m.top_k = f.integer_or("num_experts_per_tok", a == Architecture::Mixtral ? 2 : 8);
+  m.intermediate_size = a == Architecture::Qwen3Moe ? f.integer_or("moe_intermediate_size", 768)
+                                                    : c->intermediate_size;
+  m.normalize_top_k = a == Architecture::Mixtral || f.boolean_or("norm_topk_prob", false);
+  for (const char* shared : {"shared_expert_intermediate_size", "n_shared_experts"})
+    if (f.integer_or(shared, 0) != 0)
+      throw InputError(f.file(), shared, "shared experts are not supported by this family");
+  if (m.n_experts <= 0) throw InputError(f.file(), experts_key, "must be positive");
+  if (m.top_k > m.n_experts)
+    throw InputError(
+        f.file(), "num_experts_per_tok",
+        std::to_string(m.top_k) + " exceeds " + experts_key + "=" + std::to_string(m.n_experts));
+  c->check_limits(f.file());
+  m.sparse.assign(static_cast<size_t>(c->n_layers), true);
+  if (a != Architecture::Qwen3Moe) return;
+  const int64_t step = f.integer_or("decoder_sparse_step", 1);
+  if (step < 1)
+    throw InputError(f.file(), "decoder_sparse_step",
+                     "must be at least 1, got " + std::to_string(step));
+  for (int64_t l = 0; l < c->n_layers; ++l) m.sparse[static_cast<size_t>(l)] = (l + 1) % step == 0;
+  if (!f.present("mlp_only_layers")) return;
+  const json& dense = f.raw("mlp_only_layers");
+  if (!dense.is_array())
+    throw InputError(f.file(), "mlp_only_layers", "must be a list of layer indices");
+  for (size_t i = 0; i < dense.size(); ++i) {
+    const std::string key = "mlp_only_layers[" + std::to_string(i) + "]";
+    if (!dense[i].is_number_integer() || dense[i].get<int64_t>() < 0 ||
+        dense[i].get<int64_t>() >= c->n_layers)
+      throw InputError(
+          f.file(), key,
+          dense[i].dump() + " is not a layer index in [0, " + std::to_string(c->n_layers) + ")");
+    m.sparse[dense[i].get<size_t>()] = false;
   }
 }
 
@@ -178,16 +307,21 @@ void parse_llama_family(const Fields& f, ModelConfig* c) {
   c->intermediate_size = f.integer("intermediate_size");
   c->n_layers = f.integer("num_hidden_layers");
   c->n_heads = f.integer("num_attention_heads");
-  const int64_t kv_default = a == Architecture::Llama     ? c->n_heads
-                             : a == Architecture::Mistral ? 8
-                                                          : 32;
+  const int64_t kv_default =
+      a == Architecture::Llama || a == Architecture::Olmoe || a == Architecture::Phi3 ? c->n_heads
+      : a == Architecture::Mistral || a == Architecture::Mixtral                      ? 8
+      : a == Architecture::Qwen3Moe                                                   ? 4
+                                                                                      : 32;
   c->n_kv_heads = f.integer_or("num_key_value_heads", kv_default);
   if (c->n_heads <= 0) throw InputError(f.file(), "num_attention_heads", "must be positive");
+  // Qwen3's config defaults head_dim to 128; the others (Qwen3-MoE too) use
+  // hidden_size / num_attention_heads.
   const int64_t hd_default = a == Architecture::Qwen3 ? 128 : c->hidden_size / c->n_heads;
   c->head_dim = f.integer_or("head_dim", hd_default);
-  const int64_t ctx_default = a == Architecture::Llama     ? 2048
-                              : a == Architecture::Mistral ? 131072
-                                                           : 32768;
+  const int64_t ctx_default = a == Architecture::Llama                                   ? 2048
+                              : a == Architecture::Mistral || a == Architecture::Mixtral ? 131072
+                              : a == Architecture::Olmoe || a == Architecture::Phi3      ? 4096
+                                                                                         : 32768;
   c->context_length = f.integer_or("max_position_embeddings", ctx_default);
   c->norm = NormKind::RmsNorm;
   c->norm_eps = f.number_or("rms_norm_eps", 1e-6);
@@ -201,13 +335,21 @@ void parse_llama_family(const Fields& f, ModelConfig* c) {
   c->qkv_bias = a == Architecture::Qwen2 || attention_bias;
   c->o_bias = a != Architecture::Qwen2 && attention_bias;
   c->mlp_bias = a == Architecture::Llama && f.boolean_or("mlp_bias", false);
-  c->qk_norm = a == Architecture::Qwen3;
+  c->qk_norm = a == Architecture::Qwen3 || a == Architecture::Qwen3Moe || a == Architecture::Olmoe;
+  if (a == Architecture::Olmoe) parse_olmoe_attention(f, c);
   // Before anything sized by them (one sliding window per layer below).
   c->check_limits(f.file());
   parse_rope(f, c);
 
   c->sliding_window.assign(static_cast<size_t>(c->n_layers), 0);
-  if (a == Architecture::Mistral) {
+  if (a == Architecture::Mixtral || a == Architecture::Phi3) {
+    c->sliding_window.assign(static_cast<size_t>(c->n_layers), f.integer_or("sliding_window", 0));
+  } else if (a == Architecture::Qwen3Moe) {
+    // One window on every layer when use_sliding_window (no max_window_layers).
+    const bool use = f.boolean_or("use_sliding_window", false);
+    c->sliding_window.assign(static_cast<size_t>(c->n_layers),
+                             use ? f.integer_or("sliding_window", 4096) : 0);
+  } else if (a == Architecture::Mistral) {
     // MistralConfig defaults to 4096 when the key is absent; null disables it.
     const int64_t w = !f.has_key("sliding_window") ? 4096 : f.integer_or("sliding_window", 0);
     c->sliding_window.assign(static_cast<size_t>(c->n_layers), w);
@@ -226,6 +368,8 @@ void parse_llama_family(const Fields& f, ModelConfig* c) {
       for (int64_t i = first; i < c->n_layers; ++i) c->sliding_window[static_cast<size_t>(i)] = w;
     }
   }
+  if (a == Architecture::Mixtral || a == Architecture::Qwen3Moe || a == Architecture::Olmoe)
+    parse_moe(f, c);
   c->bos_token_id =
       f.present("bos_token_id") ? token_id(f.raw("bos_token_id"), f.file(), "bos_token_id") : -1;
   if (f.present("eos_token_id"))

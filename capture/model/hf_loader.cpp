@@ -18,7 +18,31 @@ namespace kvscope::model {
 
 namespace fs = std::filesystem;
 
-std::string hf_name(const std::string& canonical, bool gpt2) {
+namespace {
+
+// An MoE layer's router and experts: Mixtral's block_sparse_moe.{gate,
+// experts.E.w1/w3/w2}, Qwen3-MoE's and OLMoE's mlp.{gate, experts.E.gate_proj/
+// up_proj/down_proj}. `stem` is "ffn_gate_inp" or "ffn_{gate,up,down}_exps.E";
+// "" when it is neither.
+std::string hf_moe_name(const std::string& stem, Architecture arch) {
+  const bool mixtral = arch == Architecture::Mixtral;
+  const std::string prefix = mixtral ? "block_sparse_moe." : "mlp.";
+  if (stem == "ffn_gate_inp") return prefix + "gate";
+  const size_t dot = stem.find('.');
+  if (dot == std::string::npos) return "";
+  static const std::map<std::string, std::pair<const char*, const char*>> experts = {
+      {"ffn_gate_exps", {"gate_proj", "w1"}},
+      {"ffn_up_exps", {"up_proj", "w3"}},
+      {"ffn_down_exps", {"down_proj", "w2"}}};
+  auto it = experts.find(stem.substr(0, dot));
+  if (it == experts.end()) return "";
+  return prefix + "experts." + stem.substr(dot + 1) + "." +
+         (mixtral ? it->second.second : it->second.first);
+}
+
+}  // namespace
+
+std::string hf_name(const std::string& canonical, Architecture arch) {
   static const std::map<std::string, std::string> llama = {
       {"token_embd", "embed_tokens"},      {"output_norm", "norm"},
       {"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"},
@@ -32,6 +56,7 @@ std::string hf_name(const std::string& canonical, bool gpt2) {
       {"attn_norm", "ln_1"},          {"ffn_norm", "ln_2"},     {"attn_qkv", "attn.c_attn"},
       {"attn_output", "attn.c_proj"}, {"ffn_up", "mlp.c_fc"},   {"ffn_down", "mlp.c_proj"},
       {"output", "lm_head"}};
+  const bool gpt2 = arch == Architecture::Gpt2;
   const auto& table = gpt2 ? gpt2_names : llama;
   std::string layer, rest = canonical;
   if (rest.rfind("blk.", 0) == 0) {
@@ -41,8 +66,15 @@ std::string hf_name(const std::string& canonical, bool gpt2) {
   }
   size_t dot = rest.rfind('.');
   std::string stem = rest.substr(0, dot), suffix = rest.substr(dot);
+  // Phi-3 keeps q/k/v and gate/up fused.
+  static const std::map<std::string, std::string> phi3 = {{"attn_qkv", "self_attn.qkv_proj"},
+                                                          {"ffn_up", "mlp.gate_up_proj"}};
+  auto fused = phi3.find(stem);
   auto it = table.find(stem);
-  std::string mapped = it == table.end() ? stem : it->second;
+  std::string mapped = arch == Architecture::Phi3 && fused != phi3.end() ? fused->second
+                       : it != table.end()                               ? it->second
+                                                                         : hf_moe_name(stem, arch);
+  if (mapped.empty()) mapped = stem;
   if (!layer.empty()) mapped = (gpt2 ? "h." : "layers.") + layer + "." + mapped;
   return mapped + suffix;
 }
@@ -63,7 +95,8 @@ nlohmann::json read_json(const std::string& path) {
 
 class HfSource : public WeightSource {
  public:
-  HfSource(const HfFiles& files, bool gpt2) : gpt2_(gpt2), file_(files.dir) {
+  HfSource(const HfFiles& files, Architecture arch)
+      : arch_(arch), gpt2_(arch == Architecture::Gpt2), file_(files.dir) {
     std::map<std::string, std::string> expected;  // from the index, name -> shard
     const fs::path index = fs::path(files.dir) / "model.safetensors.index.json";
     if (files.shards.size() > 1 || fs::exists(index)) read_index(index.string(), &expected);
@@ -90,23 +123,17 @@ class HfSource : public WeightSource {
   bool has(const std::string& canonical) const override { return find(canonical) != nullptr; }
   std::string native_name(const std::string& canonical) const override {
     if (const formats::StTensor* t = find(canonical)) return t->name;
-    return hf_name(canonical, gpt2_);
+    return hf_name(canonical, arch_);
   }
   torch::Tensor get(const std::string& canonical) override {
     const formats::StTensor* t = find(canonical);
-    if (!t) throw InputError(file_, hf_name(canonical, gpt2_), "tensor is missing");
+    if (!t) throw InputError(file_, hf_name(canonical, arch_), "tensor is missing");
     const formats::SafetensorsFile* f = where_.at(t->name);
     torch::ScalarType dtype;
     switch (t->dtype) {
-      case formats::StDtype::F32:
-        dtype = torch::kFloat32;
-        break;
-      case formats::StDtype::F16:
-        dtype = torch::kFloat16;
-        break;
-      case formats::StDtype::BF16:
-        dtype = torch::kBFloat16;
-        break;
+      case formats::StDtype::F32: dtype = torch::kFloat32; break;
+      case formats::StDtype::F16: dtype = torch::kFloat16; break;
+      case formats::StDtype::BF16: dtype = torch::kBFloat16; break;
       default:
         throw InputError(
             f->path(), t->name,
@@ -118,7 +145,7 @@ class HfSource : public WeightSource {
 
  private:
   const formats::StTensor* find(const std::string& canonical) const {
-    const std::string name = hf_name(canonical, gpt2_);
+    const std::string name = hf_name(canonical, arch_);
     const std::vector<std::string> candidates =
         canonical == "output.weight" ? std::vector<std::string>{name}
         : gpt2_                      ? std::vector<std::string>{name, "transformer." + name}
@@ -140,6 +167,7 @@ class HfSource : public WeightSource {
     }
   }
 
+  Architecture arch_;
   bool gpt2_;
   std::string file_;
   std::vector<std::shared_ptr<formats::SafetensorsFile>> files_;
@@ -189,7 +217,7 @@ std::unique_ptr<Transformer> load_hf_model(const std::string& dir,
   ModelConfig config = parse_hf_config(files.config);
   config.name = fs::path(dir).filename().string();
   if (config.name.empty()) config.name = fs::path(dir).parent_path().filename().string();
-  HfSource source(files, config.arch == Architecture::Gpt2);
+  HfSource source(files, config.arch);
   ModelWeights weights = build_weights(config, source, target);
   return std::make_unique<Transformer>(std::move(config), std::move(weights));
 }

@@ -1,7 +1,8 @@
 // What the forward pass needs to know about a model, whatever file it came
 // from. The loaders (HF directory, GGUF, llama2.c) fill it; the per-
 // architecture differences of formats.md §2.3 are reduced to a few switches
-// (norm kind, MLP kind, biases, q/k norm, learned positions, RoPE).
+// (norm kind, MLP kind, biases, q/k norm, learned positions, RoPE, a sparse
+// mixture of experts in place of the MLP).
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,7 @@
 
 namespace kvscope::model {
 
-enum class Architecture { Llama, Mistral, Qwen2, Qwen3, Gpt2 };
+enum class Architecture { Llama, Mistral, Qwen2, Qwen3, Gpt2, Mixtral, Qwen3Moe, Olmoe, Phi3 };
 
 // Bounds of the sizes a model file may declare. Every loader checks the
 // sizes it reads against them before it allocates anything they size: a
@@ -26,6 +27,7 @@ struct ModelLimits {
   static constexpr int64_t kMaxIntermediate = int64_t(1) << 22;
   static constexpr int64_t kMaxVocab = int64_t(1) << 24;
   static constexpr int64_t kMaxContext = int64_t(1) << 26;  // the trace's token axis
+  static constexpr int64_t kMaxExperts = 4096;              // DeepSeek-V3: 256 routed experts
 };
 
 // Throws InputError(file, field, ...) naming the value and the range unless
@@ -40,19 +42,38 @@ enum class MlpKind { SwiGlu, GeluTanh };
 // RoPE frequencies (formats.md §2.2). Weights are always brought into the HF
 // "rotate-half" row order at load, so one rotation serves every source.
 struct RopeConfig {
-  enum class Scaling { None, Linear, Dynamic, Llama3 };
+  enum class Scaling { None, Linear, Dynamic, Llama3, LongRope };
   bool enabled = true;
   double theta = 10000.0;
   int64_t dim = 0;  // rotary dimension (= head_dim)
   Scaling scaling = Scaling::None;
   double factor = 1.0;
-  double low_freq_factor = 1.0;        // llama3
-  double high_freq_factor = 4.0;       // llama3
-  int64_t original_max_positions = 0;  // llama3: original_max_position_embeddings; dynamic: M
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  int64_t original_max_positions =
+      0;  // llama3, longrope: original_max_position_embeddings; dynamic: M
+  // LongRoPE (Phi-3): per-frequency divisors of the base frequencies, the
+  // short ones while a sequence fits original_max_positions, the long ones
+  // past it; cos and sin are scaled by attention_factor.
+  std::vector<double> short_factor, long_factor;
+  double attention_factor = 1.0;
   // GGUF rope_freqs.weight: per-frequency divisors (llama3 scaling baked in).
   std::vector<float> freq_divisors;
 };
 const char* rope_scaling_name(RopeConfig::Scaling s);
+
+// A sparse mixture of experts in place of the dense MLP (Mixtral, Qwen3-MoE,
+// OLMoE): per token a linear router scores n_experts SwiGLU experts, the
+// softmax (float32) of its logits is cut to the top_k, optionally renormalised
+// to sum to 1, and the chosen experts' outputs are summed with those weights.
+// Attention and the KV cache are those of the dense model.
+struct MoeConfig {
+  int64_t n_experts = 0;  // 0: no MoE layers
+  int64_t top_k = 0;
+  int64_t intermediate_size = 0;  // each expert's hidden width
+  bool normalize_top_k = false;   // divide the top_k weights by their sum
+  std::vector<bool> sparse;       // per layer: experts (true) or the dense MLP
+};
 
 struct ModelConfig {
   Architecture arch = Architecture::Llama;
@@ -75,9 +96,12 @@ struct ModelConfig {
   bool o_bias = false;
   bool mlp_bias = false;
   bool qk_norm = false;            // Qwen3: per-head RMSNorm on q and k before RoPE
+  bool qk_norm_whole = false;      // OLMoE: the q/k RMSNorm spans all heads' rows at once
+  double clip_qkv = 0;             // OLMoE clip_qkv: q, k, v clamped to [-c, c] (0: none)
   bool learned_positions = false;  // GPT-2 wpe
   bool tied_embeddings = false;
   RopeConfig rope;
+  MoeConfig moe;
 
   // Softmax scale = attn_scale / sqrt(head_dim) (GPT-2 options fold in here).
   bool scale_attn_weights = true;
@@ -90,6 +114,9 @@ struct ModelConfig {
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  bool moe_layer(int64_t layer) const {
+    return moe.n_experts > 0 && moe.sparse[static_cast<size_t>(layer)];
+  }
   // Checks every size against ModelLimits (HF field names); the loaders
   // call it, or check_size with their own names, before allocating.
   void check_limits(const std::string& file) const;

@@ -19,7 +19,16 @@ struct LayerWeights {
   torch::Tensor ffn_norm, ffn_norm_bias;    // [D]
   torch::Tensor w_up, b_up;                 // SwiGLU: [2I, D] gate rows then up rows; GELU: [I, D]
   torch::Tensor w_down, b_down;             // [D, I], [D]
+  // A mixture-of-experts layer instead of w_up/w_down (model_config.h MoeConfig).
+  torch::Tensor router;        // [E, D]
+  torch::Tensor experts_up;    // [E, 2I, D]: each expert's gate rows then its up rows
+  torch::Tensor experts_down;  // [E, D, I]
 };
+
+// Every tensor slot of a layer (defined or not), in declaration order: the
+// one list the loaders, the device moves and the counters walk.
+std::vector<torch::Tensor*> layer_slots(LayerWeights& l);
+std::vector<const torch::Tensor*> layer_slots(const LayerWeights& l);
 
 struct ModelWeights {
   torch::Tensor embed;      // [V, D]

@@ -44,6 +44,11 @@ torch::Tensor rows(const torch::Tensor& t, int64_t from, int64_t n) {
 // q, k, v (and biases) out of the fused wqkv, in the file's row order.
 void attention_tensors(const ModelConfig& c, const LayerWeights& w, const std::string& p,
                        Layout lay, Named* out) {
+  if (c.arch == Architecture::Phi3) {  // fused as stored
+    out->push_back({p + "attn_qkv.weight", w.wqkv});
+    out->push_back({p + "attn_output.weight", w.wo});
+    return;
+  }
   if (c.arch == Architecture::Gpt2) {
     out->push_back({p + "attn_qkv.weight", lay.conv1d ? w.wqkv.t() : w.wqkv});
     out->push_back({p + "attn_qkv.bias", w.bqkv});
@@ -67,13 +72,33 @@ void attention_tensors(const ModelConfig& c, const LayerWeights& w, const std::s
   out->push_back({p + "attn_output.bias", w.bo});
 }
 
+// The router and one tensor per expert and projection (the HF checkpoint
+// layout; GGUF's stacked tensors are read, never written).
+void moe_tensors(const ModelConfig& c, const LayerWeights& w, const std::string& p, Named* out) {
+  const int64_t I = c.moe.intermediate_size;
+  out->push_back({p + "ffn_gate_inp.weight", w.router});
+  for (int64_t e = 0; e < c.moe.n_experts; ++e) {
+    const std::string x = "." + std::to_string(e) + ".weight";
+    const torch::Tensor up = w.experts_up.select(0, e);
+    out->push_back({p + "ffn_gate_exps" + x, up.narrow(0, 0, I)});
+    out->push_back({p + "ffn_up_exps" + x, up.narrow(0, I, I)});
+    out->push_back({p + "ffn_down_exps" + x, w.experts_down.select(0, e)});
+  }
+}
+
 void mlp_tensors(const ModelConfig& c, const LayerWeights& w, const std::string& p, Layout lay,
                  Named* out) {
+  if (w.router.defined()) return moe_tensors(c, w, p, out);
   if (c.mlp == MlpKind::GeluTanh) {
     out->push_back({p + "ffn_up.weight", lay.conv1d ? w.w_up.t() : w.w_up});
     out->push_back({p + "ffn_up.bias", w.b_up});
     out->push_back({p + "ffn_down.weight", lay.conv1d ? w.w_down.t() : w.w_down});
     out->push_back({p + "ffn_down.bias", w.b_down});
+    return;
+  }
+  if (c.arch == Architecture::Phi3) {  // gate_up_proj fused as stored
+    out->push_back({p + "ffn_up.weight", w.w_up});
+    out->push_back({p + "ffn_down.weight", w.w_down});
     return;
   }
   const int64_t I = c.intermediate_size;
@@ -123,6 +148,7 @@ std::string llama2c_obstacle(const ModelConfig& c) {
   if (c.norm != NormKind::RmsNorm || c.norm_eps != 1e-5)
     return "a norm other than RMSNorm eps 1e-5";
   if (c.mlp != MlpKind::SwiGlu) return "a non-SwiGLU MLP";
+  if (c.moe.n_experts > 0) return "a mixture of experts";
   if (c.qkv_bias || c.o_bias || c.mlp_bias || c.qk_norm) return "biases or q/k norms";
   if (!c.rope.enabled || c.rope.theta != 10000.0 || c.rope.dim != c.head_dim ||
       c.rope.scaling != RopeConfig::Scaling::None || !c.rope.freq_divisors.empty())
@@ -230,7 +256,7 @@ void write_hf_directory(const Transformer& m, const std::string& source_dir,
   fs::create_directories(dir);
   Named named;
   for (auto& [canonical, t] : canonical_tensors(m, Layout{false, gpt2})) {
-    const std::string name = hf_name(canonical, gpt2);
+    const std::string name = hf_name(canonical, c.arch);
     named.push_back(
         {canonical == "output.weight" ? name : (gpt2 ? "transformer." : "model.") + name, t});
   }
@@ -249,14 +275,11 @@ std::string write_model_like(const Transformer& m, const std::string& source,
                              const std::string& out, const std::string& option) {
   const ModelFormat format = detect_model_format(source);
   switch (format) {
-    case ModelFormat::Llama2c:
-      write_llama2c(m, out);
-      return out;
+    case ModelFormat::Llama2c: write_llama2c(m, out); return out;
     case ModelFormat::HfDirectory:
       write_hf_directory(m, model_root(source, format), out);
       return (fs::path(out) / "model.safetensors").string();
-    case ModelFormat::Gguf:
-      break;
+    case ModelFormat::Gguf: break;
   }
   throw InputError(source, option,
                    "a GGUF model cannot be written back after fine-tuning (KVScope reads GGUF, it "

@@ -30,6 +30,26 @@ torch::Tensor llama3_inv_freq(const RopeConfig& c) {
   return torch::where(medium, smoothed, scaled);
 }
 
+// transformers' _compute_longrope_parameters: 1 / (factor_i * base ** (2i / d)).
+torch::Tensor longrope_inv_freq(const RopeConfig& c, const std::vector<double>& factors) {
+  torch::Tensor exponent =
+      torch::arange(0, c.dim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(c.dim);
+  torch::Tensor ext = torch::tensor(std::vector<float>(factors.begin(), factors.end()));
+  return 1.0 / (ext * torch::pow(c.theta, exponent));
+}
+
+// LongRoPE's attention factor multiplies cos and sin (transformers'
+// attention_scaling); 1 elsewhere, where the tables are left untouched.
+torch::Tensor with_attention_factor(const RopeConfig& c, const torch::Tensor& table) {
+  return c.attention_factor == 1.0 ? table : table * c.attention_factor;
+}
+
+bool long_sequence(const RopeConfig& c, int64_t seq_len) {
+  using S = RopeConfig::Scaling;
+  return (c.scaling == S::Dynamic || c.scaling == S::LongRope) &&
+         seq_len > c.original_max_positions;
+}
+
 }  // namespace
 
 Rope::Rope(const RopeConfig& config, torch::Device device) : config_(config), device_(device) {
@@ -40,6 +60,8 @@ Rope::Rope(const RopeConfig& config, torch::Device device) : config_(config), de
     base_inv_freq_ = default_inv_freq(config_.theta, config_.dim) / div;
   } else if (config_.scaling == S::Llama3) {
     base_inv_freq_ = llama3_inv_freq(config_);
+  } else if (config_.scaling == S::LongRope) {
+    base_inv_freq_ = longrope_inv_freq(config_, config_.short_factor);
   } else if (config_.scaling == S::Linear) {
     base_inv_freq_ = default_inv_freq(config_.theta, config_.dim) / config_.factor;
   } else {
@@ -48,8 +70,11 @@ Rope::Rope(const RopeConfig& config, torch::Device device) : config_(config), de
 }
 
 torch::Tensor Rope::inv_freq(int64_t seq_len) const {
-  if (config_.scaling != RopeConfig::Scaling::Dynamic || seq_len <= config_.original_max_positions)
-    return base_inv_freq_;
+  if (!long_sequence(config_, seq_len)) return base_inv_freq_;
+  // LongRoPE: the long factors once the sequence outgrows the trained length
+  // (transformers decides per forward call by the last position it holds).
+  if (config_.scaling == RopeConfig::Scaling::LongRope)
+    return longrope_inv_freq(config_, config_.long_factor);
   // Dynamic NTK: a larger base once the sequence outgrows the trained length,
   // computed in float32 tensors as transformers does.
   const double d = static_cast<double>(config_.dim);
@@ -67,17 +92,18 @@ void Rope::grow(int64_t positions) {
   torch::Tensor pos = torch::arange(cap, torch::kInt64).to(torch::kFloat32);
   torch::Tensor freqs = torch::outer(pos, base_inv_freq_);
   torch::Tensor emb = torch::cat({freqs, freqs}, -1);
-  cos_ = emb.cos().to(device_);
-  sin_ = emb.sin().to(device_);
+  cos_ = with_attention_factor(config_, emb.cos()).to(device_);
+  sin_ = with_attention_factor(config_, emb.sin()).to(device_);
   capacity_ = cap;
 }
 
 std::pair<torch::Tensor, torch::Tensor> Rope::tables(int64_t pos0, int64_t n, int64_t seq_len) {
-  if (config_.scaling == RopeConfig::Scaling::Dynamic && seq_len > config_.original_max_positions) {
+  if (long_sequence(config_, seq_len)) {
     torch::Tensor pos = torch::arange(pos0, pos0 + n, torch::kInt64).to(torch::kFloat32);
     torch::Tensor freqs = torch::outer(pos, inv_freq(seq_len));
     torch::Tensor emb = torch::cat({freqs, freqs}, -1);
-    return {emb.cos().to(device_).unsqueeze(1), emb.sin().to(device_).unsqueeze(1)};
+    return {with_attention_factor(config_, emb.cos()).to(device_).unsqueeze(1),
+            with_attention_factor(config_, emb.sin()).to(device_).unsqueeze(1)};
   }
   if (pos0 + n > capacity_) grow(pos0 + n);
   return {cos_.narrow(0, pos0, n).unsqueeze(1), sin_.narrow(0, pos0, n).unsqueeze(1)};

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "capture/model/cpu_ops.h"
+#include "core/common/check.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::model {
@@ -49,10 +50,7 @@ int64_t Transformer::parameter_count() const {
   add(weights_.embed);
   add(weights_.pos_embed);
   for (const LayerWeights& w : weights_.layers)
-    for (const torch::Tensor* t :
-         {&w.attn_norm, &w.attn_norm_bias, &w.wqkv, &w.bqkv, &w.q_norm, &w.k_norm, &w.wo, &w.bo,
-          &w.ffn_norm, &w.ffn_norm_bias, &w.w_up, &w.b_up, &w.w_down, &w.b_down})
-      add(*t);
+    for (const torch::Tensor* t : layer_slots(w)) add(*t);
   add(weights_.final_norm);
   add(weights_.final_norm_bias);
   add(weights_.lm_head);
@@ -107,7 +105,7 @@ torch::Tensor Transformer::attention_block(const torch::Tensor& h, int64_t layer
   in.pos0 = pos0;
   in.hidden = h;
   in.v = v;
-  if (config_.rope.enabled && !config_.qk_norm && cpu_ops::eligible(qkv)) {
+  if (config_.rope.enabled && !config_.qk_norm && config_.clip_qkv == 0 && cpu_ops::eligible(qkv)) {
     // Fast path: rotate q and k in place in the fresh qkv buffer, after
     // keeping a copy of k before the rotation.
     in.k_pre_rope = k.clone();
@@ -117,9 +115,18 @@ torch::Tensor Transformer::attention_block(const torch::Tensor& h, int64_t layer
     in.q = q;
     in.k = k;
   } else {
-    if (config_.qk_norm) {
+    if (config_.qk_norm && config_.qk_norm_whole) {
+      q = rms_norm(q.reshape({n, H * hd}), w.q_norm, config_.norm_eps).view({n, H, hd});
+      k = rms_norm(k.reshape({n, K * hd}), w.k_norm, config_.norm_eps).view({n, K, hd});
+    } else if (config_.qk_norm) {
       q = rms_norm(q, w.q_norm, config_.norm_eps);
       k = rms_norm(k, w.k_norm, config_.norm_eps);
+    }
+    if (config_.clip_qkv > 0) {
+      const double c = config_.clip_qkv;
+      q = q.clamp(-c, c);
+      k = k.clamp(-c, c);
+      in.v = v.clamp(-c, c);
     }
     in.k_pre_rope = k;
     in.q = config_.rope.enabled ? Rope::apply(q, cos, sin) : q;
@@ -133,6 +140,7 @@ torch::Tensor Transformer::attention_block(const torch::Tensor& h, int64_t layer
 
 torch::Tensor Transformer::mlp_block(const torch::Tensor& h, int64_t layer) const {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  if (config_.moe_layer(layer)) return moe_block(h, w);
   torch::Tensor up = linear(h, w.w_up, w.b_up);
   torch::Tensor m;
   if (config_.mlp == MlpKind::SwiGlu) {
@@ -147,6 +155,47 @@ torch::Tensor Transformer::mlp_block(const torch::Tensor& h, int64_t layer) cons
     m = torch::gelu(up, "tanh");
   }
   return linear(m, w.w_down, w.b_down);
+}
+
+// As transformers computes it: the router's logits in the model's dtype, their
+// softmax in float32, the top_k (renormalised when the config says so); each
+// chosen expert's SwiGLU on its tokens, scaled by the token's weight for it
+// (float32), cast back and added into zeros in ascending expert order, so a
+// token's experts sum in the order transformers sums them.
+torch::Tensor Transformer::moe_block(const torch::Tensor& h, const LayerWeights& w) const {
+  const MoeConfig& m = config_.moe;
+  const int64_t n = h.size(0), I = m.intermediate_size;
+  torch::Tensor probs =
+      torch::softmax(linear(h, w.router, torch::Tensor()).to(torch::kFloat32), -1);
+  auto [weights, chosen] = torch::topk(probs, m.top_k, -1);
+  if (m.normalize_top_k) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  // tokens[e], ranks[e]: the (token, rank) pairs routed to expert e.
+  std::vector<std::vector<int64_t>> tokens(static_cast<size_t>(m.n_experts));
+  std::vector<std::vector<int64_t>> ranks(static_cast<size_t>(m.n_experts));
+  const torch::Tensor picks = chosen.to(torch::kCPU, torch::kInt64).contiguous();
+  const int64_t* pick = picks.data_ptr<int64_t>();
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < m.top_k; ++r) {
+      const int64_t e = pick[t * m.top_k + r];
+      KVSCOPE_CHECK(e >= 0 && e < m.n_experts, "moe_block: topk returned an expert out of range");
+      tokens[static_cast<size_t>(e)].push_back(t);
+      ranks[static_cast<size_t>(e)].push_back(r);
+    }
+  torch::Tensor out = torch::zeros_like(h);
+  for (int64_t e = 0; e < m.n_experts; ++e) {
+    const auto& tok = tokens[static_cast<size_t>(e)];
+    if (tok.empty()) continue;
+    const torch::Tensor ti = torch::tensor(tok, torch::kInt64).to(h.device());
+    const torch::Tensor ri =
+        torch::tensor(ranks[static_cast<size_t>(e)], torch::kInt64).to(h.device());
+    const torch::Tensor up =
+        linear(h.index_select(0, ti), w.experts_up.select(0, e), torch::Tensor());
+    const torch::Tensor act = torch::silu(up.narrow(1, 0, I)) * up.narrow(1, I, I);
+    const torch::Tensor y = linear(act, w.experts_down.select(0, e), torch::Tensor());
+    const torch::Tensor scale = weights.index({ti, ri}).unsqueeze(1);
+    out.index_add_(0, ti, (y * scale).to(out.scalar_type()));
+  }
+  return out;
 }
 
 torch::Tensor Transformer::run_layers(const torch::Tensor& tokens, int64_t pos0,

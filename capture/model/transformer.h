@@ -72,6 +72,7 @@ class Transformer {
                                 const torch::Tensor& cos, const torch::Tensor& sin,
                                 AttentionBackend& backend) const;
   torch::Tensor mlp_block(const torch::Tensor& x, int64_t layer) const;
+  torch::Tensor moe_block(const torch::Tensor& x, const LayerWeights& w) const;
 
   ModelConfig config_;
   ModelWeights weights_;

@@ -86,6 +86,14 @@ void build_attention(const ModelConfig& c, WeightSource& src, Builder& b, int64_
     w->bo = b.need(p + "attn_output.bias", {D}, "n_embd");
     return;
   }
+  if (c.arch == Architecture::Phi3) {
+    // Phi-3 stores q, k and v fused already (qkv_proj), in this order.
+    w->wqkv = b.need(p + "attn_qkv.weight", {c.q_dim() + 2 * c.kv_dim(), D}, qwhy + "; " + kwhy)
+                  .to(torch::kFloat32);
+    w->wo =
+        b.need(p + "attn_output.weight", {D, c.q_dim()}, fields("hidden_size", D) + "; " + qwhy);
+    return;
+  }
   torch::Tensor wq = b.need(p + "attn_q.weight", {c.q_dim(), D}, qwhy);
   torch::Tensor wk = b.need(p + "attn_k.weight", {c.kv_dim(), D}, kwhy);
   torch::Tensor wv = b.need(p + "attn_v.weight", {c.kv_dim(), D}, kwhy);
@@ -104,7 +112,10 @@ void build_attention(const ModelConfig& c, WeightSource& src, Builder& b, int64_
   w->wqkv = torch::cat({wq.to(torch::kFloat32), wk.to(torch::kFloat32), wv.to(torch::kFloat32)});
   if (c.qkv_bias)
     w->bqkv = torch::cat({bq.to(torch::kFloat32), bk.to(torch::kFloat32), bv.to(torch::kFloat32)});
-  if (c.qk_norm) {
+  if (c.qk_norm && c.qk_norm_whole) {
+    w->q_norm = b.need(p + "attn_q_norm.weight", {c.q_dim()}, qwhy + " (one norm over all heads)");
+    w->k_norm = b.need(p + "attn_k_norm.weight", {c.kv_dim()}, kwhy + " (one norm over all heads)");
+  } else if (c.qk_norm) {
     w->q_norm = b.need(p + "attn_q_norm.weight", {hd}, fields("head_dim", hd));
     w->k_norm = b.need(p + "attn_k_norm.weight", {hd}, fields("head_dim", hd));
   }
@@ -112,7 +123,37 @@ void build_attention(const ModelConfig& c, WeightSource& src, Builder& b, int64_
   if (c.o_bias) w->bo = b.need(p + "attn_output.bias", {D}, fields("hidden_size", D));
 }
 
-void build_mlp(const ModelConfig& c, Builder& b, int64_t l, LayerWeights* w) {
+// One of an MoE layer's expert tensors, all experts stacked [E, rows, cols]:
+// GGUF stores them so (blk.N.ffn_gate_exps.weight), HF checkpoints one per
+// expert (canonical blk.N.ffn_gate_exps.E.weight, stacked here).
+torch::Tensor expert_stack(const ModelConfig& c, WeightSource& src, Builder& b,
+                           const std::string& stem, int64_t rows, int64_t cols,
+                           const std::string& why) {
+  const int64_t E = c.moe.n_experts;
+  if (src.has(stem + ".weight"))
+    return b.need(stem + ".weight", {E, rows, cols}, fields("num_experts", E) + ", " + why)
+        .to(torch::kFloat32);
+  std::vector<torch::Tensor> per;
+  per.reserve(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e)
+    per.push_back(
+        b.need(stem + "." + std::to_string(e) + ".weight", {rows, cols}, why).to(torch::kFloat32));
+  return torch::stack(per);
+}
+
+void build_moe(const ModelConfig& c, WeightSource& src, Builder& b, int64_t l, LayerWeights* w) {
+  const std::string p = "blk." + std::to_string(l) + ".";
+  const int64_t D = c.hidden_size, I = c.moe.intermediate_size, E = c.moe.n_experts;
+  const std::string why = fields("moe_intermediate_size", I, "hidden_size", D);
+  w->router = b.need(p + "ffn_gate_inp.weight", {E, D}, fields("num_experts", E, "hidden_size", D));
+  torch::Tensor gate = expert_stack(c, src, b, p + "ffn_gate_exps", I, D, why);
+  torch::Tensor up = expert_stack(c, src, b, p + "ffn_up_exps", I, D, why);
+  w->experts_up = torch::cat({gate, up}, 1);
+  w->experts_down = expert_stack(c, src, b, p + "ffn_down_exps", D, I, why);
+}
+
+void build_mlp(const ModelConfig& c, WeightSource& src, Builder& b, int64_t l, LayerWeights* w) {
+  if (c.moe_layer(l)) return build_moe(c, src, b, l, w);
   const std::string p = "blk." + std::to_string(l) + ".";
   const int64_t D = c.hidden_size, I = c.intermediate_size;
   const std::string why = fields("intermediate_size", I, "hidden_size", D);
@@ -121,6 +162,12 @@ void build_mlp(const ModelConfig& c, Builder& b, int64_t l, LayerWeights* w) {
     w->b_up = b.need(p + "ffn_up.bias", {I}, why);
     w->w_down = b.need_linear(p + "ffn_down.weight", D, I, why);
     w->b_down = b.need(p + "ffn_down.bias", {D}, why);
+    return;
+  }
+  if (c.arch == Architecture::Phi3) {
+    // gate_up_proj: the gate rows, then the up rows (the fused layout here).
+    w->w_up = b.need(p + "ffn_up.weight", {2 * I, D}, "2 x " + why);
+    w->w_down = b.need(p + "ffn_down.weight", {D, I}, why);
     return;
   }
   torch::Tensor gate = b.need(p + "ffn_gate.weight", {I, D}, why);
@@ -148,10 +195,7 @@ void build_norms(const ModelConfig& c, Builder& b, int64_t l, LayerWeights* w) {
 }
 
 void to_target(Builder& b, LayerWeights* w) {
-  for (torch::Tensor* t :
-       {&w->attn_norm, &w->attn_norm_bias, &w->wqkv, &w->bqkv, &w->q_norm, &w->k_norm, &w->wo,
-        &w->bo, &w->ffn_norm, &w->ffn_norm_bias, &w->w_up, &w->b_up, &w->w_down, &w->b_down})
-    *t = b.to_target(*t);
+  for (torch::Tensor* t : layer_slots(*w)) *t = b.to_target(*t);
 }
 
 }  // namespace
@@ -205,7 +249,7 @@ ModelWeights build_weights(const ModelConfig& c, WeightSource& src,
     LayerWeights& w = m.layers[static_cast<size_t>(l)];
     build_norms(c, b, l, &w);
     build_attention(c, src, b, l, &w);
-    build_mlp(c, b, l, &w);
+    build_mlp(c, src, b, l, &w);
     to_target(b, &w);
   }
   m.final_norm = b.to_target(b.need("output_norm.weight", {D}, fields("hidden_size", D)));

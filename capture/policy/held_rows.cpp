@@ -38,6 +38,7 @@ HeldRows subset_rows(const HeldRows& all, const std::vector<int64_t>& positions)
 RopeInverse::RopeInverse(const model::ModelConfig& config) {
   if (config.rope.enabled && !config.learned_positions)
     rope_ = std::make_unique<model::Rope>(config.rope, torch::Device(torch::kCPU));
+  rope_factor_ = config.rope.attention_factor;
 }
 
 torch::Tensor RopeInverse::operator()(const torch::Tensor& keys, const std::vector<int32_t>& pos,
@@ -47,6 +48,9 @@ torch::Tensor RopeInverse::operator()(const torch::Tensor& keys, const std::vect
   auto [cos, sin] = rope_->tables(0, last + 1, seq_len);  // [P, 1, d]
   torch::Tensor index = torch::tensor(std::vector<int64_t>(pos.begin(), pos.end()));
   torch::Tensor c = cos.index_select(0, index), s = sin.index_select(0, index);
+  // The tables carry LongRoPE's attention factor a: the inverse of a R(t) is R(-t) / a.
+  const double a = rope_factor_;
+  if (a != 1.0) c = c / (a * a), s = s / (a * a);
   return model::Rope::apply(keys.unsqueeze(1), c, -s).squeeze(1);
 }
 

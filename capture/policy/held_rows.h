@@ -43,6 +43,7 @@ class RopeInverse {
 
  private:
   std::unique_ptr<model::Rope> rope_;
+  double rope_factor_ = 1.0;  // LongRoPE's attention factor, in the tables
 };
 
 // x [m] standardised over its own entries as torch does it (unbiased std):

@@ -11,6 +11,7 @@ void QueryMoments::setup(const model::ModelConfig& m, int64_t sinks, bool second
   rope_.reset();
   if (m.rope.enabled && !m.learned_positions)
     rope_ = std::make_unique<model::Rope>(m.rope, torch::Device(torch::kCPU));
+  rope_factor_ = m.rope.attention_factor;
   // One tensor per layer (assign() would share one storage between layers).
   sum_.clear(), sum_sq_.clear();
   for (int64_t l = 0; l < m.n_layers; ++l) {
@@ -28,7 +29,9 @@ void QueryMoments::add(int64_t layer, const torch::Tensor& q_rotated, int64_t po
   torch::Tensor q = q_rotated.to(torch::kFloat32);  // [n, H, hd]
   if (rope_) {
     auto [cos, sin] = rope_->tables(pos0, n, seq_len);
-    q = model::Rope::apply(q, cos, -sin);
+    // The inverse of a R(t) (LongRoPE's attention factor a) is R(-t) / a.
+    const double a2 = rope_factor_ * rope_factor_;
+    q = model::Rope::apply(q, a2 == 1.0 ? cos : cos / a2, a2 == 1.0 ? -sin : -sin / a2);
   }
   torch::Tensor qd = q.narrow(0, first, n - first).to(torch::kFloat64);
   sum_[size_t(layer)] += qd.sum(0);

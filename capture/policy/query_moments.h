@@ -35,6 +35,7 @@ class QueryMoments {
   int64_t sinks_ = 0, H_ = 0, d_ = 0;
   bool second_ = false;
   std::unique_ptr<model::Rope> rope_;
+  double rope_factor_ = 1.0;                 // LongRoPE's attention factor, in the tables
   std::vector<torch::Tensor> sum_, sum_sq_;  // per layer [H, d], [H, d, d]
   std::vector<int64_t> count_;
 };

@@ -177,9 +177,9 @@ def copy_file(src, name):
     return path
 
 
-def hf_dir(name, edit):
+def hf_dir(name, edit, base="llama"):
     path = os.path.join(SCRATCH, name)
-    shutil.copytree(os.path.join(FIXTURES, "model", "llama"), path)
+    shutil.copytree(os.path.join(FIXTURES, "model", base), path)
     cfg = os.path.join(path, "config.json")
     text = open(cfg).read()
     open(cfg, "w").write(edit(text))
@@ -188,6 +188,11 @@ def hf_dir(name, edit):
 
 def json_set(key, raw):
     return lambda text: re.sub(r'"%s"\s*:\s*[^,}]+' % key, '"%s": %s' % (key, raw), text)
+
+
+def json_update(**keys):
+    import json
+    return lambda text: json.dumps({**json.loads(text), **keys}, indent=2)
 
 
 def write_file(name, data):
@@ -213,6 +218,11 @@ FILE_RECIPES = {
     "hf_layers": lambda: hf_dir("hf-layers", json_set("num_hidden_layers", "1000000000")),
     "hf_heads": lambda: hf_dir("hf-heads", json_set("num_attention_heads", "-4")),
     "hf_eos": lambda: hf_dir("hf-eos", json_set("eos_token_id", "4294967544")),
+    "moe_shared": lambda: hf_dir("moe-shared", json_update(shared_expert_intermediate_size=64), "qwen3_moe"),
+    "moe_layer": lambda: hf_dir("moe-layer", json_update(mlp_only_layers=[7]), "qwen3_moe"),
+    "moe_topk": lambda: hf_dir("moe-topk", json_update(num_experts_per_tok=9), "mixtral"),
+    "phi3_factors": lambda: hf_dir("phi3-factors", lambda t: t.replace('"short_factor": [', '"short_factor": [1.0, '),
+                                   "phi3"),
 }
 
 

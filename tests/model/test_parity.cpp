@@ -3,8 +3,10 @@
 // make_fixtures.py): every prompt position, then 16 cached decode steps.
 #include "tests/model/model_test_util.h"  // first: orders LibTorch and Catch
 
+#include "capture/attention/step_driver.h"
 #include "capture/generate/dense_kv_cache.h"
 #include "capture/model/model_loader.h"
+#include "capture/policy/registry.h"
 
 using kvscope::formats::SafetensorsFile;
 using kvscope::generate::DenseKvCache;
@@ -28,10 +30,13 @@ Expected read_expected(const std::string& path) {
           read_tensor(f, "decode_ids"), read_tensor(f, "decode_logits")};
 }
 
-// Prefill then decode with the dense cache; returns the worst max-abs error.
-double run_against(Transformer& model, const Expected& e, double tolerance) {
+// Prefill then decode with `backend` (default: the dense cache); returns the
+// worst max-abs error.
+double run_against(Transformer& model, const Expected& e, double tolerance,
+                   kvscope::model::AttentionBackend* backend = nullptr) {
   const int64_t T = e.input_ids.size(0), steps = e.decode_ids.size(0);
-  DenseKvCache cache(model.config(), T + steps, torch::kCPU, torch::kFloat32);
+  DenseKvCache dense(model.config(), T + steps, torch::kCPU, torch::kFloat32);
+  kvscope::model::AttentionBackend& cache = backend ? *backend : dense;
   torch::Tensor logits = model.forward(e.input_ids, 0, cache, /*all_logits=*/true);
   REQUIRE(logits.sizes() == e.prefill_logits.sizes());
   double worst = max_abs_diff(logits, e.prefill_logits);
@@ -92,6 +97,91 @@ TEST_CASE("gpt2 (learned positions, LayerNorm, Conv1D, inverse-layer scaling) ma
   check_hf_fixture("gpt2");
 }
 
+TEST_CASE(
+    "qwen3_moe (dense layer between routed ones, renormalised top-2 of 4) matches transformers",
+    "[parity][moe]") {
+  check_hf_fixture("qwen3_moe");
+}
+
+TEST_CASE(
+    "qwen3_moe (decoder_sparse_step 2, top-3 of 8 unnormalised, window 6, bf16) matches "
+    "transformers",
+    "[parity][moe]") {
+  check_hf_fixture("qwen3_moe_step2");
+}
+
+TEST_CASE("mixtral (top-2 of 4 on every layer, window 6) matches transformers", "[parity][moe]") {
+  check_hf_fixture("mixtral");
+}
+
+TEST_CASE("mixtral (top-1 of 8, head_dim 12 != hidden/heads, bf16) matches transformers",
+          "[parity][moe]") {
+  check_hf_fixture("mixtral_top1");
+}
+
+TEST_CASE("olmoe (q/k RMSNorm over all heads, biases, clip_qkv 1.5) matches transformers",
+          "[parity][moe]") {
+  check_hf_fixture("olmoe");
+}
+
+TEST_CASE("olmoe (multi-head, renormalised top-2 of 6, bf16) matches transformers",
+          "[parity][moe]") {
+  check_hf_fixture("olmoe_norm");
+}
+
+TEST_CASE(
+    "phi3 (fused qkv and gate/up, LongRoPE switching to the long factors past 16) matches "
+    "transformers",
+    "[parity][phi3]") {
+  check_hf_fixture("phi3");
+  auto m = load_model(model_fixture("phi3"), torch::TensorOptions());
+  const auto& r = m->config().rope;
+  CHECK(r.scaling == kvscope::model::RopeConfig::Scaling::LongRope);
+  CHECK(r.original_max_positions == 16);
+  CHECK(r.attention_factor == Approx(std::sqrt(1 + std::log(4.0) / std::log(16.0))));
+}
+
+TEST_CASE("phi3 (sliding window 5, GQA, bf16) matches transformers", "[parity][phi3]") {
+  check_hf_fixture("phi3_window");
+}
+
+TEST_CASE("MoE layers hold a router and stacked experts; dense layers an MLP", "[moe]") {
+  torch::NoGradGuard no_grad;
+  auto q = load_model(model_fixture("qwen3_moe"), torch::TensorOptions().dtype(torch::kFloat32));
+  const auto& c = q->config();
+  REQUIRE(c.moe.n_experts == 4);
+  CHECK(c.moe.top_k == 2);
+  CHECK(c.moe.normalize_top_k);
+  CHECK((c.moe_layer(0) && !c.moe_layer(1) && c.moe_layer(2)));
+  const auto& routed = q->weights().layers[0];
+  CHECK(routed.router.sizes() == torch::IntArrayRef({4, 32}));
+  CHECK(routed.experts_up.sizes() == torch::IntArrayRef({4, 32, 32}));  // gate and up, 16 each
+  CHECK(routed.experts_down.sizes() == torch::IntArrayRef({4, 32, 16}));
+  CHECK_FALSE(routed.w_up.defined());
+  const auto& dense = q->weights().layers[1];
+  CHECK_FALSE(dense.router.defined());
+  CHECK(dense.w_up.sizes() == torch::IntArrayRef({128, 32}));
+  auto s = load_model(model_fixture("qwen3_moe_step2"), torch::TensorOptions());
+  CHECK((!s->config().moe_layer(0) && s->config().moe_layer(1) && !s->config().moe_layer(2) &&
+         s->config().moe_layer(3)));
+  CHECK_FALSE(s->config().moe.normalize_top_k);
+}
+
+TEST_CASE("capture --policy full on the MoE and Phi-3 families gives transformers' logits",
+          "[parity][moe][full]") {
+  torch::NoGradGuard no_grad;
+  for (const char* name : {"qwen3_moe", "mixtral", "olmoe", "phi3"}) {
+    INFO(name);
+    auto model = load_model(model_fixture(name), torch::TensorOptions().dtype(torch::kFloat32));
+    const Expected e = read_expected(model_fixture(name) + "/expected.safetensors");
+    const int64_t T = e.input_ids.size(0), n = T + e.decode_ids.size(0);
+    kvscope::policy::PolicyInstance full = kvscope::policy::make_policy("full");
+    full.policy->setup({&model->config(), n, T, 16});
+    kvscope::policy::StepDriver ragged(model->config(), {16, n, T}, *full.policy, "full");
+    run_against(*model, e, kTolerance, &ragged);
+  }
+}
+
 TEST_CASE("GGUF F32 tiny llama (permuted q/k, rope_freqs) matches transformers and the HF load",
           "[parity][gguf]") {
   torch::NoGradGuard no_grad;
@@ -114,6 +204,33 @@ TEST_CASE("GGUF F32 tiny llama (permuted q/k, rope_freqs) matches transformers a
       max_abs_diff(gguf->forward(e.input_ids, 0, c1, true), hf->forward(e.input_ids, 0, c2, true));
   INFO("GGUF F32 vs HF load max |diff| " << d);
   CHECK(d == 0);
+}
+
+TEST_CASE(
+    "GGUF tiny Qwen3-MoE (stacked experts, a dense layer) matches transformers and the HF load",
+    "[parity][gguf][moe]") {
+  torch::NoGradGuard no_grad;
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  auto gguf = load_model(model_fixture("qwen3_moe/tiny-qwen3-moe-f32.gguf"), f32);
+  auto hf = load_model(model_fixture("qwen3_moe"), f32);
+  const auto& c = gguf->config();
+  CHECK(c.arch == kvscope::model::Architecture::Qwen3Moe);
+  CHECK((c.moe.n_experts == 4 && c.moe.top_k == 2 && c.moe.intermediate_size == 16));
+  CHECK(c.moe.normalize_top_k);
+  CHECK((c.moe_layer(0) && !c.moe_layer(1) && c.moe_layer(2)));
+  run_against(*gguf, read_expected(model_fixture("qwen3_moe/expected.safetensors")), kTolerance);
+  for (size_t l : {0, 1, 2}) {
+    const auto& a = gguf->weights().layers[l];
+    const auto& b = hf->weights().layers[l];
+    CHECK(torch::equal(a.wqkv, b.wqkv));
+    if (l == 1) {
+      CHECK(torch::equal(a.w_up, b.w_up));
+    } else {
+      CHECK(torch::equal(a.router, b.router));
+      CHECK(torch::equal(a.experts_up, b.experts_up));
+      CHECK(torch::equal(a.experts_down, b.experts_down));
+    }
+  }
 }
 
 TEST_CASE("GGUF Q8_0 tiny llama dequantises exactly as gguf-py does", "[parity][gguf]") {
@@ -140,7 +257,7 @@ TEST_CASE("GGUF Q8_0 tiny llama dequantises exactly as gguf-py does", "[parity][
 
 TEST_CASE("chunked prefill and token-by-token decoding give the one-shot logits", "[cache]") {
   torch::NoGradGuard no_grad;
-  for (const char* name : {"mistral", "qwen2", "llama"}) {
+  for (const char* name : {"mistral", "qwen2", "llama", "qwen3_moe", "mixtral", "olmoe"}) {
     INFO(name);
     auto model = load_model(model_fixture(name), torch::TensorOptions().dtype(torch::kFloat32));
     const Expected e = read_expected(model_fixture(name) + "/expected.safetensors");
@@ -167,11 +284,12 @@ TEST_CASE("chunked prefill and token-by-token decoding give the one-shot logits"
   }
 }
 
-TEST_CASE("the forward is differentiable and the no-grad fast path computes the same", "[autograd]") {
+TEST_CASE("the forward is differentiable and the no-grad fast path computes the same",
+          "[autograd]") {
   // The gate trainer backpropagates through the frozen model: with grad mode
   // on, the forward must build a graph (LibTorch ops, no in-place fast path)
   // and give the same logits as the fused no-grad path.
-  for (const char* name : {"llama", "qwen3", "gpt2"}) {
+  for (const char* name : {"llama", "qwen3", "gpt2", "qwen3_moe", "olmoe"}) {
     INFO(name);
     auto model = load_model(model_fixture(name), torch::TensorOptions().dtype(torch::kFloat32));
     const Expected e = read_expected(model_fixture(name) + "/expected.safetensors");
@@ -292,7 +410,7 @@ TEST_CASE("bf16 attention over a long context accumulates in float32", "[dtype]"
   }
   REQUIRE(out.scalar_type() == torch::kBFloat16);
   // Exact: the last query of every head over all T + 1 keys of its group.
-  const torch::Tensor qd = q[T].to(torch::kFloat64);                         // [H, hd]
+  const torch::Tensor qd = q[T].to(torch::kFloat64);                           // [H, hd]
   const torch::Tensor kd = k.to(torch::kFloat64), vd = v.to(torch::kFloat64);  // [T+1, K, hd]
   double worst = 0;
   for (int64_t h = 0; h < H; ++h) {
