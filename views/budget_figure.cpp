@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "views/layer_marks.h"
+
 namespace kvscope::views {
 
 namespace {
@@ -25,6 +27,7 @@ std::shared_ptr<BudgetFigure> BudgetFigure::load(TraceData& data, const Selectio
   f->kv_head = sel.kv_head();
   f->n_steps = r.n_steps();
   f->layers = r.n_layers();
+  f->windows = r.run().model.layer_window;
   f->kv_heads = r.n_kv_heads();
   f->tiers = r.n_tiers();
   f->budget_kind = QString::fromStdString(r.run().budget_kind);
@@ -80,11 +83,16 @@ constexpr double kChannelStripHeight = 34;  // its caption and a row of channel 
 
 // The grid's y-axis label sits left of the tick labels: 72 px leaves room for
 // both at any layer count.
+double BudgetFigure::caption_room() const {
+  return window_layers_caption(windows).isEmpty() ? 56 : 70;
+}
+
 QRectF BudgetFigure::grid_area(const QRectF& area) const {
   QRectF inner = area.adjusted(8, 36, -8, -8);
   // 56 px below: tick labels, the axis label and the caption of what it
-  // shows; then the key channel strip when there is one.
-  const double below = 56 + (prunes_channels ? kChannelStripHeight : 0);
+  // shows (one line more for the sliding-window caption); then the key
+  // channel strip when there is one.
+  const double below = caption_room() + (prunes_channels ? kChannelStripHeight : 0);
   return QRectF(inner.left() + 72, inner.top(), inner.width() * 0.36 - 72,
                 std::max(10.0, inner.height() - below));
 }
@@ -92,7 +100,7 @@ QRectF BudgetFigure::grid_area(const QRectF& area) const {
 QRectF BudgetFigure::channel_strip(const QRectF& area) const {
   if (!prunes_channels) return {};
   const QRectF g = grid_area(area);
-  return QRectF(g.left(), g.bottom() + 56, g.width(), kChannelStripHeight - 4);
+  return QRectF(g.left(), g.bottom() + caption_room(), g.width(), kChannelStripHeight - 4);
 }
 
 void BudgetFigure::paint_channels(QPainter& p, const QRectF& area) const {
@@ -227,6 +235,11 @@ void BudgetFigure::paint_grid(QPainter& p, const QRectF& area) const {
       float v = grid_value(l, k);
       p.fillRect(c, std::isfinite(v) ? QColor(cs.color(v)) : palette::kLightGrey);
     }
+  for (int l = 0; l < layers; ++l)
+    if (is_window_row(windows, l)) {
+      const QRectF row = grid_cell(area, l, 0);
+      paint_window_bar(p, g.right(), row.top() + 1, row.bottom() - 1);
+    }
   p.setPen(QPen(Qt::white, 2));
   p.setBrush(Qt::NoBrush);
   p.drawRect(grid_cell(area, layer, kv_head));
@@ -241,6 +254,12 @@ void BudgetFigure::paint_grid(QPainter& p, const QRectF& area) const {
   QFontMetricsF fm(p.font());
   p.drawText(QRectF(g.left() - 50, g.bottom() + 36, g.width() + 100, fm.height() + 2),
              Qt::AlignHCenter | Qt::AlignTop, fm.elidedText(what, Qt::ElideRight, g.width() + 100));
+  const QString windows_caption = window_layers_caption(windows);
+  if (!windows_caption.isEmpty())
+    p.drawText(
+        QRectF(g.left() - 50, g.bottom() + 38 + fm.height(), g.width() + 100, fm.height() + 2),
+        Qt::AlignHCenter | Qt::AlignTop,
+        fm.elidedText(windows_caption, Qt::ElideRight, g.width() + 100));
   p.restore();
 }
 

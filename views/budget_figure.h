@@ -53,6 +53,7 @@ class BudgetFigure : public Figure {
   int64_t head_dim = 0;
   bool prunes_channels = false;
   std::vector<int> pruned_channels;
+  std::vector<int64_t> windows;  // per layer: sliding window, 0 = global (/run)
   // The channel strip under the grid (tests check it stays inside the figure).
   QRectF channel_strip(const QRectF& area) const;
 
@@ -72,6 +73,7 @@ class BudgetFigure : public Figure {
   void paint_grid(QPainter& p, const QRectF& r) const;
   void paint_channels(QPainter& p, const QRectF& area) const;
   QRectF grid_area(const QRectF& area) const;
+  double caption_room() const;  // px under the grid before the channel strip
   void paint_series(QPainter& p, const QRectF& r) const;
   void paint_head_series(QPainter& p, const QRectF& r) const;
   std::vector<LegendEntry> legend_entries(bool compact) const;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "views/layer_marks.h"
+
 namespace kvscope::views {
 
 QStringList overview_metric_names() {
@@ -20,6 +22,7 @@ std::shared_ptr<OverviewFigure> OverviewFigure::load(TraceData& data, const Sele
   f->head = sel.head;
   f->layers = r.n_layers();
   f->heads = r.n_heads();
+  f->windows = r.run().model.layer_window;
   f->step = std::clamp<int64_t>(sel.step, 0, std::max<int64_t>(0, r.n_steps() - 1));
   const int64_t L = f->layers, H = f->heads, K = r.n_kv_heads();
   const int64_t group = std::max<int64_t>(1, H / std::max<int64_t>(1, K));
@@ -110,7 +113,9 @@ QString OverviewFigure::title() const {
 // as large as the room allows, the grid left-aligned under the title.
 QRectF OverviewFigure::grid(const QRectF& area) const {
   bool bar = metric != OverviewMetric::Head;
-  QRectF room = area.adjusted(44, 52, bar ? -84 : -8, -30);
+  // Bottom: the axis label and, under it, the sliding-window caption.
+  QRectF room =
+      area.adjusted(44, 52, bar ? -84 : -8, window_layers_caption(windows).isEmpty() ? -30 : -44);
   double side = std::min(room.width() / std::max<int64_t>(1, heads),
                          room.height() / std::max<int64_t>(1, layers));
   side = std::max(1.0, side);
@@ -170,6 +175,11 @@ void OverviewFigure::paint(QPainter& p, const QRectF& area) const {
       }
     }
   }
+  for (int l = 0; l < layers; ++l)
+    if (is_window_row(windows, l)) {
+      const QRectF row = cell(plot, l, 0);
+      paint_window_bar(p, plot.right(), row.top() + 1, row.bottom() - 1);
+    }
   if (layer < layers && head < heads) {
     p.setPen(QPen(palette::kVermillion, 2.5));
     p.setBrush(Qt::NoBrush);
@@ -211,11 +221,25 @@ void OverviewFigure::paint_axes(QPainter& p, const QRectF& plot) const {
   p.drawText(QRectF(plot.left(), plot.bottom() + 6,
                     std::max(plot.width(), fm.horizontalAdvance(label) + 4), fm.height() + 2),
              Qt::AlignLeft | Qt::AlignTop | Qt::TextDontClip, label);
+  const QString caption = window_layers_caption(windows);
+  if (!caption.isEmpty()) {
+    // Elided to what the grid's row leaves, so a narrow window never clips it.
+    const double room = std::max(plot.width(), 260.0);
+    p.setPen(QColor(60, 60, 60));
+    p.drawText(QRectF(plot.left(), plot.bottom() + 8 + fm.height(), room, fm.height() + 2),
+               Qt::AlignLeft | Qt::AlignTop, fm.elidedText(caption, Qt::ElideRight, room));
+  }
   p.restore();
 }
 
 void OverviewFigure::write_csv(QTextStream& out) const {
   out << "# " << title() << "\n";
+  if (!window_layers_caption(windows).isEmpty()) {
+    out << "# sliding-window layers:";
+    for (int l = 0; l < layers; ++l)
+      if (is_window_row(windows, l)) out << ' ' << l << '(' << windows[size_t(l)] << ')';
+    out << "\n";
+  }
   out << "layer,head,rank," << overview_metric_names()[int(metric)].replace(' ', '_') << "\n";
   for (int l = 0; l < layers; ++l)
     for (int c = 0; c < heads; ++c) {

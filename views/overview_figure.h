@@ -36,6 +36,7 @@ class OverviewFigure : public Figure {
   std::vector<QImage> thumbs;           // L*H (null when none)
   std::vector<float> values;            // L*H metric values
   std::vector<std::vector<int>> order;  // per layer: heads, best first
+  std::vector<int64_t> windows;         // per layer: sliding window, 0 = global (/run)
 
   // The grid of cells within a figure area.
   QRectF grid(const QRectF& area) const;

@@ -62,7 +62,10 @@ nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSu
                 {"head_dim", run.model.head_dim},
                 {"dtype", run.model.dtype},
                 {"kv_dtype", run.model.kv_dtype},
-                {"device", run.model.device}};
+                {"device", run.model.device},
+                {"layer_window", run.model.layer_window},
+                {"layer_ffn", run.model.layer_ffn},
+                {"layer_types", trace::layer_types_summary(run.model)}};
   nlohmann::json params = nlohmann::json::parse(run.policy_params_json, nullptr, false);
   j["policy"] = {
       {"spec", run.policy},
@@ -158,6 +161,7 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
     << "): " << m["n_layers"] << " layers, " << m["n_heads"] << " heads, " << m["n_kv_heads"]
     << " kv heads, head_dim " << m["head_dim"] << ", " << m["dtype"].get<std::string>() << " on "
     << m["device"].get<std::string>() << "\n";
+  o << "layers    " << m["layer_types"].get<std::string>() << "\n";
   o << "policy    " << p["spec"].get<std::string>()
     << " (budget: " << p["budget_kind"].get<std::string>() << " " << p["budget"] << ")\n";
   o << "seed      " << j["seed"] << "\n";

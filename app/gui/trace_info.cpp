@@ -81,6 +81,7 @@ QString TraceInfoPanel::describe(views::TraceData& data) {
                                .arg(q(run.model.dtype))
                                .arg(q(run.model.device)));
   html += row("KV cache", q(run.model.kv_dtype) + " rows");
+  html += row("layers", q(trace::layer_types_summary(run.model)));
   html += row("policy", q(run.policy));
   html += row("parameters", "<code>" + q(run.policy_params_json) + "</code>");
   html += row("budget", q(run.budget_kind) + " " + QString::number(run.budget));

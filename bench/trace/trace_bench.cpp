@@ -60,7 +60,14 @@ constexpr int64_t kEventBytes = 4 + 2 + 2 + 4 + 1 + 4 + 2 + 1 + 1;  // one row o
 void bench_write(const std::string& dir, int compression) {
   const int64_t L = 32, K = 8, H = 32, steps = 1500, prompt = 512;
   RunInfo run;
-  run.model = {"bench", "", "", "llama", "float32", "cpu", L, H, K, 64, 32000, 8192};
+  run.model.name = "bench";
+  run.model.architecture = "llama";
+  run.model.n_layers = L;
+  run.model.n_heads = H;
+  run.model.n_kv_heads = K;
+  run.model.head_dim = 64;
+  run.model.vocab_size = 32000;
+  run.model.context_length = 8192;
   run.policy = run.policy_name = "bench";
   run.reason_names = {"new", "lowest score"};
   CaptureLayout layout;

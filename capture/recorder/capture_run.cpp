@@ -37,6 +37,9 @@ trace::RunInfo run_info(const generate::Engine& engine, const policy::PolicyInst
   run.model.head_dim = c.head_dim;
   run.model.vocab_size = c.vocab_size;
   run.model.context_length = c.context_length;
+  run.model.layer_window = c.sliding_window;
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    run.model.layer_ffn.push_back(c.moe_layer(l) ? "moe" : "dense");
   run.policy = req.policy;
   run.policy_name = pi.name;
   run.policy_params_json = policy::params_json_after_setup(pi);

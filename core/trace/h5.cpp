@@ -286,6 +286,13 @@ void write_attr_u8s(hid_t obj, const char* name, const std::vector<uint8_t>& val
   if (n > 0) H5Awrite(attr.get(), H5T_NATIVE_UINT8, values.data());
 }
 
+void write_attr_i64s(hid_t obj, const char* name, const std::vector<int64_t>& values) {
+  hsize_t n = values.size();
+  Handle space = dataspace(H5Screate_simple(1, &n, nullptr));
+  Handle attr = make_attr(obj, name, H5T_STD_I64LE, space.get());
+  if (n > 0) H5Awrite(attr.get(), H5T_NATIVE_INT64, values.data());
+}
+
 namespace {
 // Opens an attribute and checks it is a string (scalar or 1-D with at most
 // max_count elements). Returns the element count, or -1 with *why set.

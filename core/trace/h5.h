@@ -66,6 +66,8 @@ void write_attr_i64(hid_t obj, const char* name, int64_t value);
 void write_attr_f64(hid_t obj, const char* name, double value);
 // A 1-D uint8 attribute (e.g. /run tier_attended).
 void write_attr_u8s(hid_t obj, const char* name, const std::vector<uint8_t>& values);
+// A 1-D int64 attribute (e.g. /run layer_window).
+void write_attr_i64s(hid_t obj, const char* name, const std::vector<int64_t>& values);
 // String readers: false when the attribute is missing, not a string (or
 // too many), or unreadable, with the reason in words in *why when given.
 bool read_attr_string(hid_t obj, const char* name, std::string* out, std::string* why = nullptr);

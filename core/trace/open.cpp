@@ -295,6 +295,54 @@ void read_storage_formats(hid_t file, hid_t run_group, RunInfo* run,
     }
 }
 
+// Minor version 9: /run layer_window and layer_ffn, one entry per layer.
+// Older traces: every layer global and dense (the families they could hold
+// with a sliding window, Mistral and Qwen2, are read as global: the window
+// was not recorded).
+void read_layer_types(hid_t file, hid_t run_group, RunInfo* run, std::vector<Problem>* problems) {
+  ModelInfo& m = run->model;
+  const size_t L = static_cast<size_t>(std::max<int64_t>(m.n_layers, 0));
+  int64_t minor = 0;
+  h5::read_attr_i64(file, "minor_version", &minor);
+  if (minor < 9 && H5Aexists(run_group, "layer_window") <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    m.layer_window.assign(L, 0);
+    m.layer_ffn.assign(L, "dense");
+    return;
+  }
+  std::string why;
+  const std::string window_field = "/run attribute layer_window";
+  if (!h5::read_attr_ints(run_group, "layer_window", &m.layer_window, size_t(kMaxLayers), &why)) {
+    problems->push_back({ErrorCode::Schema, window_field, why});
+  } else if (m.layer_window.size() != L) {
+    problems->push_back({ErrorCode::Schema, window_field,
+                         "has " + std::to_string(m.layer_window.size()) +
+                             " windows (expected one per layer: " + std::to_string(L) + ")"});
+  } else {
+    for (int64_t w : m.layer_window)
+      if (w < 0) {
+        problems->push_back({ErrorCode::Schema, window_field,
+                             "holds " + std::to_string(w) + " (expected 0 or a positive window)"});
+        break;
+      }
+  }
+  const std::string ffn_field = "/run attribute layer_ffn";
+  if (!h5::read_attr_strings(run_group, "layer_ffn", &m.layer_ffn, size_t(kMaxLayers), &why)) {
+    problems->push_back({ErrorCode::Schema, ffn_field, why});
+  } else if (m.layer_ffn.size() != L) {
+    problems->push_back({ErrorCode::Schema, ffn_field,
+                         "has " + std::to_string(m.layer_ffn.size()) +
+                             " kinds (expected one per layer: " + std::to_string(L) + ")"});
+  } else {
+    for (const std::string& f : m.layer_ffn)
+      if (f != "dense" && f != "moe") {
+        problems->push_back(
+            {ErrorCode::Schema, ffn_field, "holds \"" + f + "\" (expected dense or moe)"});
+        break;
+      }
+  }
+}
+
 void read_layout(hid_t file, const RunInfo& run, CaptureLayout* layout,
                  std::vector<Problem>* problems) {
   auto group_attr = [&](const char* group, const char* name, int64_t* out, int64_t lo, int64_t hi) {
@@ -505,6 +553,7 @@ void read_run_info(hid_t file, RunInfo* run, CaptureLayout* layout,
               "is \"" + run->budget_kind + "\" (expected none, head, layer or global)");
   read_tier_attended(file, g.get(), run, problems);
   read_storage_formats(file, g.get(), run, problems);
+  read_layer_types(file, g.get(), run, problems);
   if (problems->size() != before) return;
   read_layout(file, *run, layout, problems);
   if (problems->size() != before) return;

@@ -405,7 +405,7 @@ const std::vector<AttributeSpec>& attribute_catalogue() {
       {"/run", "model_name", "string", "model name"},
       {"/run", "model_path", "string", "weights path as given"},
       {"/run", "model_sha256", "string", "SHA-256 of the weight file, or empty"},
-      {"/run", "architecture", "string", "llama, qwen2, qwen3, gpt2, ..."},
+      {"/run", "architecture", "string", "llama, mistral, qwen2, qwen3, phi3, gpt2, mixtral, qwen3_moe, olmoe"},
       {"/run", "dtype", "string", "compute dtype"},
       {"/run", "kv_dtype", "string",
        "how the KV cache stored full-precision rows: fp32, bf16 or fp16 (minor version 8; "
@@ -419,6 +419,12 @@ const std::vector<AttributeSpec>& attribute_catalogue() {
        "vocabulary size, plus the ids of a policy's inserted tokens (RestoreKV's restore "
        "tokens: vocab_size - n .. vocab_size - 1)"},
       {"/run", "context_length", "int64", "trained context length"},
+      {"/run", "layer_window", "int64[]",
+       "L sliding windows in tokens, 0 for full (global) attention (minor version 9; absent "
+       "before: every layer global)"},
+      {"/run", "layer_ffn", "string[]",
+       "L FFN kinds: dense or moe, a routed mixture of experts (minor version 9; absent before: "
+       "dense)"},
       {"/run", "max_tokens", "int64", "M, capacity of the token axis (prompt + max new)"},
       {"/run", "policy", "string", "policy spec as given, e.g. h2o:heavy=32,recent=32"},
       {"/run", "policy_name", "string", "registry name of the policy"},

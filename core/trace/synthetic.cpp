@@ -180,6 +180,7 @@ SyntheticCapture::SyntheticCapture(const SyntheticSpec& spec) : spec_(spec) {
   run.model.path = "(synthetic)";
   run.model.architecture = "synthetic";
   run.model.n_layers = spec.layers;
+  run.model.layer_window = spec.layer_windows;
   run.model.n_heads = spec.heads;
   run.model.n_kv_heads = spec.kv_heads;
   run.model.head_dim = 16;

@@ -43,6 +43,8 @@ struct SyntheticSpec {
   // needle_tokens) get role Needle, the last question_tokens prompt tokens
   // role Question (none by default).
   int64_t needle_begin = -1, needle_tokens = 0, question_tokens = 0;
+  // /run layer_window (empty: every layer global).
+  std::vector<int64_t> layer_windows;
 };
 
 // Cache window of head (l, k): differs per head so views have structure.

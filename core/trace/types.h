@@ -15,8 +15,9 @@ inline constexpr const char* kFormatName = "kvscope-trace";
 inline constexpr int kFormatVersion = 1;  // major: readers refuse other majors
 // Minor: additive changes only. 1: /run gate_names; 2: /series; 3: /stalls, /run tier_attended;
 // 4: /merges, /rerotations; 5: step kind 2 (context reconstruction), /reconstruction;
-// 6: /generation/score; 7: /key_channels; 8: /run kv_dtype, tier_formats.
-inline constexpr int kFormatMinorVersion = 8;
+// 6: /generation/score; 7: /key_channels; 8: /run kv_dtype, tier_formats;
+// 9: /run layer_window, layer_ffn.
+inline constexpr int kFormatMinorVersion = 9;
 inline constexpr int kOldestReadableVersion = 1;
 
 // A tier index meaning "not in the cache" (from_tier of an admission, to_tier
@@ -55,7 +56,7 @@ struct ModelInfo {
   std::string name;          // e.g. "SmolLM2-135M-Instruct"
   std::string path;          // as given on the command line
   std::string sha256;        // of the weight file (empty when not computed)
-  std::string architecture;  // "llama", "qwen2", "qwen3", "gpt2"
+  std::string architecture;  // "llama", "qwen2", "qwen3", "gpt2", "qwen3_moe", ...
   std::string dtype = "float32";
   std::string device = "cpu";
   int64_t n_layers = 0;
@@ -68,7 +69,21 @@ struct ModelInfo {
   // "fp32", the only width they had). Last, so positional initialisers of the
   // fields above stay valid.
   std::string kv_dtype = "fp32";
+  // Each layer's type (minor version 9; older traces: every layer global and
+  // dense). layer_window: its sliding window in tokens, 0 for full (global)
+  // attention; layer_ffn: "dense" or "moe" (a routed mixture of experts).
+  // Empty when written: every layer global and dense.
+  std::vector<int64_t> layer_window;
+  std::vector<std::string> layer_ffn;
 };
+
+// One line: "global attention" or "sliding window 4096 on 20 of 28 layers
+// (0-19)", then "; experts on 3 of 4 layers" where any are MoE.
+std::string layer_types_summary(const ModelInfo& m);
+// Whether layer `l` attends through a sliding window (false when unrecorded).
+inline bool is_window_layer(const ModelInfo& m, int64_t l) {
+  return l >= 0 && size_t(l) < m.layer_window.size() && m.layer_window[size_t(l)] > 0;
+}
 
 struct GateSpec {
   std::string name;     // group name under /gates, [A-Za-z0-9_-]+

@@ -219,6 +219,15 @@ struct TraceWriter::Impl {
                                      std::to_string(run.tier_names.size()) + ") or none");
     for (uint8_t flag : run.tier_attended)
       if (flag > 1) fail("/run tier_attended", "flags must be 0 or 1");
+    const size_t L = static_cast<size_t>(m.n_layers);
+    if (!m.layer_window.empty() && m.layer_window.size() != L)
+      fail("/run layer_window", "expected one window per layer or none");
+    for (int64_t w : m.layer_window)
+      if (w < 0) fail("/run layer_window", "windows must be 0 (global) or positive");
+    if (!m.layer_ffn.empty() && m.layer_ffn.size() != L)
+      fail("/run layer_ffn", "expected one FFN kind per layer or none");
+    for (const std::string& f : m.layer_ffn)
+      if (f != "dense" && f != "moe") fail("/run layer_ffn", "expected dense or moe");
     if (!run.tier_formats.empty() && run.tier_formats.size() != run.tier_names.size())
       fail("/run tier_formats",
            "has " + std::to_string(run.tier_formats.size()) +
@@ -382,6 +391,12 @@ struct TraceWriter::Impl {
     h5::write_attr_i64(r, "head_dim", m.head_dim);
     h5::write_attr_i64(r, "vocab_size", m.vocab_size);
     h5::write_attr_i64(r, "context_length", m.context_length);
+    // Minor version 9: each layer's attention window and FFN kind.
+    const size_t L = static_cast<size_t>(m.n_layers);
+    h5::write_attr_i64s(r, "layer_window",
+                        m.layer_window.empty() ? std::vector<int64_t>(L, 0) : m.layer_window);
+    h5::write_attr_strings(
+        r, "layer_ffn", m.layer_ffn.empty() ? std::vector<std::string>(L, "dense") : m.layer_ffn);
     h5::write_attr_i64(r, "max_tokens", layout.max_tokens);
     h5::write_attr_string(r, "policy", run.policy);
     h5::write_attr_string(r, "policy_name", run.policy_name);

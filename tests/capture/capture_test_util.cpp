@@ -7,6 +7,19 @@
 
 namespace kvscope::test {
 
+trace::ModelInfo model_info(const model::ModelConfig& c) {
+  trace::ModelInfo m;
+  m.name = "small";
+  m.architecture = "llama";
+  m.n_layers = c.n_layers;
+  m.n_heads = c.n_heads;
+  m.n_kv_heads = c.n_kv_heads;
+  m.head_dim = c.head_dim;
+  m.vocab_size = c.vocab_size;
+  m.context_length = c.context_length;
+  return m;
+}
+
 model::ModelConfig small_config() {
   model::ModelConfig c;
   c.n_layers = 2;

@@ -13,6 +13,7 @@
 #include "capture/model/attention_backend.h"
 #include "capture/model/model_config.h"
 #include "capture/model/transformer.h"
+#include "core/trace/types.h"
 
 namespace kvscope::test {
 
@@ -21,6 +22,8 @@ model::ModelConfig small_config();
 // Random inputs for one layer and step (seeded): n tokens at pos0.
 model::AttentionInputs random_inputs(const model::ModelConfig& c, int64_t layer, int64_t pos0,
                                      int64_t n, uint64_t seed);
+// The trace's model record of a config made here (named "small", llama, fp32, cpu).
+trace::ModelInfo model_info(const model::ModelConfig& c);
 std::string stories_dir();
 std::unique_ptr<model::Transformer> load_stories();
 

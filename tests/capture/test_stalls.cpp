@@ -60,8 +60,7 @@ std::string capture(policy::Policy& policy, const std::string& path, int64_t ste
       recorder::parse_capture_levels("events", c.n_layers, c.n_heads);
   recorder::Recorder rec(driver, nullptr, levels, "");
   trace::RunInfo run;
-  run.model = {"small",    "",        "",           "llama",    "float32",    "cpu",
-               c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.context_length};
+  run.model = test::model_info(c);
   run.policy = run.policy_name = "fetch_cold";
   run.reason_names = policy.reason_names();
   run.tier_names.clear();

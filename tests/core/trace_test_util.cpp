@@ -6,7 +6,15 @@ namespace kvscope::test {
 
 trace::RunInfo tiny_run(int64_t layers, int64_t kv_heads) {
   trace::RunInfo run;
-  run.model = {"tiny", "tiny.bin", "", "llama", "float32", "cpu", layers, 4, kv_heads, 8, 100, 64};
+  run.model.name = "tiny";
+  run.model.path = "tiny.bin";
+  run.model.architecture = "llama";
+  run.model.n_layers = layers;
+  run.model.n_heads = 4;
+  run.model.n_kv_heads = kv_heads;
+  run.model.head_dim = 8;
+  run.model.vocab_size = 100;
+  run.model.context_length = 64;
   run.policy = run.policy_name = "test";
   run.policy_params_json = "{}";
   run.capture_levels = "events";

@@ -18,6 +18,7 @@
 #include "views/figure_factory.h"
 #include "views/gates_figure.h"
 #include "views/heatmap_view.h"
+#include "views/layer_marks.h"
 #include "views/layout_check.h"
 #include "views/needle_figure.h"
 #include "views/overview_figure.h"
@@ -408,6 +409,48 @@ TEST_CASE("overview sorts heads by a metric from the LOD cache and maps clicks t
   auto [layer, head] = f->head_at(area, cell_centre);
   CHECK(layer == 1);
   CHECK(head == f->order[1][2]);
+}
+
+TEST_CASE("overview and head budgets mark the sliding-window layers", "[views][layers]") {
+  test::qt_app(true);
+  trace::SyntheticSpec spec = test::lod_spec();  // 2 layers x 4 heads
+  spec.layer_windows = {6, 0};
+  Loaded l = load(spec, 0, 0, 5);
+  CHECK(window_layers_caption(spec.layer_windows) == "blue bar: sliding window 6 (1 of 2 layers)");
+  CHECK(window_layers_caption({0, 0}).isEmpty());
+  const QRectF area(0, 0, 800, 500);
+  auto sky_at = [](const QImage& img, double x, double y) {
+    return img.pixelColor(int(x), int(y)) == palette::kSky;
+  };
+  auto render = [&](const Figure& f) {
+    QImage img(800, 500, QImage::Format_ARGB32);
+    img.fill(Qt::white);
+    QPainter p(&img);
+    f.paint(p, area);
+    return img;
+  };
+  auto overview = OverviewFigure::load(*l.data, l.sel, OverviewMetric::Head);
+  REQUIRE(overview->windows == spec.layer_windows);
+  const QImage o = render(*overview);
+  const QRectF g = overview->grid(area);
+  const double row = g.height() / 2;
+  CHECK(sky_at(o, g.right() + 3, g.top() + row / 2));          // layer 0: windowed
+  CHECK_FALSE(sky_at(o, g.right() + 3, g.top() + 1.5 * row));  // layer 1: global
+  auto budget = BudgetFigure::load(*l.data, l.sel);
+  const QImage b = render(*budget);
+  const QRectF c0 = budget->grid_cell(area, 0, int(spec.kv_heads) - 1);
+  const QRectF c1 = budget->grid_cell(area, 1, int(spec.kv_heads) - 1);
+  CHECK(sky_at(b, c0.right() + 3, c0.center().y()));
+  CHECK_FALSE(sky_at(b, c1.right() + 3, c1.center().y()));
+  // Without window layers neither view draws a bar.
+  spec.layer_windows.clear();
+  auto reader = trace::TraceReader::open(test::write_trace(spec, "global.h5"));
+  TraceData data(*reader);
+  auto global =
+      OverviewFigure::load(data, selection_for(*reader, 0, 0, 5, -1), OverviewMetric::Head);
+  const QImage og = render(*global);
+  const QRectF gg = global->grid(area);
+  CHECK_FALSE(sky_at(og, gg.right() + 3, gg.top() + gg.height() / 4));
 }
 
 TEST_CASE(
