@@ -341,7 +341,7 @@ def cases_for(model_name):
     # last non-causal chunk that kvpress pads.
     lag, chunk = (16, 32) if model_name == "stories260K" else (32, 64)
     lazy, recent = (0.62, 24) if model_name == "stories260K" else (0.6, 64)
-    layers = 5 if model_name == "stories260K" else 30
+    layers = {"stories260K": 5, "qwen3_moe": QWEN3_MOE["num_hidden_layers"]}.get(model_name, 30)
     # A threshold near the median KeyDiff score of the prompt: about half the
     # tokens leaving the window stay.
     dms_window, dms_threshold = (16, -0.92) if model_name == "stories260K" else (64, -0.835)
@@ -558,4 +558,28 @@ def cases_for(model_name):
              lambda b, n: "simlayerkv:threshold=%g,recent=%d,initial=4,last=1" % (lazy, recent),
              lambda r, m: P.SimLayerKVPress(lazy_threshold=lazy, n_recent=recent, n_initial=4, n_last=1)),
     ]
+    if model_name == "qwen3_moe":
+        # transformers runs Qwen3-MoE's experts with grouped GEMMs, which have
+        # no float64 kernel: kvpress scores expected attention in float32 here
+        # (this model's scores do not underflow as stories260K's do).
+        import dataclasses
+        cases = [dataclasses.replace(c, float64=False) for c in cases if c.name in MOE_CASES]
     return cases
+
+
+# A random Qwen3-MoE (kvpress_check.py builds it with transformers): the KV
+# path of Qwen3 (per-head q/k norms, GQA 8/2) under routed layers and one
+# dense one (mlp_only_layers), top-2 of 8 experts renormalised.
+QWEN3_MOE = dict(vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                 num_attention_heads=8, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+                 moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+                 mlp_only_layers=[2], rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+                 rope_parameters=dict(rope_type="default", rope_theta=1000000.0))
+
+# The presses run on the MoE model: the four (StreamingLLM, SnapKV,
+# TOVA, KeyDiff) and the scorers whose inputs differ most (norms, observed
+# and expected attention, per-head budgets, chunks), none needing a
+# model-specific file (Q-Filters, DuoAttention, LUKV, KVzap ship per model).
+MOE_CASES = ("streaming_llm", "snapkv", "tova", "keydiff", "knorm", "observed_attention",
+             "expected_attention", "random", "lagkv", "pyramidkv", "adakv", "criticalkv", "chunkkv",
+             "block", "cur", "leverage")

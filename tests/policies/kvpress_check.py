@@ -6,7 +6,9 @@ same, or each difference must be explained by a tie rule this script checks.
 Models: stories260K (llama2.c, converted in memory to a transformers
 LlamaForCausalLM with its q/k rows permuted from interleaved to rotate-half
 RoPE, as transformers' Llama converter does) and SmolLM2-135M-Instruct (the
-GGUF, loaded by transformers' GGUF loader: 30 layers, GQA 9/3). KVScope runs
+GGUF, loaded by transformers' GGUF loader: 30 layers, GQA 9/3) and qwen3_moe
+(a random Qwen3-MoE configuration saved by transformers: routed and dense
+layers, per-head q/k norms, GQA 8/2; SmolLM2's tokenizer makes its prompt). KVScope runs
 the same weights through `kvscope capture` (one prefill step) and the kept
 sets are read back from the trace's events with h5py. kvpress compresses in
 its prefill hook; its kept positions are found by matching each kept key to
@@ -19,7 +21,7 @@ the press's `score`), within 1e-4 of the head's largest |score| (leaving out
 the sentinels for "kept anyway") of every entry only the other side kept: the two engines compute the same function in
 different float32 orders, so only near-equal scores may fall either way.
 
-usage: kvpress_check.py KVSCOPE_EXE SHARED_DIR MODELS_DIR WORK_DIR --model stories260K|smollm2
+usage: kvpress_check.py KVSCOPE_EXE SHARED_DIR MODELS_DIR WORK_DIR --model stories260K|smollm2|qwen3_moe
        [--only NAME] [--table]   (--table: one markdown row per press, for docs/policies/README.md)
 """
 import argparse
@@ -51,7 +53,25 @@ STORIES_PROMPT = ("Once upon a time, there was a little girl named Lily. She lov
                   "One day, she saw a big red ball under a tree. She ran to the ball and kicked it. The ball "
                   "flew high and landed in the pond. Lily was sad. Her mom came and said")
 SMOL_TASK = "needle:tokens=300,depth=0.5,seed=1"
+MOE_TASK = "needle:tokens=200,depth=0.5,seed=2"
 TIE_TOLERANCE = 1e-4
+
+
+def random_qwen3_moe(path):
+    """kvpress_cases.QWEN3_MOE with seeded weights of enough spread that the
+    router's choices and the attention differ by token, saved as an HF
+    directory (fp32) for both engines."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    from kvpress_cases import QWEN3_MOE
+    torch.manual_seed(5)
+    model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**QWEN3_MOE)).eval()
+    g = torch.Generator().manual_seed(17)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            p.copy_(1.0 + 0.2 * noise if "norm" in n else 0.1 * noise if "embed" in n else 0.2 * noise)
+    model.save_pretrained(path, safe_serialization=True)
+    return path
 
 
 class Model:
@@ -76,8 +96,29 @@ class Model:
             load = lambda attn: AutoModelForCausalLM.from_pretrained(  # noqa: E731
                 models, gguf_file=gguf, attn_implementation=attn, dtype=torch.float32).eval()
             self.eager, self.sdpa = load("eager"), load("sdpa")
+        elif name == "qwen3_moe":
+            gguf = os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf")
+            if not os.path.exists(gguf):
+                sys.exit(gguf + " is missing (its tokenizer serves the random model): run scripts/fetch-models")
+            d = random_qwen3_moe(os.path.join(work, "qwen3_moe"))
+            # kvpress applies Qwen3's per-head q/k norms when it recomputes
+            # queries or keys from hidden states only for modules that are
+            # Qwen3Attention (kvpress/utils.py, isinstance); Qwen3-MoE's
+            # attention computes the same in a class of its own, so without
+            # this kvpress would score un-normed queries (its omission, not a
+            # difference of method).
+            import kvpress.utils
+            from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeAttention
+            kvpress.utils.Qwen3Attention = (kvpress.utils.Qwen3Attention, Qwen3MoeAttention)
+            import logging
+            logging.getLogger("kvpress").setLevel(logging.ERROR)  # "model not tested", per press
+            self.args = ["--model", d, "--tokenizer", gguf, "--task", MOE_TASK]
+            from transformers import AutoModelForCausalLM
+            load = lambda attn: AutoModelForCausalLM.from_pretrained(  # noqa: E731
+                d, attn_implementation=attn, dtype=torch.float32).eval()
+            self.eager, self.sdpa = load("eager"), load("sdpa")
         else:
-            sys.exit("--model: expected stories260K or smollm2, got " + name)
+            sys.exit("--model: expected stories260K, smollm2 or qwen3_moe, got " + name)
         self._float64 = None
         ids, _, _ = self.capture("full", "full")
         self.ids = ids  # the prompt
