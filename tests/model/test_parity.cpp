@@ -145,7 +145,7 @@ TEST_CASE("phi3 (sliding window 5, GQA, bf16) matches transformers", "[parity][p
   check_hf_fixture("phi3_window");
 }
 
-TEST_CASE("MoE layers hold a router and stacked experts; dense layers an MLP", "[moe]") {
+TEST_CASE("MoE layers hold a router and stacked experts, dense layers an MLP", "[moe]") {
   torch::NoGradGuard no_grad;
   auto q = load_model(model_fixture("qwen3_moe"), torch::TensorOptions().dtype(torch::kFloat32));
   const auto& c = q->config();
