@@ -15,10 +15,10 @@ QString window_layers_caption(const std::vector<int64_t>& windows) {
   for (int64_t w : windows)
     if (w > 0) ++count[w];
   if (count.empty()) return "";
-  QString out = "blue bar: sliding window ";
+  QString out = "blue bar: window ";
   bool first = true;
   for (const auto& [w, n] : count) {
-    out += (first ? "" : ", ") + QString("%1 (%2 of %3 layers)").arg(w).arg(n).arg(windows.size());
+    out += (first ? "" : ", ") + QString("%1 on %2/%3 layers").arg(w).arg(n).arg(windows.size());
     first = false;
   }
   return out;

@@ -14,7 +14,7 @@ namespace kvscope::views {
 // The bar beside row [top, bottom) of a grid whose right edge is `right`:
 // 3 px wide, 2 px off the grid (the colour bars sit 8 px or more away).
 void paint_window_bar(QPainter& p, double right, double top, double bottom);
-// "bar: sliding window 4096 (layers 0-19)", or "" when every layer is global.
+// "blue bar: window 4096 on 20/28 layers", or "" when every layer is global.
 QString window_layers_caption(const std::vector<int64_t>& windows);
 inline bool is_window_row(const std::vector<int64_t>& windows, int64_t l) {
   return l >= 0 && size_t(l) < windows.size() && windows[size_t(l)] > 0;

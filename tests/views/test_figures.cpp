@@ -416,7 +416,7 @@ TEST_CASE("overview and head budgets mark the sliding-window layers", "[views][l
   trace::SyntheticSpec spec = test::lod_spec();  // 2 layers x 4 heads
   spec.layer_windows = {6, 0};
   Loaded l = load(spec, 0, 0, 5);
-  CHECK(window_layers_caption(spec.layer_windows) == "blue bar: sliding window 6 (1 of 2 layers)");
+  CHECK(window_layers_caption(spec.layer_windows) == "blue bar: window 6 on 1/2 layers");
   CHECK(window_layers_caption({0, 0}).isEmpty());
   const QRectF area(0, 0, 800, 500);
   auto sky_at = [](const QImage& img, double x, double y) {
