@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "capture/model/mapped_tensor.h"
@@ -64,6 +65,40 @@ std::vector<int32_t> special_ids(const formats::GgufFile& g,
   return ids;
 }
 
+// Phi-3's LongRoPE as llama.cpp's converter writes it: the factors as the
+// tensors rope_factors_short / rope_factors_long, the trained length as
+// rope.scaling.original_context_length, the attention factor as
+// rope.scaling.attn_factor (absent: transformers' default from the lengths).
+void gguf_longrope(const formats::GgufFile& g, const std::string& p, ModelConfig* c) {
+  const formats::GgufTensor* s = g.find_tensor("rope_factors_short.weight");
+  const formats::GgufTensor* l = g.find_tensor("rope_factors_long.weight");
+  if (!s && !l) return;
+  RopeConfig& r = c->rope;
+  for (const formats::GgufTensor* t : {s, l})
+    if (!t || t->elements() != r.dim / 2)
+      throw InputError(
+          g.path(),
+          t ? t->name : std::string(s ? "rope_factors_long.weight" : "rope_factors_short.weight"),
+          "LongRoPE needs rope_factors_short and rope_factors_long of rotary dim / 2 = " +
+              std::to_string(r.dim / 2) + " entries");
+  auto read = [&](const formats::GgufTensor& t) {
+    std::vector<float> f(static_cast<size_t>(t.elements()));
+    g.dequantize(t, f.data());
+    return std::vector<double>(f.begin(), f.end());
+  };
+  r.scaling = RopeConfig::Scaling::LongRope;
+  r.short_factor = read(*s);
+  r.long_factor = read(*l);
+  r.original_max_positions =
+      positive_int(g, p + "rope.scaling.original_context_length", ModelLimits::kMaxContext);
+  r.factor = double(c->context_length) / double(r.original_max_positions);
+  r.attention_factor = g.get_float_or(
+      p + "rope.scaling.attn_factor",
+      r.factor <= 1.0
+          ? 1.0
+          : std::sqrt(1 + std::log(r.factor) / std::log(double(r.original_max_positions))));
+}
+
 // The experts, as llama.cpp reads them: expert_count and expert_used_count,
 // the expert width in expert_feed_forward_length (Qwen3-MoE) or
 // feed_forward_length, a layer routed when it has ffn_gate_inp. llama.cpp's
@@ -105,11 +140,13 @@ ModelConfig gguf_model_config(const formats::GgufFile& g) {
     c.arch = Architecture::Qwen3Moe;
   else if (arch == "olmoe")
     c.arch = Architecture::Olmoe;
+  else if (arch == "phi3")
+    c.arch = Architecture::Phi3;
   else
     throw InputError(g.path(), "general.architecture",
                      "unknown architecture \"" + arch +
-                         "\" (KVScope runs llama (Mixtral too), qwen2, qwen3, qwen3moe, olmoe and "
-                         "gpt2 GGUFs)");
+                         "\" (KVScope runs llama (Mixtral too), qwen2, qwen3, qwen3moe, olmoe, "
+                         "phi3 and gpt2 GGUFs)");
   // llama.cpp's converter writes Mixtral as a llama with experts.
   if (arch == "llama" && g.get_int_or(arch + ".expert_count", 0) > 0)
     c.arch = Architecture::Mixtral;
@@ -171,6 +208,7 @@ ModelConfig gguf_model_config(const formats::GgufFile& g) {
       throw InputError(g.path(), p + "rope.scaling.type",
                        "RoPE scaling \"" + type + "\" is not supported (expected none or linear)");
     }
+    gguf_longrope(g, p, &c);
     if (const formats::GgufTensor* f = g.find_tensor("rope_freqs.weight")) {
       if (f->elements() != r.dim / 2)
         throw InputError(g.path(), "rope_freqs.weight",

@@ -233,6 +233,32 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "GGUF tiny Phi-3 (fused tensors, LongRoPE factor tensors) matches transformers and the HF "
+    "load",
+    "[parity][gguf][phi3]") {
+  torch::NoGradGuard no_grad;
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  auto gguf = load_model(model_fixture("phi3/tiny-phi3-f32.gguf"), f32);
+  auto hf = load_model(model_fixture("phi3"), f32);
+  const auto& a = gguf->config().rope;
+  const auto& b = hf->config().rope;
+  CHECK(gguf->config().arch == kvscope::model::Architecture::Phi3);
+  CHECK(a.scaling == kvscope::model::RopeConfig::Scaling::LongRope);
+  CHECK(a.original_max_positions == b.original_max_positions);
+  CHECK(a.attention_factor == Approx(b.attention_factor));
+  // float32 in the file: the factors as transformers' float32 tensor holds them.
+  for (size_t i = 0; i < b.short_factor.size(); ++i) {
+    CHECK(float(a.short_factor[i]) == float(b.short_factor[i]));
+    CHECK(float(a.long_factor[i]) == float(b.long_factor[i]));
+  }
+  run_against(*gguf, read_expected(model_fixture("phi3/expected.safetensors")), kTolerance);
+  for (size_t l : {0, 1}) {
+    CHECK(torch::equal(gguf->weights().layers[l].wqkv, hf->weights().layers[l].wqkv));
+    CHECK(torch::equal(gguf->weights().layers[l].w_up, hf->weights().layers[l].w_up));
+  }
+}
+
 TEST_CASE("GGUF Q8_0 tiny llama dequantises exactly as gguf-py does", "[parity][gguf]") {
   torch::NoGradGuard no_grad;
   auto q8 = load_model(model_fixture("llama_gguf/tiny-llama-q8_0.gguf"),
