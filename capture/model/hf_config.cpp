@@ -253,7 +253,7 @@ void parse_olmoe_attention(const Fields& f, ModelConfig* c) {
   if (!(c->clip_qkv >= 0)) throw InputError(f.file(), "clip_qkv", "must be positive or null");
 }
 
-// The router and experts (formats.md §2.3): Mixtral routes every layer and
+// The router and experts (transformers 5.2 configs): Mixtral routes every layer and
 // always renormalises; Qwen3-MoE routes the layers that are not in
 // mlp_only_layers and fall on decoder_sparse_step; both Qwen3-MoE and OLMoE
 // renormalise only with norm_topk_prob.
