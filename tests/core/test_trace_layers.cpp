@@ -32,7 +32,7 @@ std::string write_layered(const std::string& path, bool typed = true) {
   pre.step.kind = StepKind::Prefill;
   pre.step.n_tokens = 1;
   pre.tokens.push_back({10, 0, TokenRole::Prompt, 0, -1, "p"});
-  for (int32_t l = 0; l < 3; ++l)
+  for (int16_t l = 0; l < 3; ++l)
     pre.events.push_back({0, l, 0, 0, EventKind::Admit, 0.0f, 0, kNoTier, 0});
   pre.occupancy = {1, 1, 1};  // L*K*R: one entry per layer
   pre.step.entries = 3;
