@@ -73,49 +73,37 @@ json read_json(const std::string& path) {
   }
 }
 
+// Every family KVScope runs, by its transformers class: model_type is
+// architecture_name(), the class the fallback when a config has no model_type.
+struct Family {
+  const char* hf_class;
+  Architecture arch;
+};
+constexpr Family kFamilies[] = {
+    {"LlamaForCausalLM", Architecture::Llama},       {"MistralForCausalLM", Architecture::Mistral},
+    {"Qwen2ForCausalLM", Architecture::Qwen2},       {"Qwen3ForCausalLM", Architecture::Qwen3},
+    {"GPT2LMHeadModel", Architecture::Gpt2},         {"MixtralForCausalLM", Architecture::Mixtral},
+    {"Qwen3MoeForCausalLM", Architecture::Qwen3Moe}, {"OlmoeForCausalLM", Architecture::Olmoe},
+    {"Phi3ForCausalLM", Architecture::Phi3}};
+
 Architecture architecture_of(const json& j, const std::string& file) {
-  std::string type;
+  std::string type, hf_class;
   if (j.contains("model_type") && j["model_type"].is_string()) {
     type = j["model_type"].get<std::string>();
   } else if (j.contains("architectures") && j["architectures"].is_array() &&
              !j["architectures"].empty() && j["architectures"][0].is_string()) {
-    const std::string a = j["architectures"][0].get<std::string>();
-    if (a == "LlamaForCausalLM")
-      type = "llama";
-    else if (a == "MistralForCausalLM")
-      type = "mistral";
-    else if (a == "Qwen2ForCausalLM")
-      type = "qwen2";
-    else if (a == "Qwen3ForCausalLM")
-      type = "qwen3";
-    else if (a == "GPT2LMHeadModel")
-      type = "gpt2";
-    else if (a == "MixtralForCausalLM")
-      type = "mixtral";
-    else if (a == "Qwen3MoeForCausalLM")
-      type = "qwen3_moe";
-    else if (a == "OlmoeForCausalLM")
-      type = "olmoe";
-    else if (a == "Phi3ForCausalLM")
-      type = "phi3";
-    else
-      type = a;
+    hf_class = type = j["architectures"][0].get<std::string>();
   } else {
     throw InputError(file, "model_type", "missing (and no architectures list to infer it from)");
   }
-  if (type == "llama") return Architecture::Llama;
-  if (type == "mistral") return Architecture::Mistral;
-  if (type == "qwen2") return Architecture::Qwen2;
-  if (type == "qwen3") return Architecture::Qwen3;
-  if (type == "gpt2") return Architecture::Gpt2;
-  if (type == "mixtral") return Architecture::Mixtral;
-  if (type == "qwen3_moe") return Architecture::Qwen3Moe;
-  if (type == "olmoe") return Architecture::Olmoe;
-  if (type == "phi3") return Architecture::Phi3;
+  std::string known;
+  for (const Family& f : kFamilies) {
+    if (hf_class.empty() ? type == architecture_name(f.arch) : hf_class == f.hf_class)
+      return f.arch;
+    known += std::string(known.empty() ? "" : ", ") + architecture_name(f.arch);
+  }
   throw InputError(file, "model_type",
-                   "unknown architecture \"" + type +
-                       "\" (KVScope runs llama, mistral, qwen2, qwen3, gpt2, mixtral, qwen3_moe, "
-                       "olmoe and phi3)");
+                   "unknown architecture \"" + type + "\" (KVScope runs " + known + ")");
 }
 
 // A token id: an integer in [0, 2^31 - 1]. get<int32_t>() would keep the
