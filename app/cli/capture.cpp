@@ -33,7 +33,9 @@ struct CaptureCliOptions {
   std::string device_prefill = "kernel";
   std::string expect;
   std::string task;
+  std::string query = "auto";
   bool quiet = false;
+  bool max_new_given = false;  // --max-new on the command line (else a task's own may apply)
 };
 
 void draw_progress(const recorder::CaptureProgress& p) {
@@ -54,11 +56,18 @@ int run_capture_cli(const CaptureCliOptions& o) {
   generate::configure_chat(*engine.tokenizer, o.prompt);
   recorder::CaptureRequest req;
   req.generation = generate::generation_options(o.prompt);
+  bool question_after = false;
   if (!o.task.empty()) {
     if (!o.prompt.prompt.empty() || !o.prompt.prompt_file.empty())
       throw InputError("", "--task", "builds its own prompt: drop --prompt/--prompt-file");
-    recorder::set_task(tasks::build_task(o.task, *engine.tokenizer, o.prompt.chat), &req);
+    tasks::TaskPrompt task = tasks::build_task(o.task, *engine.tokenizer, o.prompt.chat);
+    tasks::apply_query_protocol(&task, o.query, *engine.tokenizer);
+    recorder::set_task(task, &req);
+    question_after = task.question_after;
+    if (task.max_new > 0 && !o.max_new_given) req.generation.max_new_tokens = task.max_new;
   } else {
+    if (o.query != "auto")
+      throw InputError("", "--query", "places a task's question: it needs --task");
     req.prompt_text = generate::model_input_text(*engine.tokenizer, o.prompt);
     req.prompt_ids = engine.tokenizer->encode(req.prompt_text, /*add_special=*/true);
   }
@@ -89,6 +98,7 @@ int run_capture_cli(const CaptureCliOptions& o) {
                         {"page_rows", o.page_rows},
                         {"device_prefill", o.device_prefill},
                         {"threads", o.model.threads}};
+  if (!o.task.empty()) run["query"] = question_after ? "after" : "inside";
   req.run_json = run.dump();
   const bool tty = !o.quiet && isatty(STDERR_FILENO);
   if (tty) req.progress = draw_progress;
@@ -99,7 +109,12 @@ int run_capture_cli(const CaptureCliOptions& o) {
   if (!o.quiet) std::cout << r.generation.text << "\n";
   // "expected answer found", or for several "expected answers: 3 of 4 found".
   std::string answers;
-  if (req.expected_answers.size() > 1)
+  if (!req.scorer.empty()) {
+    char score[96];
+    std::snprintf(score, sizeof score, " | %s score %.3f%s", req.scorer.c_str(), r.score,
+                  r.success ? " (full)" : "");
+    answers = score;
+  } else if (req.expected_answers.size() > 1)
     answers = " | expected answers: " + std::to_string(r.answers_found) + " of " +
               std::to_string(req.expected_answers.size()) + " found" +
               (r.success ? "" : " (MISSING some)");
@@ -161,10 +176,21 @@ Command add_capture_command(CLI::App& app) {
       "values=V: V values to find); "
       "vt[:tokens=N,chains=C,hops=H,depth=D,seed=S,haystack=noise|text]: RULER's variable "
       "tracking; cwe[:tokens=N,top=K,freq=F,rare=R,seed=S]: RULER's common words extraction "
+      "dataset:file=F[,row=N,question=Q,scorer=S,tokens=T]: one row of a JSONL file in "
+      "kvpress's schema, scored by S (string_match_all, string_match_part, substring, "
+      "exact_match, f1, rouge_l, choice, boxed) "
       "(docs/tasks.md)");
+  sub->add_option("--query", opt->query,
+                  "where a task's question goes: inside (the prompt the policy compresses ends "
+                  "with it, query-aware), after (fed after the compression as teacher-forced "
+                  "decode steps, kvpress's default), auto (the task's own: after for dataset "
+                  "rows, inside for the synthetic tasks)")
+      ->check(CLI::IsMember({"auto", "after", "inside"}))
+      ->capture_default_str();
   sub->add_option("-o,--output", opt->output, "trace file to write (.kvtrace.h5)");
   sub->add_flag("-q,--quiet", opt->quiet, "no progress bar and no generated text");
-  return {sub, [opt] {
+  return {sub, [opt, sub] {
+            opt->max_new_given = sub->count("--max-new") > 0;
             if (opt->output.empty() && opt->levels != "none")
               throw InputError("", "-o", "an output trace path is required (or --capture none)");
             if (!opt->output.empty()) check_output_path(opt->output, "-o");

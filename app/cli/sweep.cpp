@@ -59,7 +59,9 @@ struct CellOutcome {
 recorder::CaptureRequest cell_request(const SweepPlan& plan, const SweepCell& cell,
                                       const generate::Engine& engine, const fs::path& trace) {
   recorder::CaptureRequest req;
-  recorder::set_task(tasks::build_task(cell.task, *engine.tokenizer, plan.chat), &req);
+  tasks::TaskPrompt task = tasks::build_task(cell.task, *engine.tokenizer, plan.chat);
+  tasks::apply_query_protocol(&task, plan.query, *engine.tokenizer);
+  recorder::set_task(task, &req);
   req.generation.max_new_tokens = plan.max_new;
   req.generation.prefill_chunk = plan.prefill_chunk;
   req.policy = cell.policy;
@@ -68,7 +70,8 @@ recorder::CaptureRequest cell_request(const SweepPlan& plan, const SweepCell& ce
   req.output = trace.string();
   req.model_path = cell.model;
   req.command_line = own_command_line();
-  req.run_json = "{\"sweep\":\"" + plan.name + "\",\"cell\":\"" + cell.id + "\"}";
+  req.run_json = "{\"sweep\":\"" + plan.name + "\",\"cell\":\"" + cell.id + "\",\"query\":\"" +
+                 (task.question_after ? "after" : "inside") + "\"}";
   return req;
 }
 
@@ -79,7 +82,7 @@ CellOutcome run_cell(const SweepPlan& plan, const SweepCell& cell, generate::Eng
   try {
     recorder::run_capture(engine, cell_request(plan, cell, engine, trace));
     auto reader = trace::TraceReader::open(trace.string());
-    out.why = analysis::explain_retrieval(*reader, 0.1);
+    out.why = analysis::explain_outcome(*reader, 0.1);
   } catch (const std::exception& e) {
     out.status = "failed";
     out.error = generate::failure_text(e);
@@ -93,6 +96,11 @@ sweep::ResultRow result_row(const SweepPlan& plan, const SweepCell& c, const Cel
   const analysis::WhyReport& w = o.why;
   const bool ok = o.status == "ok";
   auto known = [ok](int64_t v) { return ok ? std::optional<int64_t>(v) : std::nullopt; };
+  // A task without a needle (a dataset row) has no needle columns.
+  const bool needle = ok && !w.needle.empty();
+  auto of_needle = [needle](int64_t v) {
+    return needle ? std::optional<int64_t>(v) : std::nullopt;
+  };
   auto real = [](double v) { return std::isnan(v) ? std::nullopt : std::optional<double>(v); };
   sweep::ResultRow r;
   r.cell_id = c.id;
@@ -107,8 +115,8 @@ sweep::ResultRow result_row(const SweepPlan& plan, const SweepCell& c, const Cel
   r.success = known(w.success);
   r.expected = w.expected_answer;
   r.generated = w.generated;
-  r.needle_heads_whole = known(w.heads_whole_needle);
-  r.needle_heads_none = known(w.heads_no_needle);
+  r.needle_heads_whole = of_needle(w.heads_whole_needle);
+  r.needle_heads_none = of_needle(w.heads_no_needle);
   r.n_heads = known(w.n_heads);
   r.lost_mass = real(w.oracle_lost_mass);
   r.max_kl = real(w.max_kl);

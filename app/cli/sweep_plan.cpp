@@ -61,6 +61,25 @@ std::string format_depth(double d) {
   return buf;
 }
 
+bool is_dataset_task(const std::string& task) {
+  return task.rfind("dataset:", 0) == 0;
+}
+
+// `rows = "A:B"` (rows A..B-1) or a list of row numbers.
+std::vector<int64_t> row_list(const std::string& path, const toml::value& v,
+                              std::map<std::string, int64_t>& lines) {
+  if (!v.is_string()) return list<int64_t>(path, v, "rows", "integers", lines);
+  const std::string s = v.as_string();
+  long long a = -1, b = -1;
+  char tail = 0;
+  if (std::sscanf(s.c_str(), "%lld:%lld%c", &a, &b, &tail) != 2 || a < 0 || b <= a)
+    bad(path, v, "rows",
+        "expected \"A:B\" with 0 <= A < B (rows A to B-1) or a list, got \"" + s + "\"");
+  std::vector<int64_t> out;
+  for (long long r = a; r < b; ++r) out.push_back(r);
+  return out;
+}
+
 }  // namespace
 
 namespace {
@@ -140,6 +159,13 @@ KeyReaders key_readers(const std::string& path, SweepPlan& p) {
        [&path, &p](const toml::value& v) {
          p.seeds = list<int64_t>(path, v, "seeds", "integers", p.lines);
        }},
+      {"rows", [&path, &p](const toml::value& v) { p.rows = row_list(path, v, p.lines); }},
+      {"query",
+       [&path, &p](const toml::value& v) {
+         p.query = scalar<std::string>(path, v, "query", "a string");
+         if (p.query != "auto" && p.query != "after" && p.query != "inside")
+           bad(path, v, "query", "\"" + p.query + "\" (expected auto, after or inside)");
+       }},
   };
 }
 
@@ -151,6 +177,15 @@ void resolve_paths(SweepPlan& p) {
       m = (base / m).lexically_normal().string();
   if (!p.tokenizer.empty() && std::filesystem::path(p.tokenizer).is_relative())
     p.tokenizer = (base / p.tokenizer).lexically_normal().string();
+  // A dataset task's file=, likewise (the value runs to the next comma).
+  for (std::string& t : p.tasks) {
+    const size_t at = t.find("file=");
+    if (!is_dataset_task(t) || at == std::string::npos) continue;
+    const size_t begin = at + 5, end = std::min(t.find(',', begin), t.size());
+    const std::string file = t.substr(begin, end - begin);
+    if (!file.empty() && std::filesystem::path(file).is_relative())
+      t.replace(begin, end - begin, (base / file).lexically_normal().string());
+  }
 }
 
 void check_ranges(const SweepPlan& p, const toml::value& sweep) {
@@ -168,6 +203,14 @@ void check_ranges(const SweepPlan& p, const toml::value& sweep) {
         t.find("seed=") != std::string::npos)
       bad(path, sweep.at("tasks"), "tasks",
           "'" + t + "': give tokens, depth and seed through lengths, depths and seeds");
+  if (p.rows.empty()) return;
+  bool any_dataset = false;
+  for (const std::string& t : p.tasks) {
+    any_dataset = any_dataset || is_dataset_task(t);
+    if (is_dataset_task(t) && t.find("row=") != std::string::npos)
+      bad(path, sweep.at("tasks"), "tasks", "'" + t + "': give its rows through rows");
+  }
+  if (!any_dataset) bad(path, sweep.at("rows"), "rows", "only dataset tasks have rows");
 }
 
 }  // namespace
@@ -199,29 +242,43 @@ std::string SweepPlan::where(const std::string& key) const {
   return path + ":" + std::to_string(it != lines.end() ? it->second : lines.at("[sweep]"));
 }
 
+namespace {
+
+// A dataset task once per row of the plan's rows; any other task as it is.
+std::vector<std::string> with_rows(const std::string& task, const std::vector<int64_t>& rows) {
+  if (rows.empty() || !is_dataset_task(task)) return {task};
+  std::vector<std::string> out;
+  for (int64_t r : rows) out.push_back(task + ",row=" + std::to_string(r));
+  return out;
+}
+
+}  // namespace
+
 std::vector<SweepCell> sweep_cells(const SweepPlan& p) {
   std::vector<SweepCell> cells;
   std::set<std::string> seen;
   for (const std::string& model : p.models)
     for (const std::string& policy : p.policies)
-      for (const std::string& task : p.tasks)
-        for (int64_t length : p.lengths)
-          for (double depth : p.depths)
-            for (int64_t seed : p.seeds) {
-              SweepCell c{"", model, policy, "", task, length, depth, seed};
-              c.task = task + (task.find(':') == std::string::npos ? ":" : ",") +
-                       "tokens=" + std::to_string(length) + ",depth=" + format_depth(depth) +
-                       ",seed=" + std::to_string(seed);
-              c.id = stable_id(model + "|" + policy + "|" + c.task + "|" + p.tokenizer + "|" +
-                               std::to_string(p.max_new) + "|" + (p.chat ? "chat" : "plain") + "|" +
-                               std::to_string(p.prefill_chunk) + "|" + p.capture + "|" +
-                               (p.oracle ? "oracle" : "") +
-                               // fp32 adds nothing: the ids of plans written before
-                               // dtype existed stay what they were.
-                               (p.dtype == "fp32" ? "" : "|" + p.dtype) +
-                               (p.kv_dtype.empty() ? "" : "|kv=" + p.kv_dtype));
-              if (seen.insert(c.id).second) cells.push_back(c);
-            }
+      for (const std::string& dataset_task : p.tasks)
+        for (const std::string& task : with_rows(dataset_task, p.rows))
+          for (int64_t length : p.lengths)
+            for (double depth : p.depths)
+              for (int64_t seed : p.seeds) {
+                SweepCell c{"", model, policy, "", task, length, depth, seed};
+                c.task = task + (task.find(':') == std::string::npos ? ":" : ",") +
+                         "tokens=" + std::to_string(length) + ",depth=" + format_depth(depth) +
+                         ",seed=" + std::to_string(seed);
+                c.id = stable_id(model + "|" + policy + "|" + c.task + "|" + p.tokenizer + "|" +
+                                 std::to_string(p.max_new) + "|" + (p.chat ? "chat" : "plain") +
+                                 "|" + std::to_string(p.prefill_chunk) + "|" + p.capture + "|" +
+                                 (p.oracle ? "oracle" : "") +
+                                 // fp32 adds nothing: the ids of plans written before
+                                 // dtype existed stay what they were.
+                                 (p.dtype == "fp32" ? "" : "|" + p.dtype) +
+                                 (p.kv_dtype.empty() ? "" : "|kv=" + p.kv_dtype) +
+                                 (p.query == "auto" ? "" : "|query=" + p.query));
+                if (seen.insert(c.id).second) cells.push_back(c);
+              }
   return cells;
 }
 

@@ -1,5 +1,6 @@
-// A sweep plan (TOML): models x policies x tasks x lengths x depths x seeds,
-// one capture per cell. docs/sweeps.md documents the keys with an example.
+// A sweep plan (TOML): models x policies x tasks x lengths x depths x seeds
+// (x rows for dataset tasks), one capture per cell. docs/sweeps.md documents the keys with an
+// example.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,10 @@ struct SweepPlan {
   std::vector<int64_t> lengths;
   std::vector<double> depths;
   std::vector<int64_t> seeds{1};
+  // Rows of the dataset tasks' files (`rows = "0:200"` or a list); empty: each
+  // dataset task's own row. Other tasks have no rows.
+  std::vector<int64_t> rows;
+  std::string query = "auto";            // where the tasks' questions go (kvscope capture --query)
   std::map<std::string, int64_t> lines;  // key -> its line in the plan, for error messages
 
   // "plan.toml:12" for key (the [sweep] table's line when the key is absent).

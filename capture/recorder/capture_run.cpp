@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "capture/cache/ragged_cache.h"
 #include "capture/policy/registry.h"
 #include "capture/recorder/capture_levels.h"
 #include "capture/recorder/oracle.h"
 #include "capture/recorder/recorder.h"
+#include "capture/tasks/scorers.h"
 #include "capture/tasks/task_common.h"
 #include "core/common/check.h"
 #include "core/common/input_error.h"
@@ -20,6 +22,15 @@
 namespace kvscope::recorder {
 
 namespace {
+
+// The request's run JSON with the task's scorer in it ("scorer"), so that
+// a trace says how its score was computed.
+std::string run_json_with_scorer(const CaptureRequest& req) {
+  if (req.scorer.empty()) return req.run_json;
+  nlohmann::json j = nlohmann::json::parse(req.run_json);
+  j["scorer"] = req.scorer;
+  return j.dump();
+}
 
 trace::RunInfo run_info(const generate::Engine& engine, const policy::PolicyInstance& pi,
                         const CaptureRequest& req, const CaptureLevels& levels) {
@@ -49,7 +60,7 @@ trace::RunInfo run_info(const generate::Engine& engine, const policy::PolicyInst
   run.prompt = req.prompt_text;
   run.capture_levels = levels.text + (req.oracle ? "+oracle" : "");
   run.command_line = req.command_line;
-  run.run_json = req.run_json;
+  run.run_json = run_json_with_scorer(req);
   run.tier_names.clear();
   run.tier_attended.clear();
   // A tier declared F32 is stored at the run's --kv-dtype (TierSpec).
@@ -137,6 +148,7 @@ void set_task(const tasks::TaskPrompt& task, CaptureRequest* r) {
   r->task_kind = task.kind;
   r->expected_answer = task.answer;
   r->expected_answers = task.answers;
+  r->scorer = task.scorer;
   r->needle_spans = task.needle_spans;
   r->question_spans = task.question_spans;
 }
@@ -312,8 +324,17 @@ void score_answers(const CaptureRequest& req, CaptureResult* result) {
   const std::string& text = result->generation.text;
   if (!req.expected_answers.empty()) {
     result->answers_found = tasks::answers_found(req.expected_answers, text);
-    result->success = result->answers_found == int64_t(req.expected_answers.size());
-    result->score = tasks::answer_score(req.expected_answers, text);
+    if (req.scorer.empty()) {
+      result->success = result->answers_found == int64_t(req.expected_answers.size());
+      result->score = tasks::answer_score(req.expected_answers, text);
+    } else {
+      // A full score is a success (for F1 and ROUGE-L an exact answer):
+      // ROUGE-L's F carries LongBench's 1e-8 in its denominator, so a
+      // perfect answer scores 2 / (2 + 1e-8).
+      result->score =
+          tasks::find_scorer(req.scorer, "", "scorer").score(req.expected_answers, text);
+      result->success = result->score >= 1.0 - 1e-6;
+    }
   } else if (!req.expected_answer.empty()) {
     result->success = text.find(req.expected_answer) != std::string::npos;
     result->answers_found = result->success ? 1 : 0;

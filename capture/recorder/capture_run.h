@@ -44,6 +44,9 @@ struct CaptureRequest {
   // What a correct generation contains, every one (RULER's string_match_all,
   // ASCII case-insensitive); empty: it contains expected_answer as given.
   std::vector<std::string> expected_answers;
+  // The scorer of expected_answers (capture/tasks/scorers.h), recorded in
+  // /run run_json; empty: string_match_all.
+  std::string scorer;
   // [begin, end) token ranges; they may cover teacher-forced decode tokens
   // (generation.forced_tokens, recorded with prompt roles).
   std::vector<std::pair<int64_t, int64_t>> needle_spans;
@@ -64,7 +67,7 @@ struct CaptureResult {
   double decode_policy_seconds = 0;  // of which during decode steps
   bool success = false;              // generation contains every expected answer (task given)
   int64_t answers_found = 0;         // of expected_answers, how many the generation contains
-  double score = 0;                  // answers_found / their number (RULER's string_match_all)
+  double score = 0;                  // the scorer's, 0..1 (default: answers_found / their number)
   std::vector<std::string> notes;    // choices made for the user (e.g. the shipped gate taken)
 };
 

@@ -216,7 +216,11 @@ std::string verdict(const WhyReport& w) {
 
 }  // namespace
 
-WhyReport explain_retrieval(const trace::TraceReader& r, double kl_threshold) {
+namespace {
+
+// The report's outcome part, any trace: the run, the generation, its score.
+WhyReport outcome_of(const trace::TraceReader& r, double kl_threshold,
+                     std::vector<trace::StepRecord>* steps) {
   WhyReport w;
   w.trace = r.path();
   w.policy = r.run().policy;
@@ -228,11 +232,28 @@ WhyReport explain_retrieval(const trace::TraceReader& r, double kl_threshold) {
   w.score = r.task_score();
   w.kl_threshold = kl_threshold;
   w.n_heads = r.n_layers() * r.n_kv_heads();
-  const Needle needle = find_needle(r);
-  std::vector<trace::StepRecord> steps;
-  w.answer_step = find_answer_step(r, &steps);
+  w.answer_step = find_answer_step(r, steps);
   if (w.answer_step < 0)
     throw InputError(r.path(), "/steps/kind", "no prefill step: the trace holds no answer step");
+  return w;
+}
+
+}  // namespace
+
+WhyReport explain_outcome(const trace::TraceReader& r, double kl_threshold) {
+  const std::vector<uint8_t> roles = r.token_roles(0, r.n_tokens());
+  if (std::count(roles.begin(), roles.end(), uint8_t(TokenRole::Needle)) > 0)
+    return explain_retrieval(r, kl_threshold);
+  std::vector<trace::StepRecord> steps;
+  WhyReport w = outcome_of(r, kl_threshold, &steps);
+  attach_oracle(r, steps, w);
+  return w;
+}
+
+WhyReport explain_retrieval(const trace::TraceReader& r, double kl_threshold) {
+  const Needle needle = find_needle(r);
+  std::vector<trace::StepRecord> steps;
+  WhyReport w = outcome_of(r, kl_threshold, &steps);
   const Replay replay = replay_needle(r, needle, steps[size_t(w.answer_step)]);
   w.losses = replay.losses;
   summarise_needle(r, needle, replay, w);

@@ -86,6 +86,10 @@ struct WhyReport {
 
 // Throws InputError (naming the trace) when it holds no Needle tokens.
 WhyReport explain_retrieval(const trace::TraceReader& reader, double kl_threshold);
+// What a trace without needle tokens (a dataset row) can say: the task's
+// outcome and the oracle's divergence from the answer step on; `needle` stays
+// empty. A trace with a needle gets explain_retrieval's whole report.
+WhyReport explain_outcome(const trace::TraceReader& reader, double kl_threshold);
 
 std::string format_why(const WhyReport& report);
 

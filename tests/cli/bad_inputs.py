@@ -223,6 +223,10 @@ FILE_RECIPES = {
     "moe_topk": lambda: hf_dir("moe-topk", json_update(num_experts_per_tok=9), "mixtral"),
     "phi3_factors": lambda: hf_dir("phi3-factors", lambda t: t.replace('"short_factor": [', '"short_factor": [1.0, '),
                                    "phi3"),
+    "dataset_no_context": lambda: write_file("no-context.jsonl", b'{"question": "q", "answer": "a"}\n'),
+    "dataset_answer_type": lambda: write_file(
+        "answer-type.jsonl", b'\n{"context": "c", "question": "q", "answer": "a"}\n'
+                             b'{"context": "c", "question": "q", "answer": 7}\n'),
 }
 
 

@@ -224,4 +224,38 @@ p = subprocess.run([KVSCOPE, "sweep", plan("grid", POLICIES), "--slurm", "2"], c
 check(p.returncode == 2 and "Slurm not reachable: sbatch is not on PATH" in p.stderr,
       "--slurm without sbatch: " + p.stderr.strip())
 
+# Dataset rows as an axis: rows = "0:3" runs a dataset task once per row, its
+# file= relative to the plan, each cell scored by the task's scorer.
+shutil.copy(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                         "resources", "datasets", "examples.jsonl"), SCRATCH)
+rows_plan = os.path.join(SCRATCH, "rows.toml")
+with open(rows_plan, "w") as f:
+    f.write(f"""[sweep]
+name = "rows"
+models = ["{STORIES}/stories260K.bin"]
+tokenizer = "{STORIES}/tok512.bin"
+max_new = 6
+policies = ["full"]
+tasks = ["dataset:file=examples.jsonl,scorer=f1"]
+rows = "0:3"
+lengths = [300]
+depths = [0.5]
+""")
+code, out = sweep(rows_plan)
+table = rows("rows") if code == 0 else []
+check(code == 0 and "3 cells run (0 failed)" in out and
+      sorted(r["task"].split("row=")[1].split(",")[0] for r in table) == ["0", "1", "2"],
+      "rows = \"0:3\": one cell per row " + out.strip()[-200:])
+for r in table:
+    with h5py.File(os.path.join(SCRATCH, "rows", r["trace"]), "r") as f:
+        scorer = json.loads(f["/run"].attrs["run_json"])["scorer"]
+        check(scorer == "f1" and f["/run"].attrs["task_kind"] == "dataset" and
+              0 <= float(r["score"]) <= 1, f"row cell {r['cell_id']}: scorer f1, a dataset task")
+for extra, want in [('rows = "3:1"', 'rows: expected "A:B" with 0 <= A < B'),
+                    ("rows = [0, 1]", "rows: only dataset tasks have rows")]:
+    p = plan("bad", POLICIES, extra)
+    code, out = sweep(p)
+    line = 1 + open(p).read().splitlines().index(extra)
+    check(code == 2 and f"bad.toml:{line}: {want}" in out, f"bad rows: {out.strip()}")
+
 finish()
