@@ -111,6 +111,6 @@ TEST_CASE("niah specs: bad keys and values name the field", "[tasks][niah]") {
   CHECK_THAT(message("niah:depth=2"), Catch::Contains("niah:depth: expected a number in [0, 1]"));
   CHECK_THAT(message("niah:tokens=abc"), Catch::Contains("niah:tokens"));
   CHECK_THAT(message("niah:colour=red"),
-             Catch::Contains("niah:colour: unknown (expected tokens, keys, values, depth, seed, "
-                             "haystack, text)"));
+             Catch::Contains("niah:colour: unknown (expected tokens, keys, values, queries, depth, "
+                             "seed, haystack, text, value, key)"));
 }

@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -499,6 +500,84 @@ TEST_CASE("new task specs: bad values name the field, the range and the value", 
   CHECK_THAT(input_error([] { tasks::build_task("cwe:tokens=64", stories_tok(), false); }),
              Catch::Matches("--task: cwe:tokens: is 64, too small for 10 common words x 6 and "
                             "the question \\(expected >= [0-9]+ with this tokenizer\\)"));
+}
+
+TEST_CASE("niah queries=Q: RULER's multi-query, every queried key's values asked and marked",
+          "[tasks][niah]") {
+  for (const bool chat : {false, true}) {
+    INFO("chat " << chat);
+    const tasks::TaskPrompt p =
+        tasks::build_task("niah:tokens=600,keys=4,queries=3,values=2,seed=3", smol_tok(), chat);
+    CHECK(p.kind == "niah_multiquery");
+    REQUIRE(p.answers.size() == 6);  // 3 keys x 2 values
+    REQUIRE(p.needle_spans.size() == 6);
+    for (const std::string& a : p.answers) CHECK(count(p.prompt_text, a) == 1);
+    for (auto [b, e] : p.needle_spans) {
+      const std::string piece = decode(smol_tok(), p.ids, {b, e});
+      CHECK(std::count_if(p.answers.begin(), p.answers.end(), [&](const std::string& a) {
+              return piece.find(a) != std::string::npos;
+            }) == 1);
+    }
+    // RULER's query: "a, b, and c", plural nouns.
+    const std::string q = decode(smol_tok(), p.ids, p.question_spans[0]);
+    CHECK_THAT(q, Catch::Contains("What are all the special magic numbers for "));
+    CHECK(count(q, ", ") == 2);
+    CHECK_THAT(q, Catch::Contains(", and "));
+    // The 4th key's needles are distractors: in the prompt, not marked, not asked.
+    CHECK(count(p.prompt_text, "One of the special magic numbers for ") == 8);
+  }
+  CHECK_THROWS_WITH(tasks::parse_task_spec("niah:keys=2,queries=3"),
+                    Catch::Contains("niah:queries: expected an integer in [1, 2]"));
+}
+
+TEST_CASE("niah value=uuid, key=uuid: RULER's UUID needles", "[tasks][niah]") {
+  const tasks::TaskPrompt p =
+      tasks::build_task("niah:tokens=800,keys=3,value=uuid,key=uuid,seed=5", smol_tok(), false);
+  CHECK(p.kind == "niah_multikey");
+  REQUIRE(p.answers.size() == 1);
+  auto is_uuid4 = [](const std::string& u) {
+    if (u.size() != 36 || u[14] != '4' || std::string("89ab").find(u[19]) == std::string::npos)
+      return false;
+    for (size_t i = 0; i < u.size(); ++i)
+      if ((i == 8 || i == 13 || i == 18 || i == 23) ? u[i] != '-'
+                                                    : !std::isxdigit(u[i]) || std::isupper(u[i]))
+        return false;
+    return true;
+  };
+  CHECK(is_uuid4(p.answers[0]));
+  CHECK(count(p.prompt_text, p.answers[0]) == 1);
+  CHECK_THAT(p.prompt_text, Catch::StartsWith("Some special magic uuids are hidden"));
+  CHECK_THAT(p.prompt_text, Catch::Contains("What is the special magic uuid for "));
+  CHECK(count(p.prompt_text, "One of the special magic uuids for ") == 3);
+  // The asked key is a UUID too, and the same spec gives the same UUIDs.
+  const size_t at = p.prompt_text.find("What is the special magic uuid for ") + 35;
+  CHECK(is_uuid4(p.prompt_text.substr(at, 36)));
+  CHECK(tasks::build_task("niah:tokens=800,keys=3,value=uuid,key=uuid,seed=5", smol_tok(), false)
+            .ids == p.ids);
+  CHECK(tasks::build_task("niah:tokens=800,keys=3,value=uuid,key=uuid,seed=6", smol_tok(), false)
+            .answers != p.answers);
+  CHECK_THROWS_WITH(tasks::parse_task_spec("niah:value=word"),
+                    Catch::Contains("niah:value: expected number or uuid, got 'word'"));
+}
+
+TEST_CASE("niah haystack=needle: RULER's multikey_2, a haystack made of other keys' needles",
+          "[tasks][niah]") {
+  for (const int64_t tokens : {int64_t(500), int64_t(1500)}) {
+    INFO("tokens " << tokens);
+    const tasks::TaskPrompt p = tasks::build_task(
+        "niah:tokens=" + std::to_string(tokens) + ",keys=1,haystack=needle,seed=2", smol_tok(),
+        false);
+    const size_t needles = count(p.prompt_text, "One of the special magic numbers for ");
+    CHECK(needles > size_t(tokens / 30));  // the haystack is needles (about 20 tokens each)
+    CHECK(count(p.prompt_text, "The grass is green") == 0);
+    CHECK(std::abs(double(p.ids.size()) - double(tokens)) <= 0.03 * double(tokens));
+    REQUIRE(p.needle_spans.size() == 1);
+    const std::string asked = decode(smol_tok(), p.ids, p.needle_spans[0]);
+    CHECK_THAT(asked, Catch::Contains(p.answers[0]));
+    CHECK(count(p.prompt_text, p.answers[0]) == 1);
+  }
+  CHECK_THROWS_WITH(tasks::parse_task_spec("niah:haystack=needle,text=/tmp/x.txt"),
+                    Catch::Contains("niah:text: gives the text of haystack=text"));
 }
 
 TEST_CASE("kvscope capture --task vt|cwe|niah:values on stories260K: needle roles, answers, why",
