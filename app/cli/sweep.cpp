@@ -9,6 +9,7 @@
 
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -53,6 +54,8 @@ struct SweepOptions {
 struct CellOutcome {
   std::string status = "ok", error;
   analysis::WhyReport why;
+  double kv_bytes_mean = std::nan("");
+  int64_t kv_bytes_peak = 0;
   double wall_s = 0;
 };
 
@@ -75,6 +78,19 @@ recorder::CaptureRequest cell_request(const SweepPlan& plan, const SweepCell& ce
   return req;
 }
 
+// The KV bytes the cache held: the mean over decode steps, the peak over all.
+void held_bytes(const trace::TraceReader& r, CellOutcome* out) {
+  double sum = 0;
+  int64_t decode = 0;
+  for (const trace::StepRecord& s : r.steps(0, r.n_steps())) {
+    out->kv_bytes_peak = std::max(out->kv_bytes_peak, s.kv_bytes);
+    if (s.kind != trace::StepKind::Decode) continue;
+    sum += double(s.kv_bytes);
+    ++decode;
+  }
+  if (decode > 0) out->kv_bytes_mean = sum / double(decode);
+}
+
 CellOutcome run_cell(const SweepPlan& plan, const SweepCell& cell, generate::Engine& engine,
                      const fs::path& trace) {
   CellOutcome out;
@@ -83,6 +99,7 @@ CellOutcome run_cell(const SweepPlan& plan, const SweepCell& cell, generate::Eng
     recorder::run_capture(engine, cell_request(plan, cell, engine, trace));
     auto reader = trace::TraceReader::open(trace.string());
     out.why = analysis::explain_outcome(*reader, 0.1);
+    held_bytes(*reader, &out);
   } catch (const std::exception& e) {
     out.status = "failed";
     out.error = generate::failure_text(e);
@@ -121,6 +138,9 @@ sweep::ResultRow result_row(const SweepPlan& plan, const SweepCell& c, const Cel
   r.lost_mass = real(w.oracle_lost_mass);
   r.max_kl = real(w.max_kl);
   r.score = ok ? real(w.score) : std::nullopt;
+  if (c.budget > 0) r.budget = c.budget;
+  if (ok) r.kv_bytes_mean = real(o.kv_bytes_mean);
+  if (ok) r.kv_bytes_peak = o.kv_bytes_peak;
   r.wall_s = o.wall_s;
   r.device = device;
   r.dtype = plan.dtype;

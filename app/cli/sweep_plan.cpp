@@ -1,11 +1,15 @@
 #include "app/cli/sweep_plan.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
 #include <toml.hpp>
+
+#include "capture/policy/registry.h"
 
 #include "core/common/input_error.h"
 
@@ -78,6 +82,37 @@ std::vector<int64_t> row_list(const std::string& path, const toml::value& v,
   std::vector<int64_t> out;
   for (long long r = a; r < b; ++r) out.push_back(r);
   return out;
+}
+
+std::string policy_name(const std::string& spec) {
+  return spec.substr(0, std::min(spec.find(':'), spec.find('+')));
+}
+
+// Budgets are fractions (0, 1] or whole entry counts, on policies that have
+// a budget parameter (full excepted: the curve's reference).
+void check_budgets(const SweepPlan& p, const toml::value& sweep) {
+  if (p.budgets.empty()) return;
+  const std::string& path = p.path;
+  for (double b : p.budgets)
+    if (!(b > 0) || (b > 1 && b != std::floor(b)) || b > double(int64_t(1) << 30))
+      bad(path, sweep.at("budgets"), "budgets",
+          "expected fractions in (0, 1] of the prompt or whole entry counts, got " +
+              format_depth(b));
+  for (const std::string& spec : p.policies) {
+    const std::string name = policy_name(spec);
+    if (name == "full") continue;
+    const policy::PolicyDescriptor* d = policy::find_policy(name);
+    const bool has_budget =
+        d && std::any_of(d->params.begin(), d->params.end(),
+                         [](const policy::ParamSpec& ps) { return ps.name == "budget"; });
+    if (d && !has_budget)
+      bad(path, sweep.at("budgets"), "budgets",
+          "policy '" + name + "' has no budget parameter (drop it from the plan or from budgets)");
+    const std::string first = spec.substr(0, spec.find('+'));
+    if (first.find("budget=") != std::string::npos)
+      bad(path, sweep.at("policies"), "policies",
+          "'" + spec + "': give its budget through budgets");
+  }
 }
 
 }  // namespace
@@ -160,6 +195,10 @@ KeyReaders key_readers(const std::string& path, SweepPlan& p) {
          p.seeds = list<int64_t>(path, v, "seeds", "integers", p.lines);
        }},
       {"rows", [&path, &p](const toml::value& v) { p.rows = row_list(path, v, p.lines); }},
+      {"budgets",
+       [&path, &p](const toml::value& v) {
+         p.budgets = list<double>(path, v, "budgets", "numbers", p.lines);
+       }},
       {"query",
        [&path, &p](const toml::value& v) {
          p.query = scalar<std::string>(path, v, "query", "a string");
@@ -203,6 +242,7 @@ void check_ranges(const SweepPlan& p, const toml::value& sweep) {
         t.find("seed=") != std::string::npos)
       bad(path, sweep.at("tasks"), "tasks",
           "'" + t + "': give tokens, depth and seed through lengths, depths and seeds");
+  check_budgets(p, sweep);
   if (p.rows.empty()) return;
   bool any_dataset = false;
   for (const std::string& t : p.tasks) {
@@ -254,31 +294,53 @@ std::vector<std::string> with_rows(const std::string& task, const std::vector<in
 
 }  // namespace
 
+std::string with_budget(const std::string& spec, double budget) {
+  const size_t plus = std::min(spec.find('+'), spec.size());
+  const std::string first = spec.substr(0, plus);
+  return first + (first.find(':') == std::string::npos ? ":" : ",") +
+         "budget=" + format_depth(budget) + spec.substr(plus);
+}
+
+namespace {
+
+// A policy once per budget of the plan; full, or any policy when there are
+// no budgets, once as given (budget 0).
+std::vector<std::pair<std::string, double>> with_budgets(const std::string& spec,
+                                                         const std::vector<double>& budgets) {
+  if (budgets.empty() || policy_name(spec) == "full") return {{spec, 0.0}};
+  std::vector<std::pair<std::string, double>> out;
+  for (double b : budgets) out.emplace_back(with_budget(spec, b), b);
+  return out;
+}
+
+}  // namespace
+
 std::vector<SweepCell> sweep_cells(const SweepPlan& p) {
   std::vector<SweepCell> cells;
   std::set<std::string> seen;
   for (const std::string& model : p.models)
-    for (const std::string& policy : p.policies)
-      for (const std::string& dataset_task : p.tasks)
-        for (const std::string& task : with_rows(dataset_task, p.rows))
-          for (int64_t length : p.lengths)
-            for (double depth : p.depths)
-              for (int64_t seed : p.seeds) {
-                SweepCell c{"", model, policy, "", task, length, depth, seed};
-                c.task = task + (task.find(':') == std::string::npos ? ":" : ",") +
-                         "tokens=" + std::to_string(length) + ",depth=" + format_depth(depth) +
-                         ",seed=" + std::to_string(seed);
-                c.id = stable_id(model + "|" + policy + "|" + c.task + "|" + p.tokenizer + "|" +
-                                 std::to_string(p.max_new) + "|" + (p.chat ? "chat" : "plain") +
-                                 "|" + std::to_string(p.prefill_chunk) + "|" + p.capture + "|" +
-                                 (p.oracle ? "oracle" : "") +
-                                 // fp32 adds nothing: the ids of plans written before
-                                 // dtype existed stay what they were.
-                                 (p.dtype == "fp32" ? "" : "|" + p.dtype) +
-                                 (p.kv_dtype.empty() ? "" : "|kv=" + p.kv_dtype) +
-                                 (p.query == "auto" ? "" : "|query=" + p.query));
-                if (seen.insert(c.id).second) cells.push_back(c);
-              }
+    for (const std::string& plan_policy : p.policies)
+      for (const auto& [policy, budget] : with_budgets(plan_policy, p.budgets))
+        for (const std::string& dataset_task : p.tasks)
+          for (const std::string& task : with_rows(dataset_task, p.rows))
+            for (int64_t length : p.lengths)
+              for (double depth : p.depths)
+                for (int64_t seed : p.seeds) {
+                  SweepCell c{"", model, policy, "", task, length, depth, seed, budget};
+                  c.task = task + (task.find(':') == std::string::npos ? ":" : ",") +
+                           "tokens=" + std::to_string(length) + ",depth=" + format_depth(depth) +
+                           ",seed=" + std::to_string(seed);
+                  c.id = stable_id(model + "|" + policy + "|" + c.task + "|" + p.tokenizer + "|" +
+                                   std::to_string(p.max_new) + "|" + (p.chat ? "chat" : "plain") +
+                                   "|" + std::to_string(p.prefill_chunk) + "|" + p.capture + "|" +
+                                   (p.oracle ? "oracle" : "") +
+                                   // fp32 adds nothing: the ids of plans written before
+                                   // dtype existed stay what they were.
+                                   (p.dtype == "fp32" ? "" : "|" + p.dtype) +
+                                   (p.kv_dtype.empty() ? "" : "|kv=" + p.kv_dtype) +
+                                   (p.query == "auto" ? "" : "|query=" + p.query));
+                  if (seen.insert(c.id).second) cells.push_back(c);
+                }
   return cells;
 }
 

@@ -30,7 +30,11 @@ struct SweepPlan {
   // Rows of the dataset tasks' files (`rows = "0:200"` or a list); empty: each
   // dataset task's own row. Other tasks have no rows.
   std::vector<int64_t> rows;
-  std::string query = "auto";            // where the tasks' questions go (kvscope capture --query)
+  std::string query = "auto";  // where the tasks' questions go (kvscope capture --query)
+  // The memory axis: each policy with a budget parameter runs once per value
+  // (<= 1: a fraction of the prompt's tokens, else entries per head); `full`
+  // runs once. Empty: the policies as given.
+  std::vector<double> budgets;
   std::map<std::string, int64_t> lines;  // key -> its line in the plan, for error messages
 
   // "plan.toml:12" for key (the [sweep] table's line when the key is absent).
@@ -45,7 +49,12 @@ struct SweepCell {
   int64_t length = 0;
   double depth = 0;
   int64_t seed = 0;
+  double budget = 0;  // the plan's budget for this cell's policy, 0: none
 };
+
+// `spec` with budget=`budget` on its first part ("snapkv:window=8+pyramid" ->
+// "snapkv:window=8,budget=0.25+pyramid").
+std::string with_budget(const std::string& spec, double budget);
 
 // Throws InputError naming the plan file, its line and the key.
 SweepPlan parse_sweep_plan(const std::string& path);

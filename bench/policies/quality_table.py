@@ -172,6 +172,18 @@ def run_policy(args, spec, work, extra=()):
             "passkey_by_depth": [bool(r["success"]) for r in pk]}
 
 
+def passkey_after(args, spec, work, extra=()):
+    """The passkey column with the question fed after the compression
+    (`--query after`, kvpress's query_aware false): the same prompts."""
+    trace = os.path.join(work, "t.kvtrace.h5")
+    depths = [0.1 + 0.8 * j / max(1, args.depths - 1) for j in range(args.depths)]
+    pk = [capture(args, spec, trace, 12, task=f"needle:tokens={args.context},depth={d:.2f},seed={j + 1}",
+                  extra=(*extra, "--query", "after"))
+          for j, d in enumerate(depths)]
+    return {"passkey_after": sum(r["success"] for r in pk),
+            "passkey_after_by_depth": [bool(r["success"]) for r in pk]}
+
+
 def duo_sparsity(template, M, results, context):
     """{D}: the streaming share that makes DuoAttention's mean head hold M."""
     if "{D}" not in template:
@@ -186,25 +198,35 @@ def duo_sparsity(template, M, results, context):
 
 
 def markdown(results, shares):
+    after = any("passkey_after" in r for r in results.values())
+    cols = "KL | recall | passkey | " + ("q. after | " if after else "") + "entries"
     rows = ["| policy | spec at 25 % | " + " | ".join(
-        f"{int(s * 100 * 10) / 10:g} %: KL | recall | passkey | entries" for s in shares) + " |",
-            "| --- | --- | " + " | ".join("--- | --- | --- | ---" for _ in shares) + " |"]
+        f"{int(s * 100 * 10) / 10:g} %: {cols}" for s in shares) + " |",
+            "| --- | --- | " + " | ".join(" | ".join(["---"] * (5 if after else 4)) for _ in shares) + " |"]
     for name, _ in POLICIES:
         cells = []
         spec = None
         for s in shares:
             r = results.get(f"{s}/{name}")
             if r is None:
-                cells.append("— | — | — | —")
+                cells.append(" | ".join(["—"] * (5 if after else 4)))
                 continue
             spec = spec or r["spec"]
-            cells.append(f"{r['kl']:.4f} | {r['recall']:.3f} | {r['passkey']}/{r['depths']} | {r['entries']:.0f}")
+            pa = (f"{r['passkey_after']}/{r['depths']} | " if "passkey_after" in r else "— | ") if after else ""
+            cells.append(f"{r['kl']:.4f} | {r['recall']:.3f} | {r['passkey']}/{r['depths']} | {pa}"
+                         f"{r['entries']:.0f}")
         if spec is None:
             continue
         note = NOTES.get(name, "")
         rows.append(f"| `{name}`{' (' + note.replace('{M}', 'M') + ')' if note else ''} | `{spec}` | "
                     + " | ".join(cells) + " |")
     return "\n".join(rows)
+
+
+def save(path, results):
+    with open(path + ".tmp", "w") as f:
+        json.dump(results, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def main():
@@ -220,6 +242,9 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--out", required=True)
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--query-after", action="store_true",
+                    help="add the passkey column with the question after the compression to the "
+                         "results already in --out (the policies of --only)")
     args = ap.parse_args()
     shares = [float(s) for s in args.shares.split(",")]
     results = json.load(open(args.out)) if os.path.exists(args.out) else {}
@@ -232,6 +257,16 @@ def main():
         M = int(round(share * args.context))
         for name, template in POLICIES:
             key = f"{share}/{name}"
+            if args.query_after:
+                if (only and name not in only) or key not in results or "passkey_after" in results[key]:
+                    continue
+                t0 = time.time()
+                results[key].update(passkey_after(args, results[key]["spec"], work,
+                                                  EXTRA_ARGS.get(name, ())))
+                save(args.out, results)
+                print(f"{key}: passkey, question after: {results[key]['passkey_after']}/{args.depths} "
+                      f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+                continue
             if (only and name not in only) or key in results or (name == "full" and share != shares[0]):
                 continue
             spec = (template.replace("{M}", str(M)).replace("{H}", str(M // 2)).replace("{W}", str(M - 4))
@@ -248,9 +283,7 @@ def main():
             if "{" not in template:  # its own memory: one run stands for every share
                 for s in shares:
                     results[f"{s}/{name}"] = r
-            with open(args.out + ".tmp", "w") as f:
-                json.dump(results, f, indent=1)
-            os.replace(args.out + ".tmp", args.out)
+            save(args.out, results)
             print(f"{key}: KL {r['kl']:.4f} recall {r['recall']:.3f} passkey {r['passkey']}/{r['depths']} "
                   f"entries {r['entries']:.0f} ({r['seconds']:.0f} s)", file=sys.stderr, flush=True)
 

@@ -144,6 +144,9 @@ const std::vector<ResultColumn>& result_columns() {
       {"score", Kind::Real, nullptr, nullptr, &R::score, true},
       {"device", Kind::Text, &R::device, nullptr, nullptr, true},
       {"dtype", Kind::Text, &R::dtype, nullptr, nullptr, true},
+      {"budget", Kind::Real, nullptr, nullptr, &R::budget, true},
+      {"kv_bytes_mean", Kind::Real, nullptr, nullptr, &R::kv_bytes_mean, true},
+      {"kv_bytes_peak", Kind::Integer, nullptr, &R::kv_bytes_peak, nullptr, true},
   };
   return columns;
 }

@@ -30,6 +30,11 @@ struct ResultRow {
   // bf16, fp16): wall_s means nothing without them, and a resumed sweep can
   // mix devices. Empty in tables written before these columns.
   std::string device, dtype;
+  // The plan's budget for the cell's policy (a fraction of the prompt or
+  // entries per head; unknown: no budget axis) and the KV cache bytes the
+  // trace records held: the mean over decode steps and the peak over all.
+  std::optional<double> budget, kv_bytes_mean;
+  std::optional<int64_t> kv_bytes_peak;
   std::string trace;  // relative to the results table's folder
   std::string error;
 

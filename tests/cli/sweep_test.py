@@ -258,4 +258,41 @@ for extra, want in [('rows = "3:1"', 'rows: expected "A:B" with 0 <= A < B'),
     line = 1 + open(p).read().splitlines().index(extra)
     check(code == 2 and f"bad.toml:{line}: {want}" in out, f"bad rows: {out.strip()}")
 
+# Memory as an axis: budgets = [0.25, 0.5] runs SnapKV at each (full once),
+# and the table carries the budget and the KV bytes the traces held.
+budget_plan = os.path.join(SCRATCH, "budgets.toml")
+with open(budget_plan, "w") as f:
+    f.write(f"""[sweep]
+name = "budgets"
+models = ["{STORIES}/stories260K.bin"]
+tokenizer = "{STORIES}/tok512.bin"
+max_new = 6
+policies = ["full", "snapkv:window=8"]
+budgets = [0.25, 0.5]
+tasks = ["needle"]
+lengths = [200]
+depths = [0.5]
+""")
+code, out = sweep(budget_plan)
+table = {(r["policy"], r["budget"]): r for r in rows("budgets")} if code == 0 else {}
+check(code == 0 and "3 cells run (0 failed)" in out and
+      set(table) == {("full", ""), ("snapkv:window=8,budget=0.25", "0.25"),
+                     ("snapkv:window=8,budget=0.5", "0.5")}, "budgets: full once, SnapKV per budget")
+if len(table) == 3:
+    held = [float(table[k]["kv_bytes_mean"]) for k in [("snapkv:window=8,budget=0.25", "0.25"),
+                                                       ("snapkv:window=8,budget=0.5", "0.5"), ("full", "")]]
+    for r in table.values():
+        with h5py.File(os.path.join(SCRATCH, "budgets", r["trace"]), "r") as f:
+            kind, kv = f["/steps/kind"][:], f["/steps/kv_bytes"][:]
+            check(int(r["kv_bytes_peak"]) == int(kv.max()) and
+                  abs(float(r["kv_bytes_mean"]) - float(kv[kind == 1].mean())) < 1e-6 * kv.max(),
+                  f"{r['policy']}: kv_bytes_mean and _peak are the trace's")
+    check(held[0] < held[1] < held[2], f"KV bytes grow with the budget: {held}")
+for extra, want in [("budgets = [0.25]", "budgets: policy 'streaming_llm' has no budget parameter"),
+                    ("budgets = [1.5]", "budgets: expected fractions in (0, 1] of the prompt or whole entry counts, got 1.5")]:
+    p = plan("bad", POLICIES, extra)
+    code, out = sweep(p)
+    line = 1 + open(p).read().splitlines().index(extra)
+    check(code == 2 and f"bad.toml:{line}: {want}" in out, f"bad budgets: {out.strip()}")
+
 finish()

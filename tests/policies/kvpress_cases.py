@@ -23,6 +23,7 @@ class Case:
     question: int = 0              # FinchPress: a delimiter before the prompt's last `question` tokens
     runner: Optional[Callable] = None  # (model, ids, press, KVScope's trace) -> (kept, scores)
     channels: bool = False         # compare pruned key channel sets (the runner's), not kept tokens
+    query_after: bool = False      # KVScope --query after: kvpress compresses the context alone
     tie: Optional[Callable] = None  # (diffs, kvpress scores, Model) -> explained?
     why: str = "near-equal scores (within 1e-4 of the head's largest)"
 
@@ -558,6 +559,14 @@ def cases_for(model_name):
              lambda b, n: "simlayerkv:threshold=%g,recent=%d,initial=4,last=1" % (lazy, recent),
              lambda r, m: P.SimLayerKVPress(lazy_threshold=lazy, n_recent=recent, n_initial=4, n_last=1)),
     ]
+    if model_name == "smollm2":
+        # The question after the compression (kvpress's query_aware false):
+        # KVScope's prefill ends where the needle task's question begins, and
+        # kvpress compresses those context ids alone, as its pipeline does.
+        import dataclasses
+        after = {"snapkv", "expected_attention", "kvzip"}
+        cases += [dataclasses.replace(c, name=c.name + "_after", query_after=True)
+                  for c in cases if c.name in after]
     if model_name == "qwen3_moe":
         # transformers runs Qwen3-MoE's experts with grouped GEMMs, which have
         # no float64 kernel: kvpress scores expected attention in float32 here

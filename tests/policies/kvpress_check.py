@@ -125,6 +125,12 @@ class Model:
         self.layers = self.eager.config.num_hidden_layers
         self.kv_heads = self.eager.config.num_key_value_heads
 
+    def context_length(self):
+        """The prompt's tokens before its question (--query after)."""
+        if not hasattr(self, "_context"):
+            self._context = len(self.capture("full-after", "full", extra=("--query", "after"))[0])
+        return self._context
+
     def float64(self):
         """A float64 copy (presses whose scores underflow float32)."""
         if self._float64 is None:
@@ -153,6 +159,11 @@ class Model:
                     position[p] = len(position)
             ids = ids[~inserted]
             prompt = int((f["tokens/role"][:][~inserted] != 1).sum())
+            if json.loads(f["run"].attrs["run_json"]).get("query") == "after":
+                # --query after: the prompt the policy compressed ends where
+                # the forced question begins (the first decode step's token).
+                kinds, first = f["steps/kind"][:], f["steps/first_token"][:]
+                prompt = int(first[int((kinds != 1).sum())])
             L, K = int(f["run"].attrs["n_layers"]), int(f["run"].attrs["n_kv_heads"])
             kind, step = f["events/kind"][:], f["events/step"][:]
             # Steps before the first decode step: the prefill and a policy's
@@ -441,10 +452,12 @@ def kvzip_kept(model, ids, press, trace, after=None):
             tail = pieces[0][-8:]
             table[nxt] = heads[1][:len(heads[1]) - len(suffix) - len(tail)]
         template = "PREFIX%sSUFFIX"
-        budget = max(1, T // 4)
-        L, K = model.config.num_hidden_layers, model.config.num_key_value_heads
-        press.compression_ratio = (L * K * (n - budget) + 0.5) / (L * K * n)
-    else:
+    # The global budget exactly: KVScope keeps L * K * budget entries in all,
+    # and a per-head ratio can round kvpress's count of the whole cache by one or two.
+    budget = max(1, T // 4)
+    L, K = model.config.num_hidden_layers, model.config.num_key_value_heads
+    press.compression_ratio = (L * K * (n - budget) + 0.5) / (L * K * n)
+    if not question:
         table = {"": [], "\n": [], first: heads[0]}
         if len(heads) > 1:  # heads[1] = Q1 + tail + S, heads[0] = Q0 + S: find |S|
             tail = pieces[0][-8:]
@@ -583,8 +596,15 @@ def run_case(model, case):
     n = len(model.ids)
     budget = case.budget(n)
     spec = case.spec(budget, n)
-    ids, ours, trace = model.capture(case.name, spec, case.decode)
-    assert ids[:n] == model.ids, "the prompt differs between captures"
+    extra = ("--query", "after") if case.query_after else ()
+    if case.query_after:  # the budget follows the context's length
+        n = model.context_length()
+        budget = case.budget(n)
+        spec = case.spec(budget, n)
+    ids, ours, trace = model.capture(case.name, spec, case.decode, extra)
+    if case.query_after:
+        assert len(ids) == n < len(model.ids), "--query after: the prompt is not the context part"
+    assert ids[:n] == model.ids[:n], "the prompt differs between captures"
     oracle = model.float64() if case.float64 else (model.sdpa if case.sdpa else model.eager)
     torch.manual_seed(case.seed)
     press = case.press(ratio_for(n, budget), model)
