@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "core/common/atomic_file.h"
 #include "core/common/input_error.h"
@@ -310,7 +311,66 @@ std::vector<ResultRow> collect_results(const std::string& dir,
   std::vector<ResultRow> rows = gather_results(dir, plan_order);
   write_results_csv(results_csv_path(dir), rows);
   write_results_parquet(results_parquet_path(dir), rows);
+  write_leaderboard_csv(leaderboard_csv_path(dir), rows);
   return rows;
+}
+
+std::string leaderboard_csv_path(const std::string& dir) {
+  return (std::filesystem::path(dir) / "leaderboard.csv").string();
+}
+
+namespace {
+
+// The policy spec without the budget=B the plan gave its first part
+// (sweep_plan.cpp's with_budget): "snapkv:window=8,budget=0.25+pyramid" ->
+// "snapkv:window=8+pyramid".
+std::string press_of(const ResultRow& r) {
+  if (!r.budget) return r.policy;
+  std::string spec = r.policy;
+  const size_t first_end = std::min(spec.find('+'), spec.size());
+  const size_t at = spec.rfind("budget=", first_end);
+  if (at == std::string::npos || at == 0 || (spec[at - 1] != ',' && spec[at - 1] != ':'))
+    return spec;
+  const size_t end = std::min(spec.find(',', at), first_end);
+  if (spec[at - 1] == ',')
+    spec.erase(at - 1, end - (at - 1));
+  else if (end < first_end)  // "name:budget=B,k=v": the comma after it goes
+    spec.erase(at, end + 1 - at);
+  else  // "name:budget=B": the colon goes too
+    spec.erase(at - 1, end - (at - 1));
+  return spec;
+}
+
+double compression_ratio(const ResultRow& r) {
+  if (!r.budget) return 0;
+  if (*r.budget <= 1) return 1 - *r.budget;
+  return r.tokens && *r.tokens > 0 ? std::max(0.0, 1 - *r.budget / double(*r.tokens)) : 0.0;
+}
+
+}  // namespace
+
+void write_leaderboard_csv(const std::string& path, const std::vector<ResultRow>& rows) {
+  struct Line {
+    double sum = 0;
+    int64_t n = 0;
+  };
+  std::map<std::tuple<std::string, std::string, std::string, double>, Line> lines;
+  for (const ResultRow& r : rows) {
+    if (!r.ok() || !r.score || std::isnan(*r.score)) continue;
+    Line& l = lines[{r.model, r.task_base, press_of(r), compression_ratio(r)}];
+    l.sum += *r.score;
+    ++l.n;
+  }
+  write_stream_atomically(
+      path,
+      [&](std::ostream& out) {
+        out << "model,dataset,press,compression_ratio,score,n\n";
+        for (const auto& [key, l] : lines)
+          out << quoted(std::get<0>(key)) << "," << quoted(std::get<1>(key)) << ","
+              << quoted(std::get<2>(key)) << "," << format_real(std::get<3>(key)) << ","
+              << format_real(100.0 * l.sum / double(l.n)) << "," << l.n << "\n";
+      },
+      "the leaderboard table");
 }
 
 }  // namespace kvscope::sweep

@@ -74,6 +74,15 @@ void write_results_csv(const std::string& path, const std::vector<ResultRow>& ro
 // The same table as Parquet (same columns and types; unknown numbers null).
 void write_results_parquet(const std::string& path, const std::vector<ResultRow>& rows);
 
+// The table in the shape of the kvpress leaderboard (model, dataset, press,
+// compression_ratio, score): one line per (model, task, policy, budget) with
+// the mean score x 100 over its ok cells and their count. compression_ratio is
+// kvpress's (the share of the prompt dropped): 1 - budget for a fraction,
+// 1 - budget / tokens for entries, 0 without a budget; press is the policy
+// spec without the budget the plan gave it.
+void write_leaderboard_csv(const std::string& path, const std::vector<ResultRow>& rows);
+std::string leaderboard_csv_path(const std::string& dir);
+
 // A sweep's output folder: results.csv, shards/results.K-of-N.csv (one per
 // worker of `--jobs` or Slurm array task), traces/.
 std::string results_csv_path(const std::string& dir);
@@ -88,7 +97,7 @@ std::vector<ResultRow> gather_results(const std::string& dir,
 // Cells with a row in any of the folder's tables (failed ones only when
 // count_failed: a retry runs them again).
 std::set<std::string> finished_cells_in(const std::string& dir, bool count_failed);
-// Rewrites results.csv and results.parquet from gather_results. Shard files
+// Rewrites results.csv, results.parquet and leaderboard.csv from gather_results. Shard files
 // stay (a worker may still append); merging again is idempotent.
 std::vector<ResultRow> collect_results(const std::string& dir,
                                        const std::vector<std::string>& plan_order);

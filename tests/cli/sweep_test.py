@@ -288,6 +288,13 @@ if len(table) == 3:
                   abs(float(r["kv_bytes_mean"]) - float(kv[kind == 1].mean())) < 1e-6 * kv.max(),
                   f"{r['policy']}: kv_bytes_mean and _peak are the trace's")
     check(held[0] < held[1] < held[2], f"KV bytes grow with the budget: {held}")
+    with open(os.path.join(SCRATCH, "budgets", "leaderboard.csv")) as f:
+        board = {(r["press"], r["compression_ratio"]): r for r in csv.DictReader(f)}
+    check(set(board) == {("full", "0"), ("snapkv:window=8", "0.75"), ("snapkv:window=8", "0.5")} and
+          all(r["n"] == "1" and float(r["score"]) == 100 * float(table[k]["score"])
+              for r, k in [(board[("full", "0")], ("full", "")),
+                           (board[("snapkv:window=8", "0.75")], ("snapkv:window=8,budget=0.25", "0.25"))]),
+          f"leaderboard.csv: kvpress's shape, one line per press and ratio {sorted(board)}")
 for extra, want in [("budgets = [0.25]", "budgets: policy 'streaming_llm' has no budget parameter"),
                     ("budgets = [1.5]", "budgets: expected fractions in (0, 1] of the prompt or whole entry counts, got 1.5")]:
     p = plan("bad", POLICIES, extra)
