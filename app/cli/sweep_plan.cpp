@@ -10,6 +10,7 @@
 #include <toml.hpp>
 
 #include "capture/policy/registry.h"
+#include "capture/tasks/dataset.h"
 
 #include "core/common/input_error.h"
 
@@ -63,10 +64,6 @@ std::string format_depth(double d) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", d);
   return buf;
-}
-
-bool is_dataset_task(const std::string& task) {
-  return task.rfind("dataset:", 0) == 0;
 }
 
 // `rows = "A:B"` (rows A..B-1) or a list of row numbers.
@@ -219,7 +216,7 @@ void resolve_paths(SweepPlan& p) {
   // A dataset task's file=, likewise (the value runs to the next comma).
   for (std::string& t : p.tasks) {
     const size_t at = t.find("file=");
-    if (!is_dataset_task(t) || at == std::string::npos) continue;
+    if (!tasks::is_dataset_spec(t) || at == std::string::npos) continue;
     const size_t begin = at + 5, end = std::min(t.find(',', begin), t.size());
     const std::string file = t.substr(begin, end - begin);
     if (!file.empty() && std::filesystem::path(file).is_relative())
@@ -246,8 +243,8 @@ void check_ranges(const SweepPlan& p, const toml::value& sweep) {
   if (p.rows.empty()) return;
   bool any_dataset = false;
   for (const std::string& t : p.tasks) {
-    any_dataset = any_dataset || is_dataset_task(t);
-    if (is_dataset_task(t) && t.find("row=") != std::string::npos)
+    any_dataset = any_dataset || tasks::is_dataset_spec(t);
+    if (tasks::is_dataset_spec(t) && t.find("row=") != std::string::npos)
       bad(path, sweep.at("tasks"), "tasks", "'" + t + "': give its rows through rows");
   }
   if (!any_dataset) bad(path, sweep.at("rows"), "rows", "only dataset tasks have rows");
@@ -286,7 +283,7 @@ namespace {
 
 // A dataset task once per row of the plan's rows; any other task as it is.
 std::vector<std::string> with_rows(const std::string& task, const std::vector<int64_t>& rows) {
-  if (rows.empty() || !is_dataset_task(task)) return {task};
+  if (rows.empty() || !tasks::is_dataset_spec(task)) return {task};
   std::vector<std::string> out;
   for (int64_t r : rows) out.push_back(task + ",row=" + std::to_string(r));
   return out;
