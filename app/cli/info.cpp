@@ -131,6 +131,13 @@ nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSu
         {"expected_answer", run.expected_answer},
         {"success", r.task_success()},
         {"score", std::isnan(r.task_score()) ? nlohmann::json() : nlohmann::json(r.task_score())}};
+  // The scorer and the question's protocol, when the capture recorded them (run_json).
+  if (j.contains("task")) {
+    const nlohmann::json extra = nlohmann::json::parse(run.run_json, nullptr, false);
+    for (const char* key : {"scorer", "query"})
+      if (extra.is_object() && extra.contains(key) && extra[key].is_string())
+        j["task"][key] = extra[key];
+  }
   if (std::optional<analysis::DeferredRetention> d = analysis::deferred_retention(r))
     j["deferred_retention"] = {{"rate", d->rate},
                                {"layer_rate", d->layer_rate},
@@ -225,6 +232,10 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
     const std::string partial = analysis::partial_answers(
         t["success"].get<int8_t>(), t["score"].is_number() ? t["score"].get<double>() : NAN);
     if (!partial.empty()) o << " (" << partial << ")";
+    if (t.contains("scorer") && t["score"].is_number())
+      o << ", " << t["scorer"].get<std::string>() << " score " << std::setprecision(3)
+        << t["score"].get<double>();
+    if (t.contains("query")) o << ", question " << t["query"].get<std::string>();
     o << "\n";
   }
   if (j.contains("deferred_retention")) {

@@ -258,6 +258,12 @@ TEST_CASE("kvscope capture --task dataset on stories260K: the scorer is recorded
   const nlohmann::json run = nlohmann::json::parse(r->run().run_json);
   CHECK(run.at("scorer") == "rouge_l");
   CHECK_THAT(out, Catch::Contains("| rouge_l score "));
+  std::string info;
+  REQUIRE(test::run_command(test::kvscope_exe() + " info --json " + trace + " 2>/dev/null",
+                            &info) == 0);
+  const nlohmann::json task = nlohmann::json::parse(info).at("task");
+  CHECK(task.at("scorer") == "rouge_l");
+  CHECK(task.at("query") == "after");
   CHECK(r->run().task_kind == "dataset");
   // The row's max_new_tokens is the generation's length when --max-new is not given.
   CHECK(run.at("max_new") == 40);
