@@ -56,14 +56,12 @@ int run_capture_cli(const CaptureCliOptions& o) {
   generate::configure_chat(*engine.tokenizer, o.prompt);
   recorder::CaptureRequest req;
   req.generation = generate::generation_options(o.prompt);
-  bool question_after = false;
   if (!o.task.empty()) {
     if (!o.prompt.prompt.empty() || !o.prompt.prompt_file.empty())
       throw InputError("", "--task", "builds its own prompt: drop --prompt/--prompt-file");
     tasks::TaskPrompt task = tasks::build_task(o.task, *engine.tokenizer, o.prompt.chat);
     tasks::apply_query_protocol(&task, o.query, *engine.tokenizer);
     recorder::set_task(task, &req);
-    question_after = task.question_after;
     if (task.max_new > 0 && !o.max_new_given) req.generation.max_new_tokens = task.max_new;
   } else {
     if (o.query != "auto")
@@ -98,7 +96,6 @@ int run_capture_cli(const CaptureCliOptions& o) {
                         {"page_rows", o.page_rows},
                         {"device_prefill", o.device_prefill},
                         {"threads", o.model.threads}};
-  if (!o.task.empty()) run["query"] = question_after ? "after" : "inside";
   req.run_json = run.dump();
   const bool tty = !o.quiet && isatty(STDERR_FILENO);
   if (tty) req.progress = draw_progress;

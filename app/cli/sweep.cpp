@@ -73,8 +73,7 @@ recorder::CaptureRequest cell_request(const SweepPlan& plan, const SweepCell& ce
   req.output = trace.string();
   req.model_path = cell.model;
   req.command_line = own_command_line();
-  req.run_json = "{\"sweep\":\"" + plan.name + "\",\"cell\":\"" + cell.id + "\",\"query\":\"" +
-                 (task.question_after ? "after" : "inside") + "\"}";
+  req.run_json = "{\"sweep\":\"" + plan.name + "\",\"cell\":\"" + cell.id + "\"}";
   return req;
 }
 

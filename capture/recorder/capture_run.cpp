@@ -23,12 +23,13 @@ namespace kvscope::recorder {
 
 namespace {
 
-// The request's run JSON with the task's scorer in it ("scorer"), so that
-// a trace says how its score was computed.
-std::string run_json_with_scorer(const CaptureRequest& req) {
-  if (req.scorer.empty()) return req.run_json;
+// The request's run JSON with the task's scorer and question protocol in it
+// ("scorer", "query"), so that a trace says how its score was computed.
+std::string run_json_with_task(const CaptureRequest& req) {
+  if (req.scorer.empty() && req.query.empty()) return req.run_json;
   nlohmann::json j = nlohmann::json::parse(req.run_json);
-  j["scorer"] = req.scorer;
+  if (!req.scorer.empty()) j["scorer"] = req.scorer;
+  if (!req.query.empty()) j["query"] = req.query;
   return j.dump();
 }
 
@@ -60,7 +61,7 @@ trace::RunInfo run_info(const generate::Engine& engine, const policy::PolicyInst
   run.prompt = req.prompt_text;
   run.capture_levels = levels.text + (req.oracle ? "+oracle" : "");
   run.command_line = req.command_line;
-  run.run_json = run_json_with_scorer(req);
+  run.run_json = run_json_with_task(req);
   run.tier_names.clear();
   run.tier_attended.clear();
   // A tier declared F32 is stored at the run's --kv-dtype (TierSpec).
@@ -149,6 +150,7 @@ void set_task(const tasks::TaskPrompt& task, CaptureRequest* r) {
   r->expected_answer = task.answer;
   r->expected_answers = task.answers;
   r->scorer = task.scorer;
+  r->query = task.question_after ? "after" : "inside";
   r->needle_spans = task.needle_spans;
   r->question_spans = task.question_spans;
 }

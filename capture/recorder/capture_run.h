@@ -47,6 +47,9 @@ struct CaptureRequest {
   // The scorer of expected_answers (capture/tasks/scorers.h), recorded in
   // /run run_json; empty: string_match_all.
   std::string scorer;
+  // Where a task's question went (TaskPrompt::question_after): "after" or
+  // "inside", recorded in /run run_json; empty: no task.
+  std::string query;
   // [begin, end) token ranges; they may cover teacher-forced decode tokens
   // (generation.forced_tokens, recorded with prompt roles).
   std::vector<std::pair<int64_t, int64_t>> needle_spans;
