@@ -22,34 +22,16 @@
 #include "core/common/input_error.h"
 #include "core/trace/reader.h"
 #include "tests/support/paths.h"
+#include "tests/tasks/task_test_util.h"
 
 using namespace kvscope;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string stories_dir() {
-  return test::shared_dir() + "/models/stories260K";
-}
-
-const tokenizer::Tokenizer& stories_tok() {
-  static const std::unique_ptr<tokenizer::Tokenizer> tok =
-      tokenizer::Tokenizer::load(stories_dir() + "/tok512.bin", 512);
-  return *tok;
-}
-
-const tokenizer::Tokenizer& smol_tok() {
-  static std::unique_ptr<tokenizer::Tokenizer> tok;
-  if (!tok) {
-    const char* env = std::getenv("KVSCOPE_MODELS_DIR");
-    const std::string path = (env && *env ? env : test::source_dir() + "/models") +
-                             std::string("/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if (!fs::exists(path))
-      FAIL(path + " is missing: run scripts/fetch-models (or set KVSCOPE_MODELS_DIR)");
-    tok = tokenizer::Tokenizer::load(path);
-  }
-  return *tok;
-}
+using test::smol_tok;
+using test::stories_dir;
+using test::stories_tok;
 
 std::string examples() {
   return test::source_dir() + "/resources/datasets/examples.jsonl";
