@@ -57,6 +57,15 @@ def rows(name):
         return list(csv.DictReader(f))
 
 
+def refuse_plans(what, cases):
+    """Each (extra line, message): the grid plan with that line exits 2 naming its line."""
+    for extra, want in cases:
+        p = plan("bad", POLICIES, extra)
+        code, out = sweep(p)
+        line = 1 + open(p).read().splitlines().index(extra)
+        check(code == 2 and f"bad.toml:{line}: {want}" in out, f"bad {what}: {out.strip()}")
+
+
 def oracle_python():
     """A python with pandas + pyarrow (the oracle environment), or None."""
     cache = os.environ.get("KVSCOPE_CACHE_DIR") or os.path.join(
@@ -202,13 +211,9 @@ check(code == 0 and "2 cells run (0 failed), 6 skipped" in out and len(result) =
       all(r["status"] == "ok" for r in result), "--retry-failed runs the 2 failed cells again")
 
 # Bad plans: exit 2, the plan's line named.
-for extra, want in [('colour = "red"', "colour: unknown key"),
-                    ('seeds = "one"', "seeds: expected a non-empty array of integers"),
-                    ('dtype = "int8"', 'dtype: "int8" (expected fp32, bf16 or fp16)')]:
-    p = plan("bad", POLICIES, extra)
-    code, out = sweep(p)
-    line = 1 + open(p).read().splitlines().index(extra)
-    check(code == 2 and f"bad.toml:{line}: {want}" in out, f"bad plan: {out.strip()}")
+refuse_plans("plan", [('colour = "red"', "colour: unknown key"),
+                      ('seeds = "one"', "seeds: expected a non-empty array of integers"),
+                      ('dtype = "int8"', 'dtype: "int8" (expected fp32, bf16 or fp16)')])
 code, out = sweep(plan("bad", ["full", "h2o:recnt=8"]))
 check(code == 2 and "bad.toml:6: policies[1]: --policy: h2o:recnt: unknown parameter" in out,
       "unknown policy parameter: " + out.strip())
@@ -251,12 +256,8 @@ for r in table:
         scorer = json.loads(f["/run"].attrs["run_json"])["scorer"]
         check(scorer == "f1" and f["/run"].attrs["task_kind"] == "dataset" and
               0 <= float(r["score"]) <= 1, f"row cell {r['cell_id']}: scorer f1, a dataset task")
-for extra, want in [('rows = "3:1"', 'rows: expected "A:B" with 0 <= A < B'),
-                    ("rows = [0, 1]", "rows: only dataset tasks have rows")]:
-    p = plan("bad", POLICIES, extra)
-    code, out = sweep(p)
-    line = 1 + open(p).read().splitlines().index(extra)
-    check(code == 2 and f"bad.toml:{line}: {want}" in out, f"bad rows: {out.strip()}")
+refuse_plans("rows", [('rows = "3:1"', 'rows: expected "A:B" with 0 <= A < B'),
+                      ("rows = [0, 1]", "rows: only dataset tasks have rows")])
 
 # Memory as an axis: budgets = [0.25, 0.5] runs SnapKV at each (full once),
 # and the table carries the budget and the KV bytes the traces held.
@@ -295,11 +296,8 @@ if len(table) == 3:
               for r, k in [(board[("full", "0")], ("full", "")),
                            (board[("snapkv:window=8", "0.75")], ("snapkv:window=8,budget=0.25", "0.25"))]),
           f"leaderboard.csv: kvpress's shape, one line per press and ratio {sorted(board)}")
-for extra, want in [("budgets = [0.25]", "budgets: policy 'streaming_llm' has no budget parameter"),
-                    ("budgets = [1.5]", "budgets: expected fractions in (0, 1] of the prompt or whole entry counts, got 1.5")]:
-    p = plan("bad", POLICIES, extra)
-    code, out = sweep(p)
-    line = 1 + open(p).read().splitlines().index(extra)
-    check(code == 2 and f"bad.toml:{line}: {want}" in out, f"bad budgets: {out.strip()}")
+refuse_plans("budgets", [("budgets = [0.25]", "budgets: policy 'streaming_llm' has no budget parameter"),
+                         ("budgets = [1.5]",
+                          "budgets: expected fractions in (0, 1] of the prompt or whole entry counts, got 1.5")])
 
 finish()
