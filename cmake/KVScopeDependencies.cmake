@@ -13,7 +13,7 @@ message(STATUS "HDF5 ${HDF5_VERSION}: ${HDF5_C_LIBRARIES}")
 
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
-# toml11 (header-only): sweep plans (app/cli/sweep_plan.cpp).
+# toml11 (header-only): sweep plans (app/cli/engine/sweep_plan.cpp).
 find_package(toml11 3.7 REQUIRED)
 # PCRE2 (8-bit): the tokenizers' pre-split regexes (capture/tokenizer).
 # pkg-config when it knows libpcre2-8; otherwise (a machine with no

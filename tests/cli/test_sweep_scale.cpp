@@ -1,4 +1,4 @@
-// The scale-out arithmetic of kvscope sweep (app/cli/sweep_scale.h): which
+// The scale-out arithmetic of kvscope sweep (app/cli/engine/sweep_scale.h): which
 // device each --jobs worker captures on, what a shard process is told, and
 // the --shard syntax. The processes themselves run in sweep_test.py and
 // sweep_slurm_test.py.
@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "app/cli/sweep_scale.h"
+#include "app/cli/engine/sweep_scale.h"
 #include "core/common/input_error.h"
 
 using namespace kvscope;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <sstream>
 
+#include "app/cli/cli_main.h"
 #include "app/cli/command.h"
 #include "capture/generate/engine.h"
 #include "capture/model/model_loader.h"
@@ -94,7 +95,7 @@ int run_model_info(const ModelInfoOptions& o) {
 
 Command add_model_info_command(CLI::App& app) {
   auto opt = std::make_shared<ModelInfoOptions>();
-  CLI::App* sub = app.add_subcommand("model-info", "Describe a model file or directory");
+  CLI::App* sub = app.add_subcommand("model-info", engine_summary("model-info"));
   sub->add_option("PATH", opt->path, "HF directory, .gguf or llama2.c .bin")->required();
   sub->add_option("--tokenizer", opt->tokenizer, "tokenizer to report instead of the model's own");
   sub->add_flag("--json", opt->json, "print JSON");

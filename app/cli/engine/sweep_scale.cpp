@@ -1,4 +1,4 @@
-#include "app/cli/sweep_scale.h"
+#include "app/cli/engine/sweep_scale.h"
 
 #include <spawn.h>
 #include <sys/wait.h>

@@ -5,7 +5,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "app/cli/cli_main.h"
 #include "app/cli/command.h"
+#include "app/cli/policies_options.h"
 #include "capture/policy/registry.h"
 
 namespace kvscope::cli {
@@ -14,14 +16,10 @@ namespace {
 
 const char* type_name(policy::ParamType t) {
   switch (t) {
-    case policy::ParamType::Int:
-      return "int";
-    case policy::ParamType::Float:
-      return "float";
-    case policy::ParamType::Bool:
-      return "bool";
-    case policy::ParamType::String:
-      return "string";
+    case policy::ParamType::Int: return "int";
+    case policy::ParamType::Float: return "float";
+    case policy::ParamType::Bool: return "bool";
+    case policy::ParamType::String: return "string";
   }
   return "?";
 }
@@ -122,21 +120,11 @@ int run_policies(bool json) {
 }
 
 Command add_policies_command(CLI::App& app) {
-  auto json = std::make_shared<bool>(false);
-  auto markdown = std::make_shared<bool>(false);
-  auto explain = std::make_shared<std::string>();
-  auto prompt = std::make_shared<int64_t>(0);
-  CLI::App* sub =
-      app.add_subcommand("policies", "List the KV-cache policies, their parameters and papers");
-  sub->add_flag("--json", *json, "print JSON");
-  sub->add_flag("--markdown", *markdown, "print the index tables of docs/policies/README.md");
-  sub->add_option("--explain", *explain,
-                  "print the parts a policy spec composes (SPEC as for --policy)");
-  sub->add_option("--prompt-tokens", *prompt,
-                  "with --explain: the prompt length a fraction budget (budget=0.25) refers to");
-  return {sub, [json, markdown, explain, prompt] {
-            if (!explain->empty()) return run_explain(*explain, *prompt);
-            return *markdown ? run_markdown() : run_policies(*json);
+  auto o = std::make_shared<PoliciesOptions>();
+  CLI::App* sub = add_policies_subcommand(app, *o);
+  return {sub, [o] {
+            if (!o->explain.empty()) return run_explain(o->explain, o->prompt_tokens);
+            return o->markdown ? run_markdown() : run_policies(o->json);
           }};
 }
 

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <memory>
 
+#include "app/cli/cli_main.h"
 #include "app/cli/command.h"
 #include "capture/generate/dense_kv_cache.h"
 #include "capture/generate/engine.h"
@@ -68,7 +69,7 @@ int run_generate(const GenerateOptions& o) {
 
 Command add_generate_command(CLI::App& app) {
   auto opt = std::make_shared<GenerateOptions>();
-  CLI::App* sub = app.add_subcommand("generate", "Generate text with a model (dense KV cache)");
+  CLI::App* sub = app.add_subcommand("generate", engine_summary("generate"));
   generate::add_model_options(sub, &opt->model);
   generate::add_prompt_options(sub, &opt->prompt);
   sub->add_flag("--echo", opt->echo, "print the prompt before the generated text");

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 
+#include "app/cli/cli_main.h"
 #include "app/cli/command.h"
 #include "capture/generate/engine.h"
 #include "capture/model/model_loader.h"
@@ -66,8 +67,7 @@ int run_chat_template(const ChatTemplateOptions& o) {
 
 Command add_chat_template_command(CLI::App& app) {
   auto opt = std::make_shared<ChatTemplateOptions>();
-  CLI::App* sub = app.add_subcommand(
-      "chat-template", "Print a conversation as the model's chat template renders it");
+  CLI::App* sub = app.add_subcommand("chat-template", engine_summary("chat-template"));
   auto* model = sub->add_option("--model", opt->model, "model whose chat template to use")
                     ->check(CLI::ExistingPath);
   sub->add_option("--tokenizer", opt->tokenizer, "tokenizer to read instead of the model's own")

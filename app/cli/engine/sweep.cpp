@@ -19,9 +19,10 @@
 #include <set>
 #include <sstream>
 
+#include "app/cli/cli_main.h"
 #include "app/cli/command.h"
-#include "app/cli/sweep_plan.h"
-#include "app/cli/sweep_scale.h"
+#include "app/cli/engine/sweep_plan.h"
+#include "app/cli/engine/sweep_scale.h"
 #include "capture/generate/engine.h"
 #include "capture/generate/failure_text.h"
 #include "capture/policy/registry.h"
@@ -288,6 +289,21 @@ int64_t run_cells(const SweepPlan& plan, const std::vector<SweepCell>& cells, co
   return ran;
 }
 
+// The sweep's folder (-o, or beside the plan, named after it), created; a
+// file in its place or a folder that cannot be made is bad input naming -o.
+fs::path output_folder(const SweepOptions& o, const SweepPlan& plan) {
+  const fs::path dir =
+      o.output.empty() ? fs::path(o.plan).parent_path() / plan.name : fs::path(o.output);
+  const std::string field = o.output.empty() ? "-o (default: beside the plan)" : "-o";
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw InputError(dir.string(), field,
+                     "is a file; expected a folder for results.csv and traces/");
+  fs::create_directories(dir, ec);
+  if (ec) throw InputError(dir.string(), field, "cannot create the folder: " + ec.message());
+  return dir;
+}
+
 int run_sweep(const SweepOptions& o) {
   const Shard shard = o.shard.empty() ? Shard{} : parse_shard(o.shard);
   // A missing GPU, or a dtype it cannot multiply in, is the invocation's
@@ -305,9 +321,7 @@ int run_sweep(const SweepOptions& o) {
       throw InputError(plan.where("dtype"), "dtype", e.what());
     }
   }
-  const fs::path dir =
-      o.output.empty() ? fs::path(o.plan).parent_path() / plan.name : fs::path(o.output);
-  fs::create_directories(dir);
+  const fs::path dir = output_folder(o, plan);
   // What results.csv held before (--collect, --slurm: the shards' rows are
   // news) or any table held (a local run: those cells are skipped).
   std::set<std::string> before;
@@ -354,10 +368,7 @@ int run_sweep(const SweepOptions& o) {
 
 Command add_sweep_command(CLI::App& app) {
   auto opt = std::make_shared<SweepOptions>();
-  CLI::App* sub = app.add_subcommand(
-      "sweep",
-      "Capture every cell of a plan (models x policies x tasks x lengths x depths x "
-      "seeds) into traces and a results table; resumable");
+  CLI::App* sub = app.add_subcommand("sweep", engine_summary("sweep"));
   sub->add_option("PLAN", opt->plan, "plan file (TOML, docs/sweeps.md)")->required();
   sub->add_option("-o,--output", opt->output,
                   "folder for results.csv and traces/ (default: beside the plan, named after it)");

@@ -1,4 +1,4 @@
-#include "app/cli/sweep_plan.h"
+#include "app/cli/engine/sweep_plan.h"
 
 #include <algorithm>
 #include <cmath>

@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "app/cli/cli_main.h"
 #include "app/cli/command.h"
 #include "capture/generate/engine_cli.h"
 #include "capture/recorder/capture_run.h"
@@ -138,8 +139,7 @@ int run_capture_cli(const CaptureCliOptions& o) {
 
 Command add_capture_command(CLI::App& app) {
   auto opt = std::make_shared<CaptureCliOptions>();
-  CLI::App* sub =
-      app.add_subcommand("capture", "Generate under a KV-cache policy and record a trace");
+  CLI::App* sub = app.add_subcommand("capture", engine_summary("capture"));
   generate::add_model_options(sub, &opt->model);
   generate::add_prompt_options(sub, &opt->prompt);
   sub->add_option("--policy", opt->policy, "NAME[:key=value,...] (see `kvscope policies`)")

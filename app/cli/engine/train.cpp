@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "app/cli/cli_main.h"
 #include "app/cli/command.h"
 #include "capture/generate/engine_cli.h"
 #include "capture/train/registry.h"
@@ -223,9 +224,7 @@ void add_run_options(CLI::App* sub, TrainCli* c) {
 
 Command add_train_command(CLI::App& app) {
   auto c = std::make_shared<TrainCli>();
-  CLI::App* sub = app.add_subcommand("train",
-                                     "Train learned KV-cache gates, or calibrate or profile what a "
-                                     "policy reads (kvscope train --list)");
+  CLI::App* sub = app.add_subcommand("train", engine_summary("train"));
   c->sub = sub;
   sub->add_option("--policy", c->policy, "the trainer: " + gates::trainer_names());
   sub->add_flag("--list", c->list, "list the trainers");
