@@ -329,24 +329,29 @@ QString CutoffFigure::fitted_title(const QFontMetricsF& fm, double width) const 
                        Qt::ElideMiddle, width);
 }
 
+QString CutoffFigure::missing_data() const {
+  if (series < 0)
+    return n_steps == 0 ? QString()
+                        : "This trace records no per-step series (/series), so there is no cutoff "
+                          "to plot. Policies that record one (e.g. kvpop: kvpop_cutoff) show it "
+                          "here.";
+  if (!std::isfinite(value_min) && decisions.empty())
+    return QString(
+               "%1 has no value for layer %2, kv head %3 (NaN at every step) and the head made "
+               "no scored decision")
+        .arg(series_name)
+        .arg(layer)
+        .arg(kv_head);
+  return {};
+}
+
 void CutoffFigure::paint(QPainter& p, const QRectF& area) const {
   Layout l = layout(area, p.device());
   QFontMetricsF title_fm(plot::font(10, true), p.device());
   plot::title(p, l.title, fitted_title(title_fm, area.width() - 16), meaning);
   QRectF below = area.adjusted(16, 36, -16, -16);
-  if (series < 0)
-    return plot::message(
-        p, below,
-        n_steps == 0 ? "no steps yet"
-                     : "This trace records no per-step series (/series), so there is no cutoff to "
-                       "plot. Policies that record one (e.g. kvpop: kvpop_cutoff) show it here.");
-  if (!std::isfinite(value_min) && decisions.empty())
-    return plot::message(p, below,
-                         QString("%1 has no value for layer %2, kv head %3 (NaN at every step) and "
-                                 "the head made no scored decision")
-                             .arg(series_name)
-                             .arg(layer)
-                             .arg(kv_head));
+  if (const QString why = missing_data(); !why.isEmpty()) return plot::message(p, below, why);
+  if (series < 0) return plot::message(p, below, "no steps yet");
   double scale = std::max(1.0, p.worldTransform().m11());
   paint_data(p, l.plot, std::max(1, int(l.plot.width() * scale)));
   QString ylabel = units.isEmpty() || units == "1" ? "score" : "score (" + units + ")";

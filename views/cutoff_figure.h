@@ -52,6 +52,7 @@ class CutoffFigure : public Figure {
   static std::shared_ptr<CutoffFigure> load(TraceData& data, const Selection& sel, int series = 0);
   QString title() const override;
   void paint(QPainter& p, const QRectF& area) const override;
+  QString missing_data() const override;
   void write_csv(QTextStream& out) const override;
 
   // `device`: where the text is drawn (its DPI sizes the fonts); null: the screen.

@@ -24,6 +24,11 @@ class Figure {
   // Paints the whole figure into `area` (logical pixels, 96 per inch).
   virtual void paint(QPainter& p, const QRectF& area) const = 0;
   virtual void write_csv(QTextStream& out) const = 0;
+  // Why the trace cannot show this figure (it lacks the data the view
+  // plots: no series, no needle, no pooled attention), or empty. The GUI
+  // paints the reason in the figure's place; `kvscope export` refuses with
+  // it instead of writing a placeholder.
+  virtual QString missing_data() const { return {}; }
 };
 
 // Page geometry of an export: `width` x `height` pixels at `dpi`; PDF and

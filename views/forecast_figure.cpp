@@ -366,18 +366,19 @@ void ForecastFigure::paint_lane(QPainter& p, const Layout& l) const {
   p.restore();
 }
 
+QString ForecastFigure::missing_data() const {
+  if (gate >= 0 || n_steps == 0) return {};
+  return "This trace records no time-varying gate (per-step samples under /gates/NAME/samples), so "
+         "there is no forecast to follow. Policies that forecast per step (e.g. sfc: sfc_forecast) "
+         "show it here.";
+}
+
 void ForecastFigure::paint(QPainter& p, const QRectF& area) const {
   Layout l = layout(area, p.device());
   QFontMetricsF title_fm(plot::font(10, true), p.device());
   plot::title(p, l.title, fitted_title(title_fm, area.width() - 16), gate_meaning);
   QRectF below = area.adjusted(16, 36, -16, -16);
-  if (gate < 0)
-    return plot::message(
-        p, below,
-        n_steps == 0 ? "no steps yet"
-                     : "This trace records no time-varying gate (per-step samples under "
-                       "/gates/NAME/samples), so there is no forecast to follow. Policies that "
-                       "forecast per step (e.g. sfc: sfc_forecast) show it here.");
+  if (gate < 0) return plot::message(p, below, n_steps == 0 ? "no steps yet" : missing_data());
   if (token < 0)
     return plot::message(p, below,
                          "Select a token (click one in the timeline or the token text, or "

@@ -41,6 +41,7 @@ class ForecastFigure : public Figure {
   static std::shared_ptr<ForecastFigure> load(TraceData& data, const Selection& sel, int gate = -1);
   QString title() const override;
   void paint(QPainter& p, const QRectF& area) const override;
+  QString missing_data() const override;
   void write_csv(QTextStream& out) const override;
 
   // `device`: where the text is drawn (its DPI sizes the legend); null: the screen.

@@ -55,10 +55,14 @@ QString GatesFigure::title() const {
   return QString("Gate scores · %1 · layer %2 · kv head %3").arg(gate_name).arg(layer).arg(kv_head);
 }
 
+QString GatesFigure::missing_data() const {
+  return gate < 0 ? "this trace records no gate scores" : QString();
+}
+
 void GatesFigure::paint(QPainter& p, const QRectF& area) const {
   plot::title(p, QRectF(area.left(), area.top(), area.width(), 30), title(), meaning);
   QRectF inner = area.adjusted(64, 40, -24, -50);
-  if (gate < 0) return plot::message(p, inner, "this trace records no gate scores");
+  if (gate < 0) return plot::message(p, inner, missing_data());
   // The legend flows above the strip, never over its bars.
   std::vector<LegendEntry> legend = {legend_box("held at step", palette::kBlue),
                                      legend_box("not held", palette::kGrey)};

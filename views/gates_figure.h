@@ -19,6 +19,7 @@ class GatesFigure : public Figure {
   static std::shared_ptr<GatesFigure> load(TraceData& data, const Selection& sel, int gate = 0);
   QString title() const override;
   void paint(QPainter& p, const QRectF& area) const override;
+  QString missing_data() const override;
   void write_csv(QTextStream& out) const override;
 
   int layer = 0, kv_head = 0, gate = -1;

@@ -316,6 +316,10 @@ QRectF HeatmapFigure::zoomed_plot_rect(const QRectF& area) const {
   return frame(area).plot;
 }
 
+QString HeatmapFigure::missing_data() const {
+  return available ? QString() : source_note;
+}
+
 void HeatmapFigure::paint(QPainter& p, const QRectF& area) const {
   const plot::Frame fr = frame(area);
   const bool zoomed = labels_tokens(fr.plot);

@@ -54,6 +54,7 @@ class HeatmapFigure : public Figure {
 
   QString title() const override;
   void paint(QPainter& p, const QRectF& area) const override;
+  QString missing_data() const override;
   void write_csv(QTextStream& out) const override;
 
   // Viewport in tokens: x keys, y queries.

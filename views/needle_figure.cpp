@@ -166,6 +166,12 @@ void NeedleFigure::paint_mass(QPainter& p, const QRectF& r) const {
   plot::axes(p, r, 0, double(std::max<int64_t>(1, n_steps - 1)), 0, hi, "step", "attention mass");
 }
 
+QString NeedleFigure::missing_data() const {
+  return needle.empty() ? "this trace marks no needle tokens: capture a task (--task needle, niah, "
+                          "defer) to follow one"
+                        : QString();
+}
+
 void NeedleFigure::paint(QPainter& p, const QRectF& area) const {
   plot::title(
       p, QRectF(area.left(), area.top(), area.width(), 30), title(),
@@ -173,10 +179,7 @@ void NeedleFigure::paint(QPainter& p, const QRectF& area) const {
           ? QString()
           : QString("%1 needle tokens from token %2").arg(needle.size()).arg(needle.front()));
   QRectF inner = area.adjusted(8, 36, -8, -8);
-  if (needle.empty())
-    return plot::message(p, inner,
-                         "this trace marks no needle tokens: capture a task (--task needle, niah, "
-                         "defer) to follow one");
+  if (needle.empty()) return plot::message(p, inner, missing_data());
   std::vector<LegendEntry> legend = {
       legend_line("policy: mass on the needle", QPen(palette::kBlue, 2))};
   if (!compare_name.isEmpty())

@@ -28,6 +28,7 @@ class NeedleFigure : public Figure {
                                             const Selection& sel);
   QString title() const override;
   void paint(QPainter& p, const QRectF& area) const override;
+  QString missing_data() const override;
   void write_csv(QTextStream& out) const override;
 
   // Share of the needle's tokens held by (layer, kv head) at `step`.

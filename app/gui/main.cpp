@@ -7,6 +7,7 @@
 #include <QFileInfo>
 #include <QTimer>
 #include <cstdio>
+#include <cstring>
 
 #include "app/gui/main_window.h"
 #include "app/gui/sweep_panel.h"
@@ -91,49 +92,79 @@ void run_script(kvscope::gui::MainWindow& w, const Script& s) {
   });
 }
 
+// The command line's options, declared once for both parsers.
+struct Options {
+  QCommandLineOption compare{"compare", "second trace to compare with", "trace"};
+  QCommandLineOption layer{"layer", "layer", "n"}, head{"head", "query head", "n"};
+  QCommandLineOption step{"step", "step", "n"}, token{"token", "selected token", "n"};
+  QCommandLineOption shots{"screenshot-dir", "save the window and every view as PNG", "dir"};
+  QCommandLineOption wait_lod{"wait-lod", "wait for the level-of-detail cache before screenshots"};
+  QCommandLineOption quit{"quit", "quit after the screenshots"};
+  QCommandLineOption timing{"print-timing", "print the time to the first view"};
+  QCommandLineOption sweep{"sweep", "a kvscope sweep folder to show in the Sweep dock", "dir"};
+  QCommandLineOption sweep_cell{"sweep-cell", "open this sweep cell's trace (as a click does)",
+                                "cell id"};
+  QCommandLineOption needle{"needle", "select the needle's tokens in every view (Go to needle)"};
+  QCommandLineOption raise{"raise", "bring these views' dock tabs to the front", "view,..."};
+
+  void add_to(QCommandLineParser& p) const {
+    p.setApplicationDescription("KVScope: replay KV-cache policy traces");
+    p.addHelpOption();
+    p.addVersionOption();
+    p.addPositionalArgument("traces", "trace files to open");
+    for (const auto& o : {compare, layer, head, step, token, needle, raise, shots, wait_lod, quit,
+                          timing, sweep, sweep_cell})
+      p.addOption(o);
+  }
+};
+
+void set_identity() {
+  QCoreApplication::setApplicationName("kvscope-gui");
+  QCoreApplication::setOrganizationName("KVScope");
+  QCoreApplication::setApplicationVersion(KVSCOPE_VERSION_STRING);
+}
+
+// --help and --version print and exit before any window exists, so they
+// work without a display (over ssh, in scripts).
+bool asks_only_text(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    for (const char* flag : {"-h", "--help", "--help-all", "-v", "--version", "-?"})
+      if (std::strcmp(argv[i], flag) == 0) return true;
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (asks_only_text(argc, argv)) {
+    QCoreApplication core(argc, argv);
+    set_identity();
+    QCommandLineParser p;
+    Options().add_to(p);
+    p.process(core);  // prints and exits
+    return 0;
+  }
   QApplication app(argc, argv);
-  QApplication::setApplicationName("kvscope-gui");
-  QApplication::setOrganizationName("KVScope");
-  QApplication::setApplicationVersion(KVSCOPE_VERSION_STRING);
+  set_identity();
   QCommandLineParser p;
-  p.setApplicationDescription("KVScope: replay KV-cache policy traces");
-  p.addHelpOption();
-  p.addVersionOption();
-  p.addPositionalArgument("traces", "trace files to open");
-  QCommandLineOption compare("compare", "second trace to compare with", "trace");
-  QCommandLineOption layer("layer", "layer", "n"), head("head", "query head", "n");
-  QCommandLineOption step("step", "step", "n"), token("token", "selected token", "n");
-  QCommandLineOption shots("screenshot-dir", "save the window and every view as PNG", "dir");
-  QCommandLineOption wait_lod("wait-lod", "wait for the level-of-detail cache before screenshots");
-  QCommandLineOption quit("quit", "quit after the screenshots");
-  QCommandLineOption timing("print-timing", "print the time to the first view");
-  QCommandLineOption sweep("sweep", "a kvscope sweep folder to show in the Sweep dock", "dir");
-  QCommandLineOption sweep_cell("sweep-cell", "open this sweep cell's trace (as a click does)",
-                                "cell id");
-  QCommandLineOption needle("needle", "select the needle's tokens in every view (Go to needle)");
-  QCommandLineOption raise("raise", "bring these views' dock tabs to the front", "view,...");
-  for (const auto& o : {compare, layer, head, step, token, needle, raise, shots, wait_lod, quit,
-                        timing, sweep, sweep_cell})
-    p.addOption(o);
+  const Options opt;
+  opt.add_to(p);
   p.process(app);
   kvscope::gui::MainWindow w;
   Script s;
-  s.compare = p.value(compare);
-  s.layer = p.isSet(layer) ? p.value(layer).toInt() : -1;
-  s.head = p.isSet(head) ? p.value(head).toInt() : -1;
-  s.step = p.isSet(step) ? p.value(step).toLongLong() : -1;
-  s.token = p.isSet(token) ? p.value(token).toLongLong() : -1;
-  s.shots = p.value(shots);
-  s.wait_lod = p.isSet(wait_lod);
-  s.quit = p.isSet(quit);
-  s.timing = p.isSet(timing);
-  s.sweep = p.value(sweep);
-  s.sweep_cell = p.value(sweep_cell);
-  s.needle = p.isSet(needle);
-  s.raise = p.value(raise).split(',', Qt::SkipEmptyParts);
+  s.compare = p.value(opt.compare);
+  s.layer = p.isSet(opt.layer) ? p.value(opt.layer).toInt() : -1;
+  s.head = p.isSet(opt.head) ? p.value(opt.head).toInt() : -1;
+  s.step = p.isSet(opt.step) ? p.value(opt.step).toLongLong() : -1;
+  s.token = p.isSet(opt.token) ? p.value(opt.token).toLongLong() : -1;
+  s.shots = p.value(opt.shots);
+  s.wait_lod = p.isSet(opt.wait_lod);
+  s.quit = p.isSet(opt.quit);
+  s.timing = p.isSet(opt.timing);
+  s.sweep = p.value(opt.sweep);
+  s.sweep_cell = p.value(opt.sweep_cell);
+  s.needle = p.isSet(opt.needle);
+  s.raise = p.value(opt.raise).split(',', Qt::SkipEmptyParts);
   run_script(w, s);
   w.show();
   const QStringList traces = p.positionalArguments();

@@ -421,6 +421,27 @@ class Validator {
                  std::to_string(first_row) + " = " + fmt(first_value));
   }
 
+  // A series value is a number the policy recorded, or NaN where it
+  // recorded none (trace-format.md); an infinity is neither.
+  void check_series_values(int64_t S, int64_t L, int64_t K) {
+    L = std::max<int64_t>(1, L), K = std::max<int64_t>(1, K);
+    for (const SeriesSpec& series : layout_.series) {
+      const std::string p = "/series/" + series.name + "/value";
+      int64_t bad = 0, first = -1;
+      float first_value = 0;
+      scan<float>(p, S, [&](int64_t off, const std::vector<float>& v) {
+        for (size_t i = 0; i < v.size(); ++i)
+          if (std::isinf(v[i]) && bad++ == 0) first = off * L * K + int64_t(i), first_value = v[i];
+      });
+      if (bad > 0)
+        add(p, std::to_string(bad) +
+                   " infinite value(s) (expected a finite value, or NaN where "
+                   "the policy recorded none); first at step " +
+                   std::to_string(first / (L * K)) + ", layer " + std::to_string(first / K % L) +
+                   ", kv head " + std::to_string(first % K) + " = " + fmt(first_value));
+    }
+  }
+
   static std::string fmt(double v) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%g", v);
@@ -471,6 +492,7 @@ class Validator {
     if (has_merges_) check_rerotations(S, T, L, K);
     if (has_reconstruction_) check_reconstruction(S);
     if (has_key_channels_) check_key_channels(S, L, K);
+    check_series_values(S, L, K);
     int64_t reason = read_scalar<int64_t>("/generation/finish_reason");
     if (reason < 0 || reason > 5)
       add("/generation/finish_reason", "is " + std::to_string(reason) + " (expected 0..5)");

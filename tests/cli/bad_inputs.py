@@ -105,11 +105,11 @@ def damage_heap(path):
     open(path, "wb").write(data)
 
 
-def add_series(value_shape, order):
+def add_series(value_shape, order, inf_at=None):
     """A /series group as a policy that declares the series "cutoff" writes
     it, with `order` as its order attribute and a value dataset of
-    value_shape ((S, L, K) when None), for damaged-series rows (the good
-    trace's policy declares none)."""
+    value_shape ((S, L, K) when None; zeros, +inf at index inf_at), for
+    damaged-series rows (the good trace's policy declares none)."""
     def recipe(path):
         with h5py.File(path, "r+") as f:
             shape = value_shape or (f["steps/kind"].shape[0], f["run"].attrs["n_layers"],
@@ -121,6 +121,8 @@ def add_series(value_shape, order):
             d = c.create_dataset("value", shape=shape, maxshape=(None,) + shape[1:],
                                  dtype=np.float32, chunks=True)
             d.attrs["meaning"], d.attrs["units"], d.attrs["axes"] = "test", "1", "S,L,K"
+            if inf_at is not None:
+                d[inf_at] = np.inf
     return recipe
 
 
@@ -158,6 +160,7 @@ TRACE_RECIPES = {
     "heap": damage_heap,
     "series_order": add_series(None, ["cutoff", "ghost"]),
     "series_shape": add_series((20, 5), ["cutoff"]),
+    "series_inf": add_series(None, ["cutoff"], inf_at=(2, 0, 1)),
     "stall_step": add_stall(999, 0.001),
     "stall_wait": add_stall(1, -0.5),
     "tier_attended": edit_attr("/run", "tier_attended", np.array([1, 0], dtype=np.uint8)),
@@ -223,6 +226,9 @@ FILE_RECIPES = {
     "moe_topk": lambda: hf_dir("moe-topk", json_update(num_experts_per_tok=9), "mixtral"),
     "phi3_factors": lambda: hf_dir("phi3-factors", lambda t: t.replace('"short_factor": [', '"short_factor": [1.0, '),
                                    "phi3"),
+    "sweep_plan": lambda: write_file("plan.toml", (
+        '[sweep]\nname = "p"\nmodels = ["%s/stories260K.bin"]\ntokenizer = "%s/tok512.bin"\n'
+        'policies = ["full"]\ntasks = ["needle"]\nlengths = [100]\ndepths = [0.5]\nseeds = [1]\n' % (STORIES, STORIES)).encode()),
     "dataset_no_context": lambda: write_file("no-context.jsonl", b'{"question": "q", "answer": "a"}\n'),
     "dataset_answer_type": lambda: write_file(
         "answer-type.jsonl", b'\n{"context": "c", "question": "q", "answer": "a"}\n'

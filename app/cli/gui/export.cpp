@@ -162,6 +162,8 @@ int run_export(const ExportOptions& o) {
     other_data = std::make_unique<views::TraceData>(*other);
   }
   std::shared_ptr<views::Figure> fig = export_view(o, data, other_data.get());
+  if (const QString why = fig->missing_data(); !why.isEmpty())
+    throw InputError(o.trace, "--view " + o.view, why.toStdString());
   views::ExportOptions eo{o.width, o.height, o.dpi};
   views::export_figure(*fig, QString::fromStdString(o.output), eo);
   std::cout << "wrote " << o.output << ": " << fig->title().toStdString() << "\n";
