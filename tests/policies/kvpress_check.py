@@ -359,6 +359,20 @@ def with_delimiter(ids, press, question, vocab_size):
     return ids[:len(ids) - question] + [press.delimiter_token_id] + ids[len(ids) - question:]
 
 
+_FULL_CACHES = {}
+
+
+def full_cache(model, ids):
+    """The uncompressed cache of `ids` (read-only): the same for every press of
+    a model, so computed once per model and prompt."""
+    key = (id(model), tuple(ids))
+    if key not in _FULL_CACHES:
+        with torch.no_grad():
+            x = torch.tensor(ids, dtype=torch.long).unsqueeze(0)
+            _FULL_CACHES[key] = model(x, use_cache=True).past_key_values
+    return _FULL_CACHES[key]
+
+
 def kvpress_kept(model, ids, press, masks=False, decode=0, by_values=None, question=0):
     """kvpress's kept positions per (layer, kv head) after the prefill (and
     `decode` decode steps), and the scores its scorer gave."""
@@ -367,7 +381,7 @@ def kvpress_kept(model, ids, press, masks=False, decode=0, by_values=None, quest
     x = torch.tensor(ids, dtype=torch.long).unsqueeze(0)
     pressed_ids = with_delimiter(ids, press, question, model.config.vocab_size) if question else ids
     with torch.no_grad():
-        full = model(x, use_cache=True).past_key_values
+        full = full_cache(model, ids)
         with recording_scores(press, len(ids)) as scores, press(model):
             pressed = model(torch.tensor(pressed_ids, dtype=torch.long).unsqueeze(0),
                             use_cache=True).past_key_values
@@ -541,10 +555,9 @@ def think_pruned(model, ids, press, trace):
     every pressed prompt key is exactly 0 and the full cache's keys are not,
     with its channel scores (recomputed as ThinKPress computes them)."""
     x = torch.tensor(ids, dtype=torch.long).unsqueeze(0)
-    with torch.no_grad():
-        full = model(x, use_cache=True).past_key_values
-        with press(model):
-            pressed = model(x, use_cache=True).past_key_values
+    full = full_cache(model, ids)
+    with torch.no_grad(), press(model):
+        pressed = model(x, use_cache=True).past_key_values
     pruned, scores = [], {}
     for l in range(len(model.model.layers)):
         fk, pk = full.layers[l].keys[0], pressed.layers[l].keys[0]  # [K, T, hd]
