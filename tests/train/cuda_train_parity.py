@@ -6,7 +6,7 @@
 (--against cpu compares the CPU with itself: a check of this script where no
 GPU is at hand; the default is cuda.)
 
-Every trainer (app/cli/train.cpp) trains three steps from the same seed
+Every trainer (app/cli/engine/train.cpp) trains three steps from the same seed
 and text on both devices. The runs must agree: the loss of every step and
 the held-out loss (the .csv; the numbers of the .json for the fitted kinds,
 DuoAttention's pattern and LU-KV's profile) within a relative tolerance, and
