@@ -69,5 +69,8 @@ MlstmState mlstm_initial_state(int64_t K, int64_t F, int64_t P);
 void mlstm_write(MlstmState& s, const MlstmTokens& tok, int64_t i);
 // h = q^T C / q^T z for query features q [K, F] -> [K, P].
 torch::Tensor mlstm_read(const MlstmState& s, const torch::Tensor& q);
+// mlstm_score_of(mlstm_read(s, q)) for raw query features q [K, F] -> scores [K].
+void mlstm_read_scores(const GateSet& g, int64_t layer, const MlstmState& s, const float* q,
+                       float* scores);
 
 }  // namespace kvscope::gates

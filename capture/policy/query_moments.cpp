@@ -3,6 +3,10 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <tuple>
+#include <vector>
+
+#include "core/common/check.h"
 
 namespace kvscope::policy {
 
@@ -26,6 +30,7 @@ void QueryMoments::add(int64_t layer, const torch::Tensor& q_rotated, int64_t po
   const int64_t n = q_rotated.size(0);
   const int64_t first = std::max<int64_t>(0, sinks_ - pos0);
   if (first >= n) return;
+  if (n - first <= kFewTokens) return add_few(layer, q_rotated, pos0, seq_len, first);
   torch::Tensor q = q_rotated.to(torch::kFloat32);  // [n, H, hd]
   if (rope_) {
     auto [cos, sin] = rope_->tables(pos0, n, seq_len);
@@ -36,6 +41,48 @@ void QueryMoments::add(int64_t layer, const torch::Tensor& q_rotated, int64_t po
   torch::Tensor qd = q.narrow(0, first, n - first).to(torch::kFloat64);
   sum_[size_t(layer)] += qd.sum(0);
   if (second_) sum_sq_[size_t(layer)] += torch::einsum("nhi,nhj->hij", {qd, qd});
+  count_[size_t(layer)] += n - first;
+}
+
+// A decode step's query in plain loops: the dozen tensor ops of add() cost
+// more than its arithmetic (docs/performance.md, "Every policy's cost").
+void QueryMoments::add_few(int64_t layer, const torch::Tensor& q_rotated, int64_t pos0,
+                           int64_t seq_len, int64_t first) {
+  const int64_t n = q_rotated.size(0), d = d_;
+  const torch::Tensor q = q_rotated.to(torch::kFloat32).contiguous();  // [n, H, hd]
+  KVSCOPE_CHECK(q.size(1) == H_ && q.size(2) == d, "QueryMoments: query shape");
+  torch::Tensor cos, sin;
+  if (rope_) std::tie(cos, sin) = rope_->tables(pos0, n, seq_len);
+  const torch::Tensor c = rope_ ? cos.contiguous() : cos, s = rope_ ? sin.contiguous() : sin;
+  const double inv_a2 = 1.0 / (rope_factor_ * rope_factor_);
+  const int64_t half = d / 2;
+  double* sum = sum_[size_t(layer)].data_ptr<double>();
+  double* sq = second_ ? sum_sq_[size_t(layer)].data_ptr<double>() : nullptr;
+  std::vector<double> x(static_cast<size_t>(d));
+  for (int64_t t = first; t < n; ++t) {
+    for (int64_t h = 0; h < H_; ++h) {
+      const float* qh = q.data_ptr<float>() + (t * H_ + h) * d;
+      if (rope_) {
+        // R(-t) / a: x cos - rotate_half(x) sin, both tables over a^2 (as add()).
+        const float* ct = c.data_ptr<float>() + t * d;
+        const float* st = s.data_ptr<float>() + t * d;
+        for (int64_t i = 0; i < d; ++i) {
+          const float rot = i < half ? -qh[i + half] : qh[i - half];
+          const float ci = inv_a2 == 1.0 ? ct[i] : float(ct[i] * inv_a2);
+          const float si = inv_a2 == 1.0 ? st[i] : float(st[i] * inv_a2);
+          x[size_t(i)] = double(qh[i] * ci + rot * -si);
+        }
+      } else {
+        for (int64_t i = 0; i < d; ++i) x[size_t(i)] = qh[i];
+      }
+      double* sh = sum + h * d;
+      for (int64_t i = 0; i < d; ++i) sh[i] += x[size_t(i)];
+      if (!sq) continue;
+      double* qq = sq + h * d * d;
+      for (int64_t i = 0; i < d; ++i)
+        for (int64_t j = 0; j < d; ++j) qq[i * d + j] += x[size_t(i)] * x[size_t(j)];
+    }
+  }
   count_[size_t(layer)] += n - first;
 }
 

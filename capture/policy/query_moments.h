@@ -32,6 +32,8 @@ class QueryMoments {
   torch::Tensor averaged_rotation(int64_t t0, int64_t n);
 
  private:
+  static constexpr int64_t kFewTokens = 4;  // add() in loops up to this many tokens
+  void add_few(int64_t layer, const torch::Tensor& q, int64_t pos0, int64_t seq_len, int64_t first);
   int64_t sinks_ = 0, H_ = 0, d_ = 0;
   bool second_ = false;
   std::unique_ptr<model::Rope> rope_;

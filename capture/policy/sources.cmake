@@ -39,6 +39,7 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/policies/non_causal_attention.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/compactor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/criticalkv.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/policies/output_projection.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/simlayerkv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/think.cpp
   ${CMAKE_CURRENT_LIST_DIR}/policies/qfilter.cpp

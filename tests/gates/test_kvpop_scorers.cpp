@@ -100,6 +100,35 @@ std::vector<double> ref_mlstm_scores(const gates::GateSet& g, int64_t h,
 
 }  // namespace
 
+TEST_CASE("mLSTM scorer: a decode step's few tokens (loops) = the same tokens of a batch",
+          "[kvpop]") {
+  const model::ModelConfig c = test::gate_config(1, 4, 2, 4, 16);
+  gates::GateSet g = kvpop_set(GateKind::KvpopMlstm, c, {{"proj", 3}}, 5);
+  torch::manual_seed(11);
+  torch::Tensor k = torch::randn({12, 2, 4}), v = torch::randn({12, 2, 4});
+  torch::Tensor x = gates::kvpop_inputs(k, v);  // [K, 12, 8]
+  torch::NoGradGuard no_grad;
+  const gates::MlstmTokens batch = gates::mlstm_tokens(g, 0, x);
+  for (int64_t n : {1, 3}) {
+    INFO("n " << n);
+    const gates::MlstmTokens few = gates::mlstm_tokens(g, 0, x.narrow(1, 5, n));
+    CHECK(torch::allclose(few.q, batch.q.narrow(1, 5, n), 1e-5, 1e-6));
+    CHECK(torch::allclose(few.k, batch.k.narrow(1, 5, n), 1e-5, 1e-6));
+    CHECK(torch::allclose(few.v, batch.v.narrow(1, 5, n), 1e-5, 1e-6));
+    CHECK(torch::allclose(few.log_i, batch.log_i.narrow(1, 5, n), 1e-5, 1e-6));
+    CHECK(torch::allclose(few.log_f, batch.log_f.narrow(1, 5, n), 1e-5, 1e-6));
+  }
+  // The readout of raw features equals mlstm_score_of(mlstm_read(...)).
+  gates::MlstmState st = gates::mlstm_initial_state(2, 6, 3);
+  for (int64_t p = 0; p < 6; ++p) gates::mlstm_write(st, batch, p);
+  const torch::Tensor q = batch.q.select(1, 2).contiguous();  // [K, F]
+  std::vector<float> s(2);
+  gates::mlstm_read_scores(g, 0, st, q.data_ptr<float>(), s.data());
+  const torch::Tensor ref = gates::mlstm_score_of(g, 0, gates::mlstm_read(st, q));
+  for (int64_t h = 0; h < 2; ++h)
+    CHECK(std::fabs(s[size_t(h)] - ref[h].item<float>()) <= 1e-5f * (1 + std::fabs(s[size_t(h)])));
+}
+
 TEST_CASE("mLSTM scorer: recurrent form = hand arithmetic = parallel form, delayed and immediate",
           "[kvpop]") {
   const model::ModelConfig c = test::gate_config(1, 4, 2, 4, 16);

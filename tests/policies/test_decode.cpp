@@ -155,6 +155,43 @@ TEST_CASE("knorm at decode: the held key of largest norm leaves") {
 }
 
 TEST_CASE(
+    "criticalkv at decode: the lowest (base + epsilon) x ||v W_o||_1 leaves, new entries too") {
+  // first_stage=0: every entry competes on the rescaled score; the norms of
+  // the entries admitted at decode are computed once, the step they arrive.
+  Setup s;
+  const model::ModelConfig& c = s.model->config();
+  PolicyRun run(*s.model, "criticalkv:scorer=knorm,budget=20,first_stage=0", s.n() + kDecode + 1,
+                s.n());
+  run.generate(*s.model, s.ids, kDecode, [&](int64_t step) {
+    auto ev = evicted(run, s.L(), s.K());
+    for (int64_t l = 0; l < s.L(); ++l) {
+      const LayerInputs all = run.all_inputs(l);
+      const torch::Tensor wo = s.model->weights()
+                                   .layers[size_t(l)]
+                                   .wo.to(torch::kFloat64)
+                                   .t()
+                                   .reshape({c.n_heads, c.head_dim, -1});  // [H, hd, D]
+      for (int64_t h = 0; h < s.K(); ++h) {
+        REQUIRE(run.cache().count(l, h) == 20);
+        if (step == 0) continue;
+        const torch::Tensor v = all.v.select(1, h).to(torch::kFloat64);  // [fed, hd]
+        const torch::Tensor l1 =
+            v.unsqueeze(0).matmul(wo.narrow(0, h * s.R(), s.R())).abs().sum(-1).mean(0);
+        const torch::Tensor kn = all.k.select(1, h).to(torch::kFloat64).norm(2, -1);
+        auto score = [&](int64_t p) {
+          return (-kn[p].item<double>() + 1e-4) * l1[p].item<double>();
+        };
+        const HeadProbs& hp = run.last_probs()[size_t(l)][size_t(h)];
+        INFO("step " << step << " layer " << l << " head " << h);
+        REQUIRE(ev[size_t(l)][size_t(h)].size() == 1);
+        const int64_t got = ev[size_t(l)][size_t(h)][0];
+        CHECK(score(got) == Approx(score(argmin(hp.key_pos, score))).epsilon(1e-5));
+      }
+    }
+  });
+}
+
+TEST_CASE(
     "expected_attention at decode (refresh=1): statistics of every query so far, sinks stay") {
   Setup s;
   const int64_t sinks = 4, n_future = 64;

@@ -15,7 +15,6 @@
 #include <cmath>
 #include <limits>
 
-#include "capture/policy/held_rows.h"
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/policies/output_projection.h"
 #include "capture/policy/scorer.h"
@@ -40,7 +39,8 @@ class CriticalAdaKvPolicy : public Policy {
     Policy::setup(s);
     base_->setup(s);
     H_ = s.model->n_heads, K_ = s.model->n_kv_heads;
-    wo_ = per_head_output_projections(s.weights, H_, s.model->head_dim, "critical_adakv");
+    norms_.setup(per_head_output_projections(s.weights, H_, s.model->head_dim, "critical_adakv"),
+                 K_, s.max_tokens);
     scores_.resize(s.model->n_layers, K_, s.max_tokens, std::numeric_limits<float>::quiet_NaN());
   }
   std::vector<PartKind> kinds() const override { return {PartKind::Eviction}; }
@@ -48,8 +48,8 @@ class CriticalAdaKvPolicy : public Policy {
     return {"new token", "outside the head's critical budget"};
   }
   std::vector<trace::GateSpec> gates() const override {
-    return {{"critical_adakv", "(base score + epsilon) x ||W_o v||_1, mean over the group",
-             "score", std::numeric_limits<double>::quiet_NaN(), true}};
+    return {{"critical_adakv", "(base score + epsilon) x ||W_o v||_1, mean over the group", "score",
+             std::numeric_limits<double>::quiet_NaN(), true}};
   }
   cache::StatsNeeds stats_needs() const override { return base_->stats_needs(); }
   std::string budget_kind() const override { return o_.decode ? "layer" : "none"; }
@@ -86,17 +86,18 @@ class CriticalAdaKvPolicy : public Policy {
 
   void evict(LayerContext& c) {
     const Protection keep = base_->protection();
-    const int64_t B = o_.budget, R = H_ / K_;
+    const int64_t B = o_.budget;
     int64_t safe = int64_t(std::floor(o_.alpha * double(B)));
     if (o_.alpha > 0) safe = std::max<int64_t>(1, safe);
     // Per head: its entries best first by the base score.
     std::vector<std::vector<Entry>> heads(static_cast<size_t>(K_));
-    std::vector<HeldRows> rows(static_cast<size_t>(K_));
+    std::vector<std::vector<int32_t>> rows(static_cast<size_t>(K_));
     for (int64_t h = 0; h < K_; ++h) {
       float* s = scores_.at(c.layer, h);
       base_->score(c, h, s);
-      rows[size_t(h)] = held_rows(c.cache, c.layer, h);
-      for (int32_t pos : rows[size_t(h)].pos) {
+      rows[size_t(h)] = c.cache.positions(c.layer, h, 0);
+      std::sort(rows[size_t(h)].begin(), rows[size_t(h)].end());
+      for (int32_t pos : rows[size_t(h)]) {
         float b = base_->log_scores() ? std::exp(s[pos]) : s[pos];
         if (keep.protects(pos, c.tokens_fed())) b = std::numeric_limits<float>::infinity();
         heads[size_t(h)].push_back({b, h, pos});
@@ -115,27 +116,29 @@ class CriticalAdaKvPolicy : public Policy {
       pool.insert(pool.end(), v.begin() + own, v.end());
     }
     std::sort(pool.begin(), pool.end(), better);
-    for (int64_t i = 0; i < std::min<int64_t>(std::max<int64_t>(0, room), int64_t(pool.size())); ++i)
+    for (int64_t i = 0; i < std::min<int64_t>(std::max<int64_t>(0, room), int64_t(pool.size()));
+         ++i)
       ++budget[size_t(pool[size_t(i)].head)];
-    for (int64_t h = 0; h < K_; ++h) keep_head(c, h, R, heads[size_t(h)], rows[size_t(h)], budget[size_t(h)]);
+    for (int64_t h = 0; h < K_; ++h)
+      keep_head(c, h, heads[size_t(h)], rows[size_t(h)], budget[size_t(h)]);
   }
 
   // CriticalKV's two stages inside one head: keep `b` entries.
-  void keep_head(LayerContext& c, int64_t h, int64_t R, const std::vector<Entry>& best,
-                 const HeldRows& rows, int64_t b) {
-    const int64_t m = rows.size();
+  void keep_head(LayerContext& c, int64_t h, const std::vector<Entry>& best,
+                 const std::vector<int32_t>& rows, int64_t b) {
+    const int64_t m = int64_t(rows.size());
     if (m <= b) return;
-    const torch::Tensor norm = output_l1_norms(wo_[size_t(c.layer)], h, R, rows.values);
-    const float* np = norm.data_ptr<float>();
+    norm_.resize(size_t(m));
+    norms_.of(c.cache, c.layer, h, rows, norm_.data());
     float* s = scores_.at(c.layer, h);
     std::vector<std::pair<float, int32_t>> stage2;  // (rescaled, pos)
     const int64_t first = int64_t(double(b) * o_.first_stage);
     std::vector<char> stays(size_t(c.tokens_fed()), 0);
     for (int64_t i = 0; i < first; ++i) stays[size_t(best[size_t(i)].pos)] = 1;
     for (int64_t j = 0; j < m; ++j) {
-      const int32_t pos = rows.pos[size_t(j)];
+      const int32_t pos = rows[size_t(j)];
       const float base = base_->log_scores() ? std::exp(s[pos]) : s[pos];
-      s[pos] = (base + float(o_.epsilon)) * np[j];
+      s[pos] = (base + float(o_.epsilon)) * norm_[size_t(j)];
       c.decide.gate(0, c.layer, h, pos, s[pos], c.step % 16 == 0);
       const bool pinned = base_->protection().protects(pos, c.tokens_fed());
       if (!stays[size_t(pos)])
@@ -154,7 +157,8 @@ class CriticalAdaKvPolicy : public Policy {
   std::unique_ptr<HeadScorer> base_;
   CriticalAdaOptions o_;
   int64_t H_ = 0, K_ = 0;
-  std::vector<torch::Tensor> wo_;
+  OutputNorms norms_;
+  std::vector<float> norm_;  // scratch: one head's norms
   HeadScores scores_;
 };
 

@@ -17,7 +17,6 @@
 #include <cmath>
 #include <limits>
 
-#include "capture/policy/held_rows.h"
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/policies/output_projection.h"
 #include "capture/policy/scorer.h"
@@ -29,13 +28,14 @@ namespace {
 
 class CriticalScorer : public HeadScorer {
  public:
-  CriticalScorer(std::unique_ptr<HeadScorer> base, int64_t budget, double first_stage, double epsilon)
+  CriticalScorer(std::unique_ptr<HeadScorer> base, int64_t budget, double first_stage,
+                 double epsilon)
       : base_(std::move(base)), budget_(budget), first_stage_(first_stage), epsilon_(epsilon) {}
 
   void setup(const PolicySetup& s) override {
     base_->setup(s);
     H_ = s.model->n_heads, K_ = s.model->n_kv_heads, hd_ = s.model->head_dim;
-    wo_ = per_head_output_projections(s.weights, H_, hd_, "criticalkv");
+    norms_.setup(per_head_output_projections(s.weights, H_, hd_, "criticalkv"), K_, s.max_tokens);
     base_scores_.resize(s.model->n_layers, K_, s.max_tokens);
   }
   cache::StatsNeeds stats_needs() const override { return base_->stats_needs(); }
@@ -51,21 +51,21 @@ class CriticalScorer : public HeadScorer {
   void score(LayerContext& c, int64_t kv_head, float* out) override {
     float* base = base_scores_.at(c.layer, kv_head);
     base_->score(c, kv_head, base);
-    const HeldRows r = held_rows(c.cache, c.layer, kv_head);
-    const int64_t m = r.size(), R = H_ / K_;
+    const std::vector<int32_t>& held = c.cache.positions(c.layer, kv_head, 0);
+    const int64_t m = int64_t(held.size());
     if (m == 0) return;
-    const torch::Tensor norm = output_l1_norms(wo_[size_t(c.layer)], kv_head, R, r.values);
-    const float* np = norm.data_ptr<float>();
+    norm_.resize(size_t(m));
+    norms_.of(c.cache, c.layer, kv_head, held, norm_.data());
     // Stage 1 ranks by the base score, the base's protected entries first
     // (kvpress's scorers give them the top score, so they take stage-1 slots).
     const Protection keep = base_->protection();
     std::vector<std::pair<float, int32_t>> first;  // (base score, pos)
     for (int64_t j = 0; j < m; ++j) {
-      const int32_t pos = r.pos[size_t(j)];
+      const int32_t pos = held[size_t(j)];
       const float s = base_->log_scores() ? std::exp(base[pos]) : base[pos];
       const bool pinned = keep.protects(pos, c.tokens_fed());
       first.push_back({pinned ? std::numeric_limits<float>::infinity() : s, pos});
-      out[pos] = (s + float(epsilon_)) * np[j];
+      out[pos] = (s + float(epsilon_)) * norm_[size_t(j)];
     }
     int64_t stage1 = int64_t(double(budget_) * first_stage_);
     if (first_stage_ > 0) stage1 = std::max<int64_t>(1, stage1);
@@ -75,7 +75,8 @@ class CriticalScorer : public HeadScorer {
                       [](const auto& a, const auto& b) {
                         return a.first != b.first ? a.first > b.first : a.second > b.second;
                       });
-    for (int64_t i = 0; i < stage1; ++i) out[first[size_t(i)].second] = std::numeric_limits<float>::max();
+    for (int64_t i = 0; i < stage1; ++i)
+      out[first[size_t(i)].second] = std::numeric_limits<float>::max();
   }
 
  private:
@@ -83,7 +84,8 @@ class CriticalScorer : public HeadScorer {
   int64_t budget_;
   double first_stage_, epsilon_;
   int64_t H_ = 0, K_ = 0, hd_ = 0;
-  std::vector<torch::Tensor> wo_;
+  OutputNorms norms_;
+  std::vector<float> norm_;  // scratch: the held entries' norms
   HeadScores base_scores_;
 };
 
@@ -93,8 +95,8 @@ PolicyDescriptor criticalkv_descriptor() {
   std::vector<ParamSpec> params = {
       {"scorer", ParamType::String, "snapkv", "base scorer: " + scorer_names()},
       {"budget", ParamType::Int, "256", "entries kept per head"},
-      {"first_stage", ParamType::Float, "0.5",
-       "share of the budget kept by the base score alone", 0, 1},
+      {"first_stage", ParamType::Float, "0.5", "share of the budget kept by the base score alone",
+       0, 1},
       {"critical_epsilon", ParamType::Float, "1e-4",
        "added to the base score before the rescaling (kvpress: epsilon)", 0, 1e6},
       {"decode", ParamType::Bool, "true",

@@ -18,10 +18,11 @@
 #include <utility>
 
 #include "capture/gates/gate_set.h"
-#include "capture/policy/query_moments.h"
 #include "capture/policy/policies/descriptors.h"
+#include "capture/policy/query_moments.h"
 #include "capture/policy/scorer.h"
 #include "core/common/input_error.h"
+#include "kernels/cpu/float_loops.h"
 
 namespace kvscope::policy {
 
@@ -65,7 +66,7 @@ class ExpectedAttentionScorer : public HeadScorer {
     mu_.assign(size_t(L_), torch::Tensor());
     cov_.assign(size_t(L_), torch::Tensor());
     refreshed_at_.assign(size_t(L_), -1);
-    vnorm_.resize(L_, K_, M_);
+    log_vnorm_.resize(L_, K_, M_);
     logits_.assign(size_t(L_ * H_ * M_), 0.0f);
   }
   std::string score_name() const override { return "expected_attention"; }
@@ -78,11 +79,7 @@ class ExpectedAttentionScorer : public HeadScorer {
 
   void observe(LayerContext& c) override {
     moments_.add(c.layer, c.in.q, c.pos0, c.tokens_fed());
-    torch::Tensor v = c.in.v.to(torch::kFloat32);   // [n, K, hd]
-    torch::Tensor vn = v.norm(2, -1).contiguous();  // [n, K]
-    const float* vp = vn.data_ptr<float>();
-    for (int64_t i = 0; i < c.n; ++i)
-      for (int64_t h = 0; h < K_; ++h) vnorm_.at(c.layer, h)[c.pos0 + i] = vp[i * K_ + h];
+    record_value_norms(c);
     if (!c.prompt_complete || (fixed_mu_.empty() && moments_.count(c.layer) == 0)) return;
     // The statistics move with every query: re-derive them and every held
     // key's logit every `refresh` decode steps (and at the prefill); in
@@ -101,10 +98,10 @@ class ExpectedAttentionScorer : public HeadScorer {
         write_logits(c, h, keys, held);
       }
     } else {
-      torch::Tensor k = c.in.k.to(torch::kFloat32);
-      std::vector<int32_t> pos;
-      for (int64_t i = 0; i < c.n; ++i) pos.push_back(int32_t(c.pos0 + i));
-      for (int64_t h = 0; h < K_; ++h) write_logits(c, h, k.select(1, h).contiguous(), pos);
+      const torch::Tensor k = c.in.k.to(torch::kFloat32).contiguous();  // [n, K, hd]
+      for (int64_t i = 0; i < c.n; ++i)
+        for (int64_t h = 0; h < K_; ++h)
+          write_logit(c, h, k.data_ptr<float>() + (i * K_ + h) * d_, c.pos0 + i);
     }
   }
 
@@ -117,30 +114,34 @@ class ExpectedAttentionScorer : public HeadScorer {
   // (infinite precision) one.
   void score(LayerContext& c, int64_t kv_head, float* out) override {
     const int64_t R = H_ / K_;
-    std::vector<int32_t> keys;
+    keys_.clear();
     for (int32_t pos : c.cache.positions(c.layer, kv_head, 0))
       if (pos >= o_.sinks)
-        keys.push_back(pos);
+        keys_.push_back(pos);
       else
         out[pos] = std::numeric_limits<float>::max();  // protected
     // log of the group's mean attention: logsumexp over its heads of
     // log softmax(z), minus log R.
-    std::vector<double> log_a(keys.size(), -std::numeric_limits<double>::infinity());
+    lse_.resize(size_t(R));
     for (int64_t r = 0; r < R; ++r) {
       const float* z = logit_row(c.layer, kv_head * R + r);
       double top = -std::numeric_limits<double>::infinity(), total = 0;
-      for (int32_t pos : keys) top = std::max(top, double(z[pos]));
-      for (int32_t pos : keys) total += std::exp(double(z[pos]) - top);
-      const double lse = top + std::log(total);
-      for (size_t j = 0; j < keys.size(); ++j)
-        log_a[j] = log_add_exp(log_a[j], double(z[keys[j]]) - lse);
+      for (int32_t pos : keys_) top = std::max(top, double(z[pos]));
+      for (int32_t pos : keys_) total += std::exp(double(z[pos]) - top);
+      lse_[size_t(r)] = top + std::log(total);
     }
-    const float* vn = vnorm_.at(c.layer, kv_head);
-    for (size_t j = 0; j < keys.size(); ++j) {
-      double s = log_a[j] - std::log(double(R));
-      if (o_.vnorm) s = log_add_exp(s, std::log(o_.epsilon)) + std::log(double(vn[keys[j]]));
+    const float* log_vn = log_vnorm_.at(c.layer, kv_head);
+    const double log_eps = std::log(o_.epsilon), log_r = std::log(double(R));
+    for (int32_t pos : keys_) {
+      double top = -std::numeric_limits<double>::infinity(), total = 0;
+      for (int64_t r = 0; r < R; ++r)
+        top = std::max(top, double(logit_row(c.layer, kv_head * R + r)[pos]) - lse_[size_t(r)]);
+      for (int64_t r = 0; r < R; ++r)
+        total += std::exp(double(logit_row(c.layer, kv_head * R + r)[pos]) - lse_[size_t(r)] - top);
+      double s = top + std::log(total) - log_r;
+      if (o_.vnorm) s = log_add_exp(s, log_eps) + double(log_vn[pos]);
       // ||v|| = 0 gives log 0: the lowest finite float (views plot the range).
-      out[keys[j]] = float(std::max(s, double(std::numeric_limits<float>::lowest())));
+      out[pos] = float(std::max(s, double(std::numeric_limits<float>::lowest())));
     }
   }
 
@@ -188,14 +189,48 @@ class ExpectedAttentionScorer : public HeadScorer {
     }
   }
 
+  // The logit of one new key k [d] at `pos`, as write_logits computes it, in
+  // plain loops (a decode step's per-head tensor ops cost ten times more).
+  void write_logit(LayerContext& c, int64_t h, const float* k, int64_t pos) {
+    const int64_t R = H_ / K_;
+    const float s = float(c.in.scale);
+    const float* mu = mu_[size_t(c.layer)].data_ptr<float>();
+    const float* cov = cov_[size_t(c.layer)].data_ptr<float>();
+    row_.resize(size_t(d_));
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t q = h * R + r;
+      float z = kernels::cpu::dot(mu + q * d_, k, d_) * s;
+      if (o_.covariance) {
+        const float* cq = cov + q * d_ * d_;  // Sigma'_q, [d, d]
+        for (int64_t i = 0; i < d_; ++i) row_[size_t(i)] = kernels::cpu::dot(cq + i * d_, k, d_);
+        z += kernels::cpu::dot(row_.data(), k, d_) * (s * s / 2);
+      }
+      logit_row(c.layer, q)[pos] = z;
+    }
+  }
+
+  // log ||v|| of the step's new entries (the score adds it in log space).
+  void record_value_norms(const LayerContext& c) {
+    const torch::Tensor v = c.in.v.to(torch::kFloat32).contiguous();  // [n, K, hd]
+    for (int64_t i = 0; i < c.n; ++i)
+      for (int64_t h = 0; h < K_; ++h) {
+        const float* row = v.data_ptr<float>() + (i * K_ + h) * d_;
+        log_vnorm_.at(c.layer, h)[c.pos0 + i] =
+            float(std::log(double(std::sqrt(kernels::cpu::dot(row, row, d_)))));
+      }
+  }
+
   EaOptions o_;
   int64_t L_ = 0, H_ = 0, K_ = 0, d_ = 0, M_ = 0;
   QueryMoments moments_;
   std::vector<torch::Tensor> fixed_mu_, fixed_cov_;  // per layer, from a query-stats file
   std::vector<torch::Tensor> mu_, cov_;
   std::vector<int64_t> refreshed_at_;
-  HeadScores vnorm_;
+  HeadScores log_vnorm_;       // log ||v|| per entry
   std::vector<float> logits_;  // [L, H, M]
+  std::vector<int32_t> keys_;  // scratch of score()
+  std::vector<double> lse_;
+  std::vector<float> row_;  // scratch of write_logit()
 };
 
 std::vector<ParamSpec> ea_params() {
@@ -249,8 +284,7 @@ PolicyDescriptor expected_attention_descriptor() {
       [](const Params& p) -> std::unique_ptr<Policy> {
         if (p.get_int("budget") <= p.get_int("sinks"))
           throw InputError("--policy", "expected_attention:budget", "must be > sinks");
-        return std::make_unique<ScoredPolicy>(make_ea(p),
-                                              std::vector<int64_t>{p.get_int("budget")},
+        return std::make_unique<ScoredPolicy>(make_ea(p), std::vector<int64_t>{p.get_int("budget")},
                                               p.get_bool("decode"), "lowest expected attention");
       }};
 }

@@ -11,10 +11,15 @@
 // docs/policies/keydiff.md
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "capture/policy/held_rows.h"
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/scorer.h"
 #include "core/common/input_error.h"
+#include "kernels/cpu/float_loops.h"
 
 namespace kvscope::policy {
 
@@ -35,15 +40,32 @@ class KeyDiffScorer : public HeadScorer {
   }
   Subsets subsets() const override { return Subsets::Set; }
   void score_rows(LayerContext&, int64_t, const HeldRows& r, float* out) override {
-    if (r.size() == 0) return;
+    const int64_t m = r.size(), d = r.keys.size(1);
+    if (m == 0) return;
     // torch.nn.functional.normalize (eps 1e-12) and cosine_similarity (eps
-    // 1e-8), as kvpress computes them.
-    torch::Tensor unit = r.keys / r.keys.norm(2, -1, true).clamp_min(1e-12);
-    torch::Tensor anchor = unit.mean(0, true);  // [1, hd]
-    torch::Tensor s = -torch::cosine_similarity(r.keys, anchor, -1, 1e-8).contiguous();
-    const float* p = s.data_ptr<float>();
-    for (int64_t j = 0; j < r.size(); ++j) out[r.pos[size_t(j)]] = p[j];
+    // 1e-8, each norm clamped), as kvpress computes them, in plain loops: a
+    // decode step scores a few hundred rows per head, and six tensor ops per
+    // head cost ten times their arithmetic (docs/performance.md).
+    const float* k = r.keys.data_ptr<float>();
+    norm_.resize(size_t(m));
+    anchor_.assign(size_t(d), 0.0f);
+    for (int64_t j = 0; j < m; ++j) {
+      const float* kj = k + j * d;
+      norm_[size_t(j)] = std::sqrt(kernels::cpu::dot(kj, kj, d));
+      const float inv = 1.0f / std::max(norm_[size_t(j)], 1e-12f);
+      for (int64_t i = 0; i < d; ++i) anchor_[size_t(i)] += kj[i] * inv;
+    }
+    for (float& a : anchor_) a /= float(m);
+    const float anchor_norm =
+        std::max(std::sqrt(kernels::cpu::dot(anchor_.data(), anchor_.data(), d)), 1e-8f);
+    for (int64_t j = 0; j < m; ++j) {
+      const float dot = kernels::cpu::dot(k + j * d, anchor_.data(), d);
+      out[r.pos[size_t(j)]] = -dot / (std::max(norm_[size_t(j)], 1e-8f) * anchor_norm);
+    }
   }
+
+ private:
+  std::vector<float> norm_, anchor_;  // scratch, reused across heads and steps
 };
 
 std::unique_ptr<HeadScorer> make_keydiff(const Params&) {

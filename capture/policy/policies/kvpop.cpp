@@ -21,11 +21,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "capture/gates/kvpop_math.h"
 #include "capture/gates/kvpop_scorer.h"
 #include "capture/policy/budget.h"
 #include "capture/policy/policies/descriptors.h"
+#include "core/common/check.h"
 #include "core/common/input_error.h"
 
 namespace kvscope::policy {
@@ -209,18 +211,25 @@ void KvpopPolicy::admit(AdmitContext& c) {
 void KvpopPolicy::score_mlstm(AdmitContext& c, const torch::Tensor& x) {
   gates::MlstmTokens tok = gates::mlstm_tokens(gates_, c.layer, x);
   gates::MlstmState& st = state_[size_t(c.layer)];
-  torch::Tensor& ring = query_ring_[size_t(c.layer)];
-  const int64_t w = cfg_.window;
+  torch::Tensor& ring = query_ring_[size_t(c.layer)];  // [K, w, F]
+  const int64_t w = cfg_.window, F = ring.size(2);
+  KVSCOPE_CHECK(tok.q.is_contiguous() && ring.is_contiguous(), "kvpop: query features layout");
+  const float* tq = tok.q.data_ptr<float>();  // [K, n, F]
+  float* rq = ring.data_ptr<float>();
+  std::vector<float> q(static_cast<size_t>(K_ * F)), r(static_cast<size_t>(K_));
   for (int64_t i = 0; i < c.n; ++i) {
     const int64_t p = c.pos0 + i, u = cfg_.delayed ? p - w : p;
     gates::mlstm_write(st, tok, i);
     if (u >= 0) {
-      torch::Tensor q = cfg_.delayed ? ring.select(1, u % w) : tok.q.select(1, i);
-      torch::Tensor r =
-          gates::mlstm_score_of(gates_, c.layer, gates::mlstm_read(st, q)).contiguous();
-      for (int64_t h = 0; h < K_; ++h) set_score(c.decide, c.layer, h, u, r.data_ptr<float>()[h]);
+      for (int64_t h = 0; h < K_; ++h) {
+        const float* src = cfg_.delayed ? rq + (h * w + u % w) * F : tq + (h * c.n + i) * F;
+        std::copy_n(src, F, q.data() + h * F);
+      }
+      gates::mlstm_read_scores(gates_, c.layer, st, q.data(), r.data());
+      for (int64_t h = 0; h < K_; ++h) set_score(c.decide, c.layer, h, u, r[size_t(h)]);
     }
-    ring.select(1, p % w).copy_(tok.q.select(1, i));  // after the read: u shares p's slot
+    for (int64_t h = 0; h < K_; ++h)  // after the read: u shares p's slot
+      std::copy_n(tq + (h * c.n + i) * F, F, rq + (h * w + p % w) * F);
   }
 }
 
@@ -264,13 +273,18 @@ HeadPlan KvpopPolicy::plan_head(const SelectContext& c, int64_t h, torch::Tensor
     if (tree.count() >= cfg_.topk) cutoff[size_t(i)] = tree.find_by_prefix_count(cfg_.topk);
   }
   if (mask) {
-    *mask = torch::ones({c.n, int64_t(cand.size())}, torch::kBool);
-    auto a = mask->accessor<bool, 2>();
+    // Built only when it hides something: a decode step's tensor ops per
+    // head cost more than the plan (docs/performance.md).
+    torch::Tensor m;
     for (size_t e = 0; e < elig.size(); ++e) {
       const int64_t t = cand[size_t(elig[e])];
-      for (int64_t i = std::max<int64_t>(0, t + w - c.pos0); i < c.n; ++i)
-        if (!kv::kept(rank[e], cutoff[size_t(i)])) a[i][elig[e]] = false;
+      for (int64_t i = std::max<int64_t>(0, t + w - c.pos0); i < c.n; ++i) {
+        if (kv::kept(rank[e], cutoff[size_t(i)])) continue;
+        if (!m.defined()) m = torch::ones({c.n, int64_t(cand.size())}, torch::kBool);
+        m.data_ptr<bool>()[i * int64_t(cand.size()) + elig[e]] = false;
+      }
     }
+    *mask = m;
   }
   const int32_t final_cut = cutoff[size_t(c.n - 1)];
   for (size_t e = 0; e < elig.size(); ++e) {
@@ -294,7 +308,7 @@ void KvpopPolicy::select(SelectContext& c) {
     plans_[size_t(h)] = plan_head(c, h, &mask);
     // A decode query that hides nothing needs no mask (the leaver is kept
     // and nothing was over k, or the loser is evicted after attention either way).
-    if (mask.defined() && !mask.all().item<bool>()) c.masks[size_t(h)] = mask;
+    if (mask.defined()) c.masks[size_t(h)] = mask;
   }
 }
 
