@@ -13,12 +13,15 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "capture/policy/held_rows.h"
 #include "capture/policy/policies/descriptors.h"
 #include "capture/policy/scorer.h"
 #include "core/common/input_error.h"
+#include "kernels/cpu/float_loops.h"
 
 namespace kvscope::policy {
 
@@ -33,7 +36,8 @@ struct CurOptions {
 
 class CurScorer : public HeadScorer {
  public:
-  explicit CurScorer(CurOptions o) : o_(std::move(o)), gen_(at::detail::createCPUGenerator(o_.seed)) {}
+  explicit CurScorer(CurOptions o)
+      : o_(std::move(o)), gen_(at::detail::createCPUGenerator(o_.seed)) {}
   std::string score_name() const override { return "cur_leverage"; }
   std::string score_meaning() const override {
     return "approximate CUR leverage of the entry (" + o_.leverage +
@@ -44,16 +48,43 @@ class CurScorer : public HeadScorer {
     const HeldRows r = held_rows(c.cache, c.layer, kv_head);
     const int64_t n = r.size();
     if (n == 0) return;
-    torch::Tensor k = r.keys, v = r.values;
-    if (o_.random) {
-      // One projection per (layer, step), shared by the layer's heads: kvpress
-      // draws G once per compression of a layer.
-      if (c.layer != drawn_layer_ || c.step != drawn_step_) {
-        projection_ = torch::randn({k.size(1), 20}, gen_, torch::kFloat32) / std::sqrt(20.0);
-        drawn_layer_ = c.layer, drawn_step_ = c.step;
-      }
-      k = k.matmul(projection_), v = v.matmul(projection_);
+    if (o_.random) return score_projected(c, r, out);
+    // Squared norms, local normalisation and the combination in plain loops:
+    // a decode step scores a few hundred rows per head, where a dozen tensor
+    // ops per head cost more than the arithmetic (docs/performance.md).
+    const int64_t d = r.keys.size(1);
+    const float *k = r.keys.data_ptr<float>(), *v = r.values.data_ptr<float>();
+    k2_.resize(size_t(n)), v2_.resize(size_t(n));
+    for (int64_t j = 0; j < n; ++j) {
+      k2_[size_t(j)] = kernels::cpu::dot(k + j * d, k + j * d, d);
+      v2_[size_t(j)] = kernels::cpu::dot(v + j * d, v + j * d, d);
     }
+    if (o_.local) local_normalise(k2_), local_normalise(v2_);
+    float total = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const float a = k2_[size_t(j)], b = v2_[size_t(j)];
+      const float sj = o_.leverage == "key"      ? a
+                       : o_.leverage == "value"  ? b
+                       : o_.leverage == "kv_avg" ? (a + b) / 2
+                                                 : a * b;
+      k2_[size_t(j)] = sj;
+      total += sj;
+    }
+    for (int64_t j = 0; j < n; ++j)
+      out[r.pos[size_t(j)]] = j < o_.sinks ? 1.0f : k2_[size_t(j)] / total;
+  }
+
+ private:
+  // random=true: keys and values projected by the Gaussian first (tensor ops).
+  void score_projected(const LayerContext& c, const HeldRows& r, float* out) {
+    const int64_t n = r.size();
+    // One projection per (layer, step), shared by the layer's heads: kvpress
+    // draws G once per compression of a layer.
+    if (c.layer != drawn_layer_ || c.step != drawn_step_) {
+      projection_ = torch::randn({r.keys.size(1), 20}, gen_, torch::kFloat32) / std::sqrt(20.0);
+      drawn_layer_ = c.layer, drawn_step_ = c.step;
+    }
+    const torch::Tensor k = r.keys.matmul(projection_), v = r.values.matmul(projection_);
     torch::Tensor k2 = k.pow(2).sum(-1), v2 = v.pow(2).sum(-1);  // [n]
     if (o_.local) k2 = local_normalise(k2), v2 = local_normalise(v2);
     torch::Tensor s;
@@ -70,7 +101,18 @@ class CurScorer : public HeadScorer {
     for (int64_t j = 0; j < n; ++j) out[r.pos[size_t(j)]] = j < o_.sinks ? 1.0f : p[j];
   }
 
- private:
+  // x / (sum over its window of `window` entries), the last window padded
+  // with zeros (F.pad), as kvpress does.
+  void local_normalise(std::vector<float>& x) const {
+    const int64_t n = int64_t(x.size()), w = o_.window;
+    for (int64_t b = 0; b < n; b += w) {
+      const int64_t e = std::min(b + w, n);
+      float sum = 0;
+      for (int64_t j = b; j < e; ++j) sum += x[size_t(j)];
+      for (int64_t j = b; j < e; ++j) x[size_t(j)] /= sum;
+    }
+  }
+
   // x / (sum over its window of `window` positions), the last window padded
   // with zeros (F.pad), as kvpress does.
   torch::Tensor local_normalise(const torch::Tensor& x) const {
@@ -83,6 +125,7 @@ class CurScorer : public HeadScorer {
   at::Generator gen_;
   torch::Tensor projection_;
   int64_t drawn_layer_ = -1, drawn_step_ = -1;
+  std::vector<float> k2_, v2_;  // scratch of score()
 };
 
 std::vector<ParamSpec> cur_params() {
