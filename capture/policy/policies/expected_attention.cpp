@@ -122,9 +122,9 @@ class ExpectedAttentionScorer : public HeadScorer {
         out[pos] = std::numeric_limits<float>::max();  // protected
     // log of the group's mean attention: logsumexp over its heads of
     // log softmax(z), minus log R.
-    lse_.resize(size_t(R));
+    lse_.resize(size_t(R)), rows_.resize(size_t(R));
     for (int64_t r = 0; r < R; ++r) {
-      const float* z = logit_row(c.layer, kv_head * R + r);
+      const float* z = rows_[size_t(r)] = logit_row(c.layer, kv_head * R + r);
       double top = -std::numeric_limits<double>::infinity(), total = 0;
       for (int32_t pos : keys_) top = std::max(top, double(z[pos]));
       for (int32_t pos : keys_) total += std::exp(double(z[pos]) - top);
@@ -135,9 +135,9 @@ class ExpectedAttentionScorer : public HeadScorer {
     for (int32_t pos : keys_) {
       double top = -std::numeric_limits<double>::infinity(), total = 0;
       for (int64_t r = 0; r < R; ++r)
-        top = std::max(top, double(logit_row(c.layer, kv_head * R + r)[pos]) - lse_[size_t(r)]);
+        top = std::max(top, double(rows_[size_t(r)][pos]) - lse_[size_t(r)]);
       for (int64_t r = 0; r < R; ++r)
-        total += std::exp(double(logit_row(c.layer, kv_head * R + r)[pos]) - lse_[size_t(r)] - top);
+        total += std::exp(double(rows_[size_t(r)][pos]) - lse_[size_t(r)] - top);
       double s = top + std::log(total) - log_r;
       if (o_.vnorm) s = log_add_exp(s, log_eps) + double(log_vn[pos]);
       // ||v|| = 0 gives log 0: the lowest finite float (views plot the range).
@@ -230,7 +230,8 @@ class ExpectedAttentionScorer : public HeadScorer {
   std::vector<float> logits_;  // [L, H, M]
   std::vector<int32_t> keys_;  // scratch of score()
   std::vector<double> lse_;
-  std::vector<float> row_;  // scratch of write_logit()
+  std::vector<const float*> rows_;  // the group's logit rows, for score()
+  std::vector<float> row_;          // scratch of write_logit()
 };
 
 std::vector<ParamSpec> ea_params() {
