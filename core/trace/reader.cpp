@@ -7,38 +7,17 @@
 #include <map>
 #include <type_traits>
 
+#include "core/common/check.h"
 #include "core/trace/error.h"
 #include "core/trace/h5.h"
 #include "core/trace/half.h"
 #include "core/trace/open.h"
+#include "core/trace/row_tables.h"
 #include "core/trace/schema.h"
 
 namespace kvscope::trace {
 
 namespace {
-
-// The trace element type of a C++ type the reader reads into.
-template <typename T>
-constexpr Elem elem_of() {
-  if constexpr (std::is_same_v<T, uint8_t>)
-    return Elem::U8;
-  else if constexpr (std::is_same_v<T, int8_t>)
-    return Elem::I8;
-  else if constexpr (std::is_same_v<T, uint16_t>)
-    return Elem::U16;
-  else if constexpr (std::is_same_v<T, int16_t>)
-    return Elem::I16;
-  else if constexpr (std::is_same_v<T, int32_t>)
-    return Elem::I32;
-  else if constexpr (std::is_same_v<T, int64_t>)
-    return Elem::I64;
-  else if constexpr (std::is_same_v<T, float>)
-    return Elem::F32;
-  else {
-    static_assert(std::is_same_v<T, double>, "no trace element type for this type");
-    return Elem::F64;
-  }
-}
 
 const char* kStepColumns[] = {"/steps/kind",      "/steps/first_token", "/steps/n_tokens",
                               "/steps/t_start_s", "/steps/wall_s",      "/steps/entries",
@@ -46,27 +25,15 @@ const char* kStepColumns[] = {"/steps/kind",      "/steps/first_token", "/steps/
 const char* kTokenColumns[] = {"/tokens/id",           "/tokens/position",   "/tokens/role",
                                "/tokens/step",         "/tokens/text_begin", "/tokens/text_len",
                                "/tokens/prompt_offset"};
-const char* kEventColumns[] = {"/events/step",   "/events/layer",     "/events/kv_head",
-                               "/events/token",  "/events/kind",      "/events/score",
-                               "/events/reason", "/events/from_tier", "/events/to_tier"};
-const char* kStallColumns[] = {"/stalls/step",  "/stalls/layer",  "/stalls/kv_head",
-                               "/stalls/token", "/stalls/wait_s", "/stalls/needed"};
-const char* kMergeColumns[] = {"/merges/step",  "/merges/layer", "/merges/kv_head",
-                               "/merges/token", "/merges/into",  "/merges/weight"};
-const char* kReconstructionColumns[] = {"/reconstruction/step", "/reconstruction/position",
-                                        "/reconstruction/id"};
-const char* kKeyChannelColumns[] = {"/key_channels/step", "/key_channels/layer",
-                                    "/key_channels/kv_head", "/key_channels/channel"};
-const char* kRerotationColumns[] = {"/rerotations/step", "/rerotations/layer",
-                                    "/rerotations/kv_head", "/rerotations/token",
-                                    "/rerotations/position"};
+// The datasets of a row table's columns.
+std::vector<std::string> column_paths(const RowTableSpec& t) {
+  std::vector<std::string> paths;
+  for (const ColumnSpec& c : t.columns) paths.push_back(t.path(c));
+  return paths;
+}
 
-// A table whose rows belong to steps (/stalls, /merges): its columns, the
-// minor version that added it, and its step column once read.
+// A step table's step column once read (the committed rows).
 struct StepRows {
-  const char* const* columns;
-  size_t n_columns;
-  int since_minor;
   std::vector<int32_t> steps;
   bool read = false;
 };
@@ -82,13 +49,9 @@ struct TraceReader::Impl {
   std::map<std::string, Elem> expected_elem;  // from the schema
   bool complete = false;
   int64_t n_steps = 0, n_tokens = 0, n_events = 0;
-  // The step columns of the committed stalls and merges, read on first use
-  // after a refresh.
-  StepRows stall_table{kStallColumns, std::size(kStallColumns), 3, {}};
-  StepRows merge_table{kMergeColumns, std::size(kMergeColumns), 4, {}};
-  StepRows rerotation_table{kRerotationColumns, std::size(kRerotationColumns), 4, {}};
-  StepRows reconstruction_table{kReconstructionColumns, std::size(kReconstructionColumns), 5, {}};
-  StepRows key_channel_table{kKeyChannelColumns, std::size(kKeyChannelColumns), 7, {}};
+  // The step columns of the step tables' committed rows (by group), read on
+  // first use after a refresh.
+  std::map<std::string, StepRows> step_rows;
   // Committed rows of each time-varying gate's samples (by gate index), read
   // on first use after a refresh: samples are in step order.
   std::map<int, int64_t> gate_samples_committed;
@@ -184,10 +147,13 @@ struct TraceReader::Impl {
   }
 
   int64_t min_extent(const char* const* paths, size_t n) {
+    return min_extent(std::vector<std::string>(paths, paths + n));
+  }
+  int64_t min_extent(const std::vector<std::string>& paths) {
     int64_t m = INT64_MAX;
-    for (size_t i = 0; i < n; ++i) {
-      std::vector<hsize_t> e = dims(paths[i]);
-      if (e.size() != 1) fail(ErrorCode::Schema, paths[i], "expected a 1-D column");
+    for (const std::string& p : paths) {
+      std::vector<hsize_t> e = dims(p);
+      if (e.size() != 1) fail(ErrorCode::Schema, p, "expected a 1-D column");
       m = std::min<int64_t>(m, static_cast<int64_t>(e[0]));
     }
     return m;
@@ -199,7 +165,7 @@ struct TraceReader::Impl {
     // /steps/kind is written last in every flush: it counts committed steps.
     int64_t s = min_extent(kStepColumns, std::size(kStepColumns));
     int64_t t = min_extent(kTokenColumns, std::size(kTokenColumns));
-    int64_t e = min_extent(kEventColumns, std::size(kEventColumns));
+    int64_t e = min_extent(column_paths(table_of<Event>()));
     int64_t t_committed = 0, e_committed = 0;
     if (s > 0) {
       int32_t first = read_1d<int32_t>("/steps/first_token", s - 1, s)[0];
@@ -216,76 +182,72 @@ struct TraceReader::Impl {
     n_steps = s;
     n_tokens = t_committed;
     n_events = e_committed;
-    stall_table.read = merge_table.read = rerotation_table.read = false;
-    reconstruction_table.read = key_channel_table.read = false;
+    step_rows.clear();
     gate_samples_committed.clear();
   }
 
   // The step column of a step table's committed rows: rows are in step order
   // and a flush writes them before it commits its steps, so the committed
   // ones are those before the first row of a step not yet committed.
-  const std::vector<int32_t>& committed_steps(StepRows& t) {
-    if (t.read) return t.steps;
-    t.steps.clear();
+  const std::vector<int32_t>& committed_steps(const RowTableSpec& t) {
+    StepRows& rows = step_rows[t.group];
+    if (rows.read) return rows.steps;
+    rows.steps.clear();
     if (opened.minor_version >= t.since_minor) {
-      const int64_t rows = min_extent(t.columns, t.n_columns);
-      t.steps = read_1d<int32_t>(t.columns[0], 0, rows);
-      size_t n = 0;
-      while (n < t.steps.size() && t.steps[n] < n_steps) ++n;
-      t.steps.resize(n);
+      const int64_t n = min_extent(column_paths(t));
+      rows.steps = read_1d<int32_t>(t.group + "/step", 0, n);
+      size_t committed = 0;
+      while (committed < rows.steps.size() && rows.steps[committed] < n_steps) ++committed;
+      rows.steps.resize(committed);
     }
-    t.read = true;
-    return t.steps;
+    rows.read = true;
+    return rows.steps;
   }
 
   // The rows [lo, hi) of a step table's rows of `step` (committed ones).
-  std::pair<int64_t, int64_t> rows_of_step(StepRows& t, int64_t step, const char* field) {
+  std::pair<int64_t, int64_t> rows_of_step(const RowTableSpec& t, int64_t step) {
     if (step < 0 || step >= n_steps)
-      fail(ErrorCode::Usage, field,
+      fail(ErrorCode::Usage, t.group + "/step",
            "step " + std::to_string(step) + " outside [0, " + std::to_string(n_steps) + ")");
     const std::vector<int32_t>& steps = committed_steps(t);
     auto [lo, hi] = std::equal_range(steps.begin(), steps.end(), static_cast<int32_t>(step));
     return {lo - steps.begin(), hi - steps.begin()};
   }
 
-  std::vector<StallRow> stall_rows(int64_t begin, int64_t end) {
-    std::vector<StallRow> out(static_cast<size_t>(end - begin));
+  // Rows [begin, end) of a row table, each column read once.
+  template <typename Row>
+  std::vector<Row> table_rows(const RowTableSpec& t, int64_t begin, int64_t end) {
+    KVSCOPE_CHECK(t.row_size == sizeof(Row), t.group + ": read as another row type");
+    std::vector<Row> out(static_cast<size_t>(end - begin));
     if (out.empty()) return out;
-    auto layer = read_1d<int16_t>("/stalls/layer", begin, end);
-    auto kv_head = read_1d<int16_t>("/stalls/kv_head", begin, end);
-    auto token = read_1d<int32_t>("/stalls/token", begin, end);
-    auto wait = read_1d<float>("/stalls/wait_s", begin, end);
-    auto needed = read_1d<int8_t>("/stalls/needed", begin, end);
-    for (size_t i = 0; i < out.size(); ++i)
-      out[i] = {
-          stall_table.steps[size_t(begin) + i], layer[i], kv_head[i], token[i], wait[i], needed[i]};
+    for (const ColumnSpec& c : t.columns) {
+      const std::vector<uint8_t> raw = read_elements(t.path(c), c.elem, begin, end);
+      const size_t size = h5::elem_size(c.elem);
+      for (size_t i = 0; i < out.size(); ++i) c.load(raw.data() + i * size, &out[i]);
+    }
     return out;
   }
 
-  std::vector<MergeRow> merge_rows(int64_t begin, int64_t end) {
-    std::vector<MergeRow> out(static_cast<size_t>(end - begin));
-    if (out.empty()) return out;
-    auto layer = read_1d<int16_t>("/merges/layer", begin, end);
-    auto kv_head = read_1d<int16_t>("/merges/kv_head", begin, end);
-    auto token = read_1d<int32_t>("/merges/token", begin, end);
-    auto into = read_1d<int32_t>("/merges/into", begin, end);
-    auto weight = read_1d<float>("/merges/weight", begin, end);
-    for (size_t i = 0; i < out.size(); ++i)
-      out[i] = {
-          merge_table.steps[size_t(begin) + i], layer[i], kv_head[i], token[i], into[i], weight[i]};
-    return out;
-  }
-
-  std::vector<RerotationRow> rerotation_rows(int64_t begin, int64_t end) {
-    std::vector<RerotationRow> out(static_cast<size_t>(end - begin));
-    if (out.empty()) return out;
-    auto layer = read_1d<int16_t>("/rerotations/layer", begin, end);
-    auto kv_head = read_1d<int16_t>("/rerotations/kv_head", begin, end);
-    auto token = read_1d<int32_t>("/rerotations/token", begin, end);
-    auto position = read_1d<int32_t>("/rerotations/position", begin, end);
-    for (size_t i = 0; i < out.size(); ++i)
-      out[i] = {rerotation_table.steps[size_t(begin) + i], layer[i], kv_head[i], token[i],
-                position[i]};
+  // Elements [begin, end) of a 1-D column, in memory as `elem`.
+  std::vector<uint8_t> read_elements(const std::string& p, Elem elem, int64_t begin, int64_t end) {
+    hid_t d = dataset(p);
+    std::vector<hsize_t> extent = dims(p, 1);
+    if (begin < 0 || end < begin || hsize_t(end) > extent[0])
+      fail(ErrorCode::Usage, p,
+           "read of [" + std::to_string(begin) + ", " + std::to_string(end) +
+               ") on axis 0 outside extent " + std::to_string(extent[0]));
+    const hsize_t start = hsize_t(begin), count = hsize_t(end - begin);
+    if (count * h5::elem_size(elem) > static_cast<uint64_t>(kMaxReadBytes))
+      fail(ErrorCode::TooLarge, p,
+           "a read of this size exceeds the reader's limit of " + std::to_string(kMaxReadBytes) +
+               " bytes");
+    std::vector<uint8_t> out(static_cast<size_t>(count) * h5::elem_size(elem));
+    if (count == 0) return out;
+    h5::Handle fspace = h5::dataspace(H5Dget_space(d));
+    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr);
+    h5::Handle mspace = h5::dataspace(H5Screate_simple(1, &count, nullptr));
+    if (H5Dread(d, h5::memory_type(elem), mspace.get(), fspace.get(), H5P_DEFAULT, out.data()) < 0)
+      fail(ErrorCode::Schema, p, "read failed: " + h5::take_error_message());
     return out;
   }
 
@@ -451,25 +413,12 @@ std::vector<TokenRecord> TraceReader::tokens(int64_t begin, int64_t end) const {
 std::vector<Event> TraceReader::events(int64_t begin, int64_t end) const {
   Impl& m = *impl_;
   m.check_range("/events", begin, end, m.n_events);
-  std::vector<Event> out(static_cast<size_t>(end - begin));
-  if (out.empty()) return out;
-  auto step = m.read_1d<int32_t>("/events/step", begin, end);
-  auto layer = m.read_1d<int16_t>("/events/layer", begin, end);
-  auto head = m.read_1d<int16_t>("/events/kv_head", begin, end);
-  auto token = m.read_1d<int32_t>("/events/token", begin, end);
-  auto kind = m.read_1d<uint8_t>("/events/kind", begin, end);
-  auto score = m.read_1d<float>("/events/score", begin, end);
-  auto reason = m.read_1d<uint16_t>("/events/reason", begin, end);
-  auto from = m.read_1d<uint8_t>("/events/from_tier", begin, end);
-  auto to = m.read_1d<uint8_t>("/events/to_tier", begin, end);
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (kind[i] >= kEventKindCount)
+  std::vector<Event> out = m.table_rows<Event>(table_of<Event>(), begin, end);
+  for (size_t i = 0; i < out.size(); ++i)
+    if (static_cast<uint8_t>(out[i].kind) >= kEventKindCount)
       m.fail(ErrorCode::Schema, "/events/kind",
              "row " + std::to_string(begin + int64_t(i)) + " has unknown kind " +
-                 std::to_string(kind[i]));
-    out[i] = Event{step[i],  layer[i],  head[i], token[i], static_cast<EventKind>(kind[i]),
-                   score[i], reason[i], from[i], to[i]};
-  }
+                 std::to_string(static_cast<unsigned>(out[i].kind)));
   return out;
 }
 
@@ -532,18 +481,12 @@ std::vector<TierInterval> TraceReader::intervals(int layer, int kv_head) const {
   const int64_t block = 1 << 16;
   for (int64_t b = begin; b < end; b += block) {
     int64_t e = std::min(end, b + block);
-    auto l = m.read_1d<int16_t>("/lifetimes/intervals/layer", b, e);
-    auto h = m.read_1d<int16_t>("/lifetimes/intervals/kv_head", b, e);
-    auto t = m.read_1d<int32_t>("/lifetimes/intervals/token", b, e);
-    auto tier = m.read_1d<uint8_t>("/lifetimes/intervals/tier", b, e);
-    auto s0 = m.read_1d<int32_t>("/lifetimes/intervals/begin_step", b, e);
-    auto s1 = m.read_1d<int32_t>("/lifetimes/intervals/end_step", b, e);
     // An incomplete trace's rows are in closing order and a flush writes
     // those of its steps before it commits them: the committed view has
     // the intervals closed at committed steps.
-    for (size_t i = 0; i < l.size(); ++i)
-      if (l[i] == layer && h[i] == kv_head && (m.complete || s1[i] < m.n_steps))
-        out.push_back({l[i], h[i], t[i], tier[i], s0[i], s1[i]});
+    for (const TierInterval& iv : m.table_rows<TierInterval>(table_of<TierInterval>(), b, e))
+      if (iv.layer == layer && iv.kv_head == kv_head && (m.complete || iv.end_step < m.n_steps))
+        out.push_back(iv);
   }
   return out;
 }
@@ -727,77 +670,36 @@ std::vector<float> TraceReader::series_head(int series, int layer, int kv_head, 
                        {hsize_t(end - begin), 1, 1});
 }
 
-int64_t TraceReader::n_stalls() const {
-  return static_cast<int64_t>(impl_->committed_steps(impl_->stall_table).size());
+template <typename Row>
+std::vector<Row> TraceReader::rows() const {
+  const RowTableSpec& t = table_of<Row>();
+  return impl_->table_rows<Row>(t, 0, static_cast<int64_t>(impl_->committed_steps(t).size()));
 }
 
-std::vector<StallRow> TraceReader::stalls() const {
-  Impl& m = *impl_;
-  return m.stall_rows(0, static_cast<int64_t>(m.committed_steps(m.stall_table).size()));
+template <typename Row>
+std::vector<Row> TraceReader::rows_of_step(int64_t step) const {
+  const RowTableSpec& t = table_of<Row>();
+  auto [lo, hi] = impl_->rows_of_step(t, step);
+  return impl_->table_rows<Row>(t, lo, hi);
 }
 
-std::vector<StallRow> TraceReader::stalls_of_step(int64_t step) const {
-  Impl& m = *impl_;
-  auto [lo, hi] = m.rows_of_step(m.stall_table, step, "/stalls/step");
-  return m.stall_rows(lo, hi);
+template <typename Row>
+int64_t TraceReader::row_count() const {
+  return static_cast<int64_t>(impl_->committed_steps(table_of<Row>()).size());
 }
 
-int64_t TraceReader::n_merges() const {
-  return static_cast<int64_t>(impl_->committed_steps(impl_->merge_table).size());
+int64_t TraceReader::table_row_count(const std::string& group) const {
+  for (const RowTableSpec* t : step_tables())
+    if (t->group == group) return static_cast<int64_t>(impl_->committed_steps(*t).size());
+  impl_->fail(ErrorCode::Usage, group, "is no table of step rows");
 }
 
-std::vector<MergeRow> TraceReader::merges() const {
-  Impl& m = *impl_;
-  return m.merge_rows(0, static_cast<int64_t>(m.committed_steps(m.merge_table).size()));
-}
-
-int64_t TraceReader::n_rerotations() const {
-  return static_cast<int64_t>(impl_->committed_steps(impl_->rerotation_table).size());
-}
-
-std::vector<RerotationRow> TraceReader::rerotations() const {
-  Impl& m = *impl_;
-  return m.rerotation_rows(0, static_cast<int64_t>(m.committed_steps(m.rerotation_table).size()));
-}
-
-int64_t TraceReader::n_pruned_key_channels() const {
-  return static_cast<int64_t>(impl_->committed_steps(impl_->key_channel_table).size());
-}
-
-std::vector<KeyChannelRow> TraceReader::pruned_key_channels() const {
-  Impl& m = *impl_;
-  const std::vector<int32_t>& steps = m.committed_steps(m.key_channel_table);
-  const int64_t n = static_cast<int64_t>(steps.size());
-  if (n == 0) return {};
-  auto layer = m.read_1d<int16_t>("/key_channels/layer", 0, n);
-  auto kv_head = m.read_1d<int16_t>("/key_channels/kv_head", 0, n);
-  auto channel = m.read_1d<int16_t>("/key_channels/channel", 0, n);
-  std::vector<KeyChannelRow> out(static_cast<size_t>(n));
-  for (size_t i = 0; i < out.size(); ++i) out[i] = {steps[i], layer[i], kv_head[i], channel[i]};
-  return out;
-}
-
-int64_t TraceReader::n_reconstruction_tokens() const {
-  return static_cast<int64_t>(impl_->committed_steps(impl_->reconstruction_table).size());
-}
-
-std::vector<ReconstructionRow> TraceReader::reconstruction_tokens() const {
-  Impl& m = *impl_;
-  const std::vector<int32_t>& steps = m.committed_steps(m.reconstruction_table);
-  const int64_t n = static_cast<int64_t>(steps.size());
-  if (n == 0) return {};
-  auto position = m.read_1d<int32_t>("/reconstruction/position", 0, n);
-  auto id = m.read_1d<int32_t>("/reconstruction/id", 0, n);
-  std::vector<ReconstructionRow> out(static_cast<size_t>(n));
-  for (size_t i = 0; i < out.size(); ++i) out[i] = {steps[i], position[i], id[i]};
-  return out;
-}
-
-std::vector<MergeRow> TraceReader::merges_of_step(int64_t step) const {
-  Impl& m = *impl_;
-  auto [lo, hi] = m.rows_of_step(m.merge_table, step, "/merges/step");
-  return m.merge_rows(lo, hi);
-}
+#define KVSCOPE_READ_TABLE(Row)                                                 \
+  template std::vector<Row> TraceReader::rows<Row>() const;                     \
+  template std::vector<Row> TraceReader::rows_of_step<Row>(int64_t step) const; \
+  template int64_t TraceReader::row_count<Row>() const;
+KVSCOPE_STEP_TABLES(KVSCOPE_READ_TABLE)
+#undef KVSCOPE_READ_TABLE
 
 std::vector<float> TraceReader::oracle_kl(int64_t begin, int64_t end) const {
   Impl& m = *impl_;

@@ -118,29 +118,35 @@ class TraceReader {
   std::vector<float> series_head(int series, int layer, int kv_head, int64_t begin,
                                  int64_t end) const;
 
-  // Reactive fetches of entries the policy did not attend (/stalls, minor
-  // version 3), those of committed steps, in step order; empty for older
-  // traces.
-  int64_t n_stalls() const;
-  std::vector<StallRow> stalls() const;
-  std::vector<StallRow> stalls_of_step(int64_t step) const;
-  // Entries folded into others as they left (/merges, minor version 4), of
-  // committed steps, in step order; empty for older traces.
-  int64_t n_merges() const;
-  std::vector<MergeRow> merges() const;
-  std::vector<MergeRow> merges_of_step(int64_t step) const;
-  // Cached keys re-rotated to another RoPE position (/rerotations, minor
-  // version 4), of committed steps, in step order; empty for older traces.
-  int64_t n_rerotations() const;
-  std::vector<RerotationRow> rerotations() const;
-  // Tokens of the context-reconstruction steps (/reconstruction, minor
-  // version 5), of committed steps, in step order; empty for older traces.
-  // Key channels heads stopped storing (/key_channels, minor version 7; empty
-  // in older traces and for policies that prune no channel), in step order.
-  int64_t n_pruned_key_channels() const;
-  std::vector<KeyChannelRow> pruned_key_channels() const;
-  int64_t n_reconstruction_tokens() const;
-  std::vector<ReconstructionRow> reconstruction_tokens() const;
+  // The committed rows of a table of step rows (row_tables.h's
+  // KVSCOPE_STEP_TABLES: StallRow, MergeRow, RerotationRow, ReconstructionRow,
+  // KeyChannelRow), in step order; none in traces older than the table.
+  template <typename Row>
+  std::vector<Row> rows() const;
+  template <typename Row>
+  std::vector<Row> rows_of_step(int64_t step) const;
+  template <typename Row>
+  int64_t row_count() const;
+  // The committed rows of the step table of group `group` ("/stalls"), by name.
+  int64_t table_row_count(const std::string& group) const;
+
+  // Reactive fetches of entries the policy did not attend (/stalls, minor version 3).
+  int64_t n_stalls() const { return row_count<StallRow>(); }
+  std::vector<StallRow> stalls() const { return rows<StallRow>(); }
+  std::vector<StallRow> stalls_of_step(int64_t step) const { return rows_of_step<StallRow>(step); }
+  // Entries folded into others as they left (/merges, minor version 4).
+  int64_t n_merges() const { return row_count<MergeRow>(); }
+  std::vector<MergeRow> merges() const { return rows<MergeRow>(); }
+  std::vector<MergeRow> merges_of_step(int64_t step) const { return rows_of_step<MergeRow>(step); }
+  // Cached keys re-rotated to another RoPE position (/rerotations, minor version 4).
+  int64_t n_rerotations() const { return row_count<RerotationRow>(); }
+  std::vector<RerotationRow> rerotations() const { return rows<RerotationRow>(); }
+  // Key channels heads stopped storing (/key_channels, minor version 7).
+  int64_t n_pruned_key_channels() const { return row_count<KeyChannelRow>(); }
+  std::vector<KeyChannelRow> pruned_key_channels() const { return rows<KeyChannelRow>(); }
+  // Tokens of the context-reconstruction steps (/reconstruction, minor version 5).
+  int64_t n_reconstruction_tokens() const { return row_count<ReconstructionRow>(); }
+  std::vector<ReconstructionRow> reconstruction_tokens() const { return rows<ReconstructionRow>(); }
 
   std::vector<float> oracle_kl(int64_t begin, int64_t end) const;
   std::vector<float> oracle_lost_mass(int64_t step) const;  // L*H

@@ -1,5 +1,7 @@
 #include "core/trace/schema.h"
 
+#include "core/trace/row_tables.h"
+
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -12,10 +14,8 @@ namespace kvscope::trace {
 const char* axis_symbol(Axis axis) {
   switch (axis) {
     case Axis::Steps: return "S";
-    case Axis::Events: return "E";
     case Axis::Tokens: return "T";
     case Axis::TextBytes: return "TB";
-    case Axis::Intervals: return "I";
     case Axis::ReceivedRows: return "N";
     case Axis::QueryBlocks: return "QB";
     case Axis::GateSamples: return "G";
@@ -30,11 +30,7 @@ const char* axis_symbol(Axis axis) {
     case Axis::Two: return "2";
     case Axis::KeyTokens: return "M";
     case Axis::TopK: return "k";
-    case Axis::Stalls: return "X";
-    case Axis::Merges: return "Y";
-    case Axis::Rerotations: return "Z";
-    case Axis::Reconstruction: return "C";
-    case Axis::KeyChannels: return "P";
+    case Axis::TableRows: return "rows";
   }
   return "?";
 }
@@ -42,19 +38,13 @@ const char* axis_symbol(Axis axis) {
 bool axis_grows(Axis axis) {
   switch (axis) {
     case Axis::Steps:
-    case Axis::Events:
     case Axis::Tokens:
     case Axis::TextBytes:
-    case Axis::Intervals:
     case Axis::ReceivedRows:
     case Axis::QueryBlocks:
     case Axis::GateSamples:
     case Axis::GenBytes:
-    case Axis::Stalls:
-    case Axis::Merges:
-    case Axis::Rerotations:
-    case Axis::Reconstruction:
-    case Axis::KeyChannels: return true;
+    case Axis::TableRows: return true;
     default: return false;
   }
 }
@@ -75,10 +65,34 @@ const char* feature_name(Feature feature) {
   return "?";
 }
 
+std::string axis_label(const DatasetSpec& spec, size_t i) {
+  const Axis a = spec.dims[i];
+  return a == Axis::TableRows ? spec.rows_symbol : axis_symbol(a);
+}
+
+int64_t AxisSizes::of(const DatasetSpec& spec, size_t i) const {
+  const Axis a = spec.dims[i];
+  if (a != Axis::TableRows) return (*this)[a];
+  auto it = table_rows.find(spec.table);
+  return it == table_rows.end() ? 0 : it->second;
+}
+
 namespace {
 
 using A = Axis;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// The columns of a row table, as declared in row_tables.cpp.
+void add_table(std::vector<DatasetSpec>& c, const RowTableSpec& table) {
+  for (const ColumnSpec& column : table.columns) {
+    DatasetSpec d{table.path(column), column.elem, {Axis::TableRows}, 0, {table.chunk},
+                  column.units, column.meaning, table.feature, column.fill};
+    d.since_minor = table.since_minor;
+    d.table = table.group;
+    d.rows_symbol = table.rows_symbol;
+    c.push_back(std::move(d));
+  }
+}
 
 std::vector<DatasetSpec> build_catalogue() {
   std::vector<DatasetSpec> c;
@@ -123,21 +137,7 @@ std::vector<DatasetSpec> build_catalogue() {
   col("/steps/event_begin", Elem::I64, A::Steps, 4096, "event row",
       "first row of /events belonging to the step");
   col("/steps/event_count", Elem::I64, A::Steps, 4096, "events", "rows of /events of the step");
-  // /events
-  col("/events/step", Elem::I32, A::Events, 16384, "step", "step of the decision");
-  col("/events/layer", Elem::I16, A::Events, 16384, "layer", "layer index");
-  col("/events/kv_head", Elem::I16, A::Events, 16384, "kv head", "key/value head index");
-  col("/events/token", Elem::I32, A::Events, 16384, "token index", "token the decision is about");
-  col("/events/kind", Elem::U8, A::Events, 16384, "enum",
-      "0 admit, 1 reject, 2 select, 3 evict, 4 demote, 5 promote");
-  col("/events/score", Elem::F32, A::Events, 16384, "policy-defined",
-      "score behind the decision (NaN when the policy has none)", Feature::Always, kNaN);
-  col("/events/reason", Elem::U16, A::Events, 16384, "enum",
-      "index into /run reason_names");
-  col("/events/from_tier", Elem::U8, A::Events, 16384, "tier",
-      "tier before the decision, 255 = not cached", Feature::Always, 255);
-  col("/events/to_tier", Elem::U8, A::Events, 16384, "tier",
-      "tier after the decision, 255 = not cached", Feature::Always, 255);
+  add_table(c, table_of<Event>());
   // /lifetimes
   c.push_back({"/lifetimes/admit_step", Elem::I32, {A::Layers, A::KvHeads, A::Tokens}, 2,
                {1, 1, 4096}, "step",
@@ -147,18 +147,7 @@ std::vector<DatasetSpec> build_catalogue() {
                {1, 1, 4096}, "step",
                "step at which token t left head (l, k)'s cache for good, -1 if it never left",
                Feature::Always, -1, false});
-  col("/lifetimes/intervals/layer", Elem::I16, A::Intervals, 16384, "layer", "layer index",
-      Feature::Tiered);
-  col("/lifetimes/intervals/kv_head", Elem::I16, A::Intervals, 16384, "kv head",
-      "key/value head index", Feature::Tiered);
-  col("/lifetimes/intervals/token", Elem::I32, A::Intervals, 16384, "token index", "token",
-      Feature::Tiered);
-  col("/lifetimes/intervals/tier", Elem::U8, A::Intervals, 16384, "tier",
-      "tier the token lived in", Feature::Tiered);
-  col("/lifetimes/intervals/begin_step", Elem::I32, A::Intervals, 16384, "step",
-      "first step in the tier", Feature::Tiered);
-  col("/lifetimes/intervals/end_step", Elem::I32, A::Intervals, 16384, "step",
-      "step it left the tier (exclusive), -1 if still there at the end", Feature::Tiered, -1);
+  add_table(c, table_of<TierInterval>());
   c.push_back({"/lifetimes/interval_index", Elem::I64, {A::HeadSlots1}, -1, {0}, "interval row",
                "rows of head (l, k) are [index[l*K+k], index[l*K+k+1]) once complete; "
                "-1 in an incomplete trace",
@@ -194,64 +183,8 @@ std::vector<DatasetSpec> build_catalogue() {
                "value the policy recorded for head (l, k) at step s; NaN where it recorded none",
                Feature::Series,
                kNaN});
-  // /stalls (minor version 3): appended with each step, like /events.
-  const size_t stalls_begin = c.size();
-  col("/stalls/step", Elem::I32, A::Stalls, 4096, "step",
-      "step that waited for the fetch (rows in step order)");
-  col("/stalls/layer", Elem::I16, A::Stalls, 4096, "layer", "layer index");
-  col("/stalls/kv_head", Elem::I16, A::Stalls, 4096, "kv head", "key/value head index");
-  col("/stalls/token", Elem::I32, A::Stalls, 4096, "token index",
-      "token fetched from a tier that is not attended");
-  col("/stalls/wait_s", Elem::F32, A::Stalls, 4096, "s",
-      "how long the step waited for the entry (modelled or measured)");
-  col("/stalls/needed", Elem::I8, A::Stalls, 4096, "enum",
-      "oracle: 1 the full cache's attention on the token was at or above its head's 0.9 "
-      "quantile in that step, 0 below, -1 no oracle",
-      Feature::Always, -1);
-  for (size_t i = stalls_begin; i < c.size(); ++i) c[i].since_minor = 3;
-  // /merges (minor version 4): appended with each step, like /events.
-  const size_t merges_begin = c.size();
-  col("/merges/step", Elem::I32, A::Merges, 4096, "step",
-      "step whose eviction folded the entry (rows in step order)");
-  col("/merges/layer", Elem::I16, A::Merges, 4096, "layer", "layer index");
-  col("/merges/kv_head", Elem::I16, A::Merges, 4096, "kv head", "key/value head index");
-  col("/merges/token", Elem::I32, A::Merges, 4096, "token index",
-      "entry that left (an evict event of the step) with its value folded into `into`");
-  col("/merges/into", Elem::I32, A::Merges, 4096, "token index",
-      "entry of the same head that absorbed it and stays");
-  col("/merges/weight", Elem::F32, A::Merges, 4096, "1",
-      "weight of the folded value in the absorbing entry's blend");
-  // /rerotations (minor version 4): appended with each step, like /events.
-  col("/rerotations/step", Elem::I32, A::Rerotations, 4096, "step",
-      "step that re-rotated the key (rows in step order)");
-  col("/rerotations/layer", Elem::I16, A::Rerotations, 4096, "layer", "layer index");
-  col("/rerotations/kv_head", Elem::I16, A::Rerotations, 4096, "kv head", "key/value head index");
-  col("/rerotations/token", Elem::I32, A::Rerotations, 4096, "token index",
-      "entry whose cached key was re-rotated (the token stays the same)");
-  col("/rerotations/position", Elem::I32, A::Rerotations, 4096, "position",
-      "RoPE position the key carries from this step on");
-  for (size_t i = merges_begin; i < c.size(); ++i) c[i].since_minor = 4;
-  // /reconstruction (minor version 5): appended with each reconstruction step.
-  const size_t reconstruction_begin = c.size();
-  col("/reconstruction/step", Elem::I32, A::Reconstruction, 4096, "step",
-      "context-reconstruction step (kind 2) that fed the token (rows in step order)");
-  col("/reconstruction/position", Elem::I32, A::Reconstruction, 4096, "position",
-      "RoPE position the token was fed at (from the step's first_token on; positions later "
-      "sequence tokens take again)");
-  col("/reconstruction/id", Elem::I32, A::Reconstruction, 4096, "token id",
-      "vocabulary id of the token (the repeat prompt and the context it reconstructs)");
-  for (size_t i = reconstruction_begin; i < c.size(); ++i) c[i].since_minor = 5;
-  // /key_channels (minor version 7): appended with each step, like /events.
-  const size_t key_channels_begin = c.size();
-  col("/key_channels/step", Elem::I32, A::KeyChannels, 4096, "step",
-      "step that pruned the channel (rows in step order)");
-  col("/key_channels/layer", Elem::I16, A::KeyChannels, 4096, "layer", "layer index");
-  col("/key_channels/kv_head", Elem::I16, A::KeyChannels, 4096, "kv head",
-      "key/value head index");
-  col("/key_channels/channel", Elem::I16, A::KeyChannels, 4096, "channel",
-      "key channel (0 .. head_dim - 1) the head's keys in a pruned tier no longer store; they "
-      "read 0 there");
-  for (size_t i = key_channels_begin; i < c.size(); ++i) c[i].since_minor = 7;
+  // /stalls, /merges, /rerotations, /reconstruction, /key_channels: appended with each step.
+  for (const RowTableSpec* table : step_tables()) add_table(c, *table);
   // /attention
   c.push_back({"/attention/received/offset", Elem::I64, {A::Steps, A::Layers, A::KvHeads}, 0,
                {-1, 0, 0}, "row", "first row in token/mass of step s, head (l, k)",
@@ -368,22 +301,27 @@ std::vector<DatasetSpec> datasets_for(const CaptureLayout& layout, int64_t n_tie
   return out;
 }
 
+namespace {
+GroupSpec group_of(const RowTableSpec& table) {
+  return {table.group, table.meaning, table.since_minor};
+}
+}  // namespace
+
 const std::vector<GroupSpec>& group_catalogue() {
-  static const std::vector<GroupSpec> groups = {
+  static const std::vector<GroupSpec> groups = [] {
+    std::vector<GroupSpec> g = {
       {"/run", "what was captured: model, policy, budget, seed, prompt, tool version"},
       {"/tokens", "one row per token fed to the model, prompt then generated"},
       {"/steps", "one row per forward step: prefill chunks, then decode steps"},
-      {"/events", "every policy decision: admit, reject, select, evict, demote, promote"},
+      group_of(table_of<Event>()),
       {"/lifetimes", "per (layer, kv head, token): when it entered and left the cache"},
-      {"/lifetimes/intervals", "tier residences, for policies with more than one tier"},
+      group_of(table_of<TierInterval>()),
       {"/occupancy", "per step and (layer, kv head): entries per tier, and pool bytes"},
       {"/gates", "learned or heuristic per-token scores, one subgroup per gate"},
       {"/series", "per-step policy values per (layer, kv head), one subgroup per series"},
-      {"/stalls", "reactive fetches of entries the policy did not attend, one row each", 3},
-      {"/merges", "entries folded into another as they left (merging policies), one row each", 4},
-      {"/rerotations", "cached keys re-rotated to another RoPE position, one row each", 4},
-      {"/reconstruction", "tokens of the context-reconstruction steps (KVzip), one row each", 5},
-      {"/key_channels", "key channels a head stopped storing (ThinK), one row each", 7},
+    };
+    for (const RowTableSpec* table : step_tables()) g.push_back(group_of(*table));
+    g.insert(g.end(), {
       {"/attention", "attention statistics, as the capture levels asked"},
       {"/attention/received", "attention mass each cached entry received per step (CSR)"},
       {"/attention/pooled", "block-pooled attention maps per layer and query head"},
@@ -391,7 +329,9 @@ const std::vector<GroupSpec>& group_catalogue() {
       {"/attention/topk", "top-k attended keys per query token"},
       {"/oracle", "full-cache shadow run teacher-forced on the same tokens"},
       {"/generation", "generated text, finish reason and task success"},
-  };
+    });
+    return g;
+  }();
   return groups;
 }
 
@@ -512,10 +452,10 @@ std::string schema_markdown() {
   for (const DatasetSpec& d : dataset_catalogue()) {
     std::string shape = "[";
     for (size_t i = 0; i < d.dims.size(); ++i)
-      shape += std::string(i ? ", " : "") + axis_symbol(d.dims[i]);
+      shape += std::string(i ? ", " : "") + axis_label(d, i);
     shape += "]";
     if (d.dims.empty()) shape = "scalar";
-    std::string grows = d.append_axis >= 0 ? axis_symbol(d.dims[d.append_axis]) : "—";
+    std::string grows = d.append_axis >= 0 ? axis_label(d, size_t(d.append_axis)) : "—";
     std::string storage = d.dims.empty() ? "scalar" : d.compress ? "deflate" : "raw, rewritten in place";
     md << "| `" << d.path << "` | " << elem_label(d.elem) << " | " << shape << " | " << grows
        << " | " << storage << " | " << d.units << " | " << feature_name(d.feature)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,32 +18,26 @@ enum class Elem : uint8_t { U8, I8, U16, I16, I32, I64, F16, F32, F64 };
 // Symbolic axis lengths. Growth axes follow the capture; fixed axes come from
 // /run attributes and the capture layout.
 enum class Axis : uint8_t {
-  Steps,           // S: forward steps (rows of /steps)
-  Events,          // E: decisions (rows of /events)
-  Tokens,          // T: tokens fed to the model (rows of /tokens)
-  TextBytes,       // bytes of all token pieces
-  Intervals,       // tier intervals (rows of /lifetimes/intervals)
-  ReceivedRows,    // N: (token, mass) pairs of /attention/received
-  QueryBlocks,     // ceil(T / pooled_block)
-  GateSamples,     // rows of /gates/<name>/samples
-  GenBytes,        // bytes of generated text
-  Layers,          // L
-  Heads,           // H: query heads
-  KvHeads,         // K: key/value heads
-  Tiers,           // R: memory tiers (/run tier_names)
-  HeadSlots1,      // L * K + 1
-  KeyBlocks,       // ceil(max_tokens / pooled_block)
-  DenseHeads,      // D: heads with dense rows
-  Two,             // 2
-  KeyTokens,       // max_tokens
-  TopK,            // k of /attention/topk
-  Stalls,          // X: reactive fetches (rows of /stalls)
-  Merges,          // Y: entries folded into others (rows of /merges)
-  Rerotations,     // Z: keys re-rotated to another RoPE position (rows of /rerotations)
-  Reconstruction,  // C: tokens of context-reconstruction steps (rows of /reconstruction)
-  KeyChannels,     // P: key channels pruned per head (rows of /key_channels)
+  Steps,        // S: forward steps (rows of /steps)
+  Tokens,       // T: tokens fed to the model (rows of /tokens)
+  TextBytes,    // bytes of all token pieces
+  ReceivedRows,  // N: (token, mass) pairs of /attention/received
+  QueryBlocks,  // ceil(T / pooled_block)
+  GateSamples,  // rows of /gates/<name>/samples
+  GenBytes,     // bytes of generated text
+  Layers,       // L
+  Heads,        // H: query heads
+  KvHeads,      // K: key/value heads
+  Tiers,        // R: memory tiers (/run tier_names)
+  HeadSlots1,   // L * K + 1
+  KeyBlocks,    // ceil(max_tokens / pooled_block)
+  DenseHeads,   // D: heads with dense rows
+  Two,          // 2
+  KeyTokens,    // max_tokens
+  TopK,         // k of /attention/topk
+  TableRows,    // rows of the dataset's row table (row_tables.h: E, I, X, Y, Z, C, P)
 };
-inline constexpr int kAxisCount = 24;
+inline constexpr int kAxisCount = 18;
 const char* axis_symbol(Axis axis);
 bool axis_grows(Axis axis);
 
@@ -76,7 +71,14 @@ struct DatasetSpec {
   // First minor version that holds the dataset: older traces lack it and
   // are not asked for it (3 for /stalls).
   int since_minor = 0;
+  // Columns of a row table (row_tables.h): its group and its row axis's
+  // symbol; empty for other datasets.
+  std::string table = {};
+  std::string rows_symbol = {};
 };
+
+// The symbol of axis i of a dataset ("S", "L*K+1", a table's "X").
+std::string axis_label(const DatasetSpec& spec, size_t i);
 
 // The whole catalogue with "{gate}" and "{series}" placeholders.
 const std::vector<DatasetSpec>& dataset_catalogue();
@@ -104,11 +106,14 @@ struct AttributeSpec {
 };
 const std::vector<AttributeSpec>& attribute_catalogue();
 
-// Sizes of the axes of one trace.
+// Sizes of the axes of one trace; a row table's rows by its group.
 struct AxisSizes {
   int64_t size[kAxisCount] = {};
+  std::map<std::string, int64_t> table_rows;
   int64_t& operator[](Axis a) { return size[static_cast<int>(a)]; }
   int64_t operator[](Axis a) const { return size[static_cast<int>(a)]; }
+  // The length of axis i of a dataset.
+  int64_t of(const DatasetSpec& spec, size_t i) const;
 };
 
 // Fixed axes from the run and layout; growth axes zero.

@@ -8,6 +8,7 @@
 #include "core/trace/h5.h"
 #include "core/trace/half.h"
 #include "core/trace/open.h"
+#include "core/trace/row_tables.h"
 #include "core/trace/schema.h"
 
 namespace kvscope::trace {
@@ -40,10 +41,7 @@ class Validator {
     if (!problems.empty()) return report_;
     check_root_attributes();
     R_ = static_cast<int64_t>(run_.tier_names.size());
-    has_stalls_ = opened_.minor_version >= 3;
-    has_merges_ = opened_.minor_version >= 4;
     has_reconstruction_ = opened_.minor_version >= 5;
-    has_key_channels_ = opened_.minor_version >= 7;
     specs_ = datasets_for(layout_, R_, opened_.minor_version);
     check_complete_flag();
     measure_growth_axes();
@@ -60,10 +58,7 @@ class Validator {
   RunInfo run_;
   CaptureLayout layout_;
   int64_t R_ = 1;
-  bool has_stalls_ = false;          // minor version 3 and later hold /stalls
-  bool has_merges_ = false;          // minor version 4 and later hold /merges and /rerotations
   bool has_reconstruction_ = false;  // minor version 5: step kind 2 and /reconstruction
-  bool has_key_channels_ = false;    // minor version 7: /key_channels
   std::vector<DatasetSpec> specs_;
   AxisSizes sizes_;  // the sizes every dataset must have (complete) or reach (incomplete)
   std::map<std::string, AxisSizes> gate_sizes_;
@@ -221,20 +216,15 @@ class Validator {
     }
     sizes_[Axis::Steps] = S;
     sizes_[Axis::Tokens] = T;
-    sizes_[Axis::Events] = E;
+    sizes_.table_rows[table_of<Event>().group] = E;
     sizes_[Axis::TextBytes] = extent0("/tokens/text_bytes");
-    sizes_[Axis::Intervals] = R_ > 1 ? committed_rows("/lifetimes/intervals/end_step", S)
-                                     : extent0("/lifetimes/intervals/layer");
+    sizes_.table_rows[table_of<TierInterval>().group] =
+        R_ > 1 ? committed_rows("/lifetimes/intervals/end_step", S)
+               : extent0("/lifetimes/intervals/layer");
     sizes_[Axis::ReceivedRows] = committed_received_rows(S);
     sizes_[Axis::GenBytes] = extent0("/generation/text_bytes");
-    if (has_stalls_) sizes_[Axis::Stalls] = committed_rows("/stalls/step", S);
-    if (has_merges_) {  // /merges and /rerotations came with minor version 4
-      sizes_[Axis::Merges] = committed_rows("/merges/step", S);
-      sizes_[Axis::Rerotations] = committed_rows("/rerotations/step", S);
-    }
-    if (has_reconstruction_)
-      sizes_[Axis::Reconstruction] = committed_rows("/reconstruction/step", S);
-    if (has_key_channels_) sizes_[Axis::KeyChannels] = committed_rows("/key_channels/step", S);
+    for (const RowTableSpec* t : step_tables())
+      if (holds(*t)) sizes_.table_rows[t->group] = committed_rows(t->group + "/step", S);
     int64_t b = layout_.pooled_block;
     sizes_[Axis::QueryBlocks] = b > 0 ? (T + b - 1) / b : 0;
     for (const GateSpec& g : layout_.gates) {
@@ -248,6 +238,9 @@ class Validator {
     report_.n_tokens = T;
     report_.n_events = E;
   }
+
+  // Whether a trace of this minor version holds the table.
+  bool holds(const RowTableSpec& t) const { return opened_.minor_version >= t.since_minor; }
 
   // Rows of a step table (/stalls, /merges; `step` its step column): all of
   // them in a complete trace; in an incomplete one those before the first row
@@ -330,17 +323,17 @@ class Validator {
     const AxisSizes& sizes = sizes_for(p);
     for (int i = 0; i < rank; ++i) {
       Axis a = spec.dims[static_cast<size_t>(i)];
-      int64_t want = sizes[a];
+      int64_t want = sizes.of(spec, size_t(i));
       int64_t have = static_cast<int64_t>(dims[static_cast<size_t>(i)]);
       bool grows = axis_grows(a);
       bool ok = (grows && !complete_) ? have >= want : have == want;
       if (!ok) {
-        add(p, "axis " + std::to_string(i) + " (" + axis_symbol(a) + ") has length " +
+        add(p, "axis " + std::to_string(i) + " (" + axis_label(spec, size_t(i)) + ") has length " +
                    std::to_string(have) + " (expected " + (grows && !complete_ ? "at least " : "") +
                    std::to_string(want) + ")");
       }
       if (grows && maxdims[static_cast<size_t>(i)] != H5S_UNLIMITED)
-        add(p, "axis " + std::to_string(i) + " (" + axis_symbol(a) +
+        add(p, "axis " + std::to_string(i) + " (" + axis_label(spec, size_t(i)) +
                    ") is not extendible (expected unlimited max dimension)");
     }
     if (rank > 0) {
@@ -369,7 +362,7 @@ class Validator {
   static std::string axes_text(const DatasetSpec& spec) {
     std::string out = "[";
     for (size_t i = 0; i < spec.dims.size(); ++i)
-      out += std::string(i ? ", " : "") + axis_symbol(spec.dims[i]);
+      out += std::string(i ? ", " : "") + axis_label(spec, i);
     return out + "]";
   }
 
@@ -449,7 +442,8 @@ class Validator {
   }
 
   void check_values() {
-    const int64_t S = sizes_[Axis::Steps], T = sizes_[Axis::Tokens], E = sizes_[Axis::Events];
+    const int64_t S = sizes_[Axis::Steps], T = sizes_[Axis::Tokens];
+    const int64_t E = sizes_.table_rows[table_of<Event>().group];
     const int64_t L = run_.model.n_layers, K = run_.model.n_kv_heads;
     check_steps(S, T, E);
     check_int_column("/tokens/id", T, 0, run_.model.vocab_size);
@@ -464,17 +458,10 @@ class Validator {
     check_int_column("/tokens/position", T, 0, kMaxTokens);
     check_int_column("/tokens/text_len", T, 0, INT32_MAX);
     check_text_ranges(T);
-    check_int_column("/events/step", E, 0, S);
-    check_int_column("/events/layer", E, 0, L);
-    check_int_column("/events/kv_head", E, 0, K);
-    check_int_column("/events/token", E, 0, T);
-    check_int_column("/events/kind", E, 0, kEventKindCount);
-    check_int_column("/events/reason", E, 0, static_cast<int64_t>(run_.reason_names.size()));
-    check_int_column("/events/from_tier", E, 0, R_, kNoTier);
-    check_int_column("/events/to_tier", E, 0, R_, kNoTier);
+    check_table(table_of<Event>(), E);
     check_lifetimes(S);
     check_occupancy(S);
-    if (R_ > 1) check_intervals(S, T, L, K);
+    if (R_ > 1) check_intervals(L, K);
     if (layout_.received) check_received(S, T);
     if (layout_.pooled_block > 0) check_pooled();
     if (layout_.topk > 0) {
@@ -487,11 +474,9 @@ class Validator {
       check_float_column("/oracle/recall", S, 0.0, 1.0, true);
       check_float_column("/oracle/kl", S, -1e-4, 1e9, true);
     }
-    if (has_stalls_) check_stalls(S, T, L, K);
-    if (has_merges_) check_merges(S, T, L, K);
-    if (has_merges_) check_rerotations(S, T, L, K);
+    for (const RowTableSpec* t : step_tables())
+      if (holds(*t)) check_table(*t, sizes_.table_rows[t->group]);
     if (has_reconstruction_) check_reconstruction(S);
-    if (has_key_channels_) check_key_channels(S, L, K);
     check_series_values(S, L, K);
     int64_t reason = read_scalar<int64_t>("/generation/finish_reason");
     if (reason < 0 || reason > 5)
@@ -558,64 +543,25 @@ class Validator {
                                     " (expected equal)");
   }
 
-  // Stall rows name committed steps in order, heads and tokens that exist,
-  // a finite non-negative wait and the oracle's verdict -1, 0 or 1.
-  void check_stalls(int64_t S, int64_t T, int64_t L, int64_t K) {
-    const int64_t X = sizes_[Axis::Stalls];
-    check_int_column("/stalls/step", X, 0, S);
-    check_int_column("/stalls/layer", X, 0, L);
-    check_int_column("/stalls/kv_head", X, 0, K);
-    check_int_column("/stalls/token", X, 0, T);
-    check_float_column("/stalls/wait_s", X, 0.0, 1e12, false);
-    check_int_column("/stalls/needed", X, -1, 2);
-    check_step_order("/stalls/step", X);
+  // Every column of a row table within its declared range (row_tables.cpp),
+  // and step rows in step order.
+  void check_table(const RowTableSpec& table, int64_t rows) {
+    const LimitSizes limits = limit_sizes(run_, layout_, sizes_[Axis::Steps], sizes_[Axis::Tokens]);
+    for (const ColumnSpec& c : table.columns) {
+      const Range& r = c.range;
+      if (r.kind == Range::Kind::Int)
+        check_int_column(table.path(c), rows, r.lo, limits[r.limit] + r.offset, r.also);
+      else if (r.kind == Range::Kind::Float)
+        check_float_column(table.path(c), rows, r.flo, r.fhi, r.nan_ok);
+    }
+    if (table.step_rows) check_step_order(table.group + "/step", rows);
   }
 
-  // Merge rows name committed steps in order, heads and tokens that exist,
-  // and a finite non-negative weight.
-  void check_merges(int64_t S, int64_t T, int64_t L, int64_t K) {
-    const int64_t Y = sizes_[Axis::Merges];
-    check_int_column("/merges/step", Y, 0, S);
-    check_int_column("/merges/layer", Y, 0, L);
-    check_int_column("/merges/kv_head", Y, 0, K);
-    check_int_column("/merges/token", Y, 0, T);
-    check_int_column("/merges/into", Y, 0, T);
-    check_float_column("/merges/weight", Y, 0.0, 1e30, false);
-    check_step_order("/merges/step", Y);
-  }
-
-  // Re-rotation rows name committed steps in order, heads, tokens and RoPE
-  // positions that exist.
-  void check_rerotations(int64_t S, int64_t T, int64_t L, int64_t K) {
-    const int64_t Z = sizes_[Axis::Rerotations];
-    check_int_column("/rerotations/step", Z, 0, S);
-    check_int_column("/rerotations/layer", Z, 0, L);
-    check_int_column("/rerotations/kv_head", Z, 0, K);
-    check_int_column("/rerotations/token", Z, 0, T);
-    check_int_column("/rerotations/position", Z, 0, T);
-    check_step_order("/rerotations/step", Z);
-  }
-
-  // Pruned key channel rows name committed steps in order, heads and channels
-  // that exist.
-  void check_key_channels(int64_t S, int64_t L, int64_t K) {
-    const int64_t P = sizes_[Axis::KeyChannels];
-    check_int_column("/key_channels/step", P, 0, S);
-    check_int_column("/key_channels/layer", P, 0, L);
-    check_int_column("/key_channels/kv_head", P, 0, K);
-    check_int_column("/key_channels/channel", P, 0, run_.model.head_dim);
-    check_step_order("/key_channels/step", P);
-  }
-
-  // Reconstruction rows name committed steps of kind 2 in order, each such
-  // step feeds no sequence token and has rows, at positions counting up from
-  // its first_token, with ids in the vocabulary.
+  // Reconstruction rows (their ranges checked with the other tables) name
+  // steps of kind 2, each such step feeds no sequence token and has rows, at
+  // positions counting up from its first_token.
   void check_reconstruction(int64_t S) {
-    const int64_t C = sizes_[Axis::Reconstruction];
-    check_int_column("/reconstruction/step", C, 0, S);
-    check_int_column("/reconstruction/id", C, 0, run_.model.vocab_size);
-    check_int_column("/reconstruction/position", C, 0, layout_.max_tokens);
-    check_step_order("/reconstruction/step", C);
+    const int64_t C = sizes_.table_rows[table_of<ReconstructionRow>().group];
     auto kind = read_rows<int64_t>("/steps/kind", 0, S);
     auto first = read_rows<int64_t>("/steps/first_token", 0, S);
     auto n = read_rows<int64_t>("/steps/n_tokens", 0, S);
@@ -773,14 +719,9 @@ class Validator {
               std::to_string(first_mismatch));
   }
 
-  void check_intervals(int64_t S, int64_t T, int64_t L, int64_t K) {
-    int64_t I = sizes_[Axis::Intervals];
-    check_int_column("/lifetimes/intervals/layer", I, 0, L);
-    check_int_column("/lifetimes/intervals/kv_head", I, 0, K);
-    check_int_column("/lifetimes/intervals/token", I, 0, T);
-    check_int_column("/lifetimes/intervals/tier", I, 0, R_);
-    check_int_column("/lifetimes/intervals/begin_step", I, 0, S);
-    check_int_column("/lifetimes/intervals/end_step", I, 0, S + 1, -1);
+  void check_intervals(int64_t L, int64_t K) {
+    const int64_t I = sizes_.table_rows[table_of<TierInterval>().group];
+    check_table(table_of<TierInterval>(), I);
     if (complete_) {
       auto index = read_rows<int64_t>("/lifetimes/interval_index", 0, L * K + 1);
       bool ok = !index.empty() && index.front() == 0 && index.back() == I;

@@ -15,6 +15,7 @@
 #include "core/analysis/why.h"
 #include "core/common/input_error.h"
 #include "core/trace/reader.h"
+#include "core/trace/row_tables.h"
 #include "core/trace/schema.h"
 #include "core/trace/validate.h"
 
@@ -40,6 +41,74 @@ std::string human_bytes(int64_t bytes) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(u ? 1 : 0) << v << " " << units[u];
   return out.str();
+}
+
+// Every table of step rows, counted alike, and what some of them mean.
+void add_tables(const trace::TraceReader& r, nlohmann::json& j) {
+  const trace::RunInfo& run = r.run();
+  // Every table of step rows (core/trace/row_tables.h), counted alike; the
+  // summaries below add what some of them mean.
+  nlohmann::json tables = nlohmann::json::object();
+  for (const trace::RowTableSpec* t : trace::step_tables())
+    tables[t->group.substr(1)] = r.table_row_count(t->group);
+  j["tables"] = tables;
+  int64_t needed = 0, not_needed = 0;
+  double wait_s = 0;
+  const std::vector<trace::StallRow> stalls = r.stalls();
+  for (const trace::StallRow& st : stalls) {
+    wait_s += double(st.wait_s);
+    needed += st.needed == 1 ? 1 : 0;
+    not_needed += st.needed == 0 ? 1 : 0;
+  }
+  j["stalls"] = {{"count", tables["stalls"]},
+                 {"wait_s", wait_s},
+                 {"needed", needed},
+                 {"not_needed", not_needed}};
+  const std::vector<trace::MergeRow> merges = r.merges();
+  double merge_weight = 0;
+  for (const trace::MergeRow& m : merges) merge_weight += double(m.weight);
+  j["merges"] = {{"count", tables["merges"]},
+                 {"mean_weight", merges.empty() ? 0.0 : merge_weight / double(merges.size())}};
+  j["rerotations"] = {{"count", tables["rerotations"]}};
+  {
+    std::set<std::pair<int, int>> heads;
+    for (const trace::KeyChannelRow& c : r.pruned_key_channels())
+      heads.insert({c.layer, c.kv_head});
+    j["key_channels"] = {{"pruned", tables["key_channels"]},
+                         {"heads", heads.size()},
+                         {"head_dim", run.model.head_dim}};
+  }
+}
+
+// The task's outcome, and the needle's deferred retention where it applies.
+void add_task(const trace::TraceReader& r, nlohmann::json& j) {
+  const trace::RunInfo& run = r.run();
+  if (!run.task_kind.empty())
+    j["task"] = {
+        {"kind", run.task_kind},
+        {"expected_answer", run.expected_answer},
+        {"success", r.task_success()},
+        {"score", std::isnan(r.task_score()) ? nlohmann::json() : nlohmann::json(r.task_score())}};
+  // The scorer and the question's protocol, when the capture recorded them (run_json).
+  if (j.contains("task")) {
+    const nlohmann::json extra = nlohmann::json::parse(run.run_json, nullptr, false);
+    for (const char* key : {"scorer", "query"})
+      if (extra.is_object() && extra.contains(key) && extra[key].is_string())
+        j["task"][key] = extra[key];
+  }
+  if (std::optional<analysis::DeferredRetention> d = analysis::deferred_retention(r))
+    j["deferred_retention"] = {{"rate", d->rate},
+                               {"layer_rate", d->layer_rate},
+                               {"always_available_share", d->always_share},
+                               {"needle_tokens", d->needle_tokens},
+                               {"question_begin", d->question_begin},
+                               {"first_needed_step", d->first_needed_step},
+                               {"needed_steps", d->needed_steps},
+                               {"checks", d->checks},
+                               {"available", d->available},
+                               {"available_by_promotion", d->promoted},
+                               {"pairs", d->pairs},
+                               {"pairs_always_available", d->pairs_always}};
 }
 
 nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSummary& s) {
@@ -100,58 +169,63 @@ nlohmann::json summary_json(const trace::TraceReader& r, const analysis::TraceSu
   for (const trace::SeriesSpec& sp : r.series())
     series.push_back({{"name", sp.name}, {"meaning", sp.meaning}, {"units", sp.units}});
   j["series"] = series;
-  int64_t needed = 0, not_needed = 0;
-  double wait_s = 0;
-  const std::vector<trace::StallRow> stalls = r.stalls();
-  for (const trace::StallRow& st : stalls) {
-    wait_s += double(st.wait_s);
-    needed += st.needed == 1 ? 1 : 0;
-    not_needed += st.needed == 0 ? 1 : 0;
-  }
-  j["stalls"] = {
-      {"count", stalls.size()}, {"wait_s", wait_s}, {"needed", needed}, {"not_needed", not_needed}};
-  const std::vector<trace::MergeRow> merges = r.merges();
-  double merge_weight = 0;
-  for (const trace::MergeRow& m : merges) merge_weight += double(m.weight);
-  j["merges"] = {{"count", merges.size()},
-                 {"mean_weight", merges.empty() ? 0.0 : merge_weight / double(merges.size())}};
-  j["rerotations"] = {{"count", r.n_rerotations()}};
-  {
-    std::set<std::pair<int, int>> heads;
-    for (const trace::KeyChannelRow& c : r.pruned_key_channels())
-      heads.insert({c.layer, c.kv_head});
-    j["key_channels"] = {{"pruned", r.n_pruned_key_channels()},
-                         {"heads", heads.size()},
-                         {"head_dim", run.model.head_dim}};
-  }
   j["wall_s"] = s.wall_s;
-  if (!run.task_kind.empty())
-    j["task"] = {
-        {"kind", run.task_kind},
-        {"expected_answer", run.expected_answer},
-        {"success", r.task_success()},
-        {"score", std::isnan(r.task_score()) ? nlohmann::json() : nlohmann::json(r.task_score())}};
-  // The scorer and the question's protocol, when the capture recorded them (run_json).
-  if (j.contains("task")) {
-    const nlohmann::json extra = nlohmann::json::parse(run.run_json, nullptr, false);
-    for (const char* key : {"scorer", "query"})
-      if (extra.is_object() && extra.contains(key) && extra[key].is_string())
-        j["task"][key] = extra[key];
-  }
-  if (std::optional<analysis::DeferredRetention> d = analysis::deferred_retention(r))
-    j["deferred_retention"] = {{"rate", d->rate},
-                               {"layer_rate", d->layer_rate},
-                               {"always_available_share", d->always_share},
-                               {"needle_tokens", d->needle_tokens},
-                               {"question_begin", d->question_begin},
-                               {"first_needed_step", d->first_needed_step},
-                               {"needed_steps", d->needed_steps},
-                               {"checks", d->checks},
-                               {"available", d->available},
-                               {"available_by_promotion", d->promoted},
-                               {"pairs", d->pairs},
-                               {"pairs_always_available", d->pairs_always}};
+  add_tables(r, j);
+  add_task(r, j);
   return j;
+}
+
+void print_tables(const nlohmann::json& j, std::ostream& o) {
+  const auto& st = j["stalls"];
+  o << "stalls    " << st["count"] << ", total wait " << std::setprecision(6)
+    << st["wait_s"].get<double>() << " s";
+  if (st["needed"].get<int64_t>() + st["not_needed"].get<int64_t>() > 0)
+    o << " (oracle: " << st["needed"] << " needed, " << st["not_needed"] << " not)";
+  o << "\n";
+  if (j["merges"]["count"].get<int64_t>() > 0)
+    o << "merges    " << j["merges"]["count"] << " entries folded into survivors, mean weight "
+      << std::setprecision(4) << j["merges"]["mean_weight"].get<double>() << "\n";
+  if (j["rerotations"]["count"].get<int64_t>() > 0)
+    o << "rerotated " << j["rerotations"]["count"] << " kept keys moved to another RoPE position\n";
+  if (j["key_channels"]["pruned"].get<int64_t>() > 0)
+    o << "channels  " << j["key_channels"]["pruned"] << " key channels pruned over "
+      << j["key_channels"]["heads"] << " (layer, kv head) pairs of "
+      << j["key_channels"]["head_dim"] << " channels each\n";
+  // A table with no summary line of its own: its count.
+  static const std::set<std::string> summarised = {"stalls", "merges", "rerotations",
+                                                   "key_channels", "reconstruction"};
+  for (auto& [table, n] : j["tables"].items())
+    if (!summarised.count(table) && n.get<int64_t>() > 0)
+      o << std::left << std::setw(10) << table << std::right << n << " rows\n";
+}
+
+void print_task(const nlohmann::json& j, std::ostream& o) {
+  if (j.contains("task")) {
+    const nlohmann::json& t = j["task"];
+    o << "task      " << t["kind"].get<std::string>() << ", expected \""
+      << t["expected_answer"].get<std::string>() << "\", success " << t["success"];
+    const std::string partial = analysis::partial_answers(
+        t["success"].get<int8_t>(), t["score"].is_number() ? t["score"].get<double>() : NAN);
+    if (!partial.empty()) o << " (" << partial << ")";
+    if (t.contains("scorer") && t["score"].is_number())
+      o << ", " << t["scorer"].get<std::string>() << " score " << std::setprecision(3)
+        << t["score"].get<double>();
+    if (t.contains("query")) o << ", question " << t["query"].get<std::string>();
+    o << "\n";
+  }
+  if (j.contains("deferred_retention")) {
+    const auto& d = j["deferred_retention"];
+    o << "retention DRR " << std::setprecision(4) << d["rate"].get<double>() << " ("
+      << d["needle_tokens"] << " needle tokens x "
+      << d["pairs"].get<int64_t>() / d["needle_tokens"].get<int64_t>() << " kv heads x "
+      << d["needed_steps"] << " needed steps from step " << d["first_needed_step"] << ", "
+      << d["available_by_promotion"]
+      << " by promotion); at every needed step: " << std::setprecision(1)
+      << 100.0 * d["always_available_share"].get<double>() << " % of (token, head) pairs\n"
+      << "          per layer:";
+    for (const auto& v : d["layer_rate"]) o << " " << std::setprecision(3) << v.get<double>();
+    o << "\n";
+  }
 }
 
 void print_summary(const nlohmann::json& j, const std::string& generated) {
@@ -210,47 +284,8 @@ void print_summary(const nlohmann::json& j, const std::string& generated) {
     for (const auto& sp : j["series"]) o << " " << sp["name"].get<std::string>();
     o << "\n";
   }
-  const auto& st = j["stalls"];
-  o << "stalls    " << st["count"] << ", total wait " << std::setprecision(6)
-    << st["wait_s"].get<double>() << " s";
-  if (st["needed"].get<int64_t>() + st["not_needed"].get<int64_t>() > 0)
-    o << " (oracle: " << st["needed"] << " needed, " << st["not_needed"] << " not)";
-  o << "\n";
-  if (j["merges"]["count"].get<int64_t>() > 0)
-    o << "merges    " << j["merges"]["count"] << " entries folded into survivors, mean weight "
-      << std::setprecision(4) << j["merges"]["mean_weight"].get<double>() << "\n";
-  if (j["rerotations"]["count"].get<int64_t>() > 0)
-    o << "rerotated " << j["rerotations"]["count"] << " kept keys moved to another RoPE position\n";
-  if (j["key_channels"]["pruned"].get<int64_t>() > 0)
-    o << "channels  " << j["key_channels"]["pruned"] << " key channels pruned over "
-      << j["key_channels"]["heads"] << " (layer, kv head) pairs of "
-      << j["key_channels"]["head_dim"] << " channels each\n";
-  if (j.contains("task")) {
-    const nlohmann::json& t = j["task"];
-    o << "task      " << t["kind"].get<std::string>() << ", expected \""
-      << t["expected_answer"].get<std::string>() << "\", success " << t["success"];
-    const std::string partial = analysis::partial_answers(
-        t["success"].get<int8_t>(), t["score"].is_number() ? t["score"].get<double>() : NAN);
-    if (!partial.empty()) o << " (" << partial << ")";
-    if (t.contains("scorer") && t["score"].is_number())
-      o << ", " << t["scorer"].get<std::string>() << " score " << std::setprecision(3)
-        << t["score"].get<double>();
-    if (t.contains("query")) o << ", question " << t["query"].get<std::string>();
-    o << "\n";
-  }
-  if (j.contains("deferred_retention")) {
-    const auto& d = j["deferred_retention"];
-    o << "retention DRR " << std::setprecision(4) << d["rate"].get<double>() << " ("
-      << d["needle_tokens"] << " needle tokens x "
-      << d["pairs"].get<int64_t>() / d["needle_tokens"].get<int64_t>() << " kv heads x "
-      << d["needed_steps"] << " needed steps from step " << d["first_needed_step"] << ", "
-      << d["available_by_promotion"]
-      << " by promotion); at every needed step: " << std::setprecision(1)
-      << 100.0 * d["always_available_share"].get<double>() << " % of (token, head) pairs\n"
-      << "          per layer:";
-    for (const auto& v : d["layer_rate"]) o << " " << std::setprecision(3) << v.get<double>();
-    o << "\n";
-  }
+  print_tables(j, o);
+  print_task(j, o);
   std::string text = generated.size() > 300 ? generated.substr(0, 300) + "..." : generated;
   o << "generated " << nlohmann::json(text).dump() << "\n";
 }
