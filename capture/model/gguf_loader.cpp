@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "capture/model/mapped_tensor.h"
 #include "capture/model/weight_builder.h"
@@ -122,31 +123,58 @@ void gguf_moe(const formats::GgufFile& g, const std::string& p, ModelConfig* c) 
         g.find_tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") != nullptr;
 }
 
+// The architecture a GGUF names, as KVScope runs it.
+Architecture gguf_architecture(const formats::GgufFile& g, const std::string& arch) {
+  static const std::map<std::string, Architecture> known = {
+      {"llama", Architecture::Llama},       {"qwen2", Architecture::Qwen2},
+      {"qwen3", Architecture::Qwen3},       {"gpt2", Architecture::Gpt2},
+      {"qwen3moe", Architecture::Qwen3Moe}, {"olmoe", Architecture::Olmoe},
+      {"phi3", Architecture::Phi3}};
+  auto it = known.find(arch);
+  if (it == known.end())
+    throw InputError(g.path(), "general.architecture",
+                     "unknown architecture \"" + arch +
+                         "\" (KVScope runs llama (Mixtral too), qwen2, qwen3, qwen3moe, olmoe, "
+                         "phi3 and gpt2 GGUFs)");
+  return it->second;
+}
+
+// RoPE: base, dimensions, linear scaling, LongRoPE and llama.cpp's frequency factors.
+void gguf_rope(const formats::GgufFile& g, const std::string& p, ModelConfig* config) {
+  ModelConfig& c = *config;
+  RopeConfig& r = c.rope;
+  r.theta = g.get_float_or(p + "rope.freq_base", 10000.0);
+  r.dim = g.get_int_or(p + "rope.dimension_count", c.head_dim);
+  const std::string type = g.get_string_or(p + "rope.scaling.type", "none");
+  const double factor =
+      g.get_float_or(p + "rope.scaling.factor", g.get_float_or(p + "rope.scale_linear", 1.0));
+  if (type == "linear") {
+    if (factor != 1.0) {
+      r.scaling = RopeConfig::Scaling::Linear;
+      r.factor = factor;
+    }
+  } else if (type != "none") {
+    throw InputError(g.path(), p + "rope.scaling.type",
+                     "RoPE scaling \"" + type + "\" is not supported (expected none or linear)");
+  }
+  gguf_longrope(g, p, &c);
+  if (const formats::GgufTensor* f = g.find_tensor("rope_freqs.weight")) {
+    if (f->elements() != r.dim / 2)
+      throw InputError(g.path(), "rope_freqs.weight",
+                       "has " + std::to_string(f->elements()) +
+                           " entries, expected rope dimension/2 = " + std::to_string(r.dim / 2));
+    r.freq_divisors.resize(static_cast<size_t>(f->elements()));
+    g.dequantize(*f, r.freq_divisors.data());
+  }
+}
+
 }  // namespace
 
 ModelConfig gguf_model_config(const formats::GgufFile& g) {
   ModelConfig c;
   c.source_format = "gguf";
   const std::string arch = g.get_string("general.architecture");
-  if (arch == "llama")
-    c.arch = Architecture::Llama;
-  else if (arch == "qwen2")
-    c.arch = Architecture::Qwen2;
-  else if (arch == "qwen3")
-    c.arch = Architecture::Qwen3;
-  else if (arch == "gpt2")
-    c.arch = Architecture::Gpt2;
-  else if (arch == "qwen3moe")
-    c.arch = Architecture::Qwen3Moe;
-  else if (arch == "olmoe")
-    c.arch = Architecture::Olmoe;
-  else if (arch == "phi3")
-    c.arch = Architecture::Phi3;
-  else
-    throw InputError(g.path(), "general.architecture",
-                     "unknown architecture \"" + arch +
-                         "\" (KVScope runs llama (Mixtral too), qwen2, qwen3, qwen3moe, olmoe, "
-                         "phi3 and gpt2 GGUFs)");
+  c.arch = gguf_architecture(g, arch);
   // llama.cpp's converter writes Mixtral as a llama with experts.
   if (arch == "llama" && g.get_int_or(arch + ".expert_count", 0) > 0)
     c.arch = Architecture::Mixtral;
@@ -193,30 +221,7 @@ ModelConfig gguf_model_config(const formats::GgufFile& g) {
     c.qk_norm_whole = c.arch == Architecture::Olmoe;
     c.clip_qkv = g.get_float_or(p + "attention.clamp_kqv", 0.0);
     gguf_moe(g, p, &c);
-    RopeConfig& r = c.rope;
-    r.theta = g.get_float_or(p + "rope.freq_base", 10000.0);
-    r.dim = g.get_int_or(p + "rope.dimension_count", c.head_dim);
-    const std::string type = g.get_string_or(p + "rope.scaling.type", "none");
-    const double factor =
-        g.get_float_or(p + "rope.scaling.factor", g.get_float_or(p + "rope.scale_linear", 1.0));
-    if (type == "linear") {
-      if (factor != 1.0) {
-        r.scaling = RopeConfig::Scaling::Linear;
-        r.factor = factor;
-      }
-    } else if (type != "none") {
-      throw InputError(g.path(), p + "rope.scaling.type",
-                       "RoPE scaling \"" + type + "\" is not supported (expected none or linear)");
-    }
-    gguf_longrope(g, p, &c);
-    if (const formats::GgufTensor* f = g.find_tensor("rope_freqs.weight")) {
-      if (f->elements() != r.dim / 2)
-        throw InputError(g.path(), "rope_freqs.weight",
-                         "has " + std::to_string(f->elements()) +
-                             " entries, expected rope dimension/2 = " + std::to_string(r.dim / 2));
-      r.freq_divisors.resize(static_cast<size_t>(f->elements()));
-      g.dequantize(*f, r.freq_divisors.data());
-    }
+    gguf_rope(g, p, &c);
   }
   std::vector<int32_t> bos = special_ids(g, {"tokenizer.ggml.bos_token_id"});
   c.bos_token_id = bos.empty() ? -1 : bos[0];
