@@ -67,12 +67,19 @@ namespace {
 
 struct CheckedFile {
   H5FD_t pub;  // must be first: HDF5 owns and fills it
-  int fd;
+  int fd;      // -1 for a memory image
   dev_t device;
   ino_t inode;
   haddr_t eoa;
   haddr_t eof;
   unsigned length_bytes;
+  const uint8_t* image;  // a file image in memory (checked_image_fapl), or nullptr
+};
+
+// What checked_image_fapl hands the driver through the property list.
+struct ImageInfo {
+  const uint8_t* data;
+  size_t size;
 };
 
 CheckedFile* self(H5FD_t* f) {
@@ -110,12 +117,20 @@ struct SuperblockSizes {
   unsigned offsets = 8, lengths = 8;
 };
 
-SuperblockSizes read_superblock_sizes(int fd, haddr_t eof) {
+// Reads [at, at + size) of the file or its image.
+bool read_at(const CheckedFile* f, void* buf, size_t size, haddr_t at) {
+  if (!f->image) return read_fully(f->fd, buf, size, static_cast<off_t>(at));
+  if (at > f->eof || size > f->eof - at) return false;
+  std::memcpy(buf, f->image + at, size);
+  return true;
+}
+
+SuperblockSizes read_superblock_sizes(const CheckedFile* f) {
   static const uint8_t kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
   SuperblockSizes out;
-  for (haddr_t at = 0; at + 16 <= eof; at = at == 0 ? 512 : at * 2) {
+  for (haddr_t at = 0; at + 16 <= f->eof; at = at == 0 ? 512 : at * 2) {
     uint8_t sb[16];
-    if (!read_fully(fd, sb, sizeof sb, static_cast<off_t>(at))) break;
+    if (!read_at(f, sb, sizeof sb, at)) break;
     if (std::memcmp(sb, kSignature, 8) != 0) continue;
     const bool v01 = sb[8] <= 1;  // superblock v0/1 vs v2/3 layout
     out.found = true;
@@ -130,11 +145,42 @@ bool plausible_size(unsigned bytes) {
   return bytes == 2 || bytes == 4 || bytes == 8;
 }
 
-H5FD_t* checked_open(const char* name, unsigned flags, hid_t, haddr_t) {
-  if (flags & (H5F_ACC_RDWR | H5F_ACC_TRUNC | H5F_ACC_CREAT)) {
-    push_error(H5E_CANTOPENFILE, "the heap-checked driver only reads");
+// The file (or image), checked for what HDF5 would allocate by: the
+// superblock's sizes of offsets and lengths.
+H5FD_t* checked_file(CheckedFile* f) {
+  const SuperblockSizes sizes = read_superblock_sizes(f);
+  if (sizes.found && !(plausible_size(sizes.offsets) && plausible_size(sizes.lengths))) {
+    push_error(H5E_BADVALUE, "damaged superblock: sizes of offsets " +
+                                 std::to_string(sizes.offsets) + " and lengths " +
+                                 std::to_string(sizes.lengths) + " bytes (expected 2, 4 or 8)");
+    if (f->fd >= 0) ::close(f->fd);
+    std::free(f);
     return nullptr;
   }
+  f->length_bytes = sizes.lengths;
+  return &f->pub;
+}
+
+bool refuse_writing(unsigned flags) {
+  if (!(flags & (H5F_ACC_RDWR | H5F_ACC_TRUNC | H5F_ACC_CREAT))) return false;
+  push_error(H5E_CANTOPENFILE, "the heap-checked driver only reads");
+  return true;
+}
+
+H5FD_t* checked_open_image(const char*, unsigned flags, hid_t fapl, haddr_t) {
+  if (refuse_writing(flags)) return nullptr;
+  const auto* image = static_cast<const ImageInfo*>(H5Pget_driver_info(fapl));
+  if (!image || !image->data) return nullptr;
+  auto* f = static_cast<CheckedFile*>(std::calloc(1, sizeof(CheckedFile)));
+  if (!f) return nullptr;
+  f->fd = -1;
+  f->image = image->data;
+  f->eof = static_cast<haddr_t>(image->size);
+  return checked_file(f);
+}
+
+H5FD_t* checked_open(const char* name, unsigned flags, hid_t, haddr_t) {
+  if (refuse_writing(flags)) return nullptr;
   int fd = ::open(name, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     push_error(H5E_CANTOPENFILE, std::string("unable to open file: ") + std::strerror(errno));
@@ -155,21 +201,11 @@ H5FD_t* checked_open(const char* name, unsigned flags, hid_t, haddr_t) {
   f->device = st.st_dev;
   f->inode = st.st_ino;
   f->eof = static_cast<haddr_t>(st.st_size);
-  const SuperblockSizes sizes = read_superblock_sizes(fd, f->eof);
-  if (sizes.found && !(plausible_size(sizes.offsets) && plausible_size(sizes.lengths))) {
-    push_error(H5E_BADVALUE, "damaged superblock: sizes of offsets " +
-                                 std::to_string(sizes.offsets) + " and lengths " +
-                                 std::to_string(sizes.lengths) + " bytes (expected 2, 4 or 8)");
-    ::close(fd);
-    std::free(f);
-    return nullptr;
-  }
-  f->length_bytes = sizes.lengths;
-  return &f->pub;
+  return checked_file(f);
 }
 
 herr_t checked_close(H5FD_t* file) {
-  int r = ::close(self(file)->fd);
+  const int r = self(file)->fd >= 0 ? ::close(self(file)->fd) : 0;
   std::free(self(file));
   return r == 0 ? 0 : -1;
 }
@@ -177,17 +213,22 @@ herr_t checked_close(H5FD_t* file) {
 int checked_cmp(const H5FD_t* a, const H5FD_t* b) {
   const CheckedFile* x = self(a);
   const CheckedFile* y = self(b);
+  // Images are the same file when they are the same bytes.
+  if (x->image != y->image) return x->image < y->image ? -1 : 1;
+  if (x->image && x->eof != y->eof) return x->eof < y->eof ? -1 : 1;
   if (x->device != y->device) return x->device < y->device ? -1 : 1;
   if (x->inode != y->inode) return x->inode < y->inode ? -1 : 1;
   return 0;
 }
 
-herr_t checked_query(const H5FD_t*, unsigned long* flags) {
+herr_t checked_query(const H5FD_t* file, unsigned long* flags) {
   // sec2's features but the metadata accumulator: without it each global
   // heap read reaches read() whole instead of inside a larger merged block.
+  // An image has no POSIX handle (HDF5 would resolve its name as a path).
   if (flags)
     *flags = H5FD_FEAT_AGGREGATE_METADATA | H5FD_FEAT_DATA_SIEVE | H5FD_FEAT_AGGREGATE_SMALLDATA |
-             H5FD_FEAT_POSIX_COMPAT_HANDLE | H5FD_FEAT_SUPPORTS_SWMR_IO;
+             H5FD_FEAT_SUPPORTS_SWMR_IO |
+             (file && self(file)->image ? 0 : H5FD_FEAT_POSIX_COMPAT_HANDLE);
   return 0;
 }
 
@@ -200,6 +241,7 @@ herr_t checked_set_eoa(H5FD_t* file, H5FD_mem_t, haddr_t addr) {
 }
 haddr_t checked_get_eof(const H5FD_t* file, H5FD_mem_t) {
   // A file followed while a writer appends grows: ask the system each time.
+  if (self(file)->image) return self(file)->eof;
   struct stat st {};
   if (fstat(self(file)->fd, &st) == 0) return static_cast<haddr_t>(st.st_size);
   return self(file)->eof;
@@ -230,7 +272,7 @@ herr_t checked_read(H5FD_t* file, H5FD_mem_t type, hid_t, haddr_t addr, size_t s
   // Past the end of the file reads zeros, as sec2 does.
   const haddr_t eof = checked_get_eof(file, type);
   const size_t have = addr >= eof ? 0 : static_cast<size_t>(std::min<haddr_t>(size, eof - addr));
-  if (have > 0 && !read_fully(f->fd, buf, have, static_cast<off_t>(addr))) {
+  if (have > 0 && !read_at(f, buf, have, addr)) {
     push_error(H5E_READERROR, std::string("read failed: ") + std::strerror(errno));
     return -1;
   }
@@ -253,49 +295,67 @@ herr_t checked_write(H5FD_t*, H5FD_mem_t, hid_t, haddr_t, size_t, const void*) {
 }
 
 herr_t checked_lock(H5FD_t* file, hbool_t rw) {
+  if (self(file)->image) return 0;
   if (flock(self(file)->fd, (rw ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0 || errno == ENOSYS) return 0;
   push_error(H5E_CANTLOCKFILE, std::string("unable to lock file: ") + std::strerror(errno));
   return -1;
 }
 herr_t checked_unlock(H5FD_t* file) {
+  if (self(file)->image) return 0;
   if (flock(self(file)->fd, LOCK_UN) == 0 || errno == ENOSYS) return 0;
   push_error(H5E_CANTUNLOCKFILE, std::string("unable to unlock file: ") + std::strerror(errno));
   return -1;
 }
 
-hid_t driver_id() {
-  static hid_t id = -1;
+// The driver of files (image false) or of file images in memory: the same
+// checks, reads from a descriptor or from memory.
+hid_t driver_id(bool image) {
+  static hid_t ids[2] = {-1, -1};
   static std::once_flag once;
   std::call_once(once, [] {
-    static H5FD_class_t cls;
-    std::memset(&cls, 0, sizeof cls);
-    cls.name = "kvscope_heap_checked";
-    cls.maxaddr = static_cast<haddr_t>(INT64_MAX);
-    cls.fc_degree = H5F_CLOSE_WEAK;
-    cls.open = checked_open;
-    cls.close = checked_close;
-    cls.cmp = checked_cmp;
-    cls.query = checked_query;
-    cls.get_eoa = checked_get_eoa;
-    cls.set_eoa = checked_set_eoa;
-    cls.get_eof = checked_get_eof;
-    cls.get_handle = checked_get_handle;
-    cls.read = checked_read;
-    cls.write = checked_write;
-    cls.lock = checked_lock;
-    cls.unlock = checked_unlock;
-    const H5FD_mem_t dichotomy[H5FD_MEM_NTYPES] = H5FD_FLMAP_DICHOTOMY;
-    std::memcpy(cls.fl_map, dichotomy, sizeof dichotomy);
-    id = H5FDregister(&cls);
+    for (int kind = 0; kind < 2; ++kind) {
+      static H5FD_class_t classes[2];
+      H5FD_class_t& cls = classes[kind];
+      std::memset(&cls, 0, sizeof cls);
+      cls.name = kind ? "kvscope_heap_checked_image" : "kvscope_heap_checked";
+      cls.maxaddr = static_cast<haddr_t>(INT64_MAX);
+      cls.fc_degree = H5F_CLOSE_WEAK;
+      cls.fapl_size = kind ? sizeof(ImageInfo) : 0;
+      cls.open = kind ? checked_open_image : checked_open;
+      cls.close = checked_close;
+      cls.cmp = checked_cmp;
+      cls.query = checked_query;
+      cls.get_eoa = checked_get_eoa;
+      cls.set_eoa = checked_set_eoa;
+      cls.get_eof = checked_get_eof;
+      cls.get_handle = checked_get_handle;
+      cls.read = checked_read;
+      cls.write = checked_write;
+      cls.lock = checked_lock;
+      cls.unlock = checked_unlock;
+      const H5FD_mem_t dichotomy[H5FD_MEM_NTYPES] = H5FD_FLMAP_DICHOTOMY;
+      std::memcpy(cls.fl_map, dichotomy, sizeof dichotomy);
+      ids[kind] = H5FDregister(&cls);
+    }
   });
-  return id;
+  return ids[image ? 1 : 0];
 }
 
 }  // namespace
 
 hid_t checked_read_fapl() {
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  if (fapl >= 0 && H5Pset_driver(fapl, driver_id(), nullptr) < 0) {
+  if (fapl >= 0 && H5Pset_driver(fapl, driver_id(false), nullptr) < 0) {
+    H5Pclose(fapl);
+    return -1;
+  }
+  return fapl;
+}
+
+hid_t checked_image_fapl(const void* data, size_t size) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  const ImageInfo info{static_cast<const uint8_t*>(data), size};
+  if (fapl >= 0 && H5Pset_driver(fapl, driver_id(true), &info) < 0) {
     H5Pclose(fapl);
     return -1;
   }

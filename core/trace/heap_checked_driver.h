@@ -21,6 +21,9 @@ namespace kvscope::trace::h5 {
 // A new file-access property list that reads through the checked driver.
 // The caller closes it.
 hid_t checked_read_fapl();
+// The same, reading a file image in memory instead (the fuzz targets, a trace
+// held in memory): `data` must outlive every file opened through it.
+hid_t checked_image_fapl(const void* data, size_t size);
 
 // Whether a global heap collection image is safe for HDF5 to parse: header,
 // then objects (index, refs, reserved, size, data padded to 8) that each fit

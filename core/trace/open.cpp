@@ -33,11 +33,18 @@ bool refused_for_writer(const std::string& hdf5_message) {
   return false;
 }
 
+struct Image {
+  const void* data;
+  size_t size;
+};
+
 // Opens read-only through the heap-checked driver (heap_checked_driver.h);
 // on failure *error holds HDF5's reason (taken before the property list
 // closes: every HDF5 call clears the error stack).
-h5::Handle open_read_only(const std::string& path, bool swmr, std::string* error) {
-  h5::Handle fapl = h5::plist(h5::checked_read_fapl());
+h5::Handle open_read_only(const std::string& path, const Image* image, bool swmr,
+                          std::string* error) {
+  h5::Handle fapl =
+      h5::plist(image ? h5::checked_image_fapl(image->data, image->size) : h5::checked_read_fapl());
   unsigned flags = H5F_ACC_RDONLY;
   if (swmr) {
     // HDF5 retries a metadata read whose checksum fails, sleeping 1, 2, 4, ...
@@ -51,30 +58,18 @@ h5::Handle open_read_only(const std::string& path, bool swmr, std::string* error
   return file;
 }
 
-}  // namespace
+// Whether an image starts with HDF5's signature at 0, 512, 1024, ... (as
+// H5Fis_hdf5 looks for it in a file).
+bool has_hdf5_signature(const uint8_t* data, size_t size) {
+  static const uint8_t kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  for (size_t at = 0; at + 8 <= size; at = at == 0 ? 512 : at * 2)
+    if (std::memcmp(data + at, kSignature, 8) == 0) return true;
+  return false;
+}
 
-OpenedTrace open_trace_file(const std::string& path) {
-  h5::silence_library_errors();
-  check_readable(path);
-  if (H5Fis_hdf5(path.c_str()) <= 0) {
-    H5Eclear2(H5E_DEFAULT);
-    throw TraceError(ErrorCode::NotATrace, path, "",
-                     "not an HDF5 file (no HDF5 signature), so not a KVScope trace");
-  }
-  OpenedTrace out;
-  // A complete trace opens plainly: one read attempt per metadata object, so
-  // a damaged file fails at once. Both opens read through the heap-checked
-  // driver (heap_checked_driver.h). SWMR read is only for a trace a writer
-  // holds open (being captured, or left so by a killed capture).
-  std::string plain_error;
-  out.file = open_read_only(path, /*swmr=*/false, &plain_error);
-  if (!out.file && refused_for_writer(plain_error)) {
-    out.file = open_read_only(path, /*swmr=*/true, &plain_error);
-    out.swmr = static_cast<bool>(out.file);
-  }
-  if (!out.file)
-    throw TraceError(ErrorCode::Io, path, "", "HDF5 file is damaged or truncated: " + plain_error);
-
+// The root attributes: format, version, minor version and writer.
+void check_format(const std::string& path, OpenedTrace* opened) {
+  OpenedTrace& out = *opened;
   hid_t f = out.file.get();
   std::string format, why;
   if (!h5::read_attr_string(f, "format", &format, &why)) {
@@ -106,7 +101,50 @@ OpenedTrace open_trace_file(const std::string& path) {
                          std::to_string(kFormatVersion) + "; re-capture or convert it");
   h5::read_attr_i64(f, "minor_version", &out.minor_version);
   h5::read_attr_string(f, "writer", &out.writer);
+}
+
+// Opens the file (or its image) plainly, or in SWMR-read mode when a writer
+// holds or left it, then checks format and version.
+OpenedTrace open_checked(const std::string& path, const Image* image) {
+  OpenedTrace out;
+  // A complete trace opens plainly: one read attempt per metadata object, so
+  // a damaged file fails at once. Both opens read through the heap-checked
+  // driver (heap_checked_driver.h). SWMR read is only for a trace a writer
+  // holds open (being captured, or left so by a killed capture).
+  std::string plain_error;
+  out.file = open_read_only(path, image, /*swmr=*/false, &plain_error);
+  if (!out.file && refused_for_writer(plain_error)) {
+    out.file = open_read_only(path, image, /*swmr=*/true, &plain_error);
+    out.swmr = static_cast<bool>(out.file);
+  }
+  if (!out.file)
+    throw TraceError(ErrorCode::Io, path, "", "HDF5 file is damaged or truncated: " + plain_error);
+  check_format(path, &out);
   return out;
+}
+
+}  // namespace
+
+OpenedTrace open_trace_file(const std::string& path) {
+  h5::silence_library_errors();
+  check_readable(path);
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    throw TraceError(ErrorCode::NotATrace, path, "",
+                     "not an HDF5 file (no HDF5 signature), so not a KVScope trace");
+  }
+  return open_checked(path, nullptr);
+}
+
+OpenedTrace open_trace_image(const std::string& name, const void* data, size_t size) {
+  h5::silence_library_errors();
+  if (size == 0)
+    throw TraceError(ErrorCode::NotATrace, name, "", "empty file, not a KVScope trace");
+  if (!has_hdf5_signature(static_cast<const uint8_t*>(data), size))
+    throw TraceError(ErrorCode::NotATrace, name, "",
+                     "not an HDF5 file (no HDF5 signature), so not a KVScope trace");
+  const Image image{data, size};
+  return open_checked(name, &image);
 }
 
 namespace {

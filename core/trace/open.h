@@ -49,6 +49,9 @@ struct OpenedTrace {
 // killed) opens in SWMR-read mode with bounded metadata retries.
 // Throws TraceError: Io, NotATrace, TooNew, TooOld.
 OpenedTrace open_trace_file(const std::string& path);
+// The same for a file image in memory (`name` in messages): `data` must
+// outlive the returned file.
+OpenedTrace open_trace_image(const std::string& name, const void* data, size_t size);
 
 // Reads /run and the capture layout. Appends every problem found; the result
 // is only meaningful when no problem was added.

@@ -275,9 +275,18 @@ struct TraceReader::Impl {
 };
 
 std::unique_ptr<TraceReader> TraceReader::open(const std::string& path) {
+  return from_opened(path, open_trace_file(path));
+}
+
+std::unique_ptr<TraceReader> TraceReader::open_image(const std::string& name, const void* data,
+                                                     size_t size) {
+  return from_opened(name, open_trace_image(name, data, size));
+}
+
+std::unique_ptr<TraceReader> TraceReader::from_opened(const std::string& path, OpenedTrace opened) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  impl->opened = open_trace_file(path);
+  impl->opened = std::move(opened);
   std::vector<Problem> problems;
   read_run_info(impl->opened.file.get(), &impl->run, &impl->layout, &problems);
   if (!problems.empty())

@@ -19,6 +19,8 @@
 
 namespace kvscope::trace {
 
+struct OpenedTrace;  // open.h
+
 struct HeadLifetimes {
   int64_t token_begin = 0;
   std::vector<int32_t> admit_step;  // per token, -1 never admitted
@@ -38,6 +40,10 @@ class TraceReader {
   static constexpr int64_t kMaxReadBytes = int64_t(1) << 30;
 
   static std::unique_ptr<TraceReader> open(const std::string& path);
+  // A trace held in memory as a file image (`name` in messages): `data` must
+  // outlive the reader, and refresh() finds nothing new.
+  static std::unique_ptr<TraceReader> open_image(const std::string& name, const void* data,
+                                                 size_t size);
   ~TraceReader();
   TraceReader(const TraceReader&) = delete;
   TraceReader& operator=(const TraceReader&) = delete;
@@ -158,6 +164,7 @@ class TraceReader {
  private:
   struct Impl;
   explicit TraceReader(std::unique_ptr<Impl> impl);
+  static std::unique_ptr<TraceReader> from_opened(const std::string& path, OpenedTrace opened);
   std::unique_ptr<Impl> impl_;
 };
 

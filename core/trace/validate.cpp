@@ -24,11 +24,12 @@ std::string range_text(int64_t lo, int64_t hi) {
 
 class Validator {
  public:
-  explicit Validator(std::string path) : path_(std::move(path)) {}
+  explicit Validator(std::string path, const void* image = nullptr, size_t image_size = 0)
+      : path_(std::move(path)), image_(image), image_size_(image_size) {}
 
   ValidationReport run() {
     try {
-      opened_ = open_trace_file(path_);
+      opened_ = image_ ? open_trace_image(path_, image_, image_size_) : open_trace_file(path_);
     } catch (const TraceError& e) {
       report_.violations.push_back({e.field().empty() ? "/" : e.field(), strip_prefix(e)});
       return report_;
@@ -53,6 +54,8 @@ class Validator {
 
  private:
   std::string path_;
+  const void* image_ = nullptr;  // a file image in memory instead of the file at path_
+  size_t image_size_ = 0;
   OpenedTrace opened_;
   hid_t file_ = -1;
   RunInfo run_;
@@ -817,6 +820,10 @@ class Validator {
 
 ValidationReport validate_trace(const std::string& path) {
   return Validator(path).run();
+}
+
+ValidationReport validate_trace_image(const std::string& name, const void* data, size_t size) {
+  return Validator(name, data, size).run();
 }
 
 }  // namespace kvscope::trace

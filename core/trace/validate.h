@@ -26,5 +26,7 @@ struct ValidationReport {
 };
 
 ValidationReport validate_trace(const std::string& path);
+// The same for a file image in memory (`name` in messages; the fuzz target).
+ValidationReport validate_trace_image(const std::string& name, const void* data, size_t size);
 
 }  // namespace kvscope::trace

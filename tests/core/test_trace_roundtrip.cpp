@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <map>
 
 #include "core/trace/half.h"
@@ -303,4 +305,34 @@ TEST_CASE("float16 conversion rounds to nearest even and keeps range", "[trace]"
   CHECK(half_to_float(float_to_half(1.0f + 3.0f / 2048.0f)) == 1.0f + 2.0f / 1024.0f);
   for (uint32_t h = 0; h < 0x7C00; ++h)  // every finite positive half survives the round trip
     REQUIRE(float_to_half(half_to_float(static_cast<uint16_t>(h))) == h);
+}
+
+TEST_CASE("a trace held in memory reads and validates as its file does", "[trace][image]") {
+  const std::string path = test::write_small_trace(test::temp_dir(), "image.kvtrace.h5", 2);
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+  REQUIRE(bytes.size() > 1000);
+  auto file = TraceReader::open(path);
+  auto image = TraceReader::open_image("in-memory", bytes.data(), bytes.size());
+  CHECK(image->path() == "in-memory");
+  CHECK(image->n_steps() == file->n_steps());
+  CHECK(image->n_events() == file->n_events());
+  CHECK(image->run().policy == file->run().policy);
+  const auto a = file->events(0, file->n_events()), b = image->events(0, image->n_events());
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK((a[i].token == b[i].token && a[i].kind == b[i].kind));
+  CHECK(image->intervals(0, 0).size() == file->intervals(0, 0).size());
+  const ValidationReport report = validate_trace_image("in-memory", bytes.data(), bytes.size());
+  CHECK(report.ok());
+  CHECK(report.n_events == validate_trace(path).n_events);
+
+  const std::string junk = "not an HDF5 file at all";
+  CHECK_THROWS_WITH(TraceReader::open_image("junk", junk.data(), junk.size()),
+                    Catch::Contains("junk: not an HDF5 file"));
+  CHECK_THROWS_WITH(TraceReader::open_image("empty", junk.data(), 0),
+                    Catch::Contains("empty: empty file"));
+  // A truncated image is refused as damaged, naming the image.
+  CHECK_THROWS_WITH(TraceReader::open_image("cut", bytes.data(), bytes.size() / 2),
+                    Catch::StartsWith("cut: "));
 }

@@ -17,17 +17,9 @@ bool verbose() {
   return on;
 }
 
-MemFile::MemFile(const char* name, Backing backing) {
-  if (backing == Backing::Memfd) {
-    fd_ = memfd_create(name, MFD_CLOEXEC);
-    path_ = "/proc/self/fd/" + std::to_string(fd_);
-  } else {
-    struct stat st {};
-    const std::string dir = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
-    path_ = dir + "/kvscope-fuzz-" + std::to_string(getpid()) + "-" + name;
-    fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    unlink_ = true;
-  }
+MemFile::MemFile(const char* name) {
+  fd_ = memfd_create(name, MFD_CLOEXEC);
+  path_ = "/proc/self/fd/" + std::to_string(fd_);
   if (fd_ < 0) {
     std::fprintf(stderr, "%s: %s\n", path_.c_str(), std::strerror(errno));
     std::abort();
@@ -36,7 +28,6 @@ MemFile::MemFile(const char* name, Backing backing) {
 
 MemFile::~MemFile() {
   if (fd_ >= 0) close(fd_);
-  if (unlink_) unlink(path_.c_str());
 }
 
 const std::string& MemFile::write(const uint8_t* data, size_t size) {

@@ -3,10 +3,9 @@
 // Most parsers take a path, so each input is handed to them as an in-memory
 // file: one memfd per process, rewritten for every input and named
 // /proc/self/fd/N. Nothing touches the disk, and two fuzzers running side by
-// side cannot see each other's inputs. HDF5 resolves a symbolic link to its
-// target's real path, which a memfd has not ("/memfd:x (deleted)"), so the
-// trace targets use a file on tmpfs (/dev/shm, memory too) named by the
-// process id instead.
+// side cannot see each other's inputs. The trace targets need no file: they
+// open each input where it lies, as an HDF5 file image
+// (TraceReader::open_image, validate_trace_image).
 //
 // What counts as a finding: anything but a clean return or an InputError
 // (which the CLI maps to exit 2). Another exception escaping a parser is a
@@ -22,8 +21,7 @@ namespace kvscope::fuzz {
 
 class MemFile {
  public:
-  enum class Backing { Memfd, Tmpfs };
-  explicit MemFile(const char* name, Backing backing = Backing::Memfd);
+  explicit MemFile(const char* name);
   ~MemFile();
   MemFile(const MemFile&) = delete;
   MemFile& operator=(const MemFile&) = delete;
@@ -35,7 +33,6 @@ class MemFile {
  private:
   int fd_ = -1;
   std::string path_;
-  bool unlink_ = false;
 };
 
 // Runs f; an InputError (the documented answer to bad input) is swallowed

@@ -103,10 +103,9 @@ void read_timeline(const TraceReader& r) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static kvscope::fuzz::MemFile file("trace_read", kvscope::fuzz::MemFile::Backing::Tmpfs);
-  const std::string& path = file.write(data, size);
+  // The input is opened where it lies, as a file image (no file per input).
   std::unique_ptr<TraceReader> reader;
-  if (!accepts([&] { reader = TraceReader::open(path); })) return 0;
+  if (!accepts([&] { reader = TraceReader::open_image("input.kvtrace.h5", data, size); })) return 0;
   kvscope::fuzz::note_trace_opened(data, size);
   const TraceReader& r = *reader;
   // `kvscope info`

@@ -14,14 +14,15 @@
 #include "tests/fuzz/trace_mutator.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static kvscope::fuzz::MemFile file("trace_validate", kvscope::fuzz::MemFile::Backing::Tmpfs);
-  const std::string& path = file.write(data, size);
+  // The input is opened where it lies, as a file image (no file per input).
+  const char* name = "input.kvtrace.h5";
   // validate_trace reports bad input as violations; it throws nothing.
-  const kvscope::trace::ValidationReport report = kvscope::trace::validate_trace(path);
+  const kvscope::trace::ValidationReport report =
+      kvscope::trace::validate_trace_image(name, data, size);
   if (report.opened) kvscope::fuzz::note_trace_opened(data, size);
   if (report.ok()) {
     try {
-      kvscope::trace::TraceReader::open(path);
+      kvscope::trace::TraceReader::open_image(name, data, size);
     } catch (const kvscope::InputError& e) {
       std::fprintf(stderr, "the validator found no violation but the reader refused: %s\n",
                    e.what());

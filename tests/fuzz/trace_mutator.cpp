@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -200,8 +201,7 @@ void extreme_element(Rng& rng, H5T_class_t cls, size_t size, uint8_t* out) {
         std::memset(out, 0xFF, size);
         out[size - 1] = 0x7F;
         break;
-      default:
-        std::memset(out, 0x00, size);
+      default: std::memset(out, 0x00, size);
     }
     return;
   }
@@ -323,23 +323,17 @@ bool write_strings(hid_t obj, const std::string& name, const std::vector<std::st
 
 std::string mutate_string(Rng& rng, const std::string& s) {
   switch (rng() % 7) {
-    case 0:
-      return s.substr(0, s.empty() ? 0 : rng() % s.size());  // truncated
-    case 1:
-      return "";
-    case 2:
-      return s + "\xff";  // invalid UTF-8
-    case 3:
-      return s.substr(0, s.size() / 2) + "\xc3";  // a cut multi-byte character
-    case 4:
-      return std::string(300 + rng() % 1000, 'x');
+    case 0: return s.substr(0, s.empty() ? 0 : rng() % s.size());  // truncated
+    case 1: return "";
+    case 2: return s + "\xff";                          // invalid UTF-8
+    case 3: return s.substr(0, s.size() / 2) + "\xc3";  // a cut multi-byte character
+    case 4: return std::string(300 + rng() % 1000, 'x');
     case 5: {
       std::string t = s;
       if (!t.empty()) t[rng() % t.size()] = '\0';  // an embedded NUL (fixed strings end there)
       return t;
     }
-    default:
-      return "{\"a\": [1, 2, " + s + "]";  // JSON-ish fields (policy_params, run_json)
+    default: return "{\"a\": [1, 2, " + s + "]";  // JSON-ish fields (policy_params, run_json)
   }
 }
 
@@ -565,48 +559,122 @@ size_t mutate_in_process(uint8_t* data, size_t size, size_t max_size, unsigned s
   return out_size;
 }
 
-}  // namespace
-
 // The core driver reads all of the file (every group, link and attribute),
 // much of which the checked reader never looked at, and HDF5 1.10 can still
-// crash on damage there. So the mutation runs in a forked child writing into
-// shared memory: a crash or hang inside HDF5 costs one mutation (the caller
-// falls back to bytes), not the fuzzing run, and is not mistaken for a
-// finding of the target.
-size_t mutate_hdf5_image(uint8_t* data, size_t size, size_t max_size, unsigned seed) {
-  if (size < 8 || !opened_inputs().count(fnv1a(data, size)) || !heaps_ok(data, size)) return 0;
-  static uint8_t* shared = nullptr;
-  static size_t capacity = 0;
-  const size_t need = sizeof(uint64_t) + std::max(size, max_size);
-  if (capacity < need) {
-    if (shared) munmap(shared, capacity);
-    void* p = mmap(nullptr, need, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-      shared = nullptr, capacity = 0;
+// crash on damage there. So the mutation runs in a helper process writing
+// into shared memory: a crash or hang inside HDF5 costs one mutation (the
+// caller falls back to bytes) and a new helper, not the fuzzing run, and is
+// not mistaken for a finding of the target. The helper is forked once and
+// fed through a pipe: forking the whole (sanitized) fuzzer for every
+// mutation cost more than the target's own run.
+class MutatorHelper {
+ public:
+  ~MutatorHelper() { stop(); }
+
+  // The mutated size, or 0 when the helper failed or died (a new one starts next time).
+  size_t mutate(uint8_t* data, size_t size, size_t max_size, unsigned seed) {
+    const size_t need = std::max(size, max_size);
+    if (pid_ > 0 && (capacity_ < need || jobs_ >= kJobsPerHelper)) stop();
+    if (pid_ < 0 && !start(need)) return 0;
+    Job* job = reinterpret_cast<Job*>(shared_);
+    std::memcpy(image(), data, size);
+    *job = Job{size, max_size, seed, 0};
+    ++jobs_;
+    const char go = 1;
+    char done = 0;
+    if (write(to_helper_, &go, 1) != 1 || !read_byte(from_helper_, &done)) {
+      stop();  // it crashed or hung (its alarm ended it): this mutation fails
       return 0;
     }
-    shared = static_cast<uint8_t*>(p), capacity = need;
+    const uint64_t n = job->result;
+    if (n == 0 || n > max_size) return 0;
+    std::memcpy(data, image(), n);
+    return n;
   }
-  auto* result = reinterpret_cast<volatile uint64_t*>(shared);
-  uint8_t* image = shared + sizeof(uint64_t);
-  std::memcpy(image, data, size);
-  *result = 0;
-  const pid_t pid = fork();
-  if (pid < 0) return 0;
-  if (pid == 0) {
-    alarm(10);  // a hang in HDF5 ends the child, not the run
-    *result = mutate_in_process(image, size, max_size, seed);
-    _exit(0);  // no atexit handlers, no leak check: the parent owns those
+
+ private:
+  struct Job {
+    uint64_t size, max_size, seed, result;
+  };
+  static constexpr uint64_t kJobsPerHelper = 4096;  // bounds what HDF5 may leak in the helper
+
+  uint8_t* image() const { return shared_ + sizeof(Job); }
+
+  static bool read_byte(int fd, char* c) {
+    ssize_t n;
+    while ((n = read(fd, c, 1)) < 0 && errno == EINTR) {
+    }
+    return n == 1;
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+
+  bool start(size_t need) {
+    if (capacity_ < need) {
+      if (shared_) munmap(shared_, sizeof(Job) + capacity_);
+      void* p = mmap(nullptr, sizeof(Job) + need, PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+      shared_ = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+      capacity_ = shared_ ? need : 0;
+      if (!shared_) return false;
+    }
+    int down[2], up[2];
+    if (pipe(down) != 0) return false;
+    if (pipe(up) != 0) {
+      close(down[0]), close(down[1]);
+      return false;
+    }
+    const pid_t pid = fork();
+    if (pid < 0) {
+      for (int fd : {down[0], down[1], up[0], up[1]}) close(fd);
+      return false;
+    }
+    if (pid == 0) {
+      close(down[1]), close(up[0]);
+      serve(down[0], up[1]);
+    }
+    close(down[0]), close(up[1]);
+    pid_ = pid, to_helper_ = down[1], from_helper_ = up[0], jobs_ = 0;
+    return true;
   }
-  const uint64_t n = *result;
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || n == 0 || n > max_size) return 0;
-  std::memcpy(data, image, n);
+
+  // The helper's loop: one mutation per byte received, until the pipe closes.
+  [[noreturn]] void serve(int in, int out) {
+    Job* job = reinterpret_cast<Job*>(shared_);
+    char go = 0;
+    while (read_byte(in, &go)) {
+      alarm(10);  // a hang in HDF5 ends the helper, not the run
+      job->result =
+          mutate_in_process(image(), size_t(job->size), size_t(job->max_size), unsigned(job->seed));
+      alarm(0);
+      if (write(out, &go, 1) != 1) break;
+    }
+    _exit(0);  // no atexit handlers, no leak check: the fuzzer owns those
+  }
+
+  void stop() {
+    if (pid_ < 0) return;
+    close(to_helper_), close(from_helper_);
+    kill(pid_, SIGKILL);
+    while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+  }
+
+  pid_t pid_ = -1;
+  int to_helper_ = -1, from_helper_ = -1;
+  uint8_t* shared_ = nullptr;
+  size_t capacity_ = 0;
+  uint64_t jobs_ = 0;
+};
+
+}  // namespace
+
+size_t mutate_hdf5_image(uint8_t* data, size_t size, size_t max_size, unsigned seed) {
+  if (size < 8 || !opened_inputs().count(fnv1a(data, size)) || !heaps_ok(data, size)) return 0;
+  static MutatorHelper helper;
+  const size_t n = helper.mutate(data, size, max_size, seed);
   // HDF5 wrote this image itself: the next mutation of the same round (libFuzzer
   // stacks several before it runs the input) may take the API path too.
-  note_trace_opened(data, n);
+  if (n > 0) note_trace_opened(data, n);
   return n;
 }
 
