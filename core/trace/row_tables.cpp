@@ -317,6 +317,12 @@ const RowTableSpec* table_of_path(const std::string& dataset_path) {
   return nullptr;
 }
 
+std::string head_problem(int64_t layer, int64_t kv_head, int64_t L, int64_t K) {
+  if (layer >= 0 && layer < L && kv_head >= 0 && kv_head < K) return {};
+  return "layer/kv_head (" + std::to_string(layer) + ", " + std::to_string(kv_head) +
+         ") outside " + std::to_string(L) + " x " + std::to_string(K);
+}
+
 int64_t int_value(const ColumnSpec& c, const void* row) {
   unsigned char e[8] = {};
   c.store(row, e);

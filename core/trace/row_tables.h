@@ -126,6 +126,9 @@ const std::vector<const RowTableSpec*>& row_tables();
 // The table a dataset path belongs to, or nullptr.
 const RowTableSpec* table_of_path(const std::string& dataset_path);
 
+// "" when (layer, kv_head) is a head of an L x K model, else the writer's words.
+std::string head_problem(int64_t layer, int64_t kv_head, int64_t L, int64_t K);
+
 // A row's value in an integer or a float column.
 int64_t int_value(const ColumnSpec& c, const void* row);
 double float_value(const ColumnSpec& c, const void* row);

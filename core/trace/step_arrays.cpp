@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "core/trace/error.h"
+#include "core/trace/row_tables.h"
 
 namespace kvscope::trace {
 
@@ -47,9 +48,7 @@ void StepArrays::fail(const std::string& field, const std::string& what) const {
 }
 
 void StepArrays::check_head(const std::string& field, int64_t layer, int64_t kv_head) const {
-  if (layer < 0 || layer >= L || kv_head < 0 || kv_head >= K)
-    fail(field, "layer/kv_head (" + std::to_string(layer) + ", " + std::to_string(kv_head) +
-                    ") outside " + std::to_string(L) + " x " + std::to_string(K));
+  if (std::string why = head_problem(layer, kv_head, L, K); !why.empty()) fail(field, why);
 }
 
 void StepArrays::append_occupancy(const StepData& sd) {

@@ -225,9 +225,7 @@ struct TraceWriter::Impl {
   // ---- appending ------------------------------------------------------------
 
   void check_head(const std::string& field, int64_t layer, int64_t kv_head) const {
-    if (layer < 0 || layer >= L || kv_head < 0 || kv_head >= K)
-      fail(field, "layer/kv_head (" + std::to_string(layer) + ", " + std::to_string(kv_head) +
-                      ") outside " + std::to_string(L) + " x " + std::to_string(K));
+    if (std::string why = head_problem(layer, kv_head, L, K); !why.empty()) fail(field, why);
   }
 
   void append(const StepData& sd) {
