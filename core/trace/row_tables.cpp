@@ -309,14 +309,6 @@ const std::vector<const RowTableSpec*>& row_tables() {
   return tables;
 }
 
-const RowTableSpec* table_of_path(const std::string& dataset_path) {
-  for (const RowTableSpec* t : row_tables())
-    if (dataset_path.size() > t->group.size() && dataset_path.rfind(t->group + "/", 0) == 0 &&
-        t->column(dataset_path.substr(t->group.size() + 1)) != nullptr)
-      return t;
-  return nullptr;
-}
-
 std::string head_problem(int64_t layer, int64_t kv_head, int64_t L, int64_t K) {
   if (layer >= 0 && layer < L && kv_head >= 0 && kv_head < K) return {};
   return "layer/kv_head (" + std::to_string(layer) + ", " + std::to_string(kv_head) +

@@ -123,8 +123,6 @@ const RowTableSpec& table_of();
 const std::vector<const RowTableSpec*>& step_tables();
 // Every row table in the schema's order: events, tier intervals, step tables.
 const std::vector<const RowTableSpec*>& row_tables();
-// The table a dataset path belongs to, or nullptr.
-const RowTableSpec* table_of_path(const std::string& dataset_path);
 
 // "" when (layer, kv_head) is a head of an L x K model, else the writer's words.
 std::string head_problem(int64_t layer, int64_t kv_head, int64_t L, int64_t K);

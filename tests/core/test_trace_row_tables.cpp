@@ -41,7 +41,7 @@ TEST_CASE("every row table's columns are datasets of the catalogue, on the table
       CHECK(found->dims == std::vector<Axis>{Axis::TableRows});
       CHECK(axis_label(*found, 0) == t->rows_symbol);
       CHECK(found->since_minor == t->since_minor);
-      CHECK(table_of_path(found->path) == t);
+      CHECK(found->table == t->group);
     }
   }
   // The step tables are the ones StepData carries, in KVSCOPE_STEP_TABLES' order.
