@@ -10,6 +10,7 @@
 
 #include "capture/formats/gguf.h"
 #include "core/common/input_error.h"
+#include "core/common/thread_count.h"
 #include "kernels/parallel.h"
 
 namespace kvscope::generate {
@@ -93,10 +94,12 @@ torch::ScalarType parse_kv_dtype(const std::string& kv_dtype, torch::ScalarType 
 }
 
 void set_threads(int threads) {
-  if (threads < 0) throw InputError("", "--threads", "must be positive (0: one per core)");
-  // 0: one per core, split between the pools as below (LibTorch's and
-  // OpenBLAS's defaults, both one per core, would stall each other).
-  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads < 0)
+    throw InputError("", "--threads", "must be positive (0: OMP_NUM_THREADS, else one per core)");
+  // 0: OMP_NUM_THREADS, else one per core, split between the pools as below
+  // (LibTorch's and OpenBLAS's defaults, both one per core, would stall each
+  // other).
+  if (threads == 0) threads = default_thread_count();
   // Debian's LibTorch runs matrix products on OpenBLAS. Its OpenMP build
   // (libopenblas0-openmp) shares LibTorch's OpenMP pool, so both get the
   // threads. Its pthreads build has a worker pool of its own; both pools spin

@@ -44,7 +44,7 @@ torch::ScalarType parse_dtype(const std::string& dtype, torch::Device device);
 // so its bf16 cache holds them exactly). The kernels accumulate in float32
 // whatever the rows' width, on every device.
 torch::ScalarType parse_kv_dtype(const std::string& kv_dtype, torch::ScalarType weights);
-void set_threads(int threads);  // LibTorch, OpenBLAS and kernel threads (0: one per core)
+void set_threads(int threads);  // LibTorch, OpenBLAS and kernel threads (0: default_thread_count)
 const char* dtype_name(torch::ScalarType t);
 
 // Loads the tokenizer for a model (see the file comment); null plus a reason

@@ -40,7 +40,8 @@ inline void add_model_options(CLI::App* app, ModelOptions* o) {
                   "how the KV cache stores keys and values: fp32, bf16 or fp16 (default: the "
                   "--dtype of the weights; kernels accumulate in float32)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
-  app->add_option("--threads", o->threads, "compute threads (0: one per core)")
+  app->add_option("--threads", o->threads,
+                  "compute threads (0: OMP_NUM_THREADS if set, else one per core)")
       ->check(CLI::Range(0, kMaxThreads))
       ->capture_default_str();
 }

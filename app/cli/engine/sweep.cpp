@@ -372,7 +372,8 @@ Command add_sweep_command(CLI::App& app) {
   sub->add_option("PLAN", opt->plan, "plan file (TOML, docs/sweeps.md)")->required();
   sub->add_option("-o,--output", opt->output,
                   "folder for results.csv and traces/ (default: beside the plan, named after it)");
-  sub->add_option("--threads", opt->threads, "CPU threads (0: one per core; split among --jobs)")
+  sub->add_option("--threads", opt->threads,
+                  "CPU threads (0: OMP_NUM_THREADS if set, else one per core; split among --jobs)")
       ->capture_default_str();
   sub->add_option("--device", opt->device,
                   "cpu, cuda or cuda:N: where every cell's capture runs (each --jobs worker and "

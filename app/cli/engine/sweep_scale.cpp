@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/common/input_error.h"
+#include "core/common/thread_count.h"
 
 extern char** environ;
 
@@ -151,7 +152,7 @@ std::string worker_device(const std::string& device, int worker, int gpus) {
 }
 
 int run_local_jobs(const ShardWork& work, int jobs, int threads, int gpus) {
-  const int cores = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = threads > 0 ? threads : default_thread_count();
   const int per_job = std::max(1, cores / jobs);
   std::vector<pid_t> pids;
   for (int k = 0; k < jobs; ++k) {
