@@ -173,8 +173,10 @@ struct PlannedRun {
 // the run does so here, before the trace exists.
 PlannedRun plan_run(const generate::Engine& engine, const CaptureRequest& request) {
   const model::ModelConfig& config = engine.model->config();
-  PlannedRun r{policy::make_policy(request.policy,
-                                   {int64_t(request.prompt_ids.size()), request.model_path})};
+  PlannedRun r{
+      policy::make_policy(request.policy, {int64_t(request.prompt_ids.size()), request.model_path}),
+      {},
+      {}};
   r.plan = r.pi.policy->plan({request.prompt_ids, engine.tokenizer.get(), config});
   r.inserted_at = r.plan.at >= 0 ? r.plan.at : int64_t(request.prompt_ids.size());
   r.req = with_inserted_tokens(request, r.inserted_at, r.plan.inserted.count(),

@@ -93,9 +93,13 @@ class Model:
                 sys.exit(os.path.join(models, gguf) + " is missing: run scripts/fetch-models")
             self.args = ["--model", os.path.join(models, gguf), "--task", SMOL_TASK, "--chat"]
             from transformers import AutoModelForCausalLM
-            load = lambda attn: AutoModelForCausalLM.from_pretrained(  # noqa: E731
-                models, gguf_file=gguf, attn_implementation=attn, dtype=torch.float32).eval()
-            self.eager, self.sdpa = load("eager"), load("sdpa")
+            # Dequantizing the GGUF takes transformers ~16 s: once, and the
+            # SDPA model is a copy with the other attention.
+            self.eager = AutoModelForCausalLM.from_pretrained(
+                models, gguf_file=gguf, attn_implementation="eager", dtype=torch.float32).eval()
+            self.sdpa = copy.deepcopy(self.eager)
+            self.sdpa.set_attn_implementation("sdpa")
+            assert (self.eager.config._attn_implementation, self.sdpa.config._attn_implementation) == ("eager", "sdpa")
         elif name == "qwen3_moe":
             gguf = os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf")
             if not os.path.exists(gguf):
