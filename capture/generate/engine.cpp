@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <thread>
 
 #include "capture/formats/gguf.h"
 #include "core/common/input_error.h"

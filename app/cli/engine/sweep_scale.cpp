@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <thread>
 
 #include "core/common/input_error.h"
 #include "core/common/thread_count.h"
