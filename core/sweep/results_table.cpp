@@ -319,11 +319,6 @@ std::string leaderboard_csv_path(const std::string& dir) {
   return (std::filesystem::path(dir) / "leaderboard.csv").string();
 }
 
-namespace {
-
-// The policy spec without the budget=B the plan gave its first part
-// (sweep_plan.cpp's with_budget): "snapkv:window=8,budget=0.25+pyramid" ->
-// "snapkv:window=8+pyramid".
 std::string press_of(const ResultRow& r) {
   if (!r.budget) return r.policy;
   std::string spec = r.policy;
@@ -341,6 +336,24 @@ std::string press_of(const ResultRow& r) {
   return spec;
 }
 
+std::string dataset_of(const ResultRow& r) {
+  std::string spec = r.task_base;
+  if (spec.rfind("dataset:", 0) != 0) return spec;
+  for (const char* key : {"row=", "question="}) {
+    const size_t at = spec.find(key);
+    if (at == std::string::npos || at == 0 || (spec[at - 1] != ',' && spec[at - 1] != ':'))
+      continue;
+    const size_t end = std::min(spec.find(',', at), spec.size());
+    if (spec[at - 1] == ',')
+      spec.erase(at - 1, end - (at - 1));
+    else  // "dataset:row=N,...": its comma goes
+      spec.erase(at, end + (end < spec.size()) - at);
+  }
+  return spec;
+}
+
+namespace {
+
 double compression_ratio(const ResultRow& r) {
   if (!r.budget) return 0;
   if (*r.budget <= 1) return 1 - *r.budget;
@@ -357,7 +370,7 @@ void write_leaderboard_csv(const std::string& path, const std::vector<ResultRow>
   std::map<std::tuple<std::string, std::string, std::string, double>, Line> lines;
   for (const ResultRow& r : rows) {
     if (!r.ok() || !r.score || std::isnan(*r.score)) continue;
-    Line& l = lines[{r.model, r.task_base, press_of(r), compression_ratio(r)}];
+    Line& l = lines[{r.model, dataset_of(r), press_of(r), compression_ratio(r)}];
     l.sum += *r.score;
     ++l.n;
   }

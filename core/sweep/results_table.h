@@ -74,8 +74,19 @@ void write_results_csv(const std::string& path, const std::vector<ResultRow>& ro
 // The same table as Parquet (same columns and types; unknown numbers null).
 void write_results_parquet(const std::string& path, const std::vector<ResultRow>& rows);
 
+// The cell's policy spec without the budget=B the plan gave its first part
+// (sweep_plan.cpp's with_budget): "snapkv:window=8,budget=0.25+pyramid" ->
+// "snapkv:window=8+pyramid"; the spec itself for a cell without a budget.
+std::string press_of(const ResultRow& r);
+
+// The cell's task without the dataset row (and question) the plan's `rows`
+// gave it: the rows of a dataset are its samples, so the leaderboard and the
+// memory curve average over them ("dataset:file=F,scorer=f1,row=3" ->
+// "dataset:file=F,scorer=f1"). Other tasks: task_base.
+std::string dataset_of(const ResultRow& r);
+
 // The table in the shape of the kvpress leaderboard (model, dataset, press,
-// compression_ratio, score): one line per (model, task, policy, budget) with
+// compression_ratio, score): one line per (model, dataset_of, policy, budget) with
 // the mean score x 100 over its ok cells and their count. compression_ratio is
 // kvpress's (the share of the prompt dropped): 1 - budget for a fraction,
 // 1 - budget / tokens for entries, 0 without a budget; press is the policy

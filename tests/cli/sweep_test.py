@@ -229,8 +229,9 @@ p = subprocess.run([KVSCOPE, "sweep", plan("grid", POLICIES), "--slurm", "2"], c
 check(p.returncode == 2 and "Slurm not reachable: sbatch is not on PATH" in p.stderr,
       "--slurm without sbatch: " + p.stderr.strip())
 
-# Dataset rows as an axis: rows = "0:3" runs a dataset task once per row, its
-# file= relative to the plan, each cell scored by the task's scorer.
+# Dataset rows as an axis: rows = "0:3" runs a dataset task once per row (not
+# once per depth and seed, which change nothing in a row), its file= relative
+# to the plan, each cell scored by the task's scorer.
 shutil.copy(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                          "resources", "datasets", "examples.jsonl"), SCRATCH)
 rows_plan = os.path.join(SCRATCH, "rows.toml")
@@ -244,12 +245,14 @@ policies = ["full"]
 tasks = ["dataset:file=examples.jsonl,scorer=f1"]
 rows = "0:3"
 lengths = [300]
-depths = [0.5]
+depths = [0.5, 0.25]
+seeds = [1, 2]
 """)
 code, out = sweep(rows_plan)
 table = rows("rows") if code == 0 else []
 check(code == 0 and "3 cells run (0 failed)" in out and
-      sorted(r["task"].split("row=")[1].split(",")[0] for r in table) == ["0", "1", "2"],
+      sorted(r["task"].split("row=")[1].split(",")[0] for r in table) == ["0", "1", "2"] and
+      all(r["depth"] == "0.5" and r["seed"] == "1" for r in table),
       "rows = \"0:3\": one cell per row " + out.strip()[-200:])
 for r in table:
     with h5py.File(os.path.join(SCRATCH, "rows", r["trace"]), "r") as f:

@@ -90,7 +90,7 @@ TEST_CASE("results table: read by header names, a torn last row is dropped, bad 
   CHECK(rows[0].cell_id == "c000000000003");
   CHECK(rows[0].task_base == "needle");
   CHECK(rows[0].depth == 0.2);
-  CHECK_FALSE(rows[0].score);  // older than the score column
+  CHECK_FALSE(rows[0].score);     // older than the score column
   CHECK(rows[0].device.empty());  // and than device and dtype: unknown, not guessed
   CHECK(rows[0].dtype.empty());
   std::ofstream(path)
@@ -135,4 +135,33 @@ TEST_CASE("results table: shard tables merge in plan order, ok beats failed, Par
   CHECK(footer > 0);
   CHECK(footer < parquet.size() - 12);
   CHECK(parquet.find("needle_heads_whole") != std::string::npos);
+}
+
+TEST_CASE("results table: a dataset's rows are one dataset on the leaderboard") {
+  const auto with = [](const std::string& task_base, const std::string& policy,
+                       std::optional<double> budget, double score) {
+    ResultRow r = row("c", "ok", "");
+    r.task_base = task_base;
+    r.policy = policy;
+    r.budget = budget;
+    r.score = score;
+    return r;
+  };
+  CHECK(sweep::dataset_of(with("dataset:file=d.jsonl,scorer=f1,row=3", "full", {}, 1)) ==
+        "dataset:file=d.jsonl,scorer=f1");
+  CHECK(sweep::dataset_of(with("dataset:row=3,file=d.jsonl,question=1", "full", {}, 1)) ==
+        "dataset:file=d.jsonl");
+  CHECK(sweep::dataset_of(with("niah:keys=2", "full", {}, 1)) == "niah:keys=2");
+  CHECK(sweep::dataset_of(with("dataset:file=row=.jsonl", "full", {}, 1)) ==
+        "dataset:file=row=.jsonl");
+  CHECK(sweep::press_of(with("x", "snapkv:window=8,budget=0.25+pyramid", 0.25, 1)) ==
+        "snapkv:window=8+pyramid");
+  const std::string dir = test::temp_dir(), path = sweep::leaderboard_csv_path(dir);
+  sweep::write_leaderboard_csv(
+      path, {with("dataset:file=d.jsonl,scorer=f1,row=0", "snapkv:budget=0.25", 0.25, 1),
+             with("dataset:file=d.jsonl,scorer=f1,row=1", "snapkv:budget=0.25", 0.25, 0.5),
+             with("dataset:file=d.jsonl,scorer=f1,row=2", "snapkv:budget=0.25", 0.25, 0)});
+  CHECK(slurp(path) ==
+        "model,dataset,press,compression_ratio,score,n\n"
+        "m.gguf,\"dataset:file=d.jsonl,scorer=f1\",snapkv,0.75,50,3\n");
 }

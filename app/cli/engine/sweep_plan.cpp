@@ -310,6 +310,15 @@ std::vector<std::pair<std::string, double>> with_budgets(const std::string& spec
   return out;
 }
 
+// A dataset row has no needle to place and no seeded text: it runs once, named
+// by the plan's first depth and seed (so the cells of tables written when it
+// ran once per depth and seed keep their ids).
+template <typename T>
+std::vector<T> axis_for(const std::string& task, const std::vector<T>& axis) {
+  if (!tasks::is_dataset_spec(task) || axis.empty()) return axis;
+  return {axis.front()};
+}
+
 }  // namespace
 
 std::vector<SweepCell> sweep_cells(const SweepPlan& p) {
@@ -321,8 +330,8 @@ std::vector<SweepCell> sweep_cells(const SweepPlan& p) {
         for (const std::string& dataset_task : p.tasks)
           for (const std::string& task : with_rows(dataset_task, p.rows))
             for (int64_t length : p.lengths)
-              for (double depth : p.depths)
-                for (int64_t seed : p.seeds) {
+              for (double depth : axis_for(task, p.depths))
+                for (int64_t seed : axis_for(task, p.seeds)) {
                   SweepCell c{"", model, policy, "", task, length, depth, seed, budget};
                   c.task = task + (task.find(':') == std::string::npos ? ":" : ",") +
                            "tokens=" + std::to_string(length) + ",depth=" + format_depth(depth) +
