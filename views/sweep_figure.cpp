@@ -3,8 +3,8 @@
 #include <QFontMetricsF>
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
-#include "core/common/input_error.h"
 #include "views/legend.h"
 
 namespace kvscope::views {
@@ -27,23 +27,6 @@ void add_unique(std::vector<T>& v, const T& x) {
   if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
 }
 
-// A policy spec as a row label: file parameters (gates=PATH) dropped — the
-// spec in full is in the table, the tooltip and the CSV.
-QString policy_label(const std::string& spec) {
-  const size_t colon = spec.find(':');
-  if (colon == std::string::npos) return QString::fromStdString(spec);
-  std::string label = spec.substr(0, colon), params;
-  size_t start = colon + 1;
-  while (start <= spec.size()) {
-    const size_t end = std::min(spec.find(',', start), spec.size());
-    const std::string param = spec.substr(start, end - start);
-    if (!param.empty() && param.rfind("gates=", 0) != 0)
-      params += (params.empty() ? "" : ",") + param;
-    start = end + 1;
-  }
-  return QString::fromStdString(params.empty() ? label : label + ":" + params);
-}
-
 const QColor kFound = palette::kGreen, kMissed = palette::kVermillion, kFailed = palette::kGrey,
              kNotRun = palette::kLightGrey;
 
@@ -54,21 +37,10 @@ std::vector<LegendEntry> success_legend() {
 
 }  // namespace
 
-QStringList SweepFigure::metric_names() {
-  return {"success", "score", "needle-survival"};
-}
-
-SweepFigure::Metric SweepFigure::metric_from_name(const QString& name) {
-  if (name == "success") return Metric::Success;
-  if (name == "score") return Metric::Score;
-  if (name == "needle-survival") return Metric::NeedleSurvival;
-  throw InputError("", "--metric",
-                   "unknown sweep metric '" + name.toStdString() +
-                       "' (expected success, score or needle-survival)");
-}
-
-SweepFigure::SweepFigure(QString name, std::vector<sweep::ResultRow> rows, Metric metric)
-    : name_(std::move(name)), rows_(std::move(rows)), metric_(metric) {
+SweepFigure::SweepFigure(QString name, std::vector<sweep::ResultRow> rows, SweepMetric metric)
+    : SweepResultsFigure(std::move(name), std::move(rows), metric) {
+  if (metric_ == SweepMetric::Kl)
+    throw std::logic_error("the sweep grid colours by success, score or needle survival");
   // Axes in the table's (plan) order; depths and lengths sorted.
   for (const sweep::ResultRow& r : rows_) {
     add_unique(policies_, r.policy);
@@ -85,11 +57,10 @@ SweepFigure::SweepFigure(QString name, std::vector<sweep::ResultRow> rows, Metri
                       index_of(lengths_, *r.tokens), index_of(depths_, *r.depth)}];
     c.rows.push_back(i);
     if (!r.ok()) continue;
-    const double v = metric_ == Metric::Success ? double(r.success.value_or(0))
-                     : metric_ == Metric::Score
-                         // Tables before the score column: success is the score.
-                         ? r.score.value_or(double(r.success.value_or(0)))
-                         : r.needle_survival();
+    double v = sweep_metric_value(r, metric_);
+    // A cell that ran without a success value counts as missed; one without
+    // a needle has no survival.
+    if (std::isnan(v) && metric_ != SweepMetric::NeedleSurvival) v = 0;
     if (std::isnan(v)) continue;
     c.value = (c.value * c.ran + v) / (c.ran + 1);
     ++c.ran;
@@ -97,10 +68,7 @@ SweepFigure::SweepFigure(QString name, std::vector<sweep::ResultRow> rows, Metri
 }
 
 QString SweepFigure::title() const {
-  return QString("Sweep %1: %2")
-      .arg(name_, metric_ == Metric::Success ? "answer found"
-                  : metric_ == Metric::Score ? "share of the answers found"
-                                             : "needle survival");
+  return QString("Sweep %1: %2").arg(name_, sweep_metric_label(metric_));
 }
 
 SweepFigure::Layout SweepFigure::layout(const QRectF& area, QPaintDevice* device) const {
@@ -111,14 +79,14 @@ SweepFigure::Layout SweepFigure::layout(const QRectF& area, QPaintDevice* device
   l.title = QRectF(area.left(), area.top(), area.width(), kTitleH - 4);
   double widest = 0;
   for (const std::string& pol : policies_)
-    widest = std::max(widest, fm.horizontalAdvance(policy_label(pol)));
+    widest = std::max(widest, fm.horizontalAdvance(sweep_policy_label(pol)));
   // Policy labels take what they need, up to a third of the width (elided beyond).
   l.label_width = std::min(widest + 8, area.width() / 3);
   l.depth_ticks = std::max(fm.horizontalAdvance("0.75"), fm.horizontalAdvance("depth")) + 8;
   l.left = area.left() + kMargin + l.label_width + l.depth_ticks;
   l.header_h = fm.height() + 4;
   l.tick_h = 2 * fm.height() + 8;  // length ticks and the axis title
-  l.legend_rows = metric_ == Metric::Success && area.width() < kLegendColumnMinWidth;
+  l.legend_rows = metric_ == SweepMetric::Success && area.width() < kLegendColumnMinWidth;
   const double key_h =
       l.legend_rows ? legend_height(success_legend(), area.width() - 2 * kMargin) + 4 : 0;
   l.top = area.top() + kTitleH + key_h + l.header_h;
@@ -150,7 +118,7 @@ QRectF SweepFigure::cell_rect(const Layout& l, size_t policy, size_t task, size_
 QColor SweepFigure::cell_color(const Cell& c) const {
   if (c.rows.empty()) return kNotRun;
   if (c.ran == 0) return kFailed;
-  if (metric_ == Metric::Success) {
+  if (metric_ == SweepMetric::Success) {
     // Seeds that disagree blend between missed and found.
     const double f = c.value;
     return QColor::fromRgbF(kMissed.redF() + f * (kFound.redF() - kMissed.redF()),
@@ -162,15 +130,15 @@ QColor SweepFigure::cell_color(const Cell& c) const {
 
 QString SweepFigure::cell_text(const Cell& c) const {
   if (c.rows.empty() || c.ran == 0) return {};
-  if (metric_ == Metric::Success && c.rows.size() == 1) return c.value > 0.5 ? "✓" : "✗";
+  if (metric_ == SweepMetric::Success && c.rows.size() == 1) return c.value > 0.5 ? "✓" : "✗";
   return QString::number(c.value, 'f', 2);
 }
 
 void SweepFigure::paint_legend(QPainter& p, const Layout& l) const {
-  if (metric_ != Metric::Success) {
+  if (metric_ != SweepMetric::Success) {
     plot::colorbar(p, QRectF(l.legend.left(), l.legend.top(), 14, l.legend.height()),
                    ColorScale{ColorMapId::Viridis, false, 0.f, 1.f},
-                   metric_ == Metric::Score ? "answer score" : "needle survival");
+                   metric_ == SweepMetric::Score ? "answer score" : "needle survival");
     p.save();
     p.setFont(plot::font(8));
     QFontMetricsF fm(p.font(), p.device());
@@ -217,7 +185,7 @@ void SweepFigure::paint(QPainter& p, const QRectF& area) const {
     const QRectF label(area.left() + kMargin, first.top(), l.label_width - 8, l.panel_h);
     p.setPen(Qt::black);
     p.drawText(label, Qt::AlignRight | Qt::AlignVCenter,
-               fm.elidedText(policy_label(policies_[pi]), Qt::ElideMiddle, label.width()));
+               fm.elidedText(sweep_policy_label(policies_[pi]), Qt::ElideMiddle, label.width()));
     for (size_t ti = 0; ti < tasks_.size(); ++ti) {
       for (size_t li = 0; li < lengths_.size(); ++li)
         for (size_t di = 0; di < depths_.size(); ++di) {
@@ -253,15 +221,20 @@ void SweepFigure::paint(QPainter& p, const QRectF& area) const {
         p.setFont(plot::font(8));
       }
     }
-    // Depth ticks left of the first panel, thinned to what fits.
+    // Depth ticks left of the first panel, thinned to what fits; none above
+    // the panel (a row lower than the text would push the first into the axis
+    // title), none on the one before.
     const double ch = l.panel_h / double(depths_.size());
     const size_t every = size_t(std::ceil((fm.height() + 1) / std::max(1.0, ch)));
     p.setPen(Qt::black);
+    double free_from = first.top();
     for (size_t di = 0; di < depths_.size(); di += std::max<size_t>(1, every)) {
       const QRectF r = cell_rect(l, pi, 0, 0, di);
-      p.drawText(QRectF(r.left() - l.depth_ticks, r.center().y() - fm.height() / 2,
-                        l.depth_ticks - 4, fm.height()),
+      const double y = std::max(r.center().y() - fm.height() / 2, first.top());
+      if (y < free_from) continue;
+      p.drawText(QRectF(r.left() - l.depth_ticks, y, l.depth_ticks - 4, fm.height()),
                  Qt::AlignRight | Qt::AlignVCenter, QString::number(depths_[di], 'g', 3));
+      free_from = y + fm.height();
     }
   }
   // Length ticks under the last row of panels, thinned to what fits.
@@ -275,8 +248,14 @@ void SweepFigure::paint(QPainter& p, const QRectF& area) const {
       p.drawText(QRectF(r.center().x() - widest / 2, bottom + 2, widest, fm.height()),
                  Qt::AlignCenter, QString::number(lengths_[li]));
     }
-    const QRectF axis(l.left + double(ti) * (l.panel_w + l.gap), bottom + fm.height() + 4,
-                      l.panel_w, fm.height());
+  }
+  // One axis title under each panel, or one under them all when a panel is
+  // too narrow for it.
+  const bool per_panel = fm.horizontalAdvance("tokens") <= l.panel_w;
+  for (size_t ti = 0; ti < (per_panel ? tasks_.size() : 1); ++ti) {
+    const double width = per_panel ? l.panel_w : double(tasks_.size()) * (l.panel_w + l.gap) - l.gap;
+    const QRectF axis(l.left + double(ti) * (l.panel_w + l.gap), bottom + fm.height() + 4, width,
+                      fm.height());
     p.drawText(axis, Qt::AlignCenter,
                fm.horizontalAdvance("prompt tokens") <= axis.width() ? "prompt tokens" : "tokens");
   }
@@ -310,7 +289,7 @@ QRectF SweepFigure::cell_area(const QRectF& area, const std::string& cell_id) co
 }
 
 void SweepFigure::write_csv(QTextStream& out) const {
-  out << "policy,task,tokens,depth,cells,ran," << metric_names()[int(metric_)] << "\n";
+  out << "policy,task,tokens,depth,cells,ran," << sweep_metric_name(metric_) << "\n";
   auto quote = [](const std::string& s) {
     QString q = QString::fromStdString(s);
     return q.contains(',') || q.contains('"') ? "\"" + q.replace("\"", "\"\"") + "\"" : q;
@@ -321,6 +300,17 @@ void SweepFigure::write_csv(QTextStream& out) const {
     if (cell.ran > 0) out << cell.value;
     out << "\n";
   }
+}
+
+QString SweepFigure::tooltip(const QRectF& area, const QPointF& point) const {
+  const std::vector<const sweep::ResultRow*> cells = cell_at(area, point);
+  if (cells.empty()) return {};
+  const sweep::ResultRow& r = *cells.front();
+  return QString("%1\n%2\n%3 tokens, depth %4")
+             .arg(QString::fromStdString(r.policy), QString::fromStdString(r.task_base))
+             .arg(r.tokens.value_or(0))
+             .arg(r.depth.value_or(0)) +
+         describe_cells(cells, 12) + "\n(click: open its trace)";
 }
 
 }  // namespace kvscope::views

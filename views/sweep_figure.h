@@ -5,6 +5,7 @@
 // share of (layer, kv head) pairs that could read the whole needle when the
 // answer was generated). Seeds of a cell are averaged. Clicking a cell in the
 // GUI opens its trace; cell_at() maps a point to the cell.
+// Drawn as the "sweep" kind of sweep_results_figure.h.
 #pragma once
 
 #include <QString>
@@ -13,33 +14,23 @@
 #include <string>
 #include <vector>
 
-#include "core/sweep/results_table.h"
-#include "views/figure.h"
+#include "views/sweep_results_figure.h"
 
 namespace kvscope::views {
 
-class SweepFigure : public Figure {
+class SweepFigure : public SweepResultsFigure {
  public:
-  enum class Metric { Success, Score, NeedleSurvival };
-  static QStringList metric_names();  // "success", "score", "needle-survival"
-  // Throws InputError naming --metric for an unknown name.
-  static Metric metric_from_name(const QString& name);
-
-  SweepFigure(QString name, std::vector<sweep::ResultRow> rows, Metric metric);
+  // metric: Success, Score or NeedleSurvival (sweep_figure_kinds' "sweep").
+  SweepFigure(QString name, std::vector<sweep::ResultRow> rows, SweepMetric metric);
 
   QString title() const override;
   void paint(QPainter& p, const QRectF& area) const override;
   void write_csv(QTextStream& out) const override;
-
-  // The rows (seeds) of the cell under `point` when painted into `area`
-  // on the screen (empty when the point is on no cell).
-  std::vector<const sweep::ResultRow*> cell_at(const QRectF& area, const QPointF& point) const;
-  // Where the cell holding row `cell_id` is drawn on the screen in `area`
-  // (empty when no such row).
-  QRectF cell_area(const QRectF& area, const std::string& cell_id) const;
-  // Marks a cell (by one of its rows' cell ids) with a frame.
-  void set_highlight(const std::string& cell_id) { highlight_ = cell_id; }
-  const std::vector<sweep::ResultRow>& rows() const { return rows_; }
+  // The rows (seeds) of the cell under the point.
+  std::vector<const sweep::ResultRow*> cell_at(const QRectF& area,
+                                               const QPointF& point) const override;
+  QRectF cell_area(const QRectF& area, const std::string& cell_id) const override;
+  QString tooltip(const QRectF& area, const QPointF& point) const override;
 
  private:
   struct Cell {
@@ -61,15 +52,11 @@ class SweepFigure : public Figure {
   QString cell_text(const Cell& c) const;
   void paint_legend(QPainter& p, const Layout& l) const;
 
-  QString name_;
-  std::vector<sweep::ResultRow> rows_;
-  Metric metric_;
   std::vector<std::string> policies_, tasks_;
   std::vector<int64_t> lengths_;
   std::vector<double> depths_;
   // (policy, task, length, depth) indices -> cell
   std::map<std::array<size_t, 4>, Cell> cells_;
-  std::string highlight_;
 };
 
 }  // namespace kvscope::views

@@ -4,6 +4,7 @@
 #include <QHBoxLayout>
 #include <QMouseEvent>
 #include <QPainter>
+#include <QSignalBlocker>
 #include <QSplitter>
 #include <QToolTip>
 #include <QVBoxLayout>
@@ -12,6 +13,7 @@
 
 #include "core/analysis/why.h"
 #include "core/sweep/results_table.h"
+#include "views/sweep_results_figure.h"
 
 namespace kvscope::gui {
 
@@ -20,7 +22,7 @@ SweepCanvas::SweepCanvas(QWidget* parent) : QWidget(parent) {
   setMinimumSize(240, 180);
 }
 
-void SweepCanvas::set_figure(std::shared_ptr<views::SweepFigure> figure) {
+void SweepCanvas::set_figure(std::shared_ptr<views::SweepResultsFigure> figure) {
   figure_ = std::move(figure);
   update();
 }
@@ -38,48 +40,25 @@ void SweepCanvas::mousePressEvent(QMouseEvent* event) {
   if (!rows.empty()) emit cellClicked(QString::fromStdString(rows.front()->cell_id));
 }
 
-namespace {
-// "found", "missed", or for a multi-answer task found in part "missed (75 %
-// of the answers found)".
-QString answer_verdict(const sweep::ResultRow& r) {
-  const int8_t success = int8_t(r.success.value_or(0));
-  if (success == 1) return "found";
-  const std::string partial = analysis::partial_answers(success, r.score.value_or(NAN));
-  return partial.empty() ? "missed" : QString::fromStdString("missed (" + partial + ")");
-}
-}  // namespace
-
 void SweepCanvas::mouseMoveEvent(QMouseEvent* event) {
   if (!figure_) return;
-  const auto rows = figure_->cell_at(QRectF(rect()), event->position());
-  if (rows.empty()) {
+  const QString tip = figure_->tooltip(QRectF(rect()), event->position());
+  if (tip.isEmpty()) {
     QToolTip::hideText();
     return;
   }
-  const sweep::ResultRow& r = *rows.front();
-  QString tip = QString("%1\n%2\n%3 tokens, depth %4")
-                    .arg(QString::fromStdString(r.policy), QString::fromStdString(r.task_base))
-                    .arg(r.tokens.value_or(0))
-                    .arg(r.depth.value_or(0));
-  for (const sweep::ResultRow* row : rows)
-    tip += row->ok() ? QString("\nseed %1: %2, expected \"%3\", generated \"%4\"")
-                           .arg(row->seed.value_or(0))
-                           .arg(answer_verdict(*row))
-                           .arg(QString::fromStdString(row->expected),
-                                QString::fromStdString(row->generated).left(60))
-                     : QString("\nseed %1: failed: %2")
-                           .arg(row->seed.value_or(0))
-                           .arg(QString::fromStdString(row->error).left(80));
-  QToolTip::showText(event->globalPosition().toPoint(), tip + "\n(click: open its trace)", this);
+  QToolTip::showText(event->globalPosition().toPoint(), tip, this);
 }
 
 SweepPanel::SweepPanel(views::TraceService* service, QWidget* parent)
     : QWidget(parent), service_(service) {
+  kind_ = new QComboBox;
+  kind_->setObjectName("sweepFigure");
+  for (const views::SweepFigureKind& k : views::sweep_figure_kinds())
+    kind_->addItem(QString::fromUtf8(k.label), QString(k.name));
   metric_ = new QComboBox;
   metric_->setObjectName("sweepMetric");
-  metric_->addItem("answer found", "success");
-  metric_->addItem("answer score", "score");
-  metric_->addItem("needle survival", "needle-survival");
+  fill_metrics();
   summary_ = new QLabel;
   summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   canvas_ = new SweepCanvas;
@@ -90,8 +69,9 @@ SweepPanel::SweepPanel(views::TraceService* service, QWidget* parent)
       "Click a cell: its trace opens at the step where the policy diverged, "
       "with the needle selected, and `kvscope why` explains it here.");
   auto* bar = new QHBoxLayout;
-  bar->addWidget(new QLabel("Colour by"));
+  bar->addWidget(new QLabel("Show"));
   bar->addWidget(metric_);
+  bar->addWidget(kind_);
   bar->addWidget(summary_, 1);
   auto* split = new QSplitter(Qt::Horizontal);
   split->addWidget(canvas_);
@@ -103,6 +83,10 @@ SweepPanel::SweepPanel(views::TraceService* service, QWidget* parent)
   layout->addLayout(bar);
   layout->addWidget(split, 1);
   connect(metric_, &QComboBox::currentIndexChanged, this, [this] { rebuild(); });
+  connect(kind_, &QComboBox::currentIndexChanged, this, [this] {
+    fill_metrics();
+    rebuild();
+  });
   connect(canvas_, &SweepCanvas::cellClicked, this, &SweepPanel::select_cell);
 }
 
@@ -121,11 +105,21 @@ void SweepPanel::open(const QString& dir) {
   rebuild();
 }
 
+void SweepPanel::fill_metrics() {
+  const QString current = metric_->currentData().toString();
+  const QSignalBlocker quiet(metric_);
+  metric_->clear();
+  for (views::SweepMetric m :
+       views::find_sweep_figure_kind(kind_->currentData().toString().toStdString())->metrics)
+    metric_->addItem(views::sweep_metric_label(m), views::sweep_metric_name(m));
+  metric_->setCurrentIndex(std::max(0, metric_->findData(current)));
+}
+
 void SweepPanel::rebuild() {
-  if (dir_.isEmpty()) return;
-  auto fig = std::make_shared<views::SweepFigure>(
-      QFileInfo(dir_).fileName(), rows_,
-      views::SweepFigure::metric_from_name(metric_->currentData().toString()));
+  if (dir_.isEmpty() || metric_->count() == 0) return;
+  auto fig = views::make_sweep_figure(kind_->currentData().toString().toStdString(),
+                                      QFileInfo(dir_).fileName(), rows_,
+                                      metric_->currentData().toString());
   fig->set_highlight(selected_.toStdString());
   canvas_->set_figure(fig);
 }

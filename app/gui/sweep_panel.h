@@ -1,9 +1,11 @@
-// The sweep panel: a `kvscope sweep` folder's grid (views::SweepFigure) —
-// depth x length per policy and task, coloured by success or needle
-// survival — with the `kvscope why` explanation of the clicked cell beside
-// it. Clicking a cell asks the main window to open its trace at the step
-// where the policy diverged from the full cache (the answer step when it
-// did not), with the needle tokens selected in every view.
+// The sweep panel: a `kvscope sweep` folder's figures (views::sweep_figure_kinds:
+// the depth x length grid per policy and task, or the score against the KV
+// memory held, one line per policy), coloured or plotted by the chosen metric,
+// with the `kvscope why` explanation of the clicked cell beside it. Clicking a
+// cell (a point of the curve: a missed cell of it first) asks the main window
+// to open its trace at the step where the policy diverged from the full cache
+// (the answer step when it did not), with the needle tokens selected in every
+// view.
 #pragma once
 
 #include <QComboBox>
@@ -13,18 +15,18 @@
 #include <memory>
 #include <vector>
 
-#include "views/sweep_figure.h"
+#include "views/sweep_results_figure.h"
 #include "views/trace_service.h"
 
 namespace kvscope::gui {
 
-// The painted grid; reports clicks as the rows (seeds) of the cell hit.
+// The painted figure; reports a click as the first cell of the mark hit.
 class SweepCanvas : public QWidget {
   Q_OBJECT
  public:
   explicit SweepCanvas(QWidget* parent = nullptr);
-  void set_figure(std::shared_ptr<views::SweepFigure> figure);
-  std::shared_ptr<views::SweepFigure> figure() const { return figure_; }
+  void set_figure(std::shared_ptr<views::SweepResultsFigure> figure);
+  std::shared_ptr<views::SweepResultsFigure> figure() const { return figure_; }
 
  signals:
   void cellClicked(QString cell_id);
@@ -35,7 +37,7 @@ class SweepCanvas : public QWidget {
   void mouseMoveEvent(QMouseEvent* event) override;
 
  private:
-  std::shared_ptr<views::SweepFigure> figure_;
+  std::shared_ptr<views::SweepResultsFigure> figure_;
 };
 
 class SweepPanel : public QWidget {
@@ -57,9 +59,13 @@ class SweepPanel : public QWidget {
 
  private:
   void rebuild();
+  // Fills the metric choices with the chosen figure kind's, keeping the
+  // current metric where the kind shows it.
+  void fill_metrics();
   views::TraceService* service_;
   QString dir_;
   std::vector<sweep::ResultRow> rows_;
+  QComboBox* kind_;
   QComboBox* metric_;
   QLabel* summary_;
   SweepCanvas* canvas_;

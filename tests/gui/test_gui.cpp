@@ -33,6 +33,8 @@
 #include "views/layout_check.h"
 #include "views/overview_figure.h"
 #include "views/overview_view.h"
+#include "views/pareto_figure.h"
+#include "views/sweep_figure.h"
 #include "views/timeline_view.h"
 
 using namespace kvscope;
@@ -505,4 +507,107 @@ TEST_CASE(
   INFO(vermillion << " of " << sampled << " samples vermillion, cell " << cell.width() << "x"
                   << cell.height());
   CHECK(vermillion * 2 > sampled);
+}
+
+TEST_CASE(
+    "a real stories260K budgets sweep as a memory curve in the Sweep dock: a click on a "
+    "point opens that budget's trace; exported headless with its data") {
+  setup();
+  if (!kvscope_has("sweep")) return;
+  std::string out;
+  const std::string dir = test::temp_dir(), model = test::shared_dir() + "/models/stories260K";
+  const std::string plan = dir + "/plan.toml", sweep_dir = dir + "/budgets";
+  std::ofstream(plan) << "[sweep]\nmodels = [\"" << model << "/stories260K.bin\"]\n"
+                      << "tokenizer = \"" << model << "/tok512.bin\"\nmax_new = 4\n"
+                      << "policies = [\"full\", \"snapkv:window=8\", \"tova\"]\n"
+                      << "budgets = [0.1, 0.5]\n"
+                      << "tasks = [\"needle\"]\nlengths = [200]\ndepths = [0.5]\n";
+  REQUIRE(test::run_command(test::kvscope_exe() + " sweep " + plan + " -o " + sweep_dir, &out) ==
+          0);
+  const std::vector<sweep::ResultRow> rows =
+      sweep::read_results_csv(sweep::results_csv_path(sweep_dir));
+  REQUIRE(rows.size() == 5);
+  const sweep::ResultRow* small = nullptr;
+  for (const sweep::ResultRow& r : rows)
+    if (r.policy == "snapkv:window=8,budget=0.1") small = &r;
+  REQUIRE(small);
+  MainWindow w;
+  w.show();
+  REQUIRE(QTest::qWaitForWindowExposed(&w));
+  REQUIRE(w.open_sweep(QString::fromStdString(sweep_dir)));
+  auto* kind = w.findChild<QComboBox*>("sweepFigure");
+  auto* metric = w.findChild<QComboBox*>("sweepMetric");
+  REQUIRE(kind);
+  REQUIRE(metric);
+  kind->setCurrentIndex(kind->findData("pareto"));
+  gui::SweepCanvas* canvas = w.sweep_panel()->canvas();
+  REQUIRE(dynamic_cast<views::ParetoFigure*>(canvas->figure().get()));
+  // The curve's own metrics, the grid's choice kept where the curve has it.
+  CHECK(metric->findData("kl") >= 0);
+  CHECK(metric->currentData().toString() == "success");
+  REQUIRE(QTest::qWaitFor([&] { return canvas->isVisible() && canvas->width() > 100; }, kWaitMs));
+  QCoreApplication::processEvents();
+  QCoreApplication::processEvents();
+  const QRectF mark = canvas->figure()->cell_area(QRectF(canvas->rect()), small->cell_id);
+  REQUIRE(!mark.isEmpty());
+  // Points sit left of the full cache's by the memory they hold.
+  const sweep::ResultRow* full = nullptr;
+  for (const sweep::ResultRow& r : rows)
+    if (r.policy == "full") full = &r;
+  REQUIRE(full);
+  CHECK(mark.center().x() <
+        canvas->figure()->cell_area(QRectF(canvas->rect()), full->cell_id).center().x());
+  QSignalSpy shown(&w, &MainWindow::sweepCellShown);
+  QTest::mouseClick(canvas, Qt::LeftButton, {}, mark.center().toPoint());
+  REQUIRE(shown.wait(kWaitMs));
+  CHECK(QFileInfo(QString::fromStdString(w.state().selection().trace)).canonicalFilePath() ==
+        QFileInfo(QString::fromStdString(sweep_dir + "/" + small->trace)).canonicalFilePath());
+  CHECK(w.findChild<QTextBrowser*>("sweepWhy")
+            ->toPlainText()
+            .contains(QString::fromStdString(small->cell_id)));
+  // Back on the grid, the metric list is the grid's again.
+  kind->setCurrentIndex(kind->findData("sweep"));
+  CHECK(metric->findData("kl") < 0);
+  CHECK(dynamic_cast<views::SweepFigure*>(canvas->figure().get()));
+
+  // Headless: the PDF names the policies without their budgets, the CSV has
+  // one line per policy and budget with the table's bytes.
+  REQUIRE(test::run_command(test::kvscope_exe() + " export " + sweep_dir +
+                                " --view pareto --metric needle-survival -o " + dir + "/curve.pdf",
+                            &out) == 0);
+  REQUIRE(test::run_command("pdftotext " + dir + "/curve.pdf -", &out) == 0);
+  CHECK(out.find("snapkv:window=8") != std::string::npos);
+  CHECK(out.find("KV cache held") != std::string::npos);
+  REQUIRE(test::run_command(
+              test::kvscope_exe() + " export " + sweep_dir + " --view pareto -o " + dir + "/c.csv",
+              &out) == 0);
+  std::ifstream csv(dir + "/c.csv");
+  std::string header, line;
+  std::getline(csv, header);
+  CHECK(header == "task,policy,budget,cells,ran,kv_bytes_mean,kv_bytes_peak,score,lo,hi");
+  int lines = 0;
+  bool small_bytes = false;
+  while (std::getline(csv, line)) {
+    ++lines;
+    small_bytes |= line.rfind("needle,snapkv:window=8,0.1,1,1," +
+                                  std::to_string(int64_t(*small->kv_bytes_mean)) + ",",
+                              0) == 0;
+  }
+  CHECK(lines == 5);
+  CHECK(small_bytes);
+  // Refused: a metric the curve does not show, an option of another view,
+  // and a folder that is not a sweep's.
+  CHECK(test::run_command(test::kvscope_exe() + " export " + sweep_dir +
+                              " --view sweep --metric kl -o " + dir + "/x.png",
+                          &out) == 2);
+  CHECK(out.find("the sweep view shows no 'kl'") != std::string::npos);
+  CHECK(test::run_command(test::kvscope_exe() + " export " + sweep_dir +
+                              " --view pareto --colormap magma -o " + dir + "/x.png",
+                          &out) == 2);
+  CHECK(out.find("the pareto view takes no --colormap") != std::string::npos);
+  CHECK(test::run_command(
+            test::kvscope_exe() + " export " + dir + " --view pareto -o " + dir + "/x.png", &out) ==
+        2);
+  CHECK(out.find("results.csv") != std::string::npos);
+  CHECK_FALSE(QFileInfo::exists(QString::fromStdString(dir + "/x.png")));
 }

@@ -25,7 +25,7 @@
 #include "core/common/input_error.h"
 #include "core/sweep/results_table.h"
 #include "views/figure_factory.h"
-#include "views/sweep_figure.h"
+#include "views/sweep_results_figure.h"
 #include "views/view_registry.h"
 
 namespace kvscope::cli {
@@ -81,8 +81,9 @@ int run_perfetto(const ExportOptions& o, const trace::TraceReader& reader) {
   return kExitOk;
 }
 
-// --view sweep: TRACE is a sweep's folder (or its results.csv); the grid of
-// every policy and task, coloured by --metric success, score or needle-survival.
+// --view sweep|pareto (views::sweep_figure_kinds): TRACE is a sweep's folder
+// (or its results.csv); the grid of every policy and task, or the score
+// against the KV memory held, by --metric.
 int run_sweep_export(const ExportOptions& o) {
   std::filesystem::path dir(o.trace);
   if (!std::filesystem::is_directory(dir)) dir = dir.parent_path();
@@ -90,16 +91,22 @@ int run_sweep_export(const ExportOptions& o) {
   if (!std::filesystem::exists(table))
     throw InputError(
         o.trace, "TRACE",
-        "--view sweep takes a sweep's output folder (with results.csv); none at " + table);
-  const std::string metric = views::option_text(o.given, "metric", "success");
-  const views::SweepFigure::Metric m =
-      views::SweepFigure::metric_from_name(QString::fromStdString(metric));
+        "--view " + o.view + " takes a sweep's output folder (with results.csv); none at " + table);
+  for (const auto& [option, value] : o.given)
+    if (option != "metric")
+      throw InputError("", views::view_option_flag(option),
+                       "the " + o.view + " view takes no " + views::view_option_flag(option) +
+                           " (it takes --metric)");
   auto app = headless_app();
   const std::string name = std::filesystem::absolute(dir).lexically_normal().filename().string();
-  views::SweepFigure fig(QString::fromStdString(name.empty() ? dir.string() : name),
-                         sweep::read_results_csv(table), m);
-  views::export_figure(fig, QString::fromStdString(o.output), {o.width, o.height, o.dpi});
-  std::cout << "wrote " << o.output << ": " << fig.title().toStdString() << "\n";
+  const std::shared_ptr<views::SweepResultsFigure> fig =
+      views::make_sweep_figure(o.view, QString::fromStdString(name.empty() ? dir.string() : name),
+                               sweep::read_results_csv(table),
+                               QString::fromStdString(views::option_text(o.given, "metric", "")));
+  if (const QString why = fig->missing_data(); !why.isEmpty())
+    throw InputError(table, "--view " + o.view, why.toStdString());
+  views::export_figure(*fig, QString::fromStdString(o.output), {o.width, o.height, o.dpi});
+  std::cout << "wrote " << o.output << ": " << fig->title().toStdString() << "\n";
   return kExitOk;
 }
 
@@ -135,15 +142,18 @@ std::shared_ptr<views::Figure> export_view(const ExportOptions& o, views::TraceD
 
 int run_export(const ExportOptions& o) {
   check_output_path(o.output, "-o");
-  if (o.view == "sweep") return run_sweep_export(o);
+  if (views::find_sweep_figure_kind(o.view)) return run_sweep_export(o);
   const std::string metric = views::option_text(o.given, "metric");
-  if (views::SweepFigure::metric_names().contains(QString::fromStdString(metric)))
-    throw InputError("", "--metric", "'" + metric + "' colours the sweep view only");
+  for (const views::SweepFigureKind& k : views::sweep_figure_kinds())
+    for (views::SweepMetric m : k.metrics)
+      if (views::sweep_metric_name(m).toStdString() == metric)
+        throw InputError("", "--metric",
+                         "'" + metric + "' is a sweep figure's metric (--view sweep or pareto)");
   check_view_options(o);
   if (std::filesystem::is_directory(o.trace))
     throw InputError(o.trace, "TRACE",
                      "is a folder: a trace file is expected (a sweep folder "
-                     "takes --view sweep)");
+                     "takes --view sweep or pareto)");
   auto reader = trace::TraceReader::open(o.trace);
   if (o.view == "perfetto") return run_perfetto(o, *reader);
   auto app = headless_app();
@@ -185,9 +195,18 @@ void add_view_options(CLI::App* sub, ExportOptions* o) {
       help[v.name] += (help[v.name].empty() ? "" : "; ") + v.help;
       first.emplace(v.name, &v);
     }
-  for (const QString& m : views::SweepFigure::metric_names())
-    choices["metric"].push_back(m.toStdString());
-  help["metric"] += "; sweep: colour by success (default), score or needle-survival";
+  for (const views::SweepFigureKind& k : views::sweep_figure_kinds()) {
+    std::string names;
+    for (views::SweepMetric m : k.metrics) {
+      const std::string n = views::sweep_metric_name(m).toStdString();
+      if (std::find(choices["metric"].begin(), choices["metric"].end(), n) ==
+          choices["metric"].end())
+        choices["metric"].push_back(n);
+      names += (names.empty() ? "" : ", ") + n;
+    }
+    help["metric"] += std::string("; ") + k.name + ": " + names + " (default " +
+                      views::sweep_metric_name(k.metrics.front()).toStdString() + ")";
+  }
   for (const auto& [name, spec] : first) {
     const std::string flag = views::view_option_flag(name), key = name;
     if (spec->flag) {
@@ -206,7 +225,7 @@ Command add_export_command(CLI::App& app) {
   auto o = std::make_shared<ExportOptions>();
   CLI::App* sub = app.add_subcommand(
       "export", "Render a view to PNG/SVG/PDF, its data to CSV, or lifetimes to Perfetto JSON");
-  sub->add_option("TRACE", o->trace, "trace file (--view sweep: a sweep's output folder)")
+  sub->add_option("TRACE", o->trace, "trace file (--view sweep or pareto: a sweep's output folder)")
       ->required()
       ->check(CLI::ExistingPath);
   sub->add_option("-o,--output", o->output, "output: .png .svg .pdf .csv (or .json for perfetto)")
@@ -214,7 +233,7 @@ Command add_export_command(CLI::App& app) {
   std::vector<std::string> views_list;
   for (const QString& n : views::figure_names()) views_list.push_back(n.toStdString());
   views_list.push_back("perfetto");
-  views_list.push_back("sweep");
+  for (const views::SweepFigureKind& k : views::sweep_figure_kinds()) views_list.push_back(k.name);
   sub->add_option("--view", o->view, "view to render")->check(CLI::IsMember(views_list));
   // Indices are checked against the trace once it is open (selection_for).
   const CLI::Range index(0, INT32_MAX);
