@@ -138,6 +138,7 @@ ParetoFigure::ParetoFigure(QString name, std::vector<sweep::ResultRow> rows, Swe
     }
     points_.push_back(std::move(pt));
   }
+  fit_axes();
 }
 
 QString ParetoFigure::title() const {
@@ -158,32 +159,24 @@ QString ParetoFigure::missing_data() const {
                                                   : "");
 }
 
-double ParetoFigure::unit_bytes(size_t task) const {
-  double top = 0;
-  for (const Point& pt : points_)
-    if (pt.task == task) top = std::max(top, pt.kv_bytes);
-  double unit = 1;
-  while (top / unit >= 1024 && unit < 1024.0 * 1024 * 1024) unit *= 1024;
-  return unit;
-}
-
-QString ParetoFigure::unit_name(size_t task) const {
-  const double u = unit_bytes(task);
-  return u >= 1024.0 * 1024 * 1024 ? "GiB" : u >= 1024 * 1024 ? "MiB" : u >= 1024 ? "KiB" : "bytes";
-}
-
-double ParetoFigure::x_max(size_t task) const {
-  double top = 0;
-  for (const Point& pt : points_)
-    if (pt.task == task) top = std::max(top, pt.kv_bytes);
-  return std::max(top, 1.0) * 1.08 / unit_bytes(task);
-}
-
-double ParetoFigure::y_max() const {
-  if (metric_ != SweepMetric::Kl) return 1.04;
-  double top = 0;
-  for (const Point& pt : points_) top = std::max(top, pt.hi);
-  return top > 0 ? top * 1.1 : 1.0;
+void ParetoFigure::fit_axes() {
+  // Each task's bytes in the unit that keeps its largest value under 1024.
+  axes_.assign(tasks_.size(), TaskAxis{});
+  for (size_t t = 0; t < tasks_.size(); ++t) {
+    double top = 0;
+    for (const Point& pt : points_)
+      if (pt.task == t) top = std::max(top, pt.kv_bytes);
+    TaskAxis& a = axes_[t];
+    const char* names[] = {"bytes", "KiB", "MiB", "GiB"};
+    for (int k = 0; k < 3 && top / a.unit >= 1024; ++k) a.unit *= 1024, a.unit_name = names[k + 1];
+    a.x_max = std::max(top, 1.0) * 1.08 / a.unit;
+  }
+  y_max_ = 1.04;
+  if (metric_ == SweepMetric::Kl) {
+    double top = 0;
+    for (const Point& pt : points_) top = std::max(top, pt.hi);
+    y_max_ = top > 0 ? top * 1.1 : 1.0;
+  }
 }
 
 size_t ParetoFigure::line_style(size_t line) const {
@@ -256,9 +249,10 @@ ParetoFigure::Layout ParetoFigure::layout(const QRectF& area, QPaintDevice* devi
 
 QPointF ParetoFigure::position(const Layout& l, const Point& pt) const {
   const QRectF& plot = l.panels[pt.task].plot;
-  const plot::Map mx{0, x_max(pt.task), plot.left(), plot.right()};
-  const plot::Map my{0, y_max(), plot.bottom(), plot.top()};
-  return QPointF(mx(pt.kv_bytes / unit_bytes(pt.task)), my(pt.value));
+  const TaskAxis& a = axes_[pt.task];
+  const plot::Map mx{0, a.x_max, plot.left(), plot.right()};
+  const plot::Map my{0, y_max_, plot.bottom(), plot.top()};
+  return QPointF(mx(pt.kv_bytes / a.unit), my(pt.value));
 }
 
 void ParetoFigure::paint_panel(QPainter& p, const Layout& l, size_t task) const {
@@ -277,11 +271,12 @@ void ParetoFigure::paint_panel(QPainter& p, const Layout& l, size_t task) const 
   QString ylabel = metric_ == SweepMetric::Kl ? "max KL" : sweep_metric_label(metric_);
   if (title_fm.horizontalAdvance(ylabel) > pn.plot.height()) ylabel = sweep_metric_name(metric_);
   ylabel = title_fm.elidedText(ylabel, Qt::ElideRight, pn.plot.height());
-  QString xlabel = "KV cache held, " + unit_name(task) + " (mean over decode steps)";
-  if (title_fm.horizontalAdvance(xlabel) > pn.plot.width()) xlabel = "KV held, " + unit_name(task);
+  const TaskAxis& axis = axes_[task];
+  QString xlabel = "KV cache held, " + axis.unit_name + " (mean over decode steps)";
+  if (title_fm.horizontalAdvance(xlabel) > pn.plot.width()) xlabel = "KV held, " + axis.unit_name;
   xlabel = title_fm.elidedText(xlabel, Qt::ElideRight, pn.plot.width());
-  plot::axes(p, pn.plot, 0, x_max(task), 0, y_max(), xlabel, ylabel);
-  const plot::Map my{0, y_max(), pn.plot.bottom(), pn.plot.top()};
+  plot::axes(p, pn.plot, 0, axis.x_max, 0, y_max_, xlabel, ylabel);
+  const plot::Map my{0, y_max_, pn.plot.bottom(), pn.plot.top()};
   p.save();
   p.setClipRect(pn.plot.adjusted(-kMarkerRadius - 2, -kMarkerRadius - 2, kMarkerRadius + 2, 0));
   for (size_t line = 0; line < lines_.size(); ++line) {
@@ -342,8 +337,7 @@ void ParetoFigure::paint(QPainter& p, const QRectF& area) const {
     return;
   }
   const Layout l = layout(area, p.device());
-  plot::title(p, l.title, title(),
-              "95 % bands: Wilson's (0/1 cells) or ±1.96 SE");
+  plot::title(p, l.title, title(), "95 % bands: Wilson's (0/1 cells) or ±1.96 SE");
   paint_legend_rows(p, l.legend, legend_entries());
   for (size_t t = 0; t < tasks_.size(); ++t) paint_panel(p, l, t);
 }
@@ -387,7 +381,7 @@ QString ParetoFigure::tooltip(const QRectF& area, const QPointF& point) const {
   if (!pt) return {};
   std::vector<const sweep::ResultRow*> cells;
   for (size_t row : pt->rows) cells.push_back(&rows_[row]);
-  const double u = unit_bytes(pt->task);
+  const double u = axes_[pt->task].unit;
   return QString("%1, %2\n%3\n%4 %5 [%6, %7] over %8 of %9 cells\nKV held %10 %11 (peak %12)")
              .arg(QString::fromStdString(lines_[pt->line]), budget_text(pt->budget),
                   QString::fromStdString(tasks_[pt->task]), sweep_metric_label(metric_))
@@ -397,7 +391,7 @@ QString ParetoFigure::tooltip(const QRectF& area, const QPointF& point) const {
              .arg(pt->ran)
              .arg(pt->rows.size())
              .arg(pt->kv_bytes / u, 0, 'g', 4)
-             .arg(unit_name(pt->task))
+             .arg(axes_[pt->task].unit_name)
              .arg(pt->kv_peak / u, 0, 'g', 4) +
          hidden_behind(area, *pt) + describe_cells(cells, 8) +
          "\n(click: open the first cell's trace)";

@@ -63,10 +63,6 @@ class ParetoFigure : public SweepResultsFigure {
     std::vector<Panel> panels;  // one per task
   };
   Layout layout(const QRectF& area, QPaintDevice* device) const;
-  // The x range is the task's (a dataset's rows are short where a needle
-  // prompt is long); the y range is shared, so panels compare at a glance.
-  double x_max(size_t task) const;
-  double y_max() const;
   QPointF position(const Layout& l, const Point& pt) const;
   // The nearest point within the pick radius; of points drawn on one
   // another, the first line's.
@@ -79,12 +75,19 @@ class ParetoFigure : public SweepResultsFigure {
   int line_marker(size_t line) const;
   std::vector<LegendEntry> legend_entries() const;
   void paint_panel(QPainter& p, const Layout& l, size_t task) const;
-  // Bytes on a task's axis in one unit (B, KiB, MiB, GiB).
-  double unit_bytes(size_t task) const;
-  QString unit_name(size_t task) const;
+  // A task's x axis: its bytes in one unit (B, KiB, MiB, GiB) and its range
+  // (a dataset's rows are short where a needle prompt is long); the y range
+  // is shared, so panels compare at a glance. Fitted once, after the points.
+  struct TaskAxis {
+    double unit = 1, x_max = 1;
+    QString unit_name = "bytes";
+  };
+  void fit_axes();
 
   std::vector<std::string> tasks_, lines_;
   std::vector<Point> points_;
+  std::vector<TaskAxis> axes_;
+  double y_max_ = 1;
 };
 
 }  // namespace kvscope::views

@@ -1,5 +1,5 @@
 // kvscope-gui [TRACE...] [--compare B] [--layer L --head H --step S --token T]
-//             [--needle] [--raise VIEW,...] [--sweep DIR [--sweep-cell ID]]
+//             [--needle] [--raise VIEW,...] [--sweep DIR [--sweep-figure KIND] [--sweep-cell ID]]
 //             [--screenshot-dir DIR [--wait-lod] [--quit]] [--print-timing]
 #include <QApplication>
 #include <QCommandLineParser>
@@ -16,7 +16,7 @@
 namespace {
 
 struct Script {
-  QString compare, shots, sweep, sweep_cell;
+  QString compare, shots, sweep, sweep_figure, sweep_cell;
   QStringList raise;  // views whose dock tabs are brought to the front
   int layer = -1, head = -1;
   qint64 step = -1, token = -1;
@@ -102,6 +102,9 @@ struct Options {
   QCommandLineOption quit{"quit", "quit after the screenshots"};
   QCommandLineOption timing{"print-timing", "print the time to the first view"};
   QCommandLineOption sweep{"sweep", "a kvscope sweep folder to show in the Sweep dock", "dir"};
+  QCommandLineOption sweep_figure{
+      "sweep-figure", "the Sweep dock's figure: sweep (the grid) or pareto (against KV memory)",
+      "kind"};
   QCommandLineOption sweep_cell{"sweep-cell", "open this sweep cell's trace (as a click does)",
                                 "cell id"};
   QCommandLineOption needle{"needle", "select the needle's tokens in every view (Go to needle)"};
@@ -113,7 +116,7 @@ struct Options {
     p.addVersionOption();
     p.addPositionalArgument("traces", "trace files to open");
     for (const auto& o : {compare, layer, head, step, token, needle, raise, shots, wait_lod, quit,
-                          timing, sweep, sweep_cell})
+                          timing, sweep, sweep_figure, sweep_cell})
       p.addOption(o);
   }
 };
@@ -162,6 +165,7 @@ int main(int argc, char** argv) {
   s.quit = p.isSet(opt.quit);
   s.timing = p.isSet(opt.timing);
   s.sweep = p.value(opt.sweep);
+  s.sweep_figure = p.value(opt.sweep_figure);
   s.sweep_cell = p.value(opt.sweep_cell);
   s.needle = p.isSet(opt.needle);
   s.raise = p.value(opt.raise).split(',', Qt::SkipEmptyParts);
@@ -170,6 +174,13 @@ int main(int argc, char** argv) {
   const QStringList traces = p.positionalArguments();
   if (!s.sweep.isEmpty()) {
     if (!w.open_sweep(s.sweep)) return 2;
+    if (!s.sweep_figure.isEmpty() && !w.sweep_panel()->show_figure(s.sweep_figure)) {
+      std::fprintf(stderr,
+                   "kvscope-gui: error: --sweep-figure: '%s' is not a sweep figure (expected sweep "
+                   "or pareto)\n",
+                   qPrintable(s.sweep_figure));
+      return 2;
+    }
     if (!s.sweep_cell.isEmpty()) w.sweep_panel()->select_cell(s.sweep_cell);
   }
   if (!traces.isEmpty()) w.open_trace(traces.front());

@@ -105,6 +105,13 @@ void SweepPanel::open(const QString& dir) {
   rebuild();
 }
 
+bool SweepPanel::show_figure(const QString& kind) {
+  const int index = kind_->findData(kind);
+  if (index < 0) return false;
+  kind_->setCurrentIndex(index);
+  return true;
+}
+
 void SweepPanel::fill_metrics() {
   const QString current = metric_->currentData().toString();
   const QSignalBlocker quiet(metric_);

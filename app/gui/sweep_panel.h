@@ -49,6 +49,9 @@ class SweepPanel : public QWidget {
   void open(const QString& dir);
   QString folder() const { return dir_; }
   SweepCanvas* canvas() const { return canvas_; }
+  // Shows the figure of that kind (views::sweep_figure_kinds' name); false
+  // when there is none.
+  bool show_figure(const QString& kind);
   // Shows the cell's explanation and emits openCell (as a click does).
   void select_cell(const QString& cell_id);
 

@@ -433,28 +433,24 @@ TEST_CASE("the capture dialog runs kvscope capture on its device and shows why o
   CHECK_FALSE(QFileInfo::exists(refused));
 }
 
-TEST_CASE(
-    "a real stories260K sweep in the Sweep dock: a click opens the cell's trace at the "
-    "divergence step with the needle selected, and explains it") {
-  setup();
-  if (!kvscope_has("sweep")) return;
-  std::string out;
-  const std::string dir = test::temp_dir(), model = test::shared_dir() + "/models/stories260K";
-  const std::string plan = dir + "/plan.toml", sweep_dir = dir + "/sweep";
+namespace {
+
+// Runs a stories260K sweep of `axes` (the plan's lines after its model and
+// tokenizer) into sweep_dir; its results table.
+std::vector<sweep::ResultRow> run_stories_sweep(const std::string& sweep_dir,
+                                                const std::string& axes) {
+  const std::string model = test::shared_dir() + "/models/stories260K", plan = sweep_dir + ".toml";
   std::ofstream(plan) << "[sweep]\nmodels = [\"" << model << "/stories260K.bin\"]\n"
-                      << "tokenizer = \"" << model << "/tok512.bin\"\nmax_new = 6\n"
-                      << "policies = [\"full\", \"streaming_llm:sinks=4,window=32\"]\n"
-                      << "tasks = [\"needle\"]\nlengths = [200]\ndepths = [0.1, 0.9]\n";
+                      << "tokenizer = \"" << model << "/tok512.bin\"\n"
+                      << axes;
+  std::string out;
   REQUIRE(test::run_command(test::kvscope_exe() + " sweep " + plan + " -o " + sweep_dir, &out) ==
           0);
-  const std::vector<sweep::ResultRow> rows =
-      sweep::read_results_csv(sweep::results_csv_path(sweep_dir));
-  REQUIRE(rows.size() == 4);
-  const sweep::ResultRow* lost = nullptr;  // StreamingLLM with the needle early: evicted
-  for (const sweep::ResultRow& r : rows)
-    if (r.policy != "full" && r.depth.value_or(1) < 0.5) lost = &r;
-  REQUIRE(lost);
-  MainWindow w;
+  return sweep::read_results_csv(sweep::results_csv_path(sweep_dir));
+}
+
+// Shows the window with the sweep in its dock; the canvas, once laid out.
+gui::SweepCanvas* show_sweep(MainWindow& w, const std::string& sweep_dir) {
   w.show();
   REQUIRE(QTest::qWaitForWindowExposed(&w));
   REQUIRE(w.open_sweep(QString::fromStdString(sweep_dir)));
@@ -464,6 +460,29 @@ TEST_CASE(
   // they have been.
   QCoreApplication::processEvents();
   QCoreApplication::processEvents();
+  return canvas;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a real stories260K sweep in the Sweep dock: a click opens the cell's trace at the "
+    "divergence step with the needle selected, and explains it") {
+  setup();
+  if (!kvscope_has("sweep")) return;
+  std::string out;
+  const std::string dir = test::temp_dir(), sweep_dir = dir + "/sweep";
+  const std::vector<sweep::ResultRow> rows =
+      run_stories_sweep(sweep_dir,
+                        "max_new = 6\npolicies = [\"full\", \"streaming_llm:sinks=4,window=32\"]\n"
+                        "tasks = [\"needle\"]\nlengths = [200]\ndepths = [0.1, 0.9]\n");
+  REQUIRE(rows.size() == 4);
+  const sweep::ResultRow* lost = nullptr;  // StreamingLLM with the needle early: evicted
+  for (const sweep::ResultRow& r : rows)
+    if (r.policy != "full" && r.depth.value_or(1) < 0.5) lost = &r;
+  REQUIRE(lost);
+  MainWindow w;
+  gui::SweepCanvas* canvas = show_sweep(w, sweep_dir);
   QRectF cell = canvas->figure()->cell_area(QRectF(canvas->rect()), lost->cell_id);
   REQUIRE(!cell.isEmpty());
   QSignalSpy shown(&w, &MainWindow::sweepCellShown);
@@ -511,43 +530,34 @@ TEST_CASE(
 
 TEST_CASE(
     "a real stories260K budgets sweep as a memory curve in the Sweep dock: a click on a "
-    "point opens that budget's trace; exported headless with its data") {
+    "point opens that budget's trace, exported headless with its data") {
   setup();
   if (!kvscope_has("sweep")) return;
   std::string out;
-  const std::string dir = test::temp_dir(), model = test::shared_dir() + "/models/stories260K";
-  const std::string plan = dir + "/plan.toml", sweep_dir = dir + "/budgets";
-  std::ofstream(plan) << "[sweep]\nmodels = [\"" << model << "/stories260K.bin\"]\n"
-                      << "tokenizer = \"" << model << "/tok512.bin\"\nmax_new = 4\n"
-                      << "policies = [\"full\", \"snapkv:window=8\", \"tova\"]\n"
-                      << "budgets = [0.1, 0.5]\n"
-                      << "tasks = [\"needle\"]\nlengths = [200]\ndepths = [0.5]\n";
-  REQUIRE(test::run_command(test::kvscope_exe() + " sweep " + plan + " -o " + sweep_dir, &out) ==
-          0);
+  const std::string dir = test::temp_dir(), sweep_dir = dir + "/budgets";
   const std::vector<sweep::ResultRow> rows =
-      sweep::read_results_csv(sweep::results_csv_path(sweep_dir));
+      run_stories_sweep(sweep_dir,
+                        "max_new = 4\npolicies = [\"full\", \"snapkv:window=8\", \"tova\"]\n"
+                        "budgets = [0.1, 0.5]\ntasks = [\"needle\"]\nlengths = [200]\n"
+                        "depths = [0.5]\n");
   REQUIRE(rows.size() == 5);
   const sweep::ResultRow* small = nullptr;
   for (const sweep::ResultRow& r : rows)
     if (r.policy == "snapkv:window=8,budget=0.1") small = &r;
   REQUIRE(small);
   MainWindow w;
-  w.show();
-  REQUIRE(QTest::qWaitForWindowExposed(&w));
-  REQUIRE(w.open_sweep(QString::fromStdString(sweep_dir)));
+  gui::SweepCanvas* canvas = show_sweep(w, sweep_dir);
   auto* kind = w.findChild<QComboBox*>("sweepFigure");
   auto* metric = w.findChild<QComboBox*>("sweepMetric");
   REQUIRE(kind);
   REQUIRE(metric);
-  kind->setCurrentIndex(kind->findData("pareto"));
-  gui::SweepCanvas* canvas = w.sweep_panel()->canvas();
+  CHECK_FALSE(w.sweep_panel()->show_figure("pie"));
+  REQUIRE(w.sweep_panel()->show_figure("pareto"));
+  CHECK(kind->currentData().toString() == "pareto");
   REQUIRE(dynamic_cast<views::ParetoFigure*>(canvas->figure().get()));
   // The curve's own metrics, the grid's choice kept where the curve has it.
   CHECK(metric->findData("kl") >= 0);
   CHECK(metric->currentData().toString() == "success");
-  REQUIRE(QTest::qWaitFor([&] { return canvas->isVisible() && canvas->width() > 100; }, kWaitMs));
-  QCoreApplication::processEvents();
-  QCoreApplication::processEvents();
   const QRectF mark = canvas->figure()->cell_area(QRectF(canvas->rect()), small->cell_id);
   REQUIRE(!mark.isEmpty());
   // Points sit left of the full cache's by the memory they hold.
@@ -565,7 +575,8 @@ TEST_CASE(
   CHECK(w.findChild<QTextBrowser*>("sweepWhy")
             ->toPlainText()
             .contains(QString::fromStdString(small->cell_id)));
-  // Back on the grid, the metric list is the grid's again.
+  // Back on the grid (the combo, as a user picks it), the metric list is the
+  // grid's again.
   kind->setCurrentIndex(kind->findData("sweep"));
   CHECK(metric->findData("kl") < 0);
   CHECK(dynamic_cast<views::SweepFigure*>(canvas->figure().get()));

@@ -131,7 +131,7 @@ TEST_CASE("memory curve: one point per policy, budget and task, with its 95 % in
   CHECK(k.lo == Approx(0.0));  // 0.3 - 0.392, bounded at 0
 }
 
-TEST_CASE("memory curve: a click on a point opens a missed cell first; tooltips and CSV") {
+TEST_CASE("memory curve: a click on a point opens a missed cell first, tooltips and CSV") {
   test::qt_app(true);
   const ParetoFigure f("s", table(), SweepMetric::Success);
   const QRectF area(0, 0, 900, 560);
@@ -157,7 +157,7 @@ TEST_CASE("memory curve: a click on a point opens a missed cell first; tooltips 
   CHECK(csv.count('\n') == 6);
 }
 
-TEST_CASE("memory curve: a dataset's rows are one task; several models, a line each") {
+TEST_CASE("memory curve: a dataset's rows are one task, several models a line each") {
   test::qt_app(true);
   std::vector<sweep::ResultRow> rows;
   for (int i = 0; i < 3; ++i)
