@@ -413,7 +413,11 @@ void TokenHistoryFigure::paint(QPainter& p, const QRectF& area) const {
     p.setPen(QPen(palette::kOrange, 2));
     p.drawPolyline(line);
     for (const QPointF& pt : line) p.drawEllipse(pt, 2, 2);
-    plot::axes(p, sr, 0, double(n_steps), lo, hi, "step", sample_gate);
+    // The series is named in full under the strip, whose height is too short
+    // for the name along it (it ran up into the rows' axis title).
+    const QString along =
+        QFontMetricsF(plot::font(9)).elidedText(sample_gate, Qt::ElideMiddle, sr.height());
+    plot::axes(p, sr, 0, double(n_steps), lo, hi, "step · line: " + sample_gate, along);
   }
 }
 

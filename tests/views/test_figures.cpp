@@ -238,6 +238,14 @@ TEST_CASE("tokens: hit testing, per-head values and the history of one token") {
   REQUIRE(h->admit.size() == size_t(spec.layers * spec.kv_heads));
   CHECK(h->evict[size_t(0 * spec.kv_heads + 2)] == 7);  // token 30 leaves (0, 2) at step 7
   CHECK(h->samples.size() == 1);                        // one forecast sample at its admission
+  // A long series name beside a short strip (a dock's size) is elided along
+  // it and named whole under it, never run up into the rows' axis title.
+  h->sample_gate = "tova_last_query_attention";
+  const LayoutReport report = check_layout(*h, {330, 380, 96});
+  std::string problems;
+  for (const QString& problem : report.problems) problems += problem.toStdString() + "\n";
+  INFO(problems);
+  CHECK(report.ok());
 }
 
 TEST_CASE("gates: histogram covers every scored token, threshold from the trace") {
