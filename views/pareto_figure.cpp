@@ -30,18 +30,6 @@ std::string file_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// A task as a panel header: a dataset's file by its name (the path is in the
-// CSV and the tooltip).
-QString task_label(const std::string& task) {
-  std::string out = task;
-  const size_t at = out.find("file=");
-  if (at != std::string::npos && (at == 0 || out[at - 1] == ':' || out[at - 1] == ',')) {
-    const size_t end = std::min(out.find(',', at), out.size());
-    out.replace(at + 5, end - at - 5, file_name(out.substr(at + 5, end - at - 5)));
-  }
-  return QString::fromStdString(out);
-}
-
 template <typename T>
 size_t add_unique(std::vector<T>& v, const T& x) {
   const auto it = std::find(v.begin(), v.end(), x);
@@ -262,7 +250,7 @@ void ParetoFigure::paint_panel(QPainter& p, const Layout& l, size_t task) const 
   p.setFont(plot::font(8, true));
   p.drawText(pn.header, Qt::AlignCenter,
              QFontMetricsF(p.font(), p.device())
-                 .elidedText(task_label(tasks_[task]), Qt::ElideMiddle, pn.header.width()));
+                 .elidedText(sweep_task_label(tasks_[task]), Qt::ElideMiddle, pn.header.width()));
   p.restore();
 
   // The y title runs along the plot's height: a short panel takes the

@@ -44,7 +44,7 @@ SweepFigure::SweepFigure(QString name, std::vector<sweep::ResultRow> rows, Sweep
   // Axes in the table's (plan) order; depths and lengths sorted.
   for (const sweep::ResultRow& r : rows_) {
     add_unique(policies_, r.policy);
-    add_unique(tasks_, r.task_base);
+    add_unique(tasks_, sweep::dataset_of(r));
     if (r.tokens) add_unique(lengths_, *r.tokens);
     if (r.depth) add_unique(depths_, *r.depth);
   }
@@ -53,7 +53,7 @@ SweepFigure::SweepFigure(QString name, std::vector<sweep::ResultRow> rows, Sweep
   for (size_t i = 0; i < rows_.size(); ++i) {
     const sweep::ResultRow& r = rows_[i];
     if (!r.tokens || !r.depth) continue;
-    Cell& c = cells_[{index_of(policies_, r.policy), index_of(tasks_, r.task_base),
+    Cell& c = cells_[{index_of(policies_, r.policy), index_of(tasks_, sweep::dataset_of(r)),
                       index_of(lengths_, *r.tokens), index_of(depths_, *r.depth)}];
     c.rows.push_back(i);
     if (!r.ok()) continue;
@@ -214,10 +214,9 @@ void SweepFigure::paint(QPainter& p, const QRectF& area) const {
                           l.header_h - 2);
         p.setPen(Qt::black);
         p.setFont(plot::font(8, true));
-        p.drawText(
-            head, Qt::AlignCenter,
-            QFontMetricsF(p.font(), p.device())
-                .elidedText(QString::fromStdString(tasks_[ti]), Qt::ElideRight, head.width()));
+        p.drawText(head, Qt::AlignCenter,
+                   QFontMetricsF(p.font(), p.device())
+                       .elidedText(sweep_task_label(tasks_[ti]), Qt::ElideMiddle, head.width()));
         p.setFont(plot::font(8));
       }
     }
@@ -253,7 +252,8 @@ void SweepFigure::paint(QPainter& p, const QRectF& area) const {
   // too narrow for it.
   const bool per_panel = fm.horizontalAdvance("tokens") <= l.panel_w;
   for (size_t ti = 0; ti < (per_panel ? tasks_.size() : 1); ++ti) {
-    const double width = per_panel ? l.panel_w : double(tasks_.size()) * (l.panel_w + l.gap) - l.gap;
+    const double width =
+        per_panel ? l.panel_w : double(tasks_.size()) * (l.panel_w + l.gap) - l.gap;
     const QRectF axis(l.left + double(ti) * (l.panel_w + l.gap), bottom + fm.height() + 4, width,
                       fm.height());
     p.drawText(axis, Qt::AlignCenter,
@@ -307,7 +307,7 @@ QString SweepFigure::tooltip(const QRectF& area, const QPointF& point) const {
   if (cells.empty()) return {};
   const sweep::ResultRow& r = *cells.front();
   return QString("%1\n%2\n%3 tokens, depth %4")
-             .arg(QString::fromStdString(r.policy), QString::fromStdString(r.task_base))
+             .arg(QString::fromStdString(r.policy), QString::fromStdString(sweep::dataset_of(r)))
              .arg(r.tokens.value_or(0))
              .arg(r.depth.value_or(0)) +
          describe_cells(cells, 12) + "\n(click: open its trace)";

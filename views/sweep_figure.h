@@ -3,7 +3,8 @@
 // length across, each cell coloured by success, by score (the share of the
 // expected answers found, RULER's string_match_all) or by needle survival (the
 // share of (layer, kv head) pairs that could read the whole needle when the
-// answer was generated). Seeds of a cell are averaged. Clicking a cell in the
+// answer was generated). Seeds of a cell are averaged, and so are a dataset's
+// rows (one task: sweep::dataset_of). Clicking a cell in the
 // GUI opens its trace; cell_at() maps a point to the cell.
 // Drawn as the "sweep" kind of sweep_results_figure.h.
 #pragma once

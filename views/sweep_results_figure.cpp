@@ -86,6 +86,18 @@ QString sweep_policy_label(const std::string& spec) {
   return QString::fromStdString(params.empty() ? label : label + ":" + params);
 }
 
+QString sweep_task_label(const std::string& task) {
+  std::string out = task;
+  const size_t at = out.find("file=");
+  if (at != std::string::npos && (at == 0 || out[at - 1] == ':' || out[at - 1] == ',')) {
+    const size_t end = std::min(out.find(',', at), out.size());
+    const std::string path = out.substr(at + 5, end - at - 5);
+    const size_t slash = path.find_last_of('/');
+    if (slash != std::string::npos) out.replace(at + 5, end - at - 5, path.substr(slash + 1));
+  }
+  return QString::fromStdString(out);
+}
+
 QString SweepResultsFigure::describe_cells(const std::vector<const sweep::ResultRow*>& cells,
                                            size_t limit) {
   QString tip;

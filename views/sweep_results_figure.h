@@ -33,6 +33,11 @@ QString sweep_metric_label(SweepMetric m);
 // full is in the table, the tooltip and the CSV.
 QString sweep_policy_label(const std::string& spec);
 
+// A task as a panel header: a dataset's file by its name
+// ("dataset:file=/data/d.jsonl,scorer=f1" -> "dataset:file=d.jsonl,scorer=f1");
+// the path is in the table, the tooltip and the CSV.
+QString sweep_task_label(const std::string& task);
+
 class SweepResultsFigure : public Figure {
  public:
   SweepResultsFigure(QString name, std::vector<sweep::ResultRow> rows, SweepMetric metric)

@@ -176,6 +176,29 @@ TEST_CASE("memory curve: a dataset's rows are one task, several models a line ea
   CHECK(f.points()[0].value == Approx(1.0 / 3));
 }
 
+TEST_CASE("sweep grid: a dataset's rows are one task's cell, averaged like seeds") {
+  test::qt_app(true);
+  std::vector<sweep::ResultRow> rows;
+  for (int i = 0; i < 3; ++i)
+    rows.push_back(cell("r" + std::to_string(i), "full", std::nullopt,
+                        "dataset:file=/data/d.jsonl,scorer=f1,row=" + std::to_string(i), i == 0,
+                        1000));
+  const SweepFigure grid("s", rows, SweepMetric::Success);
+  const QRectF area(0, 0, 900, 560);
+  const QRectF mark = grid.cell_area(area, "r2");
+  REQUIRE(!mark.isEmpty());
+  CHECK(grid.cell_area(area, "r0") == mark);
+  CHECK(grid.cell_at(area, mark.center()).size() == 3);
+  QString csv;
+  QTextStream out(&csv);
+  grid.write_csv(out);
+  out.flush();
+  CHECK(csv.contains("full,\"dataset:file=/data/d.jsonl,scorer=f1\",800,0.5,3,3,0.333333"));
+  CHECK(sweep_task_label("dataset:file=/data/d.jsonl,scorer=f1") ==
+        "dataset:file=d.jsonl,scorer=f1");
+  CHECK(sweep_task_label("niah:keys=2") == "niah:keys=2");
+}
+
 TEST_CASE("memory curve: a table without KV bytes or without the metric says what it lacks") {
   test::qt_app(true);
   std::vector<sweep::ResultRow> rows = table();
