@@ -330,9 +330,7 @@ void ParetoFigure::paint(QPainter& p, const QRectF& area) const {
   for (size_t t = 0; t < tasks_.size(); ++t) paint_panel(p, l, t);
 }
 
-const ParetoFigure::Point* ParetoFigure::point_at(const QRectF& area, const QPointF& at) const {
-  if (points_.empty()) return nullptr;
-  const Layout l = layout(area, nullptr);
+const ParetoFigure::Point* ParetoFigure::point_at(const Layout& l, const QPointF& at) const {
   const Point* best = nullptr;
   double best_d = kPickRadius * kPickRadius;
   for (const Point& pt : points_) {
@@ -346,7 +344,8 @@ const ParetoFigure::Point* ParetoFigure::point_at(const QRectF& area, const QPoi
 std::vector<const sweep::ResultRow*> ParetoFigure::cell_at(const QRectF& area,
                                                            const QPointF& point) const {
   std::vector<const sweep::ResultRow*> out;
-  if (const Point* pt = point_at(area, point))
+  if (points_.empty()) return out;
+  if (const Point* pt = point_at(layout(area, nullptr), point))
     for (size_t row : pt->rows) out.push_back(&rows_[row]);
   return out;
 }
@@ -365,7 +364,9 @@ QRectF ParetoFigure::cell_area(const QRectF& area, const std::string& cell_id) c
 }
 
 QString ParetoFigure::tooltip(const QRectF& area, const QPointF& point) const {
-  const Point* pt = point_at(area, point);
+  if (points_.empty()) return {};
+  const Layout l = layout(area, nullptr);
+  const Point* pt = point_at(l, point);
   if (!pt) return {};
   std::vector<const sweep::ResultRow*> cells;
   for (size_t row : pt->rows) cells.push_back(&rows_[row]);
@@ -381,12 +382,11 @@ QString ParetoFigure::tooltip(const QRectF& area, const QPointF& point) const {
              .arg(pt->kv_bytes / u, 0, 'g', 4)
              .arg(axes_[pt->task].unit_name)
              .arg(pt->kv_peak / u, 0, 'g', 4) +
-         hidden_behind(area, *pt) + describe_cells(cells, 8) +
+         hidden_behind(l, *pt) + describe_cells(cells, 8) +
          "\n(click: open the first cell's trace)";
 }
 
-QString ParetoFigure::hidden_behind(const QRectF& area, const Point& shown) const {
-  const Layout l = layout(area, nullptr);
+QString ParetoFigure::hidden_behind(const Layout& l, const Point& shown) const {
   const QPointF at = position(l, shown);
   QString out;
   for (const Point& pt : points_) {

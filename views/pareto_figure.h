@@ -66,9 +66,9 @@ class ParetoFigure : public SweepResultsFigure {
   QPointF position(const Layout& l, const Point& pt) const;
   // The nearest point within the pick radius; of points drawn on one
   // another, the first line's.
-  const Point* point_at(const QRectF& area, const QPointF& at) const;
+  const Point* point_at(const Layout& l, const QPointF& at) const;
   // "also here: ..." for the points drawn on `shown` (equal bytes, equal value).
-  QString hidden_behind(const QRectF& area, const Point& shown) const;
+  QString hidden_behind(const Layout& l, const Point& shown) const;
   // A line's place among the lines other than full, its colour and marker.
   size_t line_style(size_t line) const;
   QColor line_color(size_t line) const;

@@ -42,9 +42,11 @@ SweepFigure::SweepFigure(QString name, std::vector<sweep::ResultRow> rows, Sweep
   if (metric_ == SweepMetric::Kl)
     throw std::logic_error("the sweep grid colours by success, score or needle survival");
   // Axes in the table's (plan) order; depths and lengths sorted.
+  std::vector<std::string> task_of;  // per row: its task, a dataset's rows one
   for (const sweep::ResultRow& r : rows_) {
     add_unique(policies_, r.policy);
-    add_unique(tasks_, sweep::dataset_of(r));
+    task_of.push_back(sweep::dataset_of(r));
+    add_unique(tasks_, task_of.back());
     if (r.tokens) add_unique(lengths_, *r.tokens);
     if (r.depth) add_unique(depths_, *r.depth);
   }
@@ -53,7 +55,7 @@ SweepFigure::SweepFigure(QString name, std::vector<sweep::ResultRow> rows, Sweep
   for (size_t i = 0; i < rows_.size(); ++i) {
     const sweep::ResultRow& r = rows_[i];
     if (!r.tokens || !r.depth) continue;
-    Cell& c = cells_[{index_of(policies_, r.policy), index_of(tasks_, sweep::dataset_of(r)),
+    Cell& c = cells_[{index_of(policies_, r.policy), index_of(tasks_, task_of[i]),
                       index_of(lengths_, *r.tokens), index_of(depths_, *r.depth)}];
     c.rows.push_back(i);
     if (!r.ok()) continue;

@@ -8,12 +8,10 @@
 #include <QSplitter>
 #include <QToolTip>
 #include <QVBoxLayout>
-#include <cmath>
 #include <filesystem>
 
 #include "core/analysis/why.h"
 #include "core/sweep/results_table.h"
-#include "views/sweep_results_figure.h"
 
 namespace kvscope::gui {
 
