@@ -6,6 +6,7 @@
 
 #include "core/analysis/why.h"
 #include "core/common/input_error.h"
+#include "views/causal_heads_figure.h"
 #include "views/pareto_figure.h"
 #include "views/sweep_figure.h"
 
@@ -23,6 +24,8 @@ const MetricSpec kMetrics[] = {
     {SweepMetric::Score, "score", "share of the answers found"},
     {SweepMetric::NeedleSurvival, "needle-survival", "needle survival"},
     {SweepMetric::Kl, "kl", "max KL(full ‖ policy)"},
+    {SweepMetric::CausalSet, "causal-set",
+     "share of the searched misses whose minimal set holds the head"},
 };
 
 const MetricSpec& spec_of(SweepMetric m) {
@@ -67,6 +70,8 @@ double sweep_metric_value(const sweep::ResultRow& r, SweepMetric m) {
     case SweepMetric::Score: return r.score ? *r.score : r.success ? double(*r.success) : NAN;
     case SweepMetric::NeedleSurvival: return r.needle_survival();
     case SweepMetric::Kl: return r.max_kl.value_or(NAN);
+    case SweepMetric::CausalSet:
+      return r.causal_set_size && *r.causal_set_size >= 0 ? double(*r.causal_set_size) : NAN;
   }
   return NAN;
 }
@@ -130,6 +135,12 @@ const std::vector<SweepFigureKind>& sweep_figure_kinds() {
        {M::Score, M::Success, M::NeedleSurvival, M::Kl},
        [](QString name, std::vector<sweep::ResultRow> rows, SweepMetric m) {
          return std::make_shared<ParetoFigure>(std::move(name), std::move(rows), m);
+       }},
+      {"heads",
+       "retrieval heads (causal search)",
+       {M::CausalSet},
+       [](QString name, std::vector<sweep::ResultRow> rows, SweepMetric m) {
+         return std::make_shared<CausalHeadsFigure>(std::move(name), std::move(rows), m);
        }},
   };
   return kinds;

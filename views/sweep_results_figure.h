@@ -2,8 +2,9 @@
 // from one trace: the Sweep dock and `kvscope export DIR --view sweep|pareto`.
 // Their marks stand for cells of the table, so each maps a point back to the
 // cells it drew there (a click opens one's trace) and marks a chosen cell.
-// The kinds are one table (sweep_figure_kinds): the grid (depth x length) and
-// the memory curve (score against KV bytes held, one line per policy).
+// The kinds are one table (sweep_figure_kinds): the grid (depth x length),
+// the memory curve (score against KV bytes held, one line per policy) and the
+// retrieval heads (how often each head is in a causal search's minimal set).
 #pragma once
 
 #include <QString>
@@ -19,8 +20,8 @@
 namespace kvscope::views {
 
 // What a sweep figure shows of each cell.
-enum class SweepMetric { Success, Score, NeedleSurvival, Kl };
-// "success", "score", "needle-survival", "kl" (the --metric values).
+enum class SweepMetric { Success, Score, NeedleSurvival, Kl, CausalSet };
+// "success", "score", "needle-survival", "kl", "causal-set" (the --metric values).
 QString sweep_metric_name(SweepMetric m);
 // Throws InputError naming --metric for an unknown name.
 SweepMetric sweep_metric_from_name(const QString& name);

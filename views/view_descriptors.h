@@ -19,6 +19,7 @@ ViewDescriptor forecast_view();  // forecast_view.cpp
 ViewDescriptor gates_view();     // gates_view.cpp
 ViewDescriptor compare_view();   // compare_view.cpp
 ViewDescriptor needle_view();    // needle_view.cpp
+ViewDescriptor causal_view();    // causal_view.cpp
 
 // A widget factory for a view class constructed from (state, service).
 template <typename View>

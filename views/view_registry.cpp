@@ -28,7 +28,7 @@ const std::vector<ViewDescriptor>& view_registry() {
     std::vector<ViewDescriptor> v = {
         heatmap_view(),  overview_view(), timeline_view(), layers_view(),  budget_view(),
         survival_view(), cutoff_view(),   tokens_view(),   history_view(), forecast_view(),
-        gates_view(),    compare_view(),  needle_view(),
+        gates_view(),    compare_view(),  needle_view(),   causal_view(),
     };
     check_shared_options(v);
     return v;

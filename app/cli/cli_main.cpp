@@ -26,9 +26,15 @@ constexpr EngineCommand kEngineCommands[] = {
     {"generate", "Generate text with a model (dense KV cache)"},
     {"model-info", "Describe a model file or directory"},
     {"policies", "List the KV-cache policies, their parameters and papers"},
+    {"replay",
+     "Re-run the capture a trace records, with interventions on the policy's decisions "
+     "(restore, pin, drop, only); without them, check it reproduces the trace"},
     {"sweep",
      "Capture every cell of a plan (models x policies x tasks x lengths x depths x seeds) into "
      "traces and a results table; resumable"},
+    {"why",
+     "The causal search (kvscope why TRACE --causal): replays with the policy's losses restored "
+     "find the smallest set of heads whose losses cost the answer"},
     {"train",
      "Train learned KV-cache gates, or calibrate or profile what a policy reads (kvscope train "
      "--list)"},

@@ -184,11 +184,29 @@ model::AttentionInputs policy_inputs(const model::AttentionInputs& in, const Sta
 
 }  // namespace
 
+std::vector<cache::TierSpec> StepDriver::tiers_of(const Policy& policy, const Options& options) {
+  std::vector<cache::TierSpec> tiers = policy.tiers();
+  // Full precision (F32 declares it: stored at --kv-dtype), attended.
+  if (options.interventions && options.interventions->keeps_any())
+    tiers.push_back({"kept", cache::RowFormat::F32, true});
+  return tiers;
+}
+
+std::vector<std::string> StepDriver::reason_names_of(const Policy& policy, const Options& options) {
+  std::vector<std::string> names = policy.reason_names();
+  if (options.interventions && !options.interventions->empty()) {
+    names.push_back("kept by intervention");
+    names.push_back("dropped by intervention");
+  }
+  return names;
+}
+
 StepDriver::StepDriver(const model::ModelConfig& config, const Options& options, Policy& policy,
                        const std::string& name)
     : options_(options),
       policy_(policy),
-      cache_(config, {options.page_rows, options.max_tokens, options.kv_format}, policy.tiers()),
+      cache_(config, {options.page_rows, options.max_tokens, options.kv_format},
+             tiers_of(policy, options)),
       decide_(cache_, name, uint16_t(policy.reason_names().size()), int32_t(policy.gates().size()),
               int32_t(policy.series().size())),
       needs_(policy.stats_needs()),
@@ -199,6 +217,12 @@ StepDriver::StepDriver(const model::ModelConfig& config, const Options& options,
       hd_(config.head_dim) {
   if (cache_.n_tiers() < 1 || cache_.n_tiers() > 8)
     throw std::invalid_argument("StepDriver: a policy declares 1..8 tiers");
+  if (const Interventions* iv = options.interventions; iv && !iv->empty()) {
+    KVSCOPE_CHECK(iv->kv_heads() == K_, "StepDriver: interventions for another model shape");
+    const auto reasons = uint16_t(policy.reason_names().size());
+    kept_tier_ = iv->keeps_any() ? int(cache_.n_tiers() - 1) : -1;
+    decide_.set_interventions(iv, kept_tier_, reasons, uint16_t(reasons + 1));
+  }
   stats_.resize(size_t(L_));
   if (needs_.any())
     for (LayerStats& s : stats_) {
@@ -231,7 +255,19 @@ bool StepDriver::set_side_pass(bool on) {
   return true;
 }
 
+bool StepDriver::set_probe_pass(bool on) {
+  KVSCOPE_CHECK(!side_, "StepDriver: a probe inside a side pass");
+  probe_ = on;
+  return true;
+}
+
 void StepDriver::begin_step(int64_t pos0, int64_t n) {
+  if (probe_) {  // no step of the sequence: the step count and the policy stay where they are
+    KVSCOPE_CHECK(pos0 + n <= options_.max_tokens,
+                  "StepDriver: a probe beyond max_tokens " + std::to_string(options_.max_tokens));
+    probe_pos0_ = pos0;
+    return;
+  }
   KVSCOPE_CHECK(pos0 + n <= options_.max_tokens,
                 "StepDriver: position " + std::to_string(pos0 + n) + " beyond max_tokens " +
                     std::to_string(options_.max_tokens));
@@ -448,8 +484,54 @@ torch::Tensor StepDriver::attend_side(const model::AttentionInputs& in) {
   return out.to(in.q.scalar_type());
 }
 
+// A probe step's layer: its tokens are written for its own queries, attended
+// on the host over what the cache holds (no statistics, no observer, no
+// policy) and removed again.
+torch::Tensor StepDriver::attend_probe(const model::AttentionInputs& in) {
+  const int64_t l = in.layer, n = in.q.size(0);
+  torch::Tensor kn = in.k.to(torch::kFloat32).contiguous(),
+                vn = in.v.to(torch::kFloat32).contiguous();
+  for (int64_t h = 0; h < K_; ++h)
+    for (int64_t i = 0; i < n; ++i)
+      cache_.append(l, h, 0, probe_pos0_ + i, kn.data_ptr<float>() + (i * K_ + h) * hd_,
+                    vn.data_ptr<float>() + (i * K_ + h) * hd_);
+  torch::Tensor out = torch::empty({n, H_, hd_}, torch::kFloat32);
+  std::vector<int64_t> key_pos;
+  for (int64_t h = 0; h < K_; ++h) {
+    cache_.attended_positions(l, h, &key_pos);
+    torch::Tensor q =
+        in.q.narrow(1, h * R_, R_).permute({1, 0, 2}).to(torch::kFloat32).contiguous();
+    torch::Tensor oh = cache_.attend_head(l, h, q, in.pos0, in.scale, in.sliding_window, nullptr,
+                                          key_pos, nullptr);
+    out.narrow(1, h * R_, R_).copy_(oh.permute({1, 0, 2}));
+  }
+  for (int64_t h = 0; h < K_; ++h)
+    for (int64_t i = n - 1; i >= 0; --i) cache_.remove(l, h, probe_pos0_ + i);
+  return out.to(in.q.scalar_type());
+}
+
+// A replay's drops at this layer: after the policy's own decisions, the
+// dropped tokens leave the heads their drop names.
+void StepDriver::apply_drops(const LayerContext& c) {
+  const Interventions* iv = options_.interventions;
+  if (!iv) return;
+  for (int64_t h = 0; h < K_; ++h) {
+    if (!iv->drops_at(c.step, c.layer, h)) continue;
+    for (size_t i = 0; i < iv->list().size(); ++i) {
+      const Intervention& d = iv->list()[i];
+      if (d.kind != InterventionKind::Drop || c.step < d.from_step || !d.covers(c.layer, h, K_))
+        continue;
+      for (int32_t t : d.token_list) {
+        if (t >= c.tokens_fed()) break;
+        decide_.drop(c.layer, h, t, int(i));
+      }
+    }
+  }
+}
+
 torch::Tensor StepDriver::attend(const model::AttentionInputs& in_any) {
   const torch::Device device = in_any.q.device();
+  if (probe_) return attend_probe(on_host(in_any)).to(device);
   if (side_) return attend_side(on_host(in_any)).to(device);
   const model::AttentionInputs in = policy_inputs(in_any, needs_, options_.kv_format);
   const int64_t l = in.layer, n = in_any.q.size(0);
@@ -512,6 +594,7 @@ torch::Tensor StepDriver::attend(const model::AttentionInputs& in_any) {
     ScopedTimer t{policy_seconds_};
     policy_.after_attention(lc);
   }
+  apply_drops(lc);
   check_limits(lc);
   return out.to(device, in_any.q.scalar_type());
 }
@@ -521,7 +604,9 @@ void StepDriver::check_limits(const LayerContext& c) const {
   if (limit.per_head < 0 && limit.per_layer < 0) return;
   int64_t layer_total = 0;
   for (int64_t h = 0; h < K_; ++h) {
-    const int64_t held = cache_.attended_count(c.layer, h);
+    // What interventions keep is not the policy's to count.
+    const int64_t held = cache_.attended_count(c.layer, h) -
+                         (kept_tier_ >= 0 ? cache_.count(c.layer, h, kept_tier_) : 0);
     layer_total += held;
     if (limit.per_head >= 0 && held > limit.per_head)
       decide_.fail("evict", c.layer, h, c.pos0 + c.n - 1,
@@ -537,6 +622,7 @@ void StepDriver::check_limits(const LayerContext& c) const {
 }
 
 void StepDriver::end_step() {
+  if (probe_) return;
   StepContext sc{
       step_,  pos0_,   n_,    pos0_ < options_.prompt_tokens, pos0_ + n_ >= options_.prompt_tokens,
       cache_, decide_, stats_};

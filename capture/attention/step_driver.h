@@ -31,7 +31,16 @@ class StepDriver : public model::AttentionBackend {
     int64_t prompt_tokens = 0;  // the prompt's length (prefill ends there)
     // How full-precision tiers store rows (--kv-dtype): F32, BF16 or F16.
     cache::RowFormat kv_format = cache::RowFormat::F32;
+    // A replay's interventions (interventions.h; outlive the driver): the
+    // cache gains the "kept" tier after the policy's when they keep anything.
+    const Interventions* interventions = nullptr;
   };
+
+  // The cache's tiers: the policy's, then "kept" when `options` keeps anything.
+  static std::vector<cache::TierSpec> tiers_of(const Policy& policy, const Options& options);
+  // The reason names the trace records: the policy's, then the interventions'
+  // two ("kept by intervention", "dropped by intervention") when there are any.
+  static std::vector<std::string> reason_names_of(const Policy& policy, const Options& options);
 
   // `policy` must be set up; `name` names it in errors (its spec name).
   StepDriver(const model::ModelConfig& config, const Options& options, Policy& policy,
@@ -68,6 +77,7 @@ class StepDriver : public model::AttentionBackend {
   torch::Tensor attend(const model::AttentionInputs& in) override;
   void end_step() override;
   bool set_side_pass(bool on) override;
+  bool set_probe_pass(bool on) override;
   // The current step is a reconstruction step (its chunk: reconstruction_chunk()).
   bool side_step() const { return side_index_ >= 0 && side_; }
   int64_t reconstruction_chunk() const { return side_index_; }
@@ -92,6 +102,9 @@ class StepDriver : public model::AttentionBackend {
   std::vector<trace::MergeRow> take_merges() { return decide_.take_merges(); }
   std::vector<trace::RerotationRow> take_rerotations() { return decide_.take_rerotations(); }
   std::vector<trace::KeyChannelRow> take_key_channels() { return decide_.take_key_channels(); }
+  std::vector<trace::InterventionRow> take_interventions() { return decide_.take_interventions(); }
+  // The tier interventions keep entries in (-1: none).
+  int kept_tier() const { return kept_tier_; }
 
  private:
   void write_new_entries(const model::AttentionInputs& in, const std::vector<Admission>& adm);
@@ -106,6 +119,8 @@ class StepDriver : public model::AttentionBackend {
   torch::Tensor attend_blocked(const model::AttentionInputs& in);
   void check_limits(const LayerContext& c) const;
   torch::Tensor attend_side(const model::AttentionInputs& in);
+  torch::Tensor attend_probe(const model::AttentionInputs& in);
+  void apply_drops(const LayerContext& c);
 
   Options options_;
   Policy& policy_;
@@ -124,6 +139,9 @@ class StepDriver : public model::AttentionBackend {
   std::vector<int> blocked_tiers_;
   cache::DevicePrefill prefill_ = cache::DevicePrefill::Kernel;
   int64_t device_layers_ = 0, blocked_layers_ = 0, host_layers_ = 0;
+  int kept_tier_ = -1;  // interventions keep entries there (-1: none)
+  bool probe_ = false;  // the steps being fed are probe steps (set_probe_pass)
+  int64_t probe_pos0_ = 0;
   bool side_ = false;        // the steps being fed are reconstruction steps
   int64_t side_index_ = -1;  // chunk of the current (or last) reconstruction step
 };

@@ -149,7 +149,7 @@ class GenerationRun {
       if (!inserted) logits_ = step_logits;
       // Observers see every forward pass: a capture records each chunk as a step.
       const bool last = p + n >= r_.prefill_tokens;
-      if (last) token_ = choose(logits_);
+      if (last) token_ = choose(logits_, r_.prefill_tokens);
       if (on_step_) {
         StepEvent ev{p, n, true, &step_logits, last ? token_ : -1, last && token_forced_};
         ev.inserted = inserted;
@@ -159,6 +159,7 @@ class GenerationRun {
       if (p == side_at) side_passes(side_at);
     }
     r_.prefill_seconds = seconds_since(start);
+    run_probe();  // not the prefill's time
   }
 
   // One forward step per decode position until a stop (accept() says which).
@@ -172,10 +173,11 @@ class GenerationRun {
       const auto step_start = Clock::now();
       next.data_ptr<int64_t>()[0] = token_;
       logits_ = model_.forward(next, pos, backend_);
-      token_ = choose(logits_);
+      token_ = choose(logits_, pos + 1);
       r_.decode_seconds += seconds_since(step_start);
       ++r_.decode_steps;
       if (on_step_) on_step_({pos, 1, false, &logits_, token_, token_forced_});
+      run_probe();
     }
   }
 
@@ -190,10 +192,46 @@ class GenerationRun {
   }
 
  private:
-  // The token each step feeds next: the forced ones first, then samples.
-  int32_t choose(const torch::Tensor& step_logits) {
+  // The token each step feeds next (at `next_pos`): the forced ones first,
+  // then samples; the answer probe runs before the first sample.
+  int32_t choose(const torch::Tensor& step_logits, int64_t next_pos) {
     token_forced_ = forced_chosen_ < o_.forced_tokens.size();
-    return token_forced_ ? o_.forced_tokens[forced_chosen_++] : sampler_.next(step_logits[0]);
+    if (token_forced_) return o_.forced_tokens[forced_chosen_++];
+    if (!probed_ && !o_.answer_probe.empty()) probe_answer(step_logits, next_pos);
+    probed_ = true;
+    return sampler_.next(step_logits[0]);
+  }
+
+  // The answer probe, first part: the answer's first token read off the
+  // answer step's logits; the others are read off one probe step feeding the
+  // answer's tokens at `pos` (run_probe), once the step's own work is done
+  // (a prefill's side passes included).
+  void probe_answer(const torch::Tensor& step_logits, int64_t pos) {
+    const std::vector<int32_t>& answer = o_.answer_probe;
+    if (pos + int64_t(answer.size()) - 1 > model_.config().context_length) return;  // no room
+    const torch::Tensor first = torch::log_softmax(step_logits[0].to(torch::kFloat64), -1);
+    const double lp0 = first[answer[0]].item<double>();
+    r_.answer_rank = 1 + (first > lp0).sum().item<int64_t>();
+    r_.answer_token_logprobs = {lp0};
+    r_.answer_logprob = lp0;
+    probe_pos_ = answer.size() > 1 ? pos : -1;
+  }
+
+  void run_probe() {
+    if (probe_pos_ < 0) return;
+    const std::vector<int32_t>& answer = o_.answer_probe;
+    const bool probe_on = backend_.set_probe_pass(true);
+    KVSCOPE_CHECK(probe_on, "Generator: the attention backend cannot run an answer probe");
+    const torch::Tensor ids =
+        torch::tensor(std::vector<int64_t>(answer.begin(), answer.end() - 1), torch::kInt64);
+    const torch::Tensor lp = torch::log_softmax(
+        model_.forward(ids, probe_pos_, backend_, /*all_logits=*/true).to(torch::kFloat64), -1);
+    backend_.set_probe_pass(false);
+    for (size_t i = 1; i < answer.size(); ++i) {
+      r_.answer_token_logprobs.push_back(lp[int64_t(i) - 1][answer[i]].item<double>());
+      r_.answer_logprob += r_.answer_token_logprobs.back();
+    }
+    probe_pos_ = -1;
   }
 
   // Takes the chosen token into the result; true when it ends the run (EOS,
@@ -268,6 +306,8 @@ class GenerationRun {
   int32_t token_ = -1;
   size_t forced_chosen_ = 0;
   bool token_forced_ = false;
+  bool probed_ = false;
+  int64_t probe_pos_ = -1;  // the probe step's position while it is pending
 };
 
 }  // namespace

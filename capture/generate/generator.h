@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,11 @@ struct GenerationOptions {
   // when they end the prompt, the first token comes from the step before.
   model::Transformer* inserted_model = nullptr;
   int64_t inserted_at = -1, inserted = 0;
+  // The answer probe: at the answer step (the first token to sample), these
+  // tokens (an expected answer) are fed as one step through a backend in
+  // probe mode (it keeps nothing of them), teacher-forced; their
+  // log-probabilities are the result's answer_logprob. Empty: no probe.
+  std::vector<int32_t> answer_probe;
 };
 
 struct GenerationResult {
@@ -57,6 +63,13 @@ struct GenerationResult {
   int64_t decode_steps = 0;  // forward passes after the prefill (forced ones included)
   double prefill_seconds = 0;
   double decode_seconds = 0;
+  // The answer probe (GenerationOptions::answer_probe): the sum of its
+  // tokens' log-probabilities, each given the ones before (NaN: no probe),
+  // per token, and the first one's rank among the answer step's logits (1:
+  // the argmax; -1: no probe).
+  double answer_logprob = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> answer_token_logprobs;
+  int64_t answer_rank = -1;
   double prefill_tokens_per_second() const;
   double decode_tokens_per_second() const;
 };

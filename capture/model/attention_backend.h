@@ -42,6 +42,10 @@ class AttentionBackend {
   // backend leaves no entry of theirs in the cache. A backend that cannot
   // returns false (the generator then refuses the run).
   virtual bool set_side_pass(bool on) { return !on; }
+  // Probe mode (the generator's answer probe): the steps fed meanwhile read
+  // the cache as it stands and leave no trace in it, no policy decision and
+  // no step of the sequence. Returns whether the backend can run them.
+  virtual bool set_probe_pass(bool on) { return !on; }
 };
 
 }  // namespace kvscope::model

@@ -5,7 +5,13 @@
 #include <limits>
 #include <utility>
 
+#include "core/common/check.h"
+
 namespace kvscope::policy {
+
+namespace {
+constexpr float kNoScoreValue = std::numeric_limits<float>::quiet_NaN();
+}
 
 Decisions::Decisions(cache::RaggedKvCache& cache, std::string policy_name, uint16_t reasons,
                      int32_t gates, int32_t series)
@@ -71,10 +77,78 @@ void Decisions::event(int64_t layer, int64_t kv_head, int64_t pos, trace::EventK
                                  score, reason, from, to});
 }
 
+void Decisions::set_interventions(const Interventions* iv, int kept_tier, uint16_t kept_reason,
+                                  uint16_t drop_reason) {
+  KVSCOPE_CHECK(!iv || (kept_tier < 0 || kept_tier < cache_.n_tiers()),
+                "Decisions: the kept tier is no tier of the cache");
+  KVSCOPE_CHECK(!iv || !iv->keeps_any() || kept_tier >= 0,
+                "Decisions: interventions that keep entries need the kept tier");
+  iv_ = iv;
+  kept_tier_ = kept_tier;
+  kept_reason_ = kept_reason;
+  drop_reason_ = drop_reason;
+  dropped_.clear();
+  if (iv_) dropped_.assign(size_t(L_ * K_ * cache_.max_tokens()), 0);
+}
+
+void Decisions::intervention_row(int64_t layer, int64_t kv_head, int64_t pos,
+                                 trace::InterventionAction a, trace::EventKind decision,
+                                 uint16_t reason, int which, float score) {
+  interventions_.push_back(trace::InterventionRow{
+      static_cast<int32_t>(step_), static_cast<int16_t>(layer), static_cast<int16_t>(kv_head),
+      static_cast<int32_t>(pos), a, decision, reason, static_cast<int16_t>(which), score});
+}
+
+bool Decisions::kept_instead(int64_t layer, int64_t kv_head, int64_t pos, int tier,
+                             trace::EventKind decision, float score, uint16_t reason) {
+  int which = 0;
+  if (!iv_ || !iv_->keeps(step_, layer, kv_head, pos, &which)) return false;
+  cache_.read_entry(layer, kv_head, pos, row_k_.data(), row_v_.data());
+  cache_.remove(layer, kv_head, pos);
+  cache_.append(layer, kv_head, kept_tier_, pos, row_k_.data(), row_v_.data());
+  // A rejected entry was never admitted: it enters the kept tier.
+  if (decision == trace::EventKind::Reject)
+    event(layer, kv_head, pos, trace::EventKind::Admit, score, kept_reason_, trace::kNoTier,
+          uint8_t(kept_tier_));
+  else
+    event(layer, kv_head, pos, trace::EventKind::Demote, score, kept_reason_, uint8_t(tier),
+          uint8_t(kept_tier_));
+  intervention_row(layer, kv_head, pos, trace::InterventionAction::Kept, decision, reason, which,
+                   score);
+  return true;
+}
+
+// Whether an intervention makes the policy's decision about `pos` moot: the
+// entry is kept (the policy no longer sees it) or was dropped.
+bool Decisions::moot(int64_t layer, int64_t kv_head, int64_t pos) const {
+  if (!iv_) return false;
+  if (kept_tier_ >= 0 && cache_.tier_of(layer, kv_head, pos) == kept_tier_) return true;
+  return pos >= 0 && pos < cache_.max_tokens() && layer >= 0 && layer < L_ && kv_head >= 0 &&
+         kv_head < K_ && dropped_[size_t((layer * K_ + kv_head) * cache_.max_tokens() + pos)];
+}
+
+void Decisions::drop(int64_t layer, int64_t kv_head, int64_t pos, int which) {
+  KVSCOPE_CHECK(iv_ != nullptr, "Decisions::drop without interventions");
+  const int tier = cache_.tier_of(layer, kv_head, pos);
+  if (tier < 0 || tier == kept_tier_) return;
+  cache_.remove(layer, kv_head, pos);
+  dropped_[size_t((layer * K_ + kv_head) * cache_.max_tokens() + pos)] = 1;
+  event(layer, kv_head, pos, trace::EventKind::Evict, kNoScoreValue, drop_reason_, uint8_t(tier),
+        trace::kNoTier);
+  intervention_row(layer, kv_head, pos, trace::InterventionAction::Dropped, trace::EventKind::Evict,
+                   drop_reason_, which, kNoScoreValue);
+}
+
+std::vector<trace::InterventionRow> Decisions::take_interventions() {
+  return std::exchange(interventions_, {});
+}
+
 void Decisions::evict(int64_t layer, int64_t kv_head, int64_t pos, float score, uint16_t reason) {
   check_unlocked("evict", layer, kv_head, pos);
+  if (moot(layer, kv_head, pos)) return;
   const int tier = held_tier("evict", layer, kv_head, pos);
   const uint16_t r = map_reason(reason, "evict");
+  if (kept_instead(layer, kv_head, pos, tier, trace::EventKind::Evict, score, r)) return;
   cache_.remove(layer, kv_head, pos);
   event(layer, kv_head, pos, trace::EventKind::Evict, score, r, uint8_t(tier), trace::kNoTier);
 }
@@ -82,13 +156,18 @@ void Decisions::evict(int64_t layer, int64_t kv_head, int64_t pos, float score, 
 void Decisions::move(int64_t layer, int64_t kv_head, int64_t pos, int to_tier, float score,
                      uint16_t reason) {
   check_unlocked("move", layer, kv_head, pos);
+  if (moot(layer, kv_head, pos)) return;
   const int from = held_tier("move", layer, kv_head, pos);
-  if (to_tier < 0 || to_tier >= cache_.n_tiers())
+  const int64_t declared = kept_tier_ >= 0 ? kept_tier_ : cache_.n_tiers();
+  if (to_tier < 0 || to_tier >= declared)
     fail("move", layer, kv_head, pos,
          "tier " + std::to_string(to_tier) + " does not exist (the policy declares " +
-             std::to_string(cache_.n_tiers()) + ")");
+             std::to_string(declared) + ")");
   const uint16_t r = map_reason(reason, "move");
   if (from == to_tier) return;
+  if (!cache_.tiers()[size_t(to_tier)].attended &&
+      kept_instead(layer, kv_head, pos, from, trace::EventKind::Demote, score, r))
+    return;
   cache_.read_entry(layer, kv_head, pos, row_k_.data(), row_v_.data());
   cache_.remove(layer, kv_head, pos);
   cache_.append(layer, kv_head, to_tier, pos, row_k_.data(), row_v_.data());
@@ -215,6 +294,7 @@ void Decisions::admit(int64_t layer, int64_t kv_head, int64_t pos, int tier, flo
 
 void Decisions::reject(int64_t layer, int64_t kv_head, int64_t pos, float score, uint16_t reason) {
   const uint16_t r = map_reason(reason, "reject");
+  if (kept_instead(layer, kv_head, pos, 0, trace::EventKind::Reject, score, r)) return;
   cache_.remove(layer, kv_head, pos);
   event(layer, kv_head, pos, trace::EventKind::Reject, score, r, trace::kNoTier, trace::kNoTier);
 }

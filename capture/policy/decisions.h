@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "capture/cache/ragged_cache.h"
+#include "capture/policy/interventions.h"
 #include "core/trace/types.h"
 
 namespace kvscope::policy {
@@ -99,6 +100,19 @@ class Decisions {
   // tiers by move() or admission afterwards.
   void prune_key_channels(int64_t layer, int64_t kv_head, const std::vector<int32_t>& pruned);
 
+  // ---- a replay's interventions (interventions.h) ----
+  // From now on, what `iv` keeps of the policy's evictions, rejections and
+  // demotions to unread tiers moves to `kept_tier` instead (a demote event
+  // with reason `kept_reason`), a decision about an entry there or one
+  // dropped is no-op, and drop() records `drop_reason`; each change is an
+  // /interventions row.
+  void set_interventions(const Interventions* iv, int kept_tier, uint16_t kept_reason,
+                         uint16_t drop_reason);
+  // Evicts held `pos` at (layer, kv_head) for intervention `which` (an
+  // evict event with the drop reason); nothing when it is not held or kept.
+  void drop(int64_t layer, int64_t kv_head, int64_t pos, int which);
+  std::vector<trace::InterventionRow> take_interventions();
+
   // ---- what the step driver does ----
   void begin_step(int64_t step, int64_t pos0, int64_t n);
   void enter(const PartScope* scope) { scope_ = scope ? scope : &whole_; }
@@ -126,6 +140,12 @@ class Decisions {
   std::vector<trace::KeyChannelRow> take_key_channels();
 
  private:
+  // An intervention keeps what the policy takes: moves it to the kept tier.
+  bool kept_instead(int64_t layer, int64_t kv_head, int64_t pos, int tier,
+                    trace::EventKind decision, float score, uint16_t reason);
+  bool moot(int64_t layer, int64_t kv_head, int64_t pos) const;
+  void intervention_row(int64_t layer, int64_t kv_head, int64_t pos, trace::InterventionAction a,
+                        trace::EventKind decision, uint16_t reason, int which, float score);
   [[noreturn]] void gate_error(int32_t gate, int64_t layer, int64_t kv_head, int64_t pos) const;
   [[noreturn]] void series_error(int64_t layer, int64_t kv_head, const std::string& why) const;
   void check_head(const char* decision, int64_t layer, int64_t kv_head, int64_t pos) const;
@@ -147,6 +167,11 @@ class Decisions {
   std::vector<trace::MergeRow> merges_;
   std::vector<trace::RerotationRow> rerotations_;
   std::vector<trace::KeyChannelRow> key_channels_;
+  const Interventions* iv_ = nullptr;
+  int kept_tier_ = -1;
+  uint16_t kept_reason_ = 0, drop_reason_ = 0;
+  std::vector<uint8_t> dropped_;  // [L * K * max tokens] with drops: 1 once dropped
+  std::vector<trace::InterventionRow> interventions_;
   int32_t n_series_ = 0;       // the whole policy's series count
   std::vector<float> series_;  // n_series_ * L * K once a value is recorded this step
 };

@@ -2,6 +2,7 @@ target_sources(kvscope_capture PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/params.cpp
   ${CMAKE_CURRENT_LIST_DIR}/budget.cpp
   ${CMAKE_CURRENT_LIST_DIR}/decisions.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/interventions.cpp
   ${CMAKE_CURRENT_LIST_DIR}/builtin.cpp
   ${CMAKE_CURRENT_LIST_DIR}/composed.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gate_search.cpp

@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -24,17 +26,45 @@ namespace kvscope::recorder {
 namespace {
 
 // The request's run JSON with the task's scorer and question protocol in it
-// ("scorer", "query"), so that a trace says how its score was computed.
-std::string run_json_with_task(const CaptureRequest& req) {
-  if (req.scorer.empty() && req.query.empty()) return req.run_json;
+// ("scorer", "query"), so that a trace says how its score was computed, and
+// what a replay needs beyond the trace's tokens ("replay": the generation
+// options, the answers, the capture's settings; kvscope replay), with a
+// replay's own interventions and origin.
+std::string run_json_recorded(const CaptureRequest& req) {
   nlohmann::json j = nlohmann::json::parse(req.run_json);
   if (!req.scorer.empty()) j["scorer"] = req.scorer;
   if (!req.query.empty()) j["query"] = req.query;
+  const generate::GenerationOptions& g = req.generation;
+  j["replay"] = {{"tokenizer", req.tokenizer_path},
+                 {"max_new", g.max_new_tokens},
+                 {"prefill_chunk", g.prefill_chunk},
+                 {"max_positions", g.max_positions},
+                 {"stop_at_eos", g.stop_at_eos},
+                 {"stop", g.stop_strings},
+                 {"greedy", g.sampling.greedy},
+                 {"temperature", g.sampling.temperature},
+                 {"top_k", g.sampling.top_k},
+                 {"top_p", g.sampling.top_p},
+                 {"seed", g.sampling.seed},
+                 {"forced_tokens", g.forced_tokens.size()},
+                 {"expected_answers", req.expected_answers},
+                 {"levels", req.levels},
+                 {"oracle", req.oracle},
+                 {"oracle_recall_k", req.oracle_recall_k},
+                 {"page_rows", req.page_rows},
+                 {"device_prefill", req.device_prefill},
+                 {"answer_probe", req.answer_probe}};
+  if (!req.interventions.empty()) {
+    j["interventions"] = nlohmann::json::array();
+    for (const policy::Intervention& iv : req.interventions) j["interventions"].push_back(iv.text);
+  }
+  if (!req.replay_of.empty()) j["replay_of"] = req.replay_of;
   return j.dump();
 }
 
 trace::RunInfo run_info(const generate::Engine& engine, const policy::PolicyInstance& pi,
-                        const CaptureRequest& req, const CaptureLevels& levels) {
+                        const CaptureRequest& req, const CaptureLevels& levels,
+                        const policy::StepDriver::Options& options) {
   const model::ModelConfig& c = engine.model->config();
   trace::RunInfo run;
   run.model.name = c.name;
@@ -61,18 +91,18 @@ trace::RunInfo run_info(const generate::Engine& engine, const policy::PolicyInst
   run.prompt = req.prompt_text;
   run.capture_levels = levels.text + (req.oracle ? "+oracle" : "");
   run.command_line = req.command_line;
-  run.run_json = run_json_with_task(req);
+  run.run_json = run_json_recorded(req);
   run.tier_names.clear();
   run.tier_attended.clear();
   // A tier declared F32 is stored at the run's --kv-dtype (TierSpec).
   const cache::RowFormat full = cache::float_format(engine.kv_dtype);
-  for (const cache::TierSpec& t : pi.policy->tiers()) {
+  for (const cache::TierSpec& t : policy::StepDriver::tiers_of(*pi.policy, options)) {
     run.tier_names.push_back(t.name);
     run.tier_attended.push_back(t.attended ? 1 : 0);
     run.tier_formats.push_back(
         cache::row_format_name(t.format == cache::RowFormat::F32 ? full : t.format));
   }
-  run.reason_names = pi.policy->reason_names();
+  run.reason_names = policy::StepDriver::reason_names_of(*pi.policy, options);
   run.task_kind = req.task_kind;
   run.expected_answer = req.expected_answer;
   run.tool_version = KVSCOPE_VERSION_STRING;
@@ -142,6 +172,27 @@ trace::CaptureLayout capture_layout(const CaptureLevels& levels, const policy::P
   return layout;
 }
 
+std::vector<int32_t> answer_probe_tokens(const tokenizer::Tokenizer& tokenizer,
+                                         const std::string& context_text,
+                                         const std::string& answer) {
+  const bool spaced =
+      context_text.empty() || std::isspace(static_cast<unsigned char>(context_text.back()));
+  const std::string next = spaced ? answer : " " + answer;
+  // The answer as it tokenises after the context's last words (a tokenizer
+  // may merge across the boundary or treat a leading space specially): the
+  // tokens of tail + answer past those of the tail, when they extend them.
+  size_t from = context_text.size() > 64 ? context_text.size() - 64 : 0;
+  while (from > 0 && from < context_text.size() &&
+         !std::isspace(static_cast<unsigned char>(context_text[from])))
+    ++from;
+  const std::string tail = context_text.substr(std::min(from, context_text.size()));
+  const std::vector<int32_t> a = tokenizer.encode(tail, /*add_special=*/false);
+  const std::vector<int32_t> b = tokenizer.encode(tail + next, /*add_special=*/false);
+  if (!tail.empty() && b.size() > a.size() && std::equal(a.begin(), a.end(), b.begin()))
+    return std::vector<int32_t>(b.begin() + int64_t(a.size()), b.end());
+  return tokenizer.encode(next, /*add_special=*/false);
+}
+
 void set_task(const tasks::TaskPrompt& task, CaptureRequest* r) {
   r->prompt_text = task.prompt_text;
   r->prompt_ids = task.ids;
@@ -167,7 +218,36 @@ struct PlannedRun {
   int64_t prompt_tokens = 0, forced_tokens = 0;
   int64_t max_positions = 0;  // of the sequence: the model's context or the run's length
   int64_t max_tokens = 0;     // of the cache and the trace: the sequence and the pass's chunks
+  std::vector<int32_t> answer_probe{};  // the answer probe's tokens (empty: none)
+  std::unique_ptr<policy::Interventions> interventions{};  // null: none
 };
+
+// The answer probe's tokens (room for them in the cache) and the replay's
+// interventions, checked against the model's shape.
+void plan_probe_and_interventions(const generate::Engine& engine, PlannedRun* r) {
+  const CaptureRequest& req = r->req;
+  const std::string& answer =
+      req.expected_answers.empty() ? req.expected_answer : req.expected_answers.front();
+  if (req.answer_probe && !answer.empty() && engine.tokenizer) {
+    // The answer follows the forced tokens (a question fed after the prompt) when there are any.
+    const std::vector<int32_t>& forced = req.generation.forced_tokens;
+    const std::string context =
+        forced.empty() ? req.prompt_text : engine.tokenizer->decode(forced, /*skip_special=*/false);
+    r->answer_probe = answer_probe_tokens(*engine.tokenizer, context, answer);
+    const int64_t end = r->prompt_tokens + r->forced_tokens + int64_t(r->answer_probe.size());
+    r->max_tokens = std::max(r->max_tokens, end);
+  }
+  if (req.interventions.empty()) return;
+  const model::ModelConfig& c = engine.model->config();
+  for (const policy::Intervention& iv : req.interventions)
+    if (int64_t(iv.heads.size()) != c.n_layers * c.n_kv_heads)
+      throw InputError("", "--intervene",
+                       iv.text + ": resolved for another model shape than " + c.name + "'s " +
+                           std::to_string(c.n_layers) + " layers x " +
+                           std::to_string(c.n_kv_heads) + " kv heads");
+  r->interventions =
+      std::make_unique<policy::Interventions>(req.interventions, c.n_layers, c.n_kv_heads);
+}
 
 // Phase 1: the policy, its plan and the sizes; everything that can refuse
 // the run does so here, before the trace exists.
@@ -203,16 +283,18 @@ PlannedRun plan_run(const generate::Engine& engine, const CaptureRequest& reques
                            " positions (a smaller chunk= or a shorter prompt)");
     r.max_tokens = std::max(r.max_tokens, end);
   }
+  plan_probe_and_interventions(engine, &r);
   return r;
 }
 
 // Phase 3: the trace, when the levels ask for one (null for --capture none).
 std::unique_ptr<trace::TraceWriter> open_writer(const generate::Engine& engine, const PlannedRun& r,
-                                                const CaptureLevels& levels) {
+                                                const CaptureLevels& levels,
+                                                const policy::StepDriver::Options& options) {
   if (levels.none) return nullptr;
   const CaptureRequest& req = r.req;
   if (req.output.empty()) throw InputError("", "-o", "an output trace path is required");
-  trace::RunInfo run = run_info(engine, r.pi, req, levels);
+  trace::RunInfo run = run_info(engine, r.pi, req, levels, options);
   run.model.vocab_size +=
       r.plan.inserted.count();  // the inserted tokens' ids follow the vocabulary
   const trace::CaptureLayout layout =
@@ -307,6 +389,7 @@ class StepSink {
 generate::GenerationOptions generation_options(const PlannedRun& r) {
   generate::GenerationOptions g = r.req.generation;
   if (g.max_positions <= 0) g.max_positions = r.max_positions;
+  g.answer_probe = r.answer_probe;
   for (const policy::ReconstructionChunk& chunk : r.plan.reconstruction)
     g.side_passes.push_back(chunk.ids);
   const int64_t inserted = r.plan.inserted.count();
@@ -353,6 +436,8 @@ void close_writer(const CaptureRequest& req, const CaptureResult& result,
   summary.finish_reason = fr == "context" ? "length" : fr;
   summary.success = req.expected_answer.empty() ? -1 : (result.success ? 1 : 0);
   if (!req.expected_answer.empty()) summary.score = result.score;
+  summary.answer_logprob = result.answer_logprob;
+  summary.answer_rank = result.answer_rank;
   writer->close(summary);
 }
 
@@ -374,6 +459,9 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& reques
   // Phase 2: the policy set up, its driver and what observes it.
   policy::StepDriver::Options options{req.page_rows, r.max_tokens, r.prompt_tokens,
                                       cache::float_format(engine.kv_dtype)};
+  // The oracle's full cache gets none of the replay's interventions.
+  const policy::StepDriver::Options oracle_options = options;
+  options.interventions = r.interventions.get();
   r.pi.policy->setup(
       {&config, r.max_tokens, r.prompt_tokens, req.page_rows, &engine.model->weights()});
   policy::StepDriver driver(config, options, *r.pi.policy, r.pi.name);
@@ -386,12 +474,12 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& reques
   std::unique_ptr<OracleShadow> oracle;
   if (req.oracle) {
     recorder.set_track_attended(true);
-    oracle = std::make_unique<OracleShadow>(*engine.model, options, req.oracle_recall_k, recorder,
-                                            driver.cache(), engine.device, prefill);
+    oracle = std::make_unique<OracleShadow>(*engine.model, oracle_options, req.oracle_recall_k,
+                                            recorder, driver.cache(), engine.device, prefill);
   }
   if (recorder.wants_probs(0)) driver.set_observer(&recorder);
 
-  std::unique_ptr<trace::TraceWriter> writer = open_writer(engine, r, levels);
+  std::unique_ptr<trace::TraceWriter> writer = open_writer(engine, r, levels, options);
   CaptureResult result;
   result.notes = r.pi.notes;
   StepSink sink(r, driver, recorder, oracle.get(), writer.get(), result);
@@ -411,6 +499,9 @@ CaptureResult run_capture(generate::Engine& engine, const CaptureRequest& reques
   for (const std::string& note : where)
     if (!note.empty()) result.notes.push_back(note);
   score_answers(req, &result);
+  result.answer_logprob = result.generation.answer_logprob;
+  result.answer_rank = result.generation.answer_rank;
+  if (!std::isnan(result.answer_logprob)) result.answer_tokens = r.answer_probe;
   if (writer) close_writer(req, result, writer.get());
   return result;
 }

@@ -6,11 +6,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "capture/generate/engine.h"
 #include "capture/generate/generator.h"
+#include "capture/policy/interventions.h"
 #include "capture/policy/policy.h"
 #include "capture/recorder/capture_levels.h"
 #include "capture/tasks/task_prompt.h"
@@ -32,8 +34,9 @@ struct CaptureRequest {
   std::string levels = "events";  // see capture_levels.h
   bool oracle = false;
   int64_t oracle_recall_k = 16;
-  std::string output;      // trace path (ignored with --capture none)
-  std::string model_path;  // as given, for /run model_path
+  std::string output;          // trace path (ignored with --capture none)
+  std::string model_path;      // as given, for /run model_path
+  std::string tokenizer_path;  // --tokenizer as given ("" : the model's own), for replays
   int64_t page_rows = 16;
   // --device cuda: how prefill chunks are attended (cache::DevicePrefill).
   std::string device_prefill = "kernel";
@@ -55,6 +58,15 @@ struct CaptureRequest {
   std::vector<std::pair<int64_t, int64_t>> needle_spans;
   std::vector<std::pair<int64_t, int64_t>> question_spans;
   std::function<void(const CaptureProgress&)> progress;
+  // A replay's interventions (policy/interventions.h), applied by the step
+  // driver to the policy's decisions and recorded in /run run_json
+  // "interventions" and /interventions.
+  std::vector<policy::Intervention> interventions;
+  // What /run run_json "replay_of" records: the trace a replay re-runs.
+  std::string replay_of;
+  // Measure the expected answer's teacher-forced log-probability at the
+  // answer step (the answer probe; /generation/answer_logprob, answer_rank).
+  bool answer_probe = true;
 };
 
 // A task's prompt, answer, marked spans and forced tokens into a request.
@@ -72,7 +84,17 @@ struct CaptureResult {
   int64_t answers_found = 0;         // of expected_answers, how many the generation contains
   double score = 0;                  // the scorer's, 0..1 (default: answers_found / their number)
   std::vector<std::string> notes;    // choices made for the user (e.g. the shipped gate taken)
+  double answer_logprob = std::numeric_limits<double>::quiet_NaN();  // the answer probe's
+  int64_t answer_rank = -1;
+  std::vector<int32_t> answer_tokens;  // what the probe fed (empty: no probe)
 };
+
+// The tokens the answer probe feeds for `answer` after `context_text`: the
+// answer as the model would write it next (a space first unless the context
+// ends in whitespace), no special tokens.
+std::vector<int32_t> answer_probe_tokens(const tokenizer::Tokenizer& tokenizer,
+                                         const std::string& context_text,
+                                         const std::string& answer);
 
 // The trace layout of a capture: the groups the levels ask for, and the
 // gates and series the policy declares (the trace fixes them at creation).

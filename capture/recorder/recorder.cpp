@@ -257,6 +257,7 @@ void Recorder::take_policy_record(trace::StepData& sd) {
   sd.merges = driver_.take_merges();
   sd.rerotations = driver_.take_rerotations();
   sd.key_channels = driver_.take_key_channels();
+  sd.interventions = driver_.take_interventions();
   sd.occupancy = driver_.cache().occupancy();
   sd.tier_bytes = driver_.cache().tier_bytes();
   sd.step.entries = driver_.cache().entries();

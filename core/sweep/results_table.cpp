@@ -148,6 +148,10 @@ const std::vector<ResultColumn>& result_columns() {
       {"budget", Kind::Real, nullptr, nullptr, &R::budget, true},
       {"kv_bytes_mean", Kind::Real, nullptr, nullptr, &R::kv_bytes_mean, true},
       {"kv_bytes_peak", Kind::Integer, nullptr, &R::kv_bytes_peak, nullptr, true},
+      {"causal_set", Kind::Text, &R::causal_set, nullptr, nullptr, true},
+      {"causal_set_size", Kind::Integer, nullptr, &R::causal_set_size, nullptr, true},
+      {"causal_replays", Kind::Integer, nullptr, &R::causal_replays, nullptr, true},
+      {"n_kv_heads", Kind::Integer, nullptr, &R::n_kv_heads, nullptr, true},
   };
   return columns;
 }

@@ -35,7 +35,14 @@ struct ResultRow {
   // trace records held: the mean over decode steps and the peak over all.
   std::optional<double> budget, kv_bytes_mean;
   std::optional<int64_t> kv_bytes_peak;
-  std::string trace;  // relative to the results table's folder
+  // The causal search on a missed cell (plan key causal): the minimal set of
+  // (layer, kv head) whose restored losses recover the answer ("L.H" items
+  // joined by spaces; empty: none found), its size (unknown: not searched,
+  // -1: restoring every loss does not recover it) and the replays it ran.
+  std::string causal_set;
+  std::optional<int64_t> causal_set_size, causal_replays;
+  std::optional<int64_t> n_kv_heads;  // the model's kv heads per layer (n_heads / it: layers)
+  std::string trace;                  // relative to the results table's folder
   std::string error;
 
   bool ok() const { return status == "ok"; }

@@ -18,6 +18,14 @@ const char* event_kind_name(EventKind kind) {
   return "unknown";
 }
 
+const char* intervention_action_name(InterventionAction action) {
+  switch (action) {
+    case InterventionAction::Kept: return "kept";
+    case InterventionAction::Dropped: return "dropped";
+  }
+  return "unknown";
+}
+
 const char* token_role_name(TokenRole role) {
   switch (role) {
     case TokenRole::Prompt: return "prompt";

@@ -352,6 +352,16 @@ double TraceReader::task_score() const {
   return success < 0 ? std::numeric_limits<double>::quiet_NaN() : double(success);
 }
 
+double TraceReader::answer_logprob() const {
+  if (impl_->opened.minor_version < 10) return std::numeric_limits<double>::quiet_NaN();
+  return impl_->read_scalar<double>("/generation/answer_logprob");
+}
+
+int64_t TraceReader::answer_rank() const {
+  if (impl_->opened.minor_version < 10) return -1;
+  return impl_->read_scalar<int64_t>("/generation/answer_rank");
+}
+
 std::vector<StepRecord> TraceReader::steps(int64_t begin, int64_t end) const {
   Impl& m = *impl_;
   m.check_range("/steps", begin, end, m.n_steps);

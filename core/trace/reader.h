@@ -72,6 +72,11 @@ class TraceReader {
   // version 6). Older traces: 1 or 0 from task_success; NaN when there is no
   // task or the capture did not finish.
   double task_score() const;
+  // The expected answer's teacher-forced log-probability and its first
+  // token's rank at the answer step (minor version 10; NaN and -1 when not
+  // measured or older).
+  double answer_logprob() const;
+  int64_t answer_rank() const;
 
   int64_t n_steps() const;   // committed steps
   int64_t n_tokens() const;  // tokens fed by committed steps
@@ -153,6 +158,9 @@ class TraceReader {
   // Tokens of the context-reconstruction steps (/reconstruction, minor version 5).
   int64_t n_reconstruction_tokens() const { return row_count<ReconstructionRow>(); }
   std::vector<ReconstructionRow> reconstruction_tokens() const { return rows<ReconstructionRow>(); }
+  // Decisions a replay's interventions changed (/interventions, minor version 10).
+  int64_t n_interventions() const { return row_count<InterventionRow>(); }
+  std::vector<InterventionRow> interventions() const { return rows<InterventionRow>(); }
 
   std::vector<float> oracle_kl(int64_t begin, int64_t end) const;
   std::vector<float> oracle_lost_mass(int64_t step) const;  // L*H

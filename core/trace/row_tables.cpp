@@ -218,6 +218,38 @@ RowTableSpec make_key_channels() {
   return t;
 }
 
+RowTableSpec make_interventions() {
+  RowTableSpec t = table<InterventionRow>(
+      "/interventions",
+      "decisions a replay's interventions changed (kvscope replay --intervene), one row each",
+      "intervention", "V", 10);
+  t.rows_of = step_rows<InterventionRow, &StepData::interventions>;
+  t.columns = head_columns<InterventionRow>("step of the changed decision (rows in step order)");
+  for (ColumnSpec c : {
+           column<&InterventionRow::token>("token", "token index", "entry the decision was about",
+                                           int_range(0, Limit::Tokens)),
+           column<&InterventionRow::action>(
+               "action", "enum",
+               "0 kept (the policy's loss refused: the entry moved to the kept tier), 1 dropped",
+               int_range(0, Limit::Constant, kInterventionActionCount, INT64_MIN, "0 or 1")),
+           column<&InterventionRow::decision>(
+               "decision", "enum",
+               "the policy's decision it replaced, an /events kind (1 reject, 3 evict, 4 demote; "
+               "dropped: 3)",
+               int_range(0, Limit::EventKinds, 0, INT64_MIN, "a kind 0 .. 5")),
+           column<&InterventionRow::reason>(
+               "reason", "enum", "that decision's reason, an index into /run reason_names",
+               int_range(0, Limit::Reasons, 0, INT64_MIN, "an index into reason_names")),
+           column<&InterventionRow::intervention>(
+               "intervention", "index", "the intervention, an index into /run run_json interventions",
+               int_range(0, Limit::Constant, 1024)),
+           column<&InterventionRow::score>(
+               "score", "policy-defined", "the policy's score behind its decision (NaN: none)", {},
+               kNaN)})
+    t.columns.push_back(std::move(c));
+  return t;
+}
+
 std::string number_text(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", v);
@@ -282,6 +314,7 @@ KVSCOPE_TABLE_OF(MergeRow, make_merges)
 KVSCOPE_TABLE_OF(RerotationRow, make_rerotations)
 KVSCOPE_TABLE_OF(ReconstructionRow, make_reconstruction)
 KVSCOPE_TABLE_OF(KeyChannelRow, make_key_channels)
+KVSCOPE_TABLE_OF(InterventionRow, make_interventions)
 #undef KVSCOPE_TABLE_OF
 
 const std::vector<const RowTableSpec*>& step_tables() {

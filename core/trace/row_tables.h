@@ -24,7 +24,7 @@ namespace kvscope::trace {
 // Events and tier intervals are row tables too, declared in the same file,
 // but their rows are committed and indexed their own way.
 #define KVSCOPE_STEP_TABLES(X) \
-  X(StallRow) X(MergeRow) X(RerotationRow) X(ReconstructionRow) X(KeyChannelRow)
+  X(StallRow) X(MergeRow) X(RerotationRow) X(ReconstructionRow) X(KeyChannelRow) X(InterventionRow)
 
 // A size of the trace an integer column's values stay below.
 enum class Limit : uint8_t {

@@ -246,6 +246,18 @@ std::vector<DatasetSpec> build_catalogue() {
                "did not finish",
                Feature::Always, std::numeric_limits<double>::quiet_NaN()});
   c.back().since_minor = 6;
+  // Minor version 10: the continuous effect a replay measures (kvscope why
+  // --causal), finer than success and score.
+  c.push_back({"/generation/answer_logprob", Elem::F64, {}, -1, {}, "nats",
+               "log-probability of the expected answer's tokens under teacher forcing at the "
+               "answer step, over the cache as the prompt left it; NaN when not measured",
+               Feature::Always, std::numeric_limits<double>::quiet_NaN()});
+  c.back().since_minor = 10;
+  c.push_back({"/generation/answer_rank", Elem::I64, {}, -1, {}, "rank",
+               "rank of the expected answer's first token at the answer step (1: the most "
+               "likely); -1 when not measured",
+               Feature::Always, -1});
+  c.back().since_minor = 10;
   return c;
 }
 

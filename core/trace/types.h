@@ -16,8 +16,9 @@ inline constexpr int kFormatVersion = 1;  // major: readers refuse other majors
 // Minor: additive changes only. 1: /run gate_names; 2: /series; 3: /stalls, /run tier_attended;
 // 4: /merges, /rerotations; 5: step kind 2 (context reconstruction), /reconstruction;
 // 6: /generation/score; 7: /key_channels; 8: /run kv_dtype, tier_formats;
-// 9: /run layer_window, layer_ffn.
-inline constexpr int kFormatMinorVersion = 9;
+// 9: /run layer_window, layer_ffn; 10: /interventions, /generation/answer_logprob and
+// answer_rank (replays).
+inline constexpr int kFormatMinorVersion = 10;
 inline constexpr int kOldestReadableVersion = 1;
 
 // A tier index meaning "not in the cache" (from_tier of an admission, to_tier
@@ -272,6 +273,27 @@ struct ReconstructionRow {
   int32_t id = 0;
 };
 
+// What an intervention of a replay did to one entry (minor version 10;
+// `kvscope replay --intervene`): the policy's loss of it refused (the entry
+// moved to the replay's kept tier, attended and unseen by the policy), or the
+// entry dropped.
+enum class InterventionAction : uint8_t { Kept = 0, Dropped = 1 };
+inline constexpr int kInterventionActionCount = 2;
+const char* intervention_action_name(InterventionAction action);
+
+struct InterventionRow {
+  int32_t step = 0;
+  int16_t layer = 0;
+  int16_t kv_head = 0;
+  int32_t token = 0;
+  InterventionAction action = InterventionAction::Kept;
+  // The policy's decision it replaced (kept: evict, reject or demote; dropped: evict).
+  EventKind decision = EventKind::Evict;
+  uint16_t reason = 0;       // that decision's reason (a dropped entry: the drop's own reason)
+  int16_t intervention = 0;  // index into /run run_json "interventions"
+  float score = std::numeric_limits<float>::quiet_NaN();  // the policy's score of the decision
+};
+
 struct GateValue {
   int32_t gate = 0;  // index into CaptureLayout::gates
   int16_t layer = 0;
@@ -307,6 +329,7 @@ struct StepData {
   std::vector<RerotationRow> rerotations;         // keys re-rotated by the step, in order
   std::vector<KeyChannelRow> key_channels;        // key channels pruned by the step, in order
   std::vector<ReconstructionRow> reconstruction;  // a reconstruction step's tokens, in order
+  std::vector<InterventionRow> interventions;     // decisions a replay's interventions changed
   bool has_oracle = false;
   OracleRow oracle;
   std::string generated_text;  // bytes appended to /generation/text_bytes
@@ -316,6 +339,11 @@ struct GenerationSummary {
   std::string finish_reason = "length";  // length | eos | stop | error | interrupted
   int8_t success = -1;                   // task success: 1, 0, or -1 when no task
   double score = std::numeric_limits<double>::quiet_NaN();  // share of answers found, NaN: no task
+  // The expected answer's log-probability under teacher forcing at the
+  // answer step (minor version 10; NaN: not measured) and the rank of its
+  // first token there (1: the most likely; -1: not measured).
+  double answer_logprob = std::numeric_limits<double>::quiet_NaN();
+  int64_t answer_rank = -1;
 };
 
 }  // namespace kvscope::trace

@@ -467,6 +467,12 @@ struct TraceWriter::Impl {
     double score = summary.score;
     H5Dwrite(datasets.at("/generation/score").get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL,
              H5P_DEFAULT, &score);
+    double logprob = summary.answer_logprob;
+    H5Dwrite(datasets.at("/generation/answer_logprob").get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL,
+             H5P_DEFAULT, &logprob);
+    int64_t rank = summary.answer_rank;
+    H5Dwrite(datasets.at("/generation/answer_rank").get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL,
+             H5P_DEFAULT, &rank);
     write_scalar_u8("/run/complete", 1);
     fault_point();
     if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) io_fail("");

@@ -2,11 +2,14 @@
 // memory curve's points, intervals and click targets on rows with known
 // values, both kinds laid out without clipped or overlapping text at window
 // and paper sizes, and the metrics each kind refuses.
+#include <QTextStream>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <numeric>
 
 #include "core/common/input_error.h"
 #include "tests/views/qt_app.h"
+#include "views/causal_heads_figure.h"
 #include "views/layout_check.h"
 #include "views/pareto_figure.h"
 #include "views/sweep_figure.h"
@@ -36,6 +39,7 @@ sweep::ResultRow cell(const std::string& id, const std::string& policy,
   r.kv_bytes_peak = int64_t(kv_bytes * 1.25);
   r.needle_heads_whole = success ? 90 : 30;
   r.n_heads = 90;
+  r.n_kv_heads = 3;
   r.max_kl = success ? 0.1 : 0.9;
   r.trace = "traces/" + id + ".kvtrace.h5";
   return r;
@@ -51,6 +55,9 @@ std::vector<sweep::ResultRow> table() {
         cell("f" + std::to_string(i), "full", std::nullopt, "needle", 1, 8 * MiB, 0.2 * (i + 1)));
   rows.push_back(cell("s0", "snapkv:window=8,budget=0.25", 0.25, "needle", 1, 2 * MiB, 0.2));
   rows.push_back(cell("s1", "snapkv:window=8,budget=0.25", 0.25, "needle", 0, 2.5 * MiB, 0.4));
+  rows.back().causal_set = "2.1 29.0";  // the causal search's minimal set of the miss
+  rows.back().causal_set_size = 2;
+  rows.back().causal_replays = 14;
   rows.push_back(cell("s2", "snapkv:window=8,budget=0.25", 0.25, "needle", 1, 2 * MiB, 0.6));
   rows.push_back(cell("s3", "snapkv:window=8,budget=0.25", 0.25, "needle", 1, 1.5 * MiB, 0.8));
   for (int i = 0; i < 4; ++i)
@@ -63,6 +70,10 @@ std::vector<sweep::ResultRow> table() {
   failed.error = "out of memory";
   rows.push_back(failed);
   rows.push_back(cell("d0", "tova:budget=0.25", 0.25, "dataset", 0, 0.5 * MiB));
+  rows.back().causal_set = "2.1";
+  rows.back().causal_set_size = 1;
+  rows.push_back(cell("d1", "tova:budget=0.25", 0.25, "dataset", 0, 0.5 * MiB, 0.7));
+  rows.back().causal_set_size = -1;  // restoring every loss did not recover it
   return rows;
 }
 
@@ -221,9 +232,48 @@ TEST_CASE("sweep figures by kind: metrics each kind shows, and the refused ones"
   CHECK_THROWS_AS(make_sweep_figure("sweep", "s", table(), "kl"), InputError);
   CHECK_THROWS_WITH(make_sweep_figure("pareto", "s", table(), "recall"),
                     Catch::Contains("unknown sweep metric 'recall'"));
-  for (SweepMetric m :
-       {SweepMetric::Success, SweepMetric::Score, SweepMetric::NeedleSurvival, SweepMetric::Kl})
+  for (SweepMetric m : {SweepMetric::Success, SweepMetric::Score, SweepMetric::NeedleSurvival,
+                        SweepMetric::Kl, SweepMetric::CausalSet})
     CHECK(sweep_metric_from_name(sweep_metric_name(m)) == m);
+  CHECK(dynamic_cast<CausalHeadsFigure*>(make_sweep_figure("heads", "s", table(), "").get()));
+  CHECK_THROWS_AS(make_sweep_figure("heads", "s", table(), "score"), InputError);
+}
+
+TEST_CASE("retrieval heads: how often each head is in a policy's minimal sets, click to a cell") {
+  test::qt_app(true);
+  const CausalHeadsFigure f("s", table(), SweepMetric::CausalSet);
+  REQUIRE(f.layers() == 30);
+  REQUIRE(f.kv_heads() == 3);
+  REQUIRE(f.panels().size() == 2);
+  const auto& snap = f.panels()[0];
+  CHECK(snap.policy == "snapkv:window=8");
+  CHECK(snap.searched.size() == 1);
+  CHECK(snap.count[2 * 3 + 1] == 1);
+  CHECK(snap.count[29 * 3 + 0] == 1);
+  CHECK(std::accumulate(snap.count.begin(), snap.count.end(), 0) == 2);
+  const auto& tova = f.panels()[1];
+  CHECK(tova.searched.size() == 1);
+  CHECK(tova.unrecoverable == 1);
+  CHECK(tova.count[2 * 3 + 1] == 1);
+  QString csv;
+  QTextStream out(&csv);
+  f.write_csv(out);
+  out.flush();
+  CHECK(csv.count('\n') == 1 + 2 * 90);
+  CHECK(csv.contains("\"snapkv:window=8\",2,1,1,1,1\n"));
+  // A click on layer 2 kv head 1 of the first panel reaches the miss whose set holds it.
+  const QRectF area(0, 0, 900, 700);
+  bool found = false;
+  for (double y = 40; y < 700 && !found; y += 2)
+    for (double x = 0; x < 450 && !found; x += 2) {
+      const auto cells = f.cell_at(area, {x, y});
+      if (!cells.empty() && cells.front()->cell_id == "s1" &&
+          f.tooltip(area, {x, y}).contains("layer 2 kv head 1: in 1 of 1"))
+        found = true;
+    }
+  CHECK(found);
+  CHECK(f.missing_data().isEmpty());
+  CHECK_FALSE(CausalHeadsFigure("s", {}, SweepMetric::CausalSet).missing_data().isEmpty());
 }
 
 TEST_CASE("sweep figures lay out without clipped or overlapping text at every page size") {

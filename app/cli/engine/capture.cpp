@@ -76,6 +76,7 @@ int run_capture_cli(const CaptureCliOptions& o) {
   req.oracle_recall_k = o.oracle_k;
   req.output = o.output;
   req.model_path = o.model.model;
+  req.tokenizer_path = o.model.tokenizer;
   req.page_rows = o.page_rows;
   req.device_prefill = o.device_prefill;
   req.command_line = own_command_line();

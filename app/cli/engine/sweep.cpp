@@ -27,6 +27,9 @@
 #include "capture/generate/failure_text.h"
 #include "capture/policy/registry.h"
 #include "capture/recorder/capture_run.h"
+#include "capture/recorder/causal_run.h"
+#include "capture/recorder/replay.h"
+#include "core/analysis/causal_search.h"
 #include "core/analysis/why.h"
 #include "core/common/input_error.h"
 #include "core/sweep/results_table.h"
@@ -58,7 +61,25 @@ struct CellOutcome {
   double kv_bytes_mean = std::nan("");
   int64_t kv_bytes_peak = 0;
   double wall_s = 0;
+  int64_t kv_heads = 0;
+  bool searched = false;  // the causal search ran on the cell
+  std::vector<std::string> causal_set;
+  int64_t causal_size = 0, causal_replays = 0;
 };
+
+// The causal search on a cell that missed (plan key causal), beside its trace.
+void causal_search_cell(const SweepPlan& plan, generate::Engine& engine,
+                        const trace::TraceReader& reader, CellOutcome* out) {
+  recorder::ReplaySource source = recorder::replay_source(reader, {});
+  recorder::CausalRunOptions o;
+  o.folder = reader.path() + ".causal";
+  o.budget = plan.causal_budget;
+  const recorder::CausalRun run = recorder::run_causal_search(reader, std::move(source), engine, o);
+  out->searched = true;
+  out->causal_replays = int64_t(run.result.replays.size());
+  out->causal_set = analysis::head_names(run.result.minimal, reader.n_kv_heads());
+  out->causal_size = run.result.recoverable ? int64_t(out->causal_set.size()) : -1;
+}
 
 recorder::CaptureRequest cell_request(const SweepPlan& plan, const SweepCell& cell,
                                       const generate::Engine& engine, const fs::path& trace) {
@@ -73,6 +94,7 @@ recorder::CaptureRequest cell_request(const SweepPlan& plan, const SweepCell& ce
   req.oracle = plan.oracle;
   req.output = trace.string();
   req.model_path = cell.model;
+  req.tokenizer_path = plan.tokenizer;
   req.command_line = own_command_line();
   req.run_json = "{\"sweep\":\"" + plan.name + "\",\"cell\":\"" + cell.id + "\"}";
   return req;
@@ -100,6 +122,13 @@ CellOutcome run_cell(const SweepPlan& plan, const SweepCell& cell, generate::Eng
     auto reader = trace::TraceReader::open(trace.string());
     out.why = analysis::explain_outcome(*reader, 0.1);
     held_bytes(*reader, &out);
+    out.kv_heads = reader->n_kv_heads();
+    // A miss the policy's losses cannot explain (it lost nothing) has no search: no columns.
+    if (plan.causal && out.why.success == 0) try {
+        causal_search_cell(plan, engine, *reader, &out);
+      } catch (const InputError& e) {
+        std::cerr << "sweep: cell " << cell.id << ": no causal search: " << e.what() << "\n";
+      }
   } catch (const std::exception& e) {
     out.status = "failed";
     out.error = generate::failure_text(e);
@@ -141,6 +170,15 @@ sweep::ResultRow result_row(const SweepPlan& plan, const SweepCell& c, const Cel
   if (c.budget > 0) r.budget = c.budget;
   if (ok) r.kv_bytes_mean = real(o.kv_bytes_mean);
   if (ok) r.kv_bytes_peak = o.kv_bytes_peak;
+  if (ok) r.n_kv_heads = o.kv_heads;
+  if (o.searched) {
+    for (const std::string& h : o.causal_set) {
+      if (!r.causal_set.empty()) r.causal_set += ' ';
+      r.causal_set += h;
+    }
+    r.causal_set_size = o.causal_size;
+    r.causal_replays = o.causal_replays;
+  }
   r.wall_s = o.wall_s;
   r.device = device;
   r.dtype = plan.dtype;

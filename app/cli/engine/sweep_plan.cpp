@@ -177,6 +177,8 @@ KeyReaders key_readers(const std::string& path, SweepPlan& p) {
       {"prefill_chunk", integer("prefill_chunk", &p.prefill_chunk)},
       {"capture", text("capture", &p.capture)},
       {"oracle", flag("oracle", &p.oracle)},
+      {"causal", flag("causal", &p.causal)},
+      {"causal_budget", integer("causal_budget", &p.causal_budget)},
       {"policies", strings("policies", &p.policies)},
       {"tasks", strings("tasks", &p.tasks)},
       {"lengths",
@@ -230,6 +232,8 @@ void check_ranges(const SweepPlan& p, const toml::value& sweep) {
     if (!sweep.contains(required))
       throw InputError(where(path, sweep), required, "required key missing from [sweep]");
   if (p.max_new < 1) bad(path, sweep.at("max_new"), "max_new", "expected an integer >= 1");
+  if (p.causal_budget < 1)
+    bad(path, sweep.at("causal_budget"), "causal_budget", "expected an integer >= 1 (replays)");
   for (double d : p.depths)
     if (!(d >= 0 && d <= 1)) bad(path, sweep.at("depths"), "depths", "expected numbers in [0, 1]");
   for (int64_t l : p.lengths)

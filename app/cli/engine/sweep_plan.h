@@ -35,6 +35,10 @@ struct SweepPlan {
   // (<= 1: a fraction of the prompt's tokens, else entries per head); `full`
   // runs once. Empty: the policies as given.
   std::vector<double> budgets;
+  // The causal search (docs/causal.md) on every cell that missed its answer,
+  // within this many replays each; its traces go beside the cell's.
+  bool causal = false;
+  int64_t causal_budget = 24;
   std::map<std::string, int64_t> lines;  // key -> its line in the plan, for error messages
 
   // "plan.toml:12" for key (the [sweep] table's line when the key is absent).

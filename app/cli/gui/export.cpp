@@ -81,7 +81,16 @@ int run_perfetto(const ExportOptions& o, const trace::TraceReader& reader) {
   return kExitOk;
 }
 
-// --view sweep|pareto (views::sweep_figure_kinds): TRACE is a sweep's folder
+// The sweep figures' --view names: "sweep, pareto or heads".
+std::string sweep_views() {
+  const auto& kinds = views::sweep_figure_kinds();
+  std::string out;
+  for (size_t i = 0; i < kinds.size(); ++i)
+    out += std::string(i == 0 ? "" : i + 1 == kinds.size() ? " or " : ", ") + kinds[i].name;
+  return out;
+}
+
+// --view sweep|pareto|heads (views::sweep_figure_kinds): TRACE is a sweep's folder
 // (or its results.csv); the grid of every policy and task, or the score
 // against the KV memory held, by --metric.
 int run_sweep_export(const ExportOptions& o) {
@@ -147,13 +156,15 @@ int run_export(const ExportOptions& o) {
   for (const views::SweepFigureKind& k : views::sweep_figure_kinds())
     for (views::SweepMetric m : k.metrics)
       if (views::sweep_metric_name(m).toStdString() == metric)
-        throw InputError("", "--metric",
-                         "'" + metric + "' is a sweep figure's metric (--view sweep or pareto)");
+        throw InputError(
+            "", "--metric",
+            "'" + metric + "' is a sweep figure's metric (--view " + sweep_views() + ")");
   check_view_options(o);
   if (std::filesystem::is_directory(o.trace))
     throw InputError(o.trace, "TRACE",
                      "is a folder: a trace file is expected (a sweep folder "
-                     "takes --view sweep or pareto)");
+                     "takes --view " +
+                         sweep_views() + ")");
   auto reader = trace::TraceReader::open(o.trace);
   if (o.view == "perfetto") return run_perfetto(o, *reader);
   auto app = headless_app();
@@ -225,7 +236,8 @@ Command add_export_command(CLI::App& app) {
   auto o = std::make_shared<ExportOptions>();
   CLI::App* sub = app.add_subcommand(
       "export", "Render a view to PNG/SVG/PDF, its data to CSV, or lifetimes to Perfetto JSON");
-  sub->add_option("TRACE", o->trace, "trace file (--view sweep or pareto: a sweep's output folder)")
+  sub->add_option("TRACE", o->trace,
+                  "trace file (--view " + sweep_views() + ": a sweep's output folder)")
       ->required()
       ->check(CLI::ExistingPath);
   sub->add_option("-o,--output", o->output, "output: .png .svg .pdf .csv (or .json for perfetto)")

@@ -88,7 +88,10 @@ void add_task(const trace::TraceReader& r, nlohmann::json& j) {
         {"kind", run.task_kind},
         {"expected_answer", run.expected_answer},
         {"success", r.task_success()},
-        {"score", std::isnan(r.task_score()) ? nlohmann::json() : nlohmann::json(r.task_score())}};
+        {"score", std::isnan(r.task_score()) ? nlohmann::json() : nlohmann::json(r.task_score())},
+        {"answer_logprob",
+         std::isnan(r.answer_logprob()) ? nlohmann::json() : nlohmann::json(r.answer_logprob())},
+        {"answer_rank", r.answer_rank()}};
   // The scorer and the question's protocol, when the capture recorded them (run_json).
   if (j.contains("task")) {
     const nlohmann::json extra = nlohmann::json::parse(run.run_json, nullptr, false);
@@ -211,6 +214,10 @@ void print_task(const nlohmann::json& j, std::ostream& o) {
       o << ", " << t["scorer"].get<std::string>() << " score " << std::setprecision(3)
         << t["score"].get<double>();
     if (t.contains("query")) o << ", question " << t["query"].get<std::string>();
+    if (t["answer_logprob"].is_number())
+      o << ", answer log p " << std::fixed << std::setprecision(3)
+        << t["answer_logprob"].get<double>() << std::defaultfloat << " (first token rank "
+        << t["answer_rank"].get<int64_t>() << ")";
     o << "\n";
   }
   if (j.contains("deferred_retention")) {

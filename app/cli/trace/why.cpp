@@ -1,10 +1,13 @@
 // kvscope why TRACE [--json] [--kl X]: why a retrieval task failed (or held).
+// With --causal the run goes to kvscope-engine (app/cli/engine/why_causal.cpp):
+// the causal search replays the capture.
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <iostream>
 #include <memory>
 
+#include "app/cli/cli_main.h"
 #include "app/cli/command.h"
 #include "core/analysis/why.h"
 #include "core/common/input_error.h"
@@ -18,6 +21,12 @@ struct WhyOptions {
   std::string trace;
   bool json = false;
   double kl = 0.1;
+  bool causal = false;  // the rest is the engine's (why_causal.cpp)
+  int64_t budget = 48;
+  double fraction = 0.9;
+  std::string output, model, device;
+  int threads = 0;
+  bool any_version = false;
 };
 
 nlohmann::json value(double x) {
@@ -75,6 +84,16 @@ nlohmann::json why_json(const analysis::WhyReport& w) {
 
 int run_why(const WhyOptions& o) {
   if (!(o.kl >= 0)) throw InputError("", "--kl", "must be a number >= 0 (nats)");
+  if (o.causal) {
+    if (o.budget < 1)
+      throw InputError("", "--budget",
+                       "is " + std::to_string(o.budget) + " (expected >= 1 replays)");
+    return hand_to_engine(invocation());
+  }
+  for (const auto& [given, name] : {std::pair{o.output.empty(), "-o"},
+                                    {o.model.empty(), "--model"},
+                                    {o.device.empty(), "--device"}})
+    if (!given) throw InputError("", name, "belongs to the causal search: add --causal");
   auto reader = trace::TraceReader::open(o.trace);
   const analysis::WhyReport w = analysis::explain_retrieval(*reader, o.kl);
   if (o.json)
@@ -93,6 +112,25 @@ Command add_why_command(CLI::App& app) {
   sub->add_option("--kl", opt->kl,
                   "KL(full || policy) in nats above which the policy has diverged (needs --oracle)")
       ->capture_default_str();
+  sub->add_flag("--causal", opt->causal,
+                "the causal search: replay the capture with the policy's losses restored in sets "
+                "of heads, to find the smallest set that recovers the answer (kvscope-engine; "
+                "docs/causal.md)");
+  sub->add_option("--budget", opt->budget, "--causal: replays the search may run")
+      ->capture_default_str();
+  sub->add_option("--fraction", opt->fraction,
+                  "--causal: share of the log-probability gap to the full restoration that "
+                  "counts as recovered")
+      ->capture_default_str();
+  sub->add_option("-o,--output", opt->output,
+                  "--causal: folder for the replays' traces, replays.csv and causal.json "
+                  "(default TRACE.causal)");
+  sub->add_option("--model", opt->model, "--causal: the model, when it moved from /run model_path");
+  sub->add_option("--device", opt->device, "--causal: cpu, cuda or cuda:N (default cpu)");
+  sub->add_option("--threads", opt->threads, "--causal: compute threads")
+      ->check(CLI::Range(0, 1024));
+  sub->add_flag("--any-version", opt->any_version,
+                "--causal: replay a trace another KVScope version made");
   return {sub, [opt] { return run_why(*opt); }};
 }
 

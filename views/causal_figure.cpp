@@ -1,0 +1,214 @@
+#include "views/causal_figure.h"
+
+#include <QDir>
+#include <QFileInfo>
+#include <QTextStream>
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/common/input_error.h"
+#include "views/colormap.h"
+#include "views/legend.h"
+
+namespace kvscope::views {
+
+namespace {
+
+const QColor kUnmeasured{232, 232, 232};
+
+// causal.json beside the trace (TRACE.causal/), or in the replay's own folder.
+QString report_path(const std::string& trace) {
+  const QString own = QString::fromStdString(trace) + ".causal/causal.json";
+  if (QFileInfo::exists(own)) return own;
+  const QString here = QFileInfo(QString::fromStdString(trace)).dir().filePath("causal.json");
+  return QFileInfo::exists(here) ? here : QString();
+}
+
+double number(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : std::nan("");
+}
+
+}  // namespace
+
+struct CausalFigure::Layout {
+  QRectF grid, bar, keys;
+  double cw = 0, ch = 0;
+};
+
+namespace {
+
+std::vector<LegendEntry> key_entries() {
+  return {legend_box("minimal set (outlined)", palette::kVermillion),
+          legend_box("layer's value (hatched)", QColor(170, 170, 170)),
+          legend_box("not measured", kUnmeasured)};
+}
+
+}  // namespace
+
+std::shared_ptr<CausalFigure> CausalFigure::load(TraceData& data) {
+  auto f = std::make_shared<CausalFigure>();
+  const trace::TraceReader& r = data.reader();
+  f->layers = r.n_layers();
+  f->kv_heads = r.n_kv_heads();
+  f->cells.assign(size_t(f->layers * f->kv_heads), Cell{});
+  const QString path = report_path(r.path());
+  if (path.isEmpty()) return f;
+  nlohmann::json j;
+  try {
+    std::ifstream in(path.toStdString());
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(path.toStdString(), "", std::string("is not the search's JSON: ") + e.what());
+  }
+  if (j.value("n_layers", int64_t(0)) != f->layers ||
+      j.value("kv_heads", int64_t(0)) != f->kv_heads)
+    throw InputError(path.toStdString(), "n_layers",
+                     "the search ran on another model shape than the trace's " +
+                         std::to_string(f->layers) + " x " + std::to_string(f->kv_heads));
+  f->folder = QFileInfo(path).absolutePath();
+  f->original = number(j["original"], "logprob");
+  f->full = number(j["full_restoration"], "logprob");
+  f->recoverable = j.value("recoverable", false);
+  f->replays = j.value("replays", int64_t(0));
+  const std::string words = j.value("words", std::string());
+  f->words = QString::fromStdString(words.substr(0, words.find('\n')));
+  for (const auto& l : j["layers"]) {
+    if (!l["restore_alone"].is_object()) continue;
+    for (int64_t k = 0; k < f->kv_heads; ++k) {
+      Cell& c = f->cells[size_t(l["layer"].get<int64_t>() * f->kv_heads + k)];
+      c.measured = Measured::Layer;
+      c.logprob = number(l["restore_alone"], "logprob");
+      c.trace = l.value("restore_trace", std::string());
+    }
+  }
+  for (const auto& h : j["heads"]) {
+    Cell& c =
+        f->cells[size_t(h["layer"].get<int64_t>() * f->kv_heads + h["kv_head"].get<int64_t>())];
+    if (h["restore_alone"].is_object()) {
+      c.measured = Measured::Head;
+      c.logprob = number(h["restore_alone"], "logprob");
+      c.trace = h.value("restore_trace", std::string());
+    }
+  }
+  for (const auto& name : j["minimal_set"]) {
+    const std::string s = name.get<std::string>();
+    const size_t dot = s.find('.');
+    const int64_t l = std::stoll(s.substr(0, dot)), k = std::stoll(s.substr(dot + 1));
+    if (l < f->layers && k < f->kv_heads) f->cells[size_t(l * f->kv_heads + k)].minimal = true;
+  }
+  return f;
+}
+
+QString CausalFigure::title() const {
+  return "Causal map · restoring one head's (or layer's) losses alone";
+}
+
+QString CausalFigure::missing_data() const {
+  return folder.isEmpty()
+             ? "no causal search beside this trace: `kvscope why TRACE --causal` writes "
+               "TRACE.causal/"
+             : QString();
+}
+
+double CausalFigure::share(const Cell& c) const {
+  const double gap = full - original;
+  if (c.measured == Measured::None || !(gap > 0) || std::isnan(c.logprob)) return std::nan("");
+  return std::clamp((c.logprob - original) / gap, 0.0, 1.0);
+}
+
+CausalFigure::Layout CausalFigure::layout(const QRectF& area) const {
+  Layout l;
+  const double lh = legend_height(key_entries(), area.width() - 16);
+  l.keys = QRectF(area.left() + 8, area.bottom() - lh - 4, area.width() - 16, lh);
+  const QRectF inner = area.adjusted(64, 58, -110, -(48 + lh + 8));
+  const double cell = std::min(inner.width() / double(std::max<int64_t>(1, kv_heads)),
+                               inner.height() / double(std::max<int64_t>(1, layers)));
+  l.cw = std::min(cell * 1.6, inner.width() / double(std::max<int64_t>(1, kv_heads)));
+  l.ch = cell;
+  l.grid = QRectF(inner.left(), inner.top(), l.cw * double(kv_heads), l.ch * double(layers));
+  l.bar = QRectF(l.grid.right() + 16, l.grid.top(), 10, std::max(40.0, l.grid.height()));
+  return l;
+}
+
+void CausalFigure::paint(QPainter& p, const QRectF& area) const {
+  plot::title(p, QRectF(area.left(), area.top(), area.width(), 30), title(),
+              folder.isEmpty() ? QString() : QString("%1 replays · %2").arg(replays).arg(words));
+  if (!missing_data().isEmpty())
+    return plot::message(p, area.adjusted(8, 36, -8, -8), missing_data());
+  const Layout l = layout(area);
+  ColorScale cs;
+  cs.map = ColorMapId::Viridis;
+  for (int64_t layer = 0; layer < layers; ++layer)
+    for (int64_t k = 0; k < kv_heads; ++k) {
+      const Cell& c = cells[size_t(layer * kv_heads + k)];
+      const QRectF r(l.grid.left() + double(k) * l.cw, l.grid.top() + double(layer) * l.ch, l.cw,
+                     l.ch);
+      const double s = share(c);
+      p.fillRect(r.adjusted(0, 0, 0.3, 0.3),
+                 std::isnan(s) ? kUnmeasured : QColor(cs.color(float(s))));
+      if (c.measured == Measured::Layer)
+        p.fillRect(r, QBrush(QColor(255, 255, 255, 110), Qt::BDiagPattern));
+    }
+  p.setBrush(Qt::NoBrush);
+  for (int64_t layer = 0; layer < layers; ++layer)
+    for (int64_t k = 0; k < kv_heads; ++k)
+      if (cells[size_t(layer * kv_heads + k)].minimal) {
+        p.setPen(QPen(palette::kVermillion, std::clamp(l.ch / 6, 1.5, 3.0)));
+        p.drawRect(QRectF(l.grid.left() + double(k) * l.cw, l.grid.top() + double(layer) * l.ch,
+                          l.cw, l.ch)
+                       .adjusted(1, 1, -1, -1));
+      }
+  plot::axes(p, l.grid, 0, double(kv_heads), 0, double(layers), "kv head", "layer", true);
+  plot::colorbar(p, l.bar, cs, "share of the log p gap recovered");
+  paint_legend_rows(p, l.keys, key_entries());
+}
+
+bool CausalFigure::cell_at(const QRectF& area, const QPointF& pt, int64_t* layer,
+                           int64_t* kv_head) const {
+  if (folder.isEmpty()) return false;
+  const Layout l = layout(area);
+  if (!l.grid.contains(pt)) return false;
+  *kv_head = std::min<int64_t>(kv_heads - 1, int64_t((pt.x() - l.grid.left()) / l.cw));
+  *layer = std::min<int64_t>(layers - 1, int64_t((pt.y() - l.grid.top()) / l.ch));
+  return true;
+}
+
+std::string CausalFigure::trace_of(int64_t layer, int64_t kv_head) const {
+  const Cell& c = cells[size_t(layer * kv_heads + kv_head)];
+  return c.trace.empty() ? std::string()
+                         : QDir(folder).filePath(QString::fromStdString(c.trace)).toStdString();
+}
+
+QString CausalFigure::describe(int64_t layer, int64_t kv_head) const {
+  const Cell& c = cells[size_t(layer * kv_heads + kv_head)];
+  QString s = QString("layer %1 kv head %2").arg(layer).arg(kv_head);
+  if (c.minimal) s += " · in the minimal set";
+  if (c.measured == Measured::None) return s + " · not restored alone";
+  return s + QString(
+                 " · %1 restored alone: log p %2 (policy %3, every loss restored %4); click to "
+                 "compare")
+                 .arg(c.measured == Measured::Head ? "the head" : "its layer")
+                 .arg(c.logprob, 0, 'f', 2)
+                 .arg(original, 0, 'f', 2)
+                 .arg(full, 0, 'f', 2);
+}
+
+void CausalFigure::write_csv(QTextStream& out) const {
+  out << "layer,kv_head,measured,restore_logprob,share_recovered,in_minimal_set,trace\n";
+  for (int64_t layer = 0; layer < layers; ++layer)
+    for (int64_t k = 0; k < kv_heads; ++k) {
+      const Cell& c = cells[size_t(layer * kv_heads + k)];
+      const double s = share(c);
+      out << layer << "," << k << ","
+          << (c.measured == Measured::Head    ? "head"
+              : c.measured == Measured::Layer ? "layer"
+                                              : "none")
+          << "," << (c.measured == Measured::None ? QString() : QString::number(c.logprob, 'g', 8))
+          << "," << (std::isnan(s) ? QString() : QString::number(s, 'g', 6)) << ","
+          << (c.minimal ? 1 : 0) << "," << QString::fromStdString(c.trace) << "\n";
+    }
+}
+
+}  // namespace kvscope::views
