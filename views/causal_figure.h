@@ -10,6 +10,7 @@
 
 #include <QString>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -43,15 +44,24 @@ class CausalFigure : public Figure {
   int64_t layers = 0, kv_heads = 0;
   std::vector<Cell> cells;  // [layer * K + kv head]
   double original = 0, full = 0;
+  double threshold = 0;  // the log p that counts as recovered (NaN: success decides)
+  struct Replay {
+    double logprob = 0;
+    bool recovered = false;
+  };
+  std::vector<Replay> replay_list;  // every replay of the search, in order
   bool recoverable = false;
   int64_t replays = 0;
-  QString words;   // the search's verdict, first line
+  QString words;   // the search's verdict line
   QString folder;  // of causal.json ("" : none found)
 
  private:
   struct Layout;
   Layout layout(const QRectF& area) const;
+  void read_report(const nlohmann::json& j);
+  Cell& cell(int64_t layer, int64_t kv_head);
   double share(const Cell& c) const;
+  void paint_replays(QPainter& p, const QRectF& r) const;
 };
 
 }  // namespace kvscope::views

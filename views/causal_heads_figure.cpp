@@ -21,7 +21,10 @@ std::vector<int64_t> set_heads(const std::string& set, int64_t K) {
   while (in >> item) {
     const size_t dot = item.find('.');
     if (dot == std::string::npos) continue;
-    out.push_back(std::stoll(item.substr(0, dot)) * K + std::stoll(item.substr(dot + 1)));
+    try {  // a damaged table's item counts for no head
+      out.push_back(std::stoll(item.substr(0, dot)) * K + std::stoll(item.substr(dot + 1)));
+    } catch (const std::exception&) {
+    }
   }
   return out;
 }

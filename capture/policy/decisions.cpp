@@ -222,6 +222,7 @@ void Decisions::stall(int64_t layer, int64_t kv_head, int64_t pos, float wait_s)
 void Decisions::merge(int64_t layer, int64_t kv_head, int64_t pos, int64_t into, float weight,
                       const float* value) {
   check_unlocked("merge", layer, kv_head, pos);
+  if (moot(layer, kv_head, pos) || moot(layer, kv_head, into)) return;
   held_tier("merge", layer, kv_head, pos);
   held_tier("merge", layer, kv_head, into);
   if (into == pos) fail("merge", layer, kv_head, pos, "an entry cannot absorb itself");
@@ -236,6 +237,7 @@ void Decisions::merge(int64_t layer, int64_t kv_head, int64_t pos, int64_t into,
 void Decisions::rerotate(int64_t layer, int64_t kv_head, int64_t pos, int64_t position,
                          const float* key) {
   check_unlocked("rerotate", layer, kv_head, pos);
+  if (moot(layer, kv_head, pos)) return;
   held_tier("rerotate", layer, kv_head, pos);
   if (position < 0 || position > pos)
     fail("rerotate", layer, kv_head, pos,

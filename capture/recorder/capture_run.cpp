@@ -175,8 +175,9 @@ trace::CaptureLayout capture_layout(const CaptureLevels& levels, const policy::P
 std::vector<int32_t> answer_probe_tokens(const tokenizer::Tokenizer& tokenizer,
                                          const std::string& context_text,
                                          const std::string& answer) {
-  const bool spaced =
-      context_text.empty() || std::isspace(static_cast<unsigned char>(context_text.back()));
+  const bool spaced = context_text.empty() ||
+                      std::isspace(static_cast<unsigned char>(context_text.back())) ||
+                      (!answer.empty() && std::isspace(static_cast<unsigned char>(answer.front())));
   const std::string next = spaced ? answer : " " + answer;
   // The answer as it tokenises after the context's last words (a tokenizer
   // may merge across the boundary or treat a leading space specially): the

@@ -91,7 +91,7 @@ struct CaptureResult {
 
 // The tokens the answer probe feeds for `answer` after `context_text`: the
 // answer as the model would write it next (a space first unless the context
-// ends in whitespace), no special tokens.
+// ends in whitespace or the answer starts with it), no special tokens.
 std::vector<int32_t> answer_probe_tokens(const tokenizer::Tokenizer& tokenizer,
                                          const std::string& context_text,
                                          const std::string& answer);

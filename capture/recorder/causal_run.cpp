@@ -193,6 +193,7 @@ CausalRun run_causal_search(const trace::TraceReader& original, ReplaySource sou
     throw InputError(original.path(), "/events",
                      "the policy evicted, rejected or offloaded nothing: there is nothing to "
                      "restore");
+  q.has_needle = !shape.needle.empty();
   q.budget = o.budget;
   q.fraction = o.fraction;
   q.original = {original.answer_logprob(), original.answer_rank(), original.task_success(),

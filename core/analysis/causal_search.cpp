@@ -99,6 +99,8 @@ class Search {
     r_.recoverable = !std::isnan(r_.threshold) ||
                      (r_.full.success == 1 && q_.original.success != 1) ||
                      (!std::isnan(r_.full.score) && !(r_.full.score <= q_.original.score));
+    // The threshold did not exist when the full restoration ran: judge it now.
+    r_.replays.front().recovered = r_.recoverable && recovers(r_.full);
   }
 
   double layer_score(int64_t l) const {
@@ -131,14 +133,31 @@ class Search {
         lo = mid + 1;
     }
     items.resize(hi);
-    for (size_t i = items.size(); i-- > 0 && items.size() > 1;) {
-      std::vector<int64_t> without = items;
-      without.erase(without.begin() + int64_t(i));
-      if (restores(make(without), "the " + std::to_string(without.size()) + " " + noun +
-                                      " kept so far without " + name(items[i])))
-        items = without;
+    // Delta debugging: runs of `chunk` items dropped at once, weakest first,
+    // halving the run down to single items; with an effect that only grows
+    // with what is restored, the last pass leaves every item needed.
+    for (size_t chunk = std::max<size_t>(1, items.size() / 2);; chunk /= 2) {
+      for (size_t end = items.size(); end > 0 && items.size() > 1;) {
+        const size_t begin = end > chunk ? end - chunk : 0;
+        std::vector<int64_t> without = items;
+        without.erase(without.begin() + int64_t(begin), without.begin() + int64_t(end));
+        if (!without.empty() && restores(make(without), "the " + std::to_string(without.size()) +
+                                                            " " + noun + " kept so far without " +
+                                                            run_name(items, begin, end, name)))
+          items = without;
+        end = begin;
+      }
+      if (chunk == 1) break;
     }
     return items;
+  }
+
+  // "layer 4" or "layers 4 to 9 (6)": items [begin, end) by `name`.
+  template <typename Name>
+  static std::string run_name(const std::vector<int64_t>& items, size_t begin, size_t end,
+                              Name name) {
+    if (end - begin == 1) return name(items[begin]);
+    return name(items[begin]) + " and " + std::to_string(end - begin - 1) + " weaker";
   }
 
   std::vector<int64_t> minimal_layers() {
@@ -206,6 +225,7 @@ class Search {
       e.has_restore = true;
     }
     for (HeadEffect& e : r_.head_effects) {
+      if (!q_.has_needle) break;
       e.drop = replay(q_.lost, heads_set({e.layer * q_.kv_heads + e.kv_head}),
                       "the full restoration without the needle in layer " +
                           std::to_string(e.layer) + " kv head " + std::to_string(e.kv_head),

@@ -5,9 +5,9 @@
 // — and finds, within a replay budget, the smallest set of heads whose
 // restoration recovers the answer: ordered by the observational ranking
 // (what each head lost of the needle, `kvscope why`), the smallest
-// recovering prefix of layers by bisection, then delta debugging (drop one
-// at a time, weakest first) over layers, then the same over the heads of the
-// layers kept. Each layer's and each selected head's single effect follows
+// recovering prefix of layers by bisection, then delta debugging (drop runs
+// of them, halving the run down to one, weakest first) over layers, then the
+// same over the heads of the layers kept. Each layer's and each selected head's single effect follows
 // while the budget lasts. The search knows nothing of models: tests give it
 // planted evaluations.
 #pragma once
@@ -53,6 +53,9 @@ struct CausalQuery {
   ReplayEffect original;
   int64_t budget = 48;    // replays at most (>= 1)
   double fraction = 0.9;  // of the log-probability gap to the full restoration that recovers
+  // Whether the trace marks a needle to drop from the full restoration
+  // (the single effects' drops; none without one).
+  bool has_needle = true;
   // A gap below this (nats) is no gap: recovery is then judged by success or score.
   double min_gap = 0.1;
 };

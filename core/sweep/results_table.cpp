@@ -151,6 +151,7 @@ const std::vector<ResultColumn>& result_columns() {
       {"causal_set", Kind::Text, &R::causal_set, nullptr, nullptr, true},
       {"causal_set_size", Kind::Integer, nullptr, &R::causal_set_size, nullptr, true},
       {"causal_replays", Kind::Integer, nullptr, &R::causal_replays, nullptr, true},
+      {"causal_minimal", Kind::Integer, nullptr, &R::causal_minimal, nullptr, true},
       {"n_kv_heads", Kind::Integer, nullptr, &R::n_kv_heads, nullptr, true},
   };
   return columns;

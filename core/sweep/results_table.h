@@ -41,6 +41,9 @@ struct ResultRow {
   // -1: restoring every loss does not recover it) and the replays it ran.
   std::string causal_set;
   std::optional<int64_t> causal_set_size, causal_replays;
+  // 1: the set is minimal (every removal was tried); 0: the budget ran out
+  // first and the set is the smallest recovering one the search saw.
+  std::optional<int64_t> causal_minimal;
   std::optional<int64_t> n_kv_heads;  // the model's kv heads per layer (n_heads / it: layers)
   std::string trace;                  // relative to the results table's folder
   std::string error;

@@ -22,6 +22,10 @@ subprocess.run([KVSCOPE, "capture", "--model", STORIES + "/stories260K.bin", "--
                 "--task", "needle:tokens=200,depth=0.2,seed=3", "--max-new", "8",
                 "--capture", "received", "--oracle", "-q", "-o", trace], check=True)
 
+# The causal search on it, for the causal example (kvscope.causal reads TRACE.causal/).
+subprocess.run([KVSCOPE, "why", trace, "--causal", "--budget", "6", "--threads", "1"], check=True,
+               capture_output=True)
+
 # A small sweep for the sweep examples: the full cache and StreamingLLM on
 # the passkey task at two depths.
 plan = os.path.join(SCRATCH, "plan.toml")

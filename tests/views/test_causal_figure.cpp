@@ -25,26 +25,34 @@ namespace {
 // alone recovers half the gap, head 2.3 alone all of it.
 void write_report(const std::string& trace) {
   std::filesystem::create_directories(trace + ".causal");
-  nlohmann::json j = {{"n_layers", 4},
-                      {"kv_heads", 4},
-                      {"replays", 9},
-                      {"recoverable", true},
-                      {"original", {{"logprob", -10.0}}},
-                      {"full_restoration", {{"logprob", -2.0}}},
-                      {"minimal_set", {"2.3"}},
-                      {"words", "replays: 9 of a budget of 24\nrestoring ..."},
-                      {"heads",
-                       {{{"layer", 2},
-                         {"kv_head", 3},
-                         {"restore_alone", {{"logprob", -2.0}}},
-                         {"restore_trace", "replay-004.kvtrace.h5"}}}},
-                      {"layers",
-                       {{{"layer", 1},
-                         {"restore_alone", {{"logprob", -6.0}}},
-                         {"restore_trace", "replay-006.kvtrace.h5"}},
-                        {{"layer", 2},
-                         {"restore_alone", {{"logprob", -2.5}}},
-                         {"restore_trace", "replay-007.kvtrace.h5"}}}}};
+  nlohmann::json j = {
+      {"n_layers", 4},
+      {"kv_heads", 4},
+      {"replays", 9},
+      {"recoverable", true},
+      {"original", {{"logprob", -10.0}}},
+      {"full_restoration", {{"logprob", -2.0}}},
+      {"minimal_set", {"2.3"}},
+      {"words",
+       "replays: 9 of a budget of 24\nrestoring the policy's losses in layer 2 kv head 3 "
+       "recovers the answer"},
+      {"threshold_logprob", -2.8},
+      {"replay_list",
+       {{{"effect", {{"logprob", -2.0}}}, {"recovered", true}},
+        {{"effect", {{"logprob", -9.0}}}, {"recovered", false}},
+        {{"effect", {{"logprob", -2.5}}}, {"recovered", true}}}},
+      {"heads",
+       {{{"layer", 2},
+         {"kv_head", 3},
+         {"restore_alone", {{"logprob", -2.0}}},
+         {"restore_trace", "replay-004.kvtrace.h5"}}}},
+      {"layers",
+       {{{"layer", 1},
+         {"restore_alone", {{"logprob", -6.0}}},
+         {"restore_trace", "replay-006.kvtrace.h5"}},
+        {{"layer", 2},
+         {"restore_alone", {{"logprob", -2.5}}},
+         {"restore_trace", "replay-007.kvtrace.h5"}}}}};
   std::ofstream(trace + ".causal/causal.json") << j.dump(1);
 }
 
@@ -88,6 +96,9 @@ TEST_CASE("causal map: restoration effects per head, the minimal set, the replay
     }
   CHECK(hits > 10);
   CHECK(f->describe(2, 3).contains("in the minimal set"));
+  REQUIRE(f->replay_list.size() == 3);
+  CHECK(f->replay_list[1].logprob == Approx(-9.0));
+  CHECK(f->words.startsWith("restoring the policy's losses"));
   for (const ExportOptions& page : {ExportOptions{520, 380, 96}, ExportOptions{1200, 800, 96},
                                     export_preset("column"), export_preset("slide")}) {
     const LayoutReport report = check_layout(*f, page);
@@ -105,4 +116,15 @@ TEST_CASE("causal map: a report for another model shape is refused naming the fi
   std::ofstream(path + ".causal/causal.json") << R"({"n_layers": 30, "kv_heads": 3})";
   TraceData data(trace::TraceReader::open(path));
   CHECK_THROWS_WITH(CausalFigure::load(data), Catch::Contains("another model shape"));
+  // A head outside the shape, or no JSON at all: refused naming the file, nothing indexed.
+  for (const char* text : {R"({"n_layers": 4, "kv_heads": 4, "original": {}, "full_restoration": {},
+                                "heads": [{"layer": 9, "kv_head": 0, "restore_alone": {"logprob": 1}}]})",
+                           R"({"n_layers": 4, "kv_heads": 4, "original": {}, "full_restoration": {},
+                                "minimal_set": ["x.y"]})",
+                           "[1, 2]", "{"}) {
+    std::ofstream(path + ".causal/causal.json") << text;
+    TraceData again(trace::TraceReader::open(path));
+    CHECK_THROWS_WITH(CausalFigure::load(again),
+                      Catch::Contains("causal.json: is not the search's JSON"));
+  }
 }

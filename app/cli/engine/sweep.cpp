@@ -65,6 +65,7 @@ struct CellOutcome {
   bool searched = false;  // the causal search ran on the cell
   std::vector<std::string> causal_set;
   int64_t causal_size = 0, causal_replays = 0;
+  bool causal_minimal = false;
 };
 
 // The causal search on a cell that missed (plan key causal), beside its trace.
@@ -79,6 +80,7 @@ void causal_search_cell(const SweepPlan& plan, generate::Engine& engine,
   out->causal_replays = int64_t(run.result.replays.size());
   out->causal_set = analysis::head_names(run.result.minimal, reader.n_kv_heads());
   out->causal_size = run.result.recoverable ? int64_t(out->causal_set.size()) : -1;
+  out->causal_minimal = run.result.minimal_confirmed;
 }
 
 recorder::CaptureRequest cell_request(const SweepPlan& plan, const SweepCell& cell,
@@ -178,6 +180,7 @@ sweep::ResultRow result_row(const SweepPlan& plan, const SweepCell& c, const Cel
     }
     r.causal_set_size = o.causal_size;
     r.causal_replays = o.causal_replays;
+    r.causal_minimal = o.causal_minimal ? 1 : 0;
   }
   r.wall_s = o.wall_s;
   r.device = device;
