@@ -6,7 +6,7 @@ checks on stories260K in CI, on the real model here. Prints one line per
 policy: whether `kvscope replay` reproduced the trace, and the seconds of the
 capture and of the replay.
 
-  bench/replay/exactness.py build/app/kvscope models/SmolLM2-135M-Instruct.Q4_1.gguf OUT_DIR
+  /usr/bin/python3 bench/replay/exactness.py build/app/kvscope models/SmolLM2-135M-Instruct.Q4_1.gguf OUT_DIR
 """
 import os
 import subprocess

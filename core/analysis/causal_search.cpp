@@ -127,7 +127,8 @@ class Search {
     while (lo < hi) {
       const size_t mid = (lo + hi) / 2;
       const std::vector<int64_t> prefix(items.begin(), items.begin() + int64_t(mid));
-      if (restores(make(prefix), "the " + std::to_string(mid) + " strongest " + noun))
+      if (restores(make(prefix), "the " + std::to_string(mid) + " strongest " +
+                                     (mid == 1 ? noun.substr(0, noun.size() - 1) : noun)))
         hi = mid;
       else
         lo = mid + 1;
@@ -141,8 +142,10 @@ class Search {
         const size_t begin = end > chunk ? end - chunk : 0;
         std::vector<int64_t> without = items;
         without.erase(without.begin() + int64_t(begin), without.begin() + int64_t(end));
+        // "layers" -> "layer" for one
+        const std::string what = without.size() == 1 ? noun.substr(0, noun.size() - 1) : noun;
         if (!without.empty() && restores(make(without), "the " + std::to_string(without.size()) +
-                                                            " " + noun + " kept so far without " +
+                                                            " " + what + " kept so far without " +
                                                             run_name(items, begin, end, name)))
           items = without;
         end = begin;
@@ -198,30 +201,31 @@ class Search {
   // Each layer restored alone; each head of the set alone, and dropped from
   // the full restoration.
   void single_effects() {
-    for (int64_t l = 0; l < q_.layers; ++l) {
-      const Set s = layers_set({l});
-      if (std::none_of(s.begin(), s.end(), [](uint8_t x) { return x != 0; })) continue;
-      HeadEffect e;
-      e.layer = l;
-      r_.layer_effects.push_back(e);
-    }
     for (int64_t h = 0; h < int64_t(r_.minimal.size()); ++h)
-      if (r_.minimal[size_t(h)] && r_.recoverable) {
+      if (r_.minimal[size_t(h)]) {
         HeadEffect e;
         e.layer = h / q_.kv_heads;
         e.kv_head = h % q_.kv_heads;
         r_.head_effects.push_back(e);
       }
+    // Layers in the ranking's order (listed by index): the budget goes to the
+    // likely ones first.
+    std::vector<int64_t> layers;
+    for (int64_t l = 0; l < q_.layers; ++l) {
+      const Set s = layers_set({l});
+      if (std::any_of(s.begin(), s.end(), [](uint8_t x) { return x != 0; })) layers.push_back(l);
+    }
+    for (int64_t l : layers) {
+      HeadEffect e;
+      e.layer = l;
+      r_.layer_effects.push_back(e);
+    }
+    // The minimal set's heads first (alone, then dropped), then the layers.
     for (HeadEffect& e : r_.head_effects) {
       e.restore = replay(
           heads_set({e.layer * q_.kv_heads + e.kv_head}), {},
           "layer " + std::to_string(e.layer) + " kv head " + std::to_string(e.kv_head) + " alone",
           &e.restore_replay);
-      e.has_restore = true;
-    }
-    for (HeadEffect& e : r_.layer_effects) {
-      e.restore = replay(layers_set({e.layer}), {}, "layer " + std::to_string(e.layer) + " alone",
-                         &e.restore_replay);
       e.has_restore = true;
     }
     for (HeadEffect& e : r_.head_effects) {
@@ -231,6 +235,13 @@ class Search {
                           std::to_string(e.layer) + " kv head " + std::to_string(e.kv_head),
                       &e.drop_replay);
       e.has_drop = true;
+    }
+    for (int64_t l : ranked(layers, [&](int64_t x) { return layer_score(x); })) {
+      HeadEffect& e = *std::find_if(r_.layer_effects.begin(), r_.layer_effects.end(),
+                                    [l](const HeadEffect& x) { return x.layer == l; });
+      e.restore =
+          replay(layers_set({l}), {}, "layer " + std::to_string(l) + " alone", &e.restore_replay);
+      e.has_restore = true;
     }
   }
 

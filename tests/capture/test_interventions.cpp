@@ -115,9 +115,8 @@ TEST_CASE("pin keeps the chosen tokens wherever the policy would take them", "[i
     }
 }
 
-TEST_CASE(
-    "drop takes the chosen tokens from the chosen heads; the policy's later decisions are moot",
-    "[interventions]") {
+TEST_CASE("drop takes the chosen tokens from the chosen heads, the policy's later decisions moot",
+          "[interventions]") {
   Replay r({"drop:tokens=35-37,heads=0.1"});
   REQUIRE(r.driver->kept_tier() == -1);  // nothing to keep: no kept tier
   CHECK(r.cache().n_tiers() == 1);

@@ -303,4 +303,37 @@ refuse_plans("budgets", [("budgets = [0.25]", "budgets: policy 'streaming_llm' h
                          ("budgets = [1.5]",
                           "budgets: expected fractions in (0, 1] of the prompt or whole entry counts, got 1.5")])
 
+# The causal search on every miss (causal = true): stories260K misses the
+# passkey with the full cache too, so restoring every loss does not recover
+# it: one replay per missed cell, causal_set_size -1; the full cache lost
+# nothing and gets no search; the replays go beside the cell's trace.
+causal_plan = os.path.join(SCRATCH, "causal.toml")
+with open(causal_plan, "w") as f:
+    f.write(f"""[sweep]
+name = "causal"
+models = ["{STORIES}/stories260K.bin"]
+tokenizer = "{STORIES}/tok512.bin"
+max_new = 6
+capture = "events"
+oracle = false
+policies = ["full", "streaming_llm:sinks=2,window=16"]
+tasks = ["needle"]
+lengths = [200]
+depths = [0.3]
+causal = true
+causal_budget = 5
+""")
+code, out = sweep(causal_plan)
+table = {r["policy"]: r for r in rows("causal")} if code == 0 else {}
+check(code == 0 and set(table) == {"full", "streaming_llm:sinks=2,window=16"}, "causal: both cells ran")
+if len(table) == 2:
+    s, full = table["streaming_llm:sinks=2,window=16"], table["full"]
+    check(s["success"] == "0" and s["causal_set_size"] == "-1" and s["causal_replays"] == "1" and
+          s["causal_set"] == "", f"causal: the miss got one replay, not recoverable ({dict(s)})")
+    check(full["causal_set_size"] == "" and full["causal_replays"] == "",
+          "causal: the full cache lost nothing and has no search")
+    check(os.path.exists(os.path.join(SCRATCH, "causal", s["trace"] + ".causal", "causal.json")),
+          "causal: the search's report lies beside the cell's trace")
+refuse_plans("causal", [("causal_budget = 0", "causal_budget: expected an integer >= 1 (replays)")])
+
 finish()

@@ -95,7 +95,7 @@ TEST_CASE("results table: read by header names, a torn last row is dropped, bad 
   CHECK(rows[0].dtype.empty());
   std::ofstream(path)
       << sweep::csv_header() << "\n"
-      << "c000000000004,m,full,needle,two hundred,0.2,1,ok,1,,,,,,,,,,,needle,1,cpu,fp32,,,\n";
+      << "c000000000004,m,full,needle,two hundred,0.2,1,ok,1,,,,,,,,,,,needle,1,cpu,fp32,,,,,,,,\n";
   try {
     sweep::read_results_csv(path);
     FAIL("a malformed integer was read");

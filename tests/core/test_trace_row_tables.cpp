@@ -45,9 +45,10 @@ TEST_CASE("every row table's columns are datasets of the catalogue, on the table
     }
   }
   // The step tables are the ones StepData carries, in KVSCOPE_STEP_TABLES' order.
-  REQUIRE(step_tables().size() == 5);
+  REQUIRE(step_tables().size() == 6);
   CHECK(step_tables()[0] == &table_of<StallRow>());
   CHECK(step_tables()[4] == &table_of<KeyChannelRow>());
+  CHECK(step_tables()[5] == &table_of<InterventionRow>());
 }
 
 TEST_CASE("a row's fields go into their columns' elements and back unchanged", "[trace][tables]") {

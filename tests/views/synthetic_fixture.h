@@ -2,6 +2,9 @@
 // test into a fresh temporary directory.
 #pragma once
 
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/trace/synthetic.h"
@@ -57,6 +60,37 @@ inline std::string write_trace(const trace::SyntheticSpec& spec, const std::stri
   std::string path = temp_dir() + "/" + name;
   trace::write_synthetic_trace(path, spec);
   return path;
+}
+
+// A causal search's report beside the trace (TRACE.causal/causal.json, the
+// shape of `kvscope why --causal`'s) for a model of this shape: every layer
+// restored alone recovering a growing share, the minimal set the last
+// layer's kv head 0, twelve replays.
+inline void write_causal_report(const std::string& trace, int64_t layers, int64_t kv_heads) {
+  nlohmann::json j = {{"n_layers", layers},
+                      {"kv_heads", kv_heads},
+                      {"replays", 12},
+                      {"recoverable", true},
+                      {"original", {{"logprob", -12.0}}},
+                      {"full_restoration", {{"logprob", -1.0}}},
+                      {"threshold_logprob", -2.1},
+                      {"minimal_set", {std::to_string(layers - 1) + ".0"}},
+                      {"words", "restoring the policy's losses in layer " +
+                                    std::to_string(layers - 1) + " kv head 0 recovers the answer"}};
+  j["heads"] = {{{"layer", layers - 1},
+                 {"kv_head", 0},
+                 {"restore_alone", {{"logprob", -1.5}}},
+                 {"restore_trace", "replay-011.kvtrace.h5"}}};
+  for (int64_t l = 0; l < layers; ++l)
+    j["layers"].push_back(
+        {{"layer", l},
+         {"restore_alone", {{"logprob", -12.0 + 10.0 * double(l) / double(layers)}}},
+         {"restore_trace", "replay-" + std::to_string(l) + ".kvtrace.h5"}});
+  for (int i = 0; i < 12; ++i)
+    j["replay_list"].push_back(
+        {{"effect", {{"logprob", -12.0 + double(i)}}}, {"recovered", i >= 10}});
+  std::filesystem::create_directories(trace + ".causal");
+  std::ofstream(trace + ".causal/causal.json") << j.dump(1);
 }
 
 }  // namespace kvscope::test

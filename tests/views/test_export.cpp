@@ -157,6 +157,7 @@ TEST_CASE("every view exports to PNG, SVG and PDF with its title, axes and colou
   std::string path = test::write_trace(spec);
   std::string dir = test::temp_dir();
   auto reader = trace::TraceReader::open(path);
+  test::write_causal_report(path, reader->n_layers(), reader->n_kv_heads());
   TraceData data(*reader);
   auto other = trace::TraceReader::open(path);
   TraceData other_data(*other);
@@ -179,6 +180,7 @@ TEST_CASE("every view exports to PNG, SVG and PDF with its title, axes and colou
       {"compare", {"Compare", "kept by A, not B"}},
       {"overview", {"Layers x heads"}},
       {"needle", {"Needle", "needle held", "attention mass", "step"}},
+      {"causal", {"Causal map", "kv head", "layer", "log p gap recovered", "answer log p"}},
   };
   // Every registered view is exported here (a view added to the registry
   // without its words above fails), and export's list is the registry.

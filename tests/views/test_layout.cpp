@@ -55,6 +55,7 @@ int distinct_colours(const Figure& figure, const ExportOptions& o) {
 
 void check_every_view(const std::string& path, const std::string& label) {
   auto reader = trace::TraceReader::open(path);
+  test::write_causal_report(path, reader->n_layers(), reader->n_kv_heads());
   TraceData data(*reader);
   auto other = trace::TraceReader::open(path);
   TraceData other_data(*other);
