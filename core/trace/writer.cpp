@@ -114,8 +114,10 @@ struct TraceWriter::Impl {
     }
   }
 
-  void write_scalar_u8(const char* dset_path, uint8_t value) {
-    H5Dwrite(datasets.at(dset_path).get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value);
+  // `type` is the memory type of T (H5T_NATIVE_UINT8 for uint8_t, ...).
+  template <typename T>
+  void write_scalar(const char* dset_path, hid_t type, T value) {
+    H5Dwrite(datasets.at(dset_path).get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value);
   }
 
   void create_file() {
@@ -162,7 +164,7 @@ struct TraceWriter::Impl {
     write_layout_attributes(
         file.get(), layout, axes,
         layout.dense_heads.empty() ? -1 : datasets.at("/attention/dense/heads").get());
-    write_scalar_u8("/run/complete", 0);
+    write_scalar("/run/complete", H5T_NATIVE_UINT8, uint8_t(0));
     int8_t no_success = -1;
     H5Dwrite(datasets.at("/generation/success").get(), H5T_NATIVE_INT8, H5S_ALL, H5S_ALL,
              H5P_DEFAULT, &no_success);
@@ -460,20 +462,12 @@ struct TraceWriter::Impl {
     uint8_t reason = 0;
     for (uint8_t i = 0; i < 6; ++i)
       if (summary.finish_reason == reasons[i]) reason = i;
-    write_scalar_u8("/generation/finish_reason", reason);
-    int8_t success = summary.success;
-    H5Dwrite(datasets.at("/generation/success").get(), H5T_NATIVE_INT8, H5S_ALL, H5S_ALL,
-             H5P_DEFAULT, &success);
-    double score = summary.score;
-    H5Dwrite(datasets.at("/generation/score").get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL,
-             H5P_DEFAULT, &score);
-    double logprob = summary.answer_logprob;
-    H5Dwrite(datasets.at("/generation/answer_logprob").get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL,
-             H5P_DEFAULT, &logprob);
-    int64_t rank = summary.answer_rank;
-    H5Dwrite(datasets.at("/generation/answer_rank").get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL,
-             H5P_DEFAULT, &rank);
-    write_scalar_u8("/run/complete", 1);
+    write_scalar("/generation/finish_reason", H5T_NATIVE_UINT8, reason);
+    write_scalar("/generation/success", H5T_NATIVE_INT8, summary.success);
+    write_scalar("/generation/score", H5T_NATIVE_DOUBLE, summary.score);
+    write_scalar("/generation/answer_logprob", H5T_NATIVE_DOUBLE, summary.answer_logprob);
+    write_scalar("/generation/answer_rank", H5T_NATIVE_INT64, summary.answer_rank);
+    write_scalar("/run/complete", H5T_NATIVE_UINT8, uint8_t(1));
     fault_point();
     if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) io_fail("");
     close_file();

@@ -10,6 +10,7 @@
 
 #include "app/cli/cli_main.h"
 #include "app/cli/command.h"
+#include "app/cli/engine/replay_cli.h"
 #include "capture/generate/engine.h"
 #include "capture/recorder/capture_run.h"
 #include "capture/recorder/replay.h"
@@ -95,14 +96,7 @@ Command add_replay_command(CLI::App& app) {
       "drop:tokens=...[,heads=...][,at=STEP] (those tokens leave), only:heads=... (the policy "
       "acts only there); repeatable (docs/causal.md)");
   sub->add_option("-o,--output", opt->output, "the replay's trace (.kvtrace.h5)")->required();
-  sub->add_option("--model", opt->overrides.model,
-                  "the model, when it is no longer at /run model_path");
-  sub->add_option("--device", opt->overrides.device, "cpu, cuda or cuda:N (default cpu)");
-  sub->add_option("--threads", opt->overrides.threads,
-                  "compute threads (0: OMP_NUM_THREADS if set, else one per core)")
-      ->check(CLI::Range(0, 1024));
-  sub->add_flag("--any-version", opt->overrides.any_version,
-                "replay a trace another KVScope version made");
+  add_replay_overrides(sub, &opt->overrides);
   sub->add_flag("-q,--quiet", opt->quiet, "print only errors");
   return {sub, [opt] {
             check_output_path(opt->output, "-o");

@@ -8,6 +8,7 @@
 
 #include "app/cli/cli_main.h"
 #include "app/cli/command.h"
+#include "app/cli/engine/replay_cli.h"
 #include "capture/generate/engine.h"
 #include "capture/recorder/causal_run.h"
 #include "capture/recorder/replay.h"
@@ -66,13 +67,7 @@ Command add_why_causal_command(CLI::App& app) {
   sub->add_option("-o,--output", opt->output, "folder for the replays (default TRACE.causal)");
   sub->add_flag("--json", opt->json, "print JSON instead of text");
   sub->add_option("--kl", opt->search.kl, "as kvscope why's --kl")->capture_default_str();
-  sub->add_option("--model", opt->overrides.model,
-                  "the model, when it is no longer at /run model_path");
-  sub->add_option("--device", opt->overrides.device, "cpu, cuda or cuda:N (default cpu)");
-  sub->add_option("--threads", opt->overrides.threads, "compute threads")
-      ->check(CLI::Range(0, 1024));
-  sub->add_flag("--any-version", opt->overrides.any_version,
-                "replay a trace another KVScope version made");
+  add_replay_overrides(sub, &opt->overrides);
   return {sub, [opt] { return run_causal(*opt); }};
 }
 
