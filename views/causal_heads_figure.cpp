@@ -53,13 +53,14 @@ CausalHeadsFigure::CausalHeadsFigure(QString name, std::vector<sweep::ResultRow>
     std::string policy = sweep::press_of(r);
     if (models.size() > 1) policy = r.model.substr(r.model.find_last_of('/') + 1) + " · " + policy;
     auto [it, fresh] = index.emplace(policy, panels_.size());
-    if (fresh) panels_.push_back({policy, {}, 0, std::vector<int32_t>(size_t(L_ * K_), 0)});
+    if (fresh) panels_.push_back({policy, {}, 0, 0, std::vector<int32_t>(size_t(L_ * K_), 0)});
     Panel& p = panels_[it->second];
     if (*r.causal_set_size < 0) {
       ++p.unrecoverable;
       continue;
     }
     p.searched.push_back(i);
+    p.minimal += r.causal_minimal.value_or(0) == 1;
     for (int64_t h : set_heads(r.causal_set, K_))
       if (h >= 0 && h < L_ * K_) ++p.count[size_t(h)];
   }
@@ -85,12 +86,14 @@ CausalHeadsFigure::Layout CausalHeadsFigure::layout(const QRectF& area) const {
   const double ph = inner.height() - header - bottom;
   l.cw = std::min(pw / double(std::max<int64_t>(1, K_)), 48.0);
   l.ch = std::max(1.0, ph / double(std::max<int64_t>(1, L_)));
+  l.bar = QRectF(area.right() - 84, inner.top() + header, 10, std::max(40.0, ph));
   for (size_t i = 0; i < n; ++i) {
     const double x = inner.left() + left + double(i) * (pw + gap);
-    l.headers.push_back(QRectF(x - 40, inner.top(), pw + 40, 32));
+    // A header may run to the next panel's header (the last one to the colour bar).
+    const double right = i + 1 < n ? x + pw + gap - 48 : l.bar.left() - 8;
+    l.headers.push_back(QRectF(x - 40, inner.top(), right - (x - 40), 32));
     l.grids.push_back(QRectF(x, inner.top() + header, l.cw * double(K_), l.ch * double(L_)));
   }
-  l.bar = QRectF(area.right() - 84, inner.top() + header, 10, std::max(40.0, ph));
   return l;
 }
 
@@ -120,10 +123,11 @@ void CausalHeadsFigure::paint(QPainter& p, const QRectF& area) const {
     p.drawText(l.headers[i], Qt::AlignLeft | Qt::AlignTop, head);
     p.setFont(plot::font(8));
     p.drawText(l.headers[i], Qt::AlignLeft | Qt::AlignBottom,
-               fm.elidedText(QString("%1 misses searched%2")
+               fm.elidedText(QString("%1 misses searched, %2 minimal%3")
                                  .arg(panel.searched.size())
+                                 .arg(panel.minimal)
                                  .arg(panel.unrecoverable
-                                          ? QString(", %1 not recoverable").arg(panel.unrecoverable)
+                                          ? QString(", %1 unrecoverable").arg(panel.unrecoverable)
                                           : QString()),
                              Qt::ElideRight, l.headers[i].width()));
   }

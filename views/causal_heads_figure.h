@@ -18,6 +18,7 @@ class CausalHeadsFigure : public SweepResultsFigure {
     std::string policy;            // sweep::press_of, model-qualified when several models
     std::vector<size_t> searched;  // rows with a minimal set (recovered)
     int64_t unrecoverable = 0;     // rows where restoring every loss did not help
+    int64_t minimal = 0;           // searched rows whose set is confirmed minimal (causal_minimal)
     std::vector<int32_t> count;    // [L * K]: sets holding the head
   };
 

@@ -58,6 +58,7 @@ std::vector<sweep::ResultRow> table() {
   rows.back().causal_set = "2.1 29.0";  // the causal search's minimal set of the miss
   rows.back().causal_set_size = 2;
   rows.back().causal_replays = 14;
+  rows.back().causal_minimal = 1;
   rows.push_back(cell("s2", "snapkv:window=8,budget=0.25", 0.25, "needle", 1, 2 * MiB, 0.6));
   rows.push_back(cell("s3", "snapkv:window=8,budget=0.25", 0.25, "needle", 1, 1.5 * MiB, 0.8));
   for (int i = 0; i < 4; ++i)
@@ -248,12 +249,14 @@ TEST_CASE("retrieval heads: how often each head is in a policy's minimal sets, c
   const auto& snap = f.panels()[0];
   CHECK(snap.policy == "snapkv:window=8");
   CHECK(snap.searched.size() == 1);
+  CHECK(snap.minimal == 1);
   CHECK(snap.count[2 * 3 + 1] == 1);
   CHECK(snap.count[29 * 3 + 0] == 1);
   CHECK(std::accumulate(snap.count.begin(), snap.count.end(), 0) == 2);
   const auto& tova = f.panels()[1];
   CHECK(tova.searched.size() == 1);
   CHECK(tova.unrecoverable == 1);
+  CHECK(tova.minimal == 0);
   CHECK(tova.count[2 * 3 + 1] == 1);
   QString csv;
   QTextStream out(&csv);
