@@ -38,13 +38,9 @@ void rank_heads(const trace::TraceReader& r, const analysis::WhyReport& w,
   q->kv_heads = K;
   q->head_score.assign(size_t(q->layers * K), 0.0);
   q->lost.assign(size_t(q->layers * K), 0);
-  const std::vector<uint8_t>& attended = r.tier_attended();
   std::vector<double> entries(q->head_score.size(), 0.0);
   for (const trace::Event& e : r.events(0, r.n_events())) {
-    const bool loss =
-        e.kind == trace::EventKind::Evict || e.kind == trace::EventKind::Reject ||
-        (e.kind == trace::EventKind::Demote && e.to_tier < attended.size() && !attended[e.to_tier]);
-    if (!loss) continue;
+    if (!analysis::readable_loss(r, e)) continue;
     q->lost[size_t(e.layer * K + e.kv_head)] = 1;
     entries[size_t(e.layer * K + e.kv_head)] += 1;
   }
@@ -57,7 +53,11 @@ class ReplayRunner {
  public:
   ReplayRunner(ReplaySource& source, generate::Engine& engine, const trace::TraceReader& original,
                fs::path dir)
-      : source_(source), engine_(engine), original_(original), dir_(std::move(dir)) {
+      : source_(source),
+        engine_(engine),
+        original_(original),
+        shape_(intervention_shape(original)),
+        dir_(std::move(dir)) {
     csv_.open(dir_ / "replays.csv");
     if (!csv_) throw InputError((dir_ / "replays.csv").string(), "-o", "cannot be written");
     csv_ << "replay,label,interventions,heads_restored,answer_logprob,answer_rank,success,score,"
@@ -69,10 +69,9 @@ class ReplayRunner {
     std::vector<std::string> specs = {"restore:heads=" + policy::head_list_text(rq.restore, K)};
     if (!rq.drop.empty())
       specs.push_back("drop:tokens=needle,heads=" + policy::head_list_text(rq.drop, K));
-    const policy::InterventionShape shape = intervention_shape(original_);
     CaptureRequest req = source_.request;
     for (const std::string& s : specs)
-      req.interventions.push_back(policy::parse_intervention(s, shape));
+      req.interventions.push_back(policy::parse_intervention(s, shape_));
     char name[32];
     std::snprintf(name, sizeof name, "replay-%03d.kvtrace.h5", index_);
     req.output = (dir_ / name).string();
@@ -112,6 +111,7 @@ class ReplayRunner {
   ReplaySource& source_;
   generate::Engine& engine_;
   const trace::TraceReader& original_;
+  const policy::InterventionShape shape_;  // read once: the trace's roles and sizes
   fs::path dir_;
   std::ofstream csv_;
   int index_ = 0;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/analysis/why.h"
 #include "core/common/input_error.h"
 #include "kvscope_version.h"
 
@@ -224,15 +225,11 @@ policy::InterventionShape intervention_shape(const trace::TraceReader& r) {
 void check_restores_something(const trace::TraceReader& r, const policy::Intervention& iv) {
   using policy::InterventionKind;
   if (iv.kind != InterventionKind::Restore && iv.kind != InterventionKind::Only) return;
-  const std::vector<uint8_t>& attended = r.tier_attended();
   const int64_t K = r.n_kv_heads();
   for (const trace::Event& e : r.events(0, r.n_events())) {
-    if (e.step < iv.from_step) continue;
-    const bool loss =
-        e.kind == trace::EventKind::Evict || e.kind == trace::EventKind::Reject ||
-        (e.kind == trace::EventKind::Demote && e.to_tier < attended.size() && !attended[e.to_tier]);
+    if (e.step < iv.from_step || !analysis::readable_loss(r, e)) continue;
     const bool in = iv.covers(e.layer, e.kv_head, K);
-    if (loss && (iv.kind == InterventionKind::Only ? !in : in)) return;
+    if (iv.kind == InterventionKind::Only ? !in : in) return;
   }
   throw InputError(
       "", "--intervene",

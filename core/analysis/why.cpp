@@ -67,18 +67,9 @@ Replay replay_needle(const trace::TraceReader& r, const Needle& needle,
     const auto it = needle.index_of.find(e.token);
     if (it == needle.index_of.end()) continue;
     uint8_t& readable = out.readable[size_t((e.layer * K + e.kv_head) * N) + it->second];
-    const char* loss = nullptr;
-    switch (e.kind) {
-      case EventKind::Admit: readable = attended(r, e.to_tier); break;
-      case EventKind::Promote: readable = attended(r, e.to_tier); break;
-      case EventKind::Evict: loss = "evict"; break;
-      case EventKind::Reject: loss = "reject"; break;
-      case EventKind::Demote:
-        if (attended(r, e.to_tier)) continue;
-        loss = "demote";
-        break;
-      case EventKind::Select: continue;
-    }
+    if (e.kind == EventKind::Admit || e.kind == EventKind::Promote)
+      readable = attended(r, e.to_tier);
+    const char* loss = readable_loss(r, e);
     if (!loss) continue;
     readable = 0;
     NeedleLoss l;
@@ -323,6 +314,15 @@ void format_losses(const WhyReport& w, std::ostringstream& o) {
 std::string partial_answers(int8_t success, double score) {
   if (success != 0 || !(score > 0)) return "";
   return std::to_string(std::lround(score * 100)) + " % of the answers found";
+}
+
+const char* readable_loss(const trace::TraceReader& r, const trace::Event& e) {
+  switch (e.kind) {
+    case EventKind::Evict: return "evict";
+    case EventKind::Reject: return "reject";
+    case EventKind::Demote: return attended(r, e.to_tier) ? nullptr : "demote";
+    default: return nullptr;
+  }
 }
 
 std::string format_why(const WhyReport& w) {

@@ -93,6 +93,12 @@ WhyReport explain_outcome(const trace::TraceReader& reader, double kl_threshold)
 
 std::string format_why(const WhyReport& report);
 
+// How event `e` takes its entry out of what the attention reads: "evict",
+// "reject", "demote" (to a tier the attention does not read), or null when
+// it does not. One definition for why, the replays' checks and the causal
+// search's ranking.
+const char* readable_loss(const trace::TraceReader& reader, const trace::Event& e);
+
 // "75 % of the answers found" for a multi-answer task found in part (success
 // 0, score > 0: RULER's share of the answers); empty otherwise. One wording
 // for why, info, the trace info panel and the sweep view.
