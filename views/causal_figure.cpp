@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "core/analysis/causal_search.h"
 #include "core/common/input_error.h"
 #include "views/colormap.h"
 #include "views/legend.h"
@@ -137,14 +138,8 @@ void CausalFigure::read_report(const nlohmann::json& j) {
     c.trace = h.value("restore_trace", std::string());
   }
   for (const auto& name : j.value("minimal_set", nlohmann::json::array())) {
-    const std::string s = name.get<std::string>();
-    const size_t dot = s.find('.');
     int64_t l = -1, k = -1;
-    try {
-      l = std::stoll(s.substr(0, dot));
-      k = dot == std::string::npos ? -1 : std::stoll(s.substr(dot + 1));
-    } catch (const std::exception&) {
-    }
+    analysis::parse_head_name(name.get<std::string>(), &l, &k);  // none: -1, refused by cell()
     cell(l, k).minimal = true;
   }
 }

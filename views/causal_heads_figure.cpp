@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/analysis/causal_search.h"
 #include "views/colormap.h"
 
 namespace kvscope::views {
@@ -18,14 +19,9 @@ std::vector<int64_t> set_heads(const std::string& set, int64_t K) {
   std::vector<int64_t> out;
   std::istringstream in(set);
   std::string item;
-  while (in >> item) {
-    const size_t dot = item.find('.');
-    if (dot == std::string::npos) continue;
-    try {  // a damaged table's item counts for no head
-      out.push_back(std::stoll(item.substr(0, dot)) * K + std::stoll(item.substr(dot + 1)));
-    } catch (const std::exception&) {
-    }
-  }
+  int64_t layer = 0, kv_head = 0;
+  while (in >> item)  // a damaged table's item counts for no head
+    if (analysis::parse_head_name(item, &layer, &kv_head)) out.push_back(layer * K + kv_head);
   return out;
 }
 

@@ -284,6 +284,20 @@ std::vector<std::string> head_names(const std::vector<uint8_t>& set, int64_t kv_
   return out;
 }
 
+bool parse_head_name(const std::string& name, int64_t* layer, int64_t* kv_head) {
+  *layer = *kv_head = -1;
+  const size_t dot = name.find('.');
+  if (dot == std::string::npos) return false;
+  try {
+    const int64_t l = std::stoll(name.substr(0, dot)), k = std::stoll(name.substr(dot + 1));
+    *layer = l;
+    *kv_head = k;
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 std::string format_causal(const CausalResult& r, int64_t kv_heads) {
   std::string out;
   const std::string lp0 = number(r.original.logprob), lp1 = number(r.full.logprob);

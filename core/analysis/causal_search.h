@@ -7,9 +7,9 @@
 // (what each head lost of the needle, `kvscope why`), the smallest
 // recovering prefix of layers by bisection, then delta debugging (drop runs
 // of them, halving the run down to one, weakest first) over layers, then the
-// same over the heads of the layers kept. Each layer's and each selected head's single effect follows
-// while the budget lasts. The search knows nothing of models: tests give it
-// planted evaluations.
+// same over the heads of the layers kept. Each layer's and each selected head's single effect
+// follows while the budget lasts. The search knows nothing of models: tests give it planted
+// evaluations.
 #pragma once
 
 #include <cstdint>
@@ -91,5 +91,7 @@ std::string format_causal(const CausalResult& result, int64_t kv_heads);
 
 // The heads of a [L * K] set as "L.H" items.
 std::vector<std::string> head_names(const std::vector<uint8_t>& set, int64_t kv_heads);
+// One such item back into (layer, kv head); false (both -1) when it is none.
+bool parse_head_name(const std::string& name, int64_t* layer, int64_t* kv_head);
 
 }  // namespace kvscope::analysis
